@@ -1,0 +1,1 @@
+//! Image files of the amdgpu CRIU plugin, compatible with the upstream C plugin.

@@ -1,0 +1,1 @@
+//! Integration tests across the workspace.

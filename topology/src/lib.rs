@@ -1,0 +1,1 @@
+//! KFD sysfs topology parsing and GPU remapping for checkpoint/restore.
