@@ -1,1 +1,23 @@
-//! Safe, typed ioctls for /dev/kfd and amdgpu render nodes, over a transport seam.
+//! Safe, typed ioctls for `/dev/kfd` and amdgpu render nodes, over a transport seam.
+//!
+//! - [`ioctl`]: every request code, declared once next to its argument struct.
+//! - [`Transport`]: how a call reaches the driver; [`FdTransport`] is a real file descriptor
+//!   (hardware, or the simulator over CUSE), the simulator implements it in process.
+//! - [`Kfd`]: one method per KFD 1.11 ioctl, with typed arguments and results; [`criu`]: the
+//!   `CRIU_OP` state machine as a typed API.
+//! - [`RenderNode`]: the amdgpu render-node subset that checkpoint/restore uses.
+//! - [`sdma`]: SDMA v4 packet encoding and decoding.
+//!
+//! Every failure is an [`IoctlError`] that names the ioctl, the node and the errno.
+
+pub mod errno;
+pub mod error;
+pub mod ioctl;
+pub mod sdma;
+pub mod transport;
+pub mod types;
+
+pub use errno::Errno;
+pub use error::{IoctlError, Result};
+pub use transport::{FdTransport, Transport};
+pub use types::*;

@@ -1,0 +1,217 @@
+//! Request codes: the one place where every ioctl number of `/dev/kfd` and of the amdgpu render
+//! node is declared, next to the struct it carries.
+//!
+//! The codes are computed from the argument struct's size (as the C `_IOWR` macros do), so a layout
+//! mistake in `kfd-sys` changes the code and fails the tests against the header's literal values.
+//! The module is public because the simulator dispatches on the same table, as the kernel's
+//! dispatcher and its uapi header share one definition.
+
+use std::mem::size_of;
+
+use kfd_sys as sys;
+
+/// `_IOC_NRBITS` etc. of the asm-generic ioctl encoding (x86-64, arm64).
+const NR_SHIFT: u32 = 0;
+const TYPE_SHIFT: u32 = 8;
+const SIZE_SHIFT: u32 = 16;
+const DIR_SHIFT: u32 = 30;
+const SIZE_MASK: u32 = (1 << 14) - 1;
+
+/// The direction bits of a request code, as seen from userspace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dir {
+    /// `_IO`: no argument.
+    None = 0,
+    /// `_IOW`: userspace writes, the kernel reads.
+    Write = 1,
+    /// `_IOR`: the kernel writes, userspace reads.
+    Read = 2,
+    /// `_IOWR`: both.
+    ReadWrite = 3,
+}
+
+impl Dir {
+    /// Whether the kernel copies the argument in.
+    pub const fn copies_in(self) -> bool {
+        matches!(self, Dir::Write | Dir::ReadWrite)
+    }
+
+    /// Whether the kernel copies the argument back out.
+    pub const fn copies_out(self) -> bool {
+        matches!(self, Dir::Read | Dir::ReadWrite)
+    }
+}
+
+/// Encodes a request code like the C `_IOC` macro. `size` must fit in 14 bits.
+pub const fn encode(dir: Dir, ty: u8, nr: u8, size: usize) -> u32 {
+    assert!(size <= SIZE_MASK as usize, "ioctl argument too large for the size field");
+    #[allow(clippy::cast_possible_truncation)] // checked just above
+    let size = size as u32;
+    ((dir as u32) << DIR_SHIFT) | (size << SIZE_SHIFT) | ((ty as u32) << TYPE_SHIFT) | (nr as u32) << NR_SHIFT
+}
+
+/// The `_IOC_NR` field of a request code.
+pub const fn nr(cmd: u32) -> u8 {
+    (cmd & 0xff) as u8
+}
+
+/// The `_IOC_TYPE` field of a request code.
+pub const fn ty(cmd: u32) -> u8 {
+    ((cmd >> TYPE_SHIFT) & 0xff) as u8
+}
+
+/// The `_IOC_SIZE` field of a request code.
+pub const fn size(cmd: u32) -> usize {
+    ((cmd >> SIZE_SHIFT) & SIZE_MASK) as usize
+}
+
+/// The `_IOC_DIR` field of a request code.
+pub const fn dir(cmd: u32) -> Dir {
+    match cmd >> DIR_SHIFT {
+        0 => Dir::None,
+        1 => Dir::Write,
+        2 => Dir::Read,
+        _ => Dir::ReadWrite,
+    }
+}
+
+/// One row of an ioctl table: number, name, and the request code the header defines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IoctlDesc {
+    /// `_IOC_NR`.
+    pub nr: u8,
+    /// The name without its `AMDKFD_IOC_` / `DRM_IOCTL_` prefix.
+    pub name: &'static str,
+    /// The full request code.
+    pub cmd: u32,
+}
+
+macro_rules! ioctl_table {
+    ($(#[$table_doc:meta])* $table:ident, $ty:expr, $base:expr, {
+        $( $(#[$doc:meta])* $name:ident = $dir:ident($nr:literal, $arg:ty); )*
+    }) => {
+        $(
+            $(#[$doc])*
+            #[allow(clippy::cast_possible_truncation)]
+            pub const $name: u32 = encode(Dir::$dir, $ty, ($base + $nr) as u8, size_of::<$arg>());
+        )*
+        $(#[$table_doc])*
+        pub const $table: &[IoctlDesc] = &[
+            $( IoctlDesc { nr: nr($name), name: stringify!($name), cmd: $name }, )*
+        ];
+    };
+}
+
+/// `/dev/kfd` request codes (`AMDKFD_IOC_*`, type `'K'`), KFD ioctl 1.11.
+pub mod kfd {
+    use super::*;
+
+    /// The ioctl type of `/dev/kfd`.
+    pub const TYPE: u8 = b'K';
+    /// `AMDKFD_COMMAND_START`.
+    pub const COMMAND_START: u8 = 0x01;
+    /// `AMDKFD_COMMAND_END`: one past the last number of KFD 1.11.
+    pub const COMMAND_END: u8 = 0x24;
+
+    ioctl_table!(
+        /// Every KFD 1.11 ioctl in number order, as the kernel's dispatch table holds them.
+        TABLE, TYPE, 0u32, {
+        GET_VERSION = Read(0x01, sys::kfd_ioctl_get_version_args);
+        CREATE_QUEUE = ReadWrite(0x02, sys::kfd_ioctl_create_queue_args);
+        DESTROY_QUEUE = ReadWrite(0x03, sys::kfd_ioctl_destroy_queue_args);
+        SET_MEMORY_POLICY = Write(0x04, sys::kfd_ioctl_set_memory_policy_args);
+        GET_CLOCK_COUNTERS = ReadWrite(0x05, sys::kfd_ioctl_get_clock_counters_args);
+        GET_PROCESS_APERTURES = Read(0x06, sys::kfd_ioctl_get_process_apertures_args);
+        UPDATE_QUEUE = Write(0x07, sys::kfd_ioctl_update_queue_args);
+        CREATE_EVENT = ReadWrite(0x08, sys::kfd_ioctl_create_event_args);
+        DESTROY_EVENT = Write(0x09, sys::kfd_ioctl_destroy_event_args);
+        SET_EVENT = Write(0x0a, sys::kfd_ioctl_set_event_args);
+        RESET_EVENT = Write(0x0b, sys::kfd_ioctl_reset_event_args);
+        WAIT_EVENTS = ReadWrite(0x0c, sys::kfd_ioctl_wait_events_args);
+        /// Deprecated: the kernel answers `EPERM`.
+        DBG_REGISTER_DEPRECATED = Write(0x0d, sys::kfd_ioctl_dbg_register_args);
+        /// Deprecated: the kernel answers `EPERM`.
+        DBG_UNREGISTER_DEPRECATED = Write(0x0e, sys::kfd_ioctl_dbg_unregister_args);
+        /// Deprecated: the kernel answers `EPERM`.
+        DBG_ADDRESS_WATCH_DEPRECATED = Write(0x0f, sys::kfd_ioctl_dbg_address_watch_args);
+        /// Deprecated: the kernel answers `EPERM`.
+        DBG_WAVE_CONTROL_DEPRECATED = Write(0x10, sys::kfd_ioctl_dbg_wave_control_args);
+        SET_SCRATCH_BACKING_VA = ReadWrite(0x11, sys::kfd_ioctl_set_scratch_backing_va_args);
+        GET_TILE_CONFIG = ReadWrite(0x12, sys::kfd_ioctl_get_tile_config_args);
+        SET_TRAP_HANDLER = Write(0x13, sys::kfd_ioctl_set_trap_handler_args);
+        GET_PROCESS_APERTURES_NEW = ReadWrite(0x14, sys::kfd_ioctl_get_process_apertures_new_args);
+        ACQUIRE_VM = Write(0x15, sys::kfd_ioctl_acquire_vm_args);
+        ALLOC_MEMORY_OF_GPU = ReadWrite(0x16, sys::kfd_ioctl_alloc_memory_of_gpu_args);
+        FREE_MEMORY_OF_GPU = Write(0x17, sys::kfd_ioctl_free_memory_of_gpu_args);
+        MAP_MEMORY_TO_GPU = ReadWrite(0x18, sys::kfd_ioctl_map_memory_to_gpu_args);
+        UNMAP_MEMORY_FROM_GPU = ReadWrite(0x19, sys::kfd_ioctl_unmap_memory_from_gpu_args);
+        SET_CU_MASK = Write(0x1a, sys::kfd_ioctl_set_cu_mask_args);
+        GET_QUEUE_WAVE_STATE = ReadWrite(0x1b, sys::kfd_ioctl_get_queue_wave_state_args);
+        GET_DMABUF_INFO = ReadWrite(0x1c, sys::kfd_ioctl_get_dmabuf_info_args);
+        IMPORT_DMABUF = ReadWrite(0x1d, sys::kfd_ioctl_import_dmabuf_args);
+        ALLOC_QUEUE_GWS = ReadWrite(0x1e, sys::kfd_ioctl_alloc_queue_gws_args);
+        SMI_EVENTS = ReadWrite(0x1f, sys::kfd_ioctl_smi_events_args);
+        SVM = ReadWrite(0x20, sys::kfd_ioctl_svm_args);
+        SET_XNACK_MODE = ReadWrite(0x21, sys::kfd_ioctl_set_xnack_mode_args);
+        CRIU_OP = ReadWrite(0x22, sys::kfd_ioctl_criu_args);
+        AVAILABLE_MEMORY = ReadWrite(0x23, sys::kfd_ioctl_get_available_memory_args);
+    });
+
+    /// The row for `_IOC_NR(cmd)`, ignoring the caller's type, direction and size bits as the
+    /// kernel does.
+    pub fn lookup(cmd: u32) -> Option<&'static IoctlDesc> {
+        let n = nr(cmd);
+        if (COMMAND_START..COMMAND_END).contains(&n) {
+            TABLE.get(usize::from(n - COMMAND_START))
+        } else {
+            None
+        }
+    }
+}
+
+/// Render-node request codes: the generic DRM ioctls (type `'d'`) and the amdgpu ones
+/// (`DRM_COMMAND_BASE + n`) that checkpoint/restore uses.
+pub mod drm {
+    use super::*;
+
+    /// The ioctl type of DRM devices (`DRM_IOCTL_BASE`).
+    pub const TYPE: u8 = sys::DRM_IOCTL_BASE;
+
+    ioctl_table!(
+        /// The generic DRM ioctls used here.
+        CORE_TABLE, TYPE, 0u32, {
+        GEM_CLOSE = Write(0x09, sys::drm_gem_close);
+        PRIME_HANDLE_TO_FD = ReadWrite(0x2d, sys::drm_prime_handle);
+        PRIME_FD_TO_HANDLE = ReadWrite(0x2e, sys::drm_prime_handle);
+    });
+
+    ioctl_table!(
+        /// The amdgpu ioctls used here (numbers relative to `DRM_COMMAND_BASE` in the header).
+        AMDGPU_TABLE, TYPE, sys::DRM_COMMAND_BASE, {
+        AMDGPU_GEM_CREATE = ReadWrite(0x00, sys::drm_amdgpu_gem_create);
+        AMDGPU_GEM_MMAP = ReadWrite(0x01, sys::drm_amdgpu_gem_mmap);
+        AMDGPU_CTX = ReadWrite(0x02, sys::drm_amdgpu_ctx);
+        AMDGPU_BO_LIST = ReadWrite(0x03, sys::drm_amdgpu_bo_list);
+        AMDGPU_CS = ReadWrite(0x04, sys::drm_amdgpu_cs);
+        AMDGPU_INFO = Write(0x05, sys::drm_amdgpu_info);
+        AMDGPU_GEM_VA = Write(0x08, sys::drm_amdgpu_gem_va);
+        AMDGPU_WAIT_CS = ReadWrite(0x09, sys::drm_amdgpu_wait_cs);
+        AMDGPU_GEM_OP = ReadWrite(0x10, sys::drm_amdgpu_gem_op);
+        AMDGPU_GEM_USERPTR = ReadWrite(0x11, sys::drm_amdgpu_gem_userptr);
+    });
+
+    /// The row for a render-node request code (matched on its number, like the DRM core).
+    pub fn lookup(cmd: u32) -> Option<&'static IoctlDesc> {
+        let n = nr(cmd);
+        CORE_TABLE.iter().chain(AMDGPU_TABLE).find(|d| d.nr == n)
+    }
+}
+
+/// The printable name of a request code on either kind of node, for error messages.
+pub fn name(cmd: u32) -> &'static str {
+    match ty(cmd) {
+        kfd::TYPE => kfd::lookup(cmd).map_or("unknown KFD ioctl", |d| d.name),
+        drm::TYPE => drm::lookup(cmd).map_or("unknown DRM ioctl", |d| d.name),
+        _ => "unknown ioctl",
+    }
+}

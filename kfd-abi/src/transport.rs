@@ -1,0 +1,107 @@
+//! The transport seam: how a typed call reaches a driver.
+//!
+//! Everything above this module is generic over [`Transport`]. The real implementation,
+//! [`FdTransport`], is a file descriptor on which `ioctl(2)` is called: a real `/dev/kfd`, a real
+//! render node, or the same nodes served by the simulator over CUSE. The simulator implements the
+//! trait in process, so the same plugin code runs against hardware and against the model.
+
+use std::ffi::c_void;
+use std::fmt;
+use std::fs::OpenOptions;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use crate::errno::Errno;
+
+/// An open device file on which ioctls can be issued.
+///
+/// A transport is also a file descriptor ([`AsFd`]): the handle criu sees, the fd passed to another
+/// ioctl (`ACQUIRE_VM`'s `drm_fd`), the fd that `dup` duplicates. In the simulator that fd is a
+/// placeholder file that names the simulated open file.
+pub trait Transport: AsFd + fmt::Debug + Send + Sync {
+    /// Issues the ioctl `request` with the argument at `arg` and returns its non-negative result.
+    ///
+    /// # Safety
+    ///
+    /// `arg` must be valid for reads and writes of `ioctl::size(request)` bytes for the whole call,
+    /// and every pointer the argument contains must satisfy that ioctl's contract (the driver reads
+    /// and writes through them, and may keep some, such as userptr and queue addresses).
+    unsafe fn ioctl(&self, request: u32, arg: *mut c_void) -> Result<i32, Errno>;
+
+    /// Takes ownership of a file descriptor that the driver installed in this process as the
+    /// result of an ioctl on this transport (the dma-buf fds of `CRIU_OP`, a PRIME export, the SMI
+    /// event fd).
+    ///
+    /// # Safety
+    ///
+    /// `raw` must be an fd number that an ioctl on this transport just returned and that nothing
+    /// else owns.
+    unsafe fn adopt_fd(&self, raw: RawFd) -> io::Result<OwnedFd>;
+
+    /// Another handle on the same open file (as `dup(2)` makes).
+    fn try_clone(&self) -> io::Result<Self>
+    where
+        Self: Sized;
+}
+
+/// A device file opened with `open(2)`: real hardware, or a simulator served over CUSE.
+#[derive(Debug)]
+pub struct FdTransport {
+    fd: OwnedFd,
+}
+
+impl FdTransport {
+    /// Opens a device node read-write and close-on-exec, as libhsakmt and libdrm do.
+    pub fn open(path: &Path) -> io::Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)?;
+        Ok(Self { fd: file.into() })
+    }
+
+    /// Wraps an fd that is already open on a KFD or render node.
+    pub fn from_fd(fd: OwnedFd) -> Self {
+        Self { fd }
+    }
+
+    /// Gives the fd back.
+    pub fn into_fd(self) -> OwnedFd {
+        self.fd
+    }
+}
+
+impl AsFd for FdTransport {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl Transport for FdTransport {
+    unsafe fn ioctl(&self, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
+        // SAFETY: the fd is open for the lifetime of `self`; the caller guarantees that `arg` is
+        // valid for the size encoded in `request` and for the pointers it contains.
+        let ret = unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::c_ulong::from(request), arg) };
+        if ret < 0 {
+            Err(Errno::last())
+        } else {
+            Ok(ret)
+        }
+    }
+
+    unsafe fn adopt_fd(&self, raw: RawFd) -> io::Result<OwnedFd> {
+        if raw < 0 {
+            return Err(io::Error::from_raw_os_error(libc::EBADF));
+        }
+        // SAFETY: the caller guarantees that the kernel installed `raw` in our table for this
+        // call and that nothing else owns it.
+        Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+    }
+
+    fn try_clone(&self) -> io::Result<Self> {
+        Ok(Self { fd: self.fd.try_clone()? })
+    }
+}
