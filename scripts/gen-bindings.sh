@@ -50,7 +50,7 @@ bindgen "$top/kfd-sys/wrapper.h" \
     --allowlist-var 'KFD_.*' \
     --allowlist-var 'AMDKFD_.*' \
     --allowlist-type 'drm_gem_close|drm_prime_handle' \
-    --allowlist-var 'DRM_IOCTL_BASE|DRM_COMMAND_BASE|DRM_CLOEXEC|DRM_RDWR' \
+    --allowlist-var 'DRM_IOCTL_BASE|DRM_COMMAND_BASE' \
     --allowlist-type 'drm_amdgpu_(gem_create.*|gem_userptr|gem_mmap.*|gem_va|gem_op|ctx.*|bo_list.*|cs.*|wait_cs.*|fence|info|info_device)' \
     --allowlist-var 'DRM_AMDGPU_.*' \
     --allowlist-var 'AMDGPU_(GEM_|VA_OP_|VM_|CTX_|BO_LIST_OP_|CHUNK_ID_|HW_IP_|IB_FLAG_|INFO_DEV_INFO|INFO_HW_IP_INFO|FAMILY_AI|GEM_OP_|GEM_USERPTR_).*' \

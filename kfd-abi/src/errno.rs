@@ -59,7 +59,11 @@ impl Errno {
 
     /// The errno of the last failed libc call on this thread.
     pub fn last() -> Self {
-        Self(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+        Self(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO),
+        )
     }
 
     /// The errno carried by an I/O error, `EIO` if it carries none.

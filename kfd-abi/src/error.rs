@@ -111,10 +111,19 @@ pub(crate) fn hint(ioctl: &str, errno: Errno) -> Option<&'static str> {
     })
 }
 
-pub(crate) fn failed(ioctl: impl Into<Cow<'static, str>>, device: &str, errno: Errno) -> IoctlError {
+pub(crate) fn failed(
+    ioctl: impl Into<Cow<'static, str>>,
+    device: &str,
+    errno: Errno,
+) -> IoctlError {
     let ioctl = ioctl.into();
     let hint = hint(&ioctl, errno);
-    IoctlError::Failed { ioctl, device: device.to_owned(), errno, hint }
+    IoctlError::Failed {
+        ioctl,
+        device: device.to_owned(),
+        errno,
+        hint,
+    }
 }
 
 pub(crate) fn bad_reply(
@@ -122,7 +131,11 @@ pub(crate) fn bad_reply(
     device: &str,
     what: impl Into<String>,
 ) -> IoctlError {
-    IoctlError::BadReply { ioctl: ioctl.into(), device: device.to_owned(), what: what.into() }
+    IoctlError::BadReply {
+        ioctl: ioctl.into(),
+        device: device.to_owned(),
+        what: what.into(),
+    }
 }
 
 #[cfg(test)]

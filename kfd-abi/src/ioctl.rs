@@ -44,10 +44,16 @@ impl Dir {
 
 /// Encodes a request code like the C `_IOC` macro. `size` must fit in 14 bits.
 pub const fn encode(dir: Dir, ty: u8, nr: u8, size: usize) -> u32 {
-    assert!(size <= SIZE_MASK as usize, "ioctl argument too large for the size field");
+    assert!(
+        size <= SIZE_MASK as usize,
+        "ioctl argument too large for the size field"
+    );
     #[allow(clippy::cast_possible_truncation)] // checked just above
     let size = size as u32;
-    ((dir as u32) << DIR_SHIFT) | (size << SIZE_SHIFT) | ((ty as u32) << TYPE_SHIFT) | (nr as u32) << NR_SHIFT
+    ((dir as u32) << DIR_SHIFT)
+        | (size << SIZE_SHIFT)
+        | ((ty as u32) << TYPE_SHIFT)
+        | (nr as u32) << NR_SHIFT
 }
 
 /// The `_IOC_NR` field of a request code.
@@ -213,5 +219,15 @@ pub fn name(cmd: u32) -> &'static str {
         kfd::TYPE => kfd::lookup(cmd).map_or("unknown KFD ioctl", |d| d.name),
         drm::TYPE => drm::lookup(cmd).map_or("unknown DRM ioctl", |d| d.name),
         _ => "unknown ioctl",
+    }
+}
+
+/// `size_of::<T>()` as the `u32` that size fields of ioctl arguments hold.
+pub(crate) const fn size_u32<T>() -> u32 {
+    let n = size_of::<T>();
+    assert!(n <= u32::MAX as usize);
+    #[allow(clippy::cast_possible_truncation)] // checked just above
+    {
+        n as u32
     }
 }

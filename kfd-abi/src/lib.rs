@@ -10,14 +10,19 @@
 //!
 //! Every failure is an [`IoctlError`] that names the ioctl, the node and the errno.
 
+pub mod criu;
 pub mod errno;
 pub mod error;
 pub mod ioctl;
+pub mod kfd;
+pub mod render;
 pub mod sdma;
 pub mod transport;
 pub mod types;
 
 pub use errno::Errno;
 pub use error::{IoctlError, Result};
+pub use kfd::{Kfd, KFD_PATH};
+pub use render::{render_node_path, RenderNode};
 pub use transport::{FdTransport, Transport};
 pub use types::*;

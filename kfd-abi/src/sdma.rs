@@ -181,7 +181,9 @@ impl IbBuilder {
     /// How many dwords an IB copying `len` bytes in one go takes, padding included.
     pub fn copy_dwords(len: u64) -> usize {
         let packets = usize::try_from(len.div_ceil(MAX_BYTES_PER_PACKET)).unwrap_or(usize::MAX);
-        (packets.saturating_mul(COPY_LINEAR_DWORDS)).div_ceil(IB_ALIGN_DWORDS).max(1)
+        (packets.saturating_mul(COPY_LINEAR_DWORDS))
+            .div_ceil(IB_ALIGN_DWORDS)
+            .max(1)
             * IB_ALIGN_DWORDS
     }
 }
@@ -217,15 +219,17 @@ impl Iterator for Decoder<'_> {
         let packet = match (op, sub_op) {
             (OP_NOP, _) => {
                 let skipped = (h >> NOP_COUNT_SHIFT) & NOP_COUNT_MASK;
-                self.take(at, 1 + skipped as usize).map(|_| Packet::Nop { skipped })
+                self.take(at, 1 + skipped as usize)
+                    .map(|_| Packet::Nop { skipped })
             }
-            (OP_COPY, SUBOP_COPY_LINEAR) => self.take(at, COPY_LINEAR_DWORDS).map(|p| {
-                Packet::CopyLinear {
-                    bytes: u64::from(p[1] & COUNT_MASK) + 1,
-                    src: u64::from(p[3]) | u64::from(p[4]) << 32,
-                    dst: u64::from(p[5]) | u64::from(p[6]) << 32,
-                }
-            }),
+            (OP_COPY, SUBOP_COPY_LINEAR) => {
+                self.take(at, COPY_LINEAR_DWORDS)
+                    .map(|p| Packet::CopyLinear {
+                        bytes: u64::from(p[1] & COUNT_MASK) + 1,
+                        src: u64::from(p[3]) | u64::from(p[4]) << 32,
+                        dst: u64::from(p[5]) | u64::from(p[6]) << 32,
+                    })
+            }
             (OP_CONST_FILL, _) => self.take(at, CONST_FILL_DWORDS).map(|p| Packet::ConstFill {
                 dst: u64::from(p[1]) | u64::from(p[2]) << 32,
                 value: p[3],
@@ -254,7 +258,16 @@ mod tests {
         let ib = ib.finish();
         assert_eq!(
             ib,
-            [0x0000_0001, 4095, 0, 0x2345_6780, 0x1, 0xbcde_f000, 0xa, OP_NOP]
+            [
+                0x0000_0001,
+                4095,
+                0,
+                0x2345_6780,
+                0x1,
+                0xbcde_f000,
+                0xa,
+                OP_NOP
+            ]
         );
     }
 
@@ -262,7 +275,10 @@ mod tests {
     fn const_fill_writes_bytes_minus_one_last() {
         let mut ib = IbBuilder::new();
         ib.const_fill(0x10_0000, 0xdead_beef, 8);
-        assert_eq!(ib.finish()[..5], [0x0000_000b, 0x10_0000, 0, 0xdead_beef, 7]);
+        assert_eq!(
+            ib.finish()[..5],
+            [0x0000_000b, 0x10_0000, 0, 0xdead_beef, 7]
+        );
     }
 
     #[rstest]
@@ -311,7 +327,13 @@ mod tests {
     fn nop_with_count_skips_its_body() {
         let ib = [0x0002_0000, 0xffff_ffff, 0xffff_ffff, 0];
         let packets: Vec<_> = Decoder::new(&ib).collect();
-        assert_eq!(packets, vec![Ok(Packet::Nop { skipped: 2 }), Ok(Packet::Nop { skipped: 0 })]);
+        assert_eq!(
+            packets,
+            vec![
+                Ok(Packet::Nop { skipped: 2 }),
+                Ok(Packet::Nop { skipped: 0 })
+            ]
+        );
     }
 
     #[test]
@@ -319,7 +341,11 @@ mod tests {
         let ib = [header(OP_COPY, 0), 0xffc0_0003, 0, 0, 0, 0, 0];
         assert_eq!(
             Decoder::new(&ib).next(),
-            Some(Ok(Packet::CopyLinear { src: 0, dst: 0, bytes: 4 }))
+            Some(Ok(Packet::CopyLinear {
+                src: 0,
+                dst: 0,
+                bytes: 4
+            }))
         );
     }
 

@@ -102,6 +102,8 @@ impl Transport for FdTransport {
     }
 
     fn try_clone(&self) -> io::Result<Self> {
-        Ok(Self { fd: self.fd.try_clone()? })
+        Ok(Self {
+            fd: self.fd.try_clone()?,
+        })
     }
 }

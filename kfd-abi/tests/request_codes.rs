@@ -58,7 +58,12 @@ use rstest::rstest;
 #[case::amdgpu_gem_op(drm::AMDGPU_GEM_OP, 0xc010_6450)]
 #[case::amdgpu_gem_userptr(drm::AMDGPU_GEM_USERPTR, 0xc018_6451)]
 fn request_code_matches_header(#[case] ours: u32, #[case] header: u32) {
-    assert_eq!(ours, header, "{} is {ours:#010x}, header says {header:#010x}", ioctl::name(ours));
+    assert_eq!(
+        ours,
+        header,
+        "{} is {ours:#010x}, header says {header:#010x}",
+        ioctl::name(ours)
+    );
 }
 
 #[test]
@@ -75,7 +80,10 @@ fn kfd_table_has_all_35_numbers_in_order() {
 #[test]
 fn lookup_ignores_type_direction_and_size_bits_like_the_kernel() {
     let odd = ioctl::encode(Dir::None, b'X', 0x16, 3);
-    assert_eq!(kfd::lookup(odd).map(|d| d.name), Some("ALLOC_MEMORY_OF_GPU"));
+    assert_eq!(
+        kfd::lookup(odd).map(|d| d.name),
+        Some("ALLOC_MEMORY_OF_GPU")
+    );
 }
 
 #[rstest]
