@@ -75,7 +75,6 @@ fn fake(
     Kfd::new(
         Fake {
             fd,
-            seen: Mutex::new(Vec::new()),
             answer: Box::new(answer),
         },
         "fake",
