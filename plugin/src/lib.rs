@@ -1,1 +1,2 @@
-//! The amdgpu CRIU plugin: engine, amdgpu_plugin.so and the amdgpu-cr command.
+//! The amdgpu CRIU plugin: the checkpoint/restore engine (this rlib), the CRIU ABI shim (the
+//! cdylib `amdgpu_plugin.so`) and the `amdgpu-cr` command.
