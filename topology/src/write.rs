@@ -1,0 +1,127 @@
+//! Writing a [`Topology`] as a sysfs tree in the kernel's format (used by the simulator and tests).
+
+use std::fmt::Write as _;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::model::{Cache, Properties, Topology};
+
+/// Why a topology tree could not be written.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write topology file {path}: {source}; check that the directory is writable")]
+pub struct WriteError {
+    /// The file or directory.
+    pub path: PathBuf,
+    /// The underlying error.
+    #[source]
+    pub source: io::Error,
+}
+
+/// The text of a properties file: `key value` lines in order, decimal values.
+#[must_use]
+pub fn properties_text(props: &Properties) -> String {
+    let mut s = String::new();
+    for (k, v) in props.iter() {
+        let _ = writeln!(s, "{k} {v}");
+    }
+    s
+}
+
+/// The text of a cache's properties file, `sibling_map` last.
+#[must_use]
+pub fn cache_text(cache: &Cache) -> String {
+    let mut s = properties_text(&cache.properties);
+    if let Some(map) = &cache.sibling_map {
+        s.push_str("sibling_map");
+        for (i, bit) in map.iter().enumerate() {
+            s.push(if i == 0 { ' ' } else { ',' });
+            let _ = write!(s, "{bit}");
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// Every file of the tree as `(relative path, contents)`, in a stable order (nodes in model
+/// order, then mem_banks, caches, io_links, p2p_links).
+#[must_use]
+pub fn files(topology: &Topology) -> Vec<(PathBuf, String)> {
+    let mut out = vec![
+        (
+            PathBuf::from("generation_id"),
+            format!("{}\n", topology.generation_id),
+        ),
+        (
+            PathBuf::from("system_properties"),
+            properties_text(&topology.system_properties),
+        ),
+    ];
+    for node in &topology.nodes {
+        let dir = Path::new("nodes").join(node.id.to_string());
+        out.push((dir.join("gpu_id"), format!("{}\n", node.gpu_id)));
+        out.push((dir.join("name"), format!("{}\n", node.name)));
+        out.push((dir.join("properties"), properties_text(&node.properties)));
+        let lists = [
+            (
+                "mem_banks",
+                node.mem_banks
+                    .iter()
+                    .map(|b| properties_text(&b.properties))
+                    .collect::<Vec<_>>(),
+            ),
+            ("caches", node.caches.iter().map(cache_text).collect()),
+            (
+                "io_links",
+                node.io_links
+                    .iter()
+                    .map(|l| properties_text(&l.properties))
+                    .collect(),
+            ),
+            (
+                "p2p_links",
+                node.p2p_links
+                    .iter()
+                    .map(|l| properties_text(&l.properties))
+                    .collect(),
+            ),
+        ];
+        for (sub, texts) in lists {
+            for (i, text) in texts.into_iter().enumerate() {
+                out.push((dir.join(sub).join(i.to_string()).join("properties"), text));
+            }
+        }
+    }
+    out
+}
+
+/// Writes `topology` under `root` (created if needed) in the kernel's sysfs format: files
+/// `generation_id`, `system_properties`, `nodes/N/{gpu_id,name,properties}` and the numbered
+/// `mem_banks`, `caches`, `io_links`, `p2p_links` subdirectories, each with a `properties`
+/// file. Every node gets all four subdirectories, as in the kernel, even when empty.
+///
+/// # Errors
+///
+/// [`WriteError`] naming the path that could not be created or written.
+pub fn write(topology: &Topology, root: &Path) -> Result<(), WriteError> {
+    let err = |path: &Path| {
+        let path = path.to_owned();
+        move |source| WriteError { path, source }
+    };
+    for node in &topology.nodes {
+        let dir = root.join("nodes").join(node.id.to_string());
+        for sub in ["mem_banks", "caches", "io_links", "p2p_links"] {
+            let d = dir.join(sub);
+            fs::create_dir_all(&d).map_err(err(&d))?;
+        }
+    }
+    fs::create_dir_all(root).map_err(err(root))?;
+    for (rel, text) in files(topology) {
+        let path = root.join(rel);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).map_err(err(parent))?;
+        }
+        fs::write(&path, text).map_err(err(&path))?;
+    }
+    Ok(())
+}
