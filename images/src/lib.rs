@@ -11,6 +11,8 @@
 pub mod checksum;
 pub mod dir;
 pub mod frame;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod names;
 pub mod pages;
 pub mod proto;

@@ -373,10 +373,24 @@ impl PagesReader {
         checksums: Option<&PagesChecksums>,
     ) -> Result<Self, PagesError> {
         let name = which.file_name();
-        let mut file = dir::open_read_at(dir, &name).map_err(|source| PagesError::Open {
+        let file = dir::open_read_at(dir, &name).map_err(|source| PagesError::Open {
             file: name.clone(),
             source,
         })?;
+        Self::from_file(file, which, expected_len, checksums)
+    }
+
+    /// Like [`PagesReader::open`], for a file the caller opened, positioned at its start.
+    ///
+    /// # Errors
+    /// As [`PagesReader::open`], except `Open`.
+    pub fn from_file(
+        mut file: File,
+        which: PagesFile,
+        expected_len: u64,
+        checksums: Option<&PagesChecksums>,
+    ) -> Result<Self, PagesError> {
+        let name = which.file_name();
         let read_err = |source| PagesError::Read {
             file: name.clone(),
             offset: 0,
