@@ -11,6 +11,7 @@
 //! Every failure is an [`IoctlError`] that names the ioctl, the node and the errno.
 
 pub mod criu;
+pub mod dma;
 pub mod errno;
 pub mod error;
 pub mod ioctl;
@@ -20,6 +21,7 @@ pub mod sdma;
 pub mod transport;
 pub mod types;
 
+pub use dma::{HostBuffer, UserptrBuffer};
 pub use errno::Errno;
 pub use error::{IoctlError, Result};
 pub use kfd::{Kfd, KFD_PATH};
