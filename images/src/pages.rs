@@ -541,9 +541,10 @@ impl PagesReader {
     /// Payload offset of the first byte not yet covered by a verified checksum (equals the
     /// position when there is no chunk in progress or no verification).
     pub fn verified_up_to(&self) -> u64 {
-        self.verify
-            .as_ref()
-            .map_or(self.pos, |(c, _)| c.chunk_start().min(self.pos))
+        match &self.verify {
+            Some((chunker, _)) if self.pos < self.total => chunker.chunk_start(),
+            _ => self.pos,
+        }
     }
 }
 
