@@ -1,2 +1,4 @@
 //! The amdgpu CRIU plugin: the checkpoint/restore engine (this rlib), the CRIU ABI shim (the
 //! cdylib `amdgpu_plugin.so`) and the `amdgpu-cr` command.
+
+pub mod hooks;
