@@ -90,8 +90,8 @@ pub struct KfdBoEntry {
     #[prost(uint32, required, tag = "5")]
     pub gpu_id: u32,
     /// Development branch only; 0xFFFFFFFF when the BO has no handle. A v4.2 image lacks it and
-    /// decodes with 0.
-    #[prost(uint32, required, tag = "6")]
+    /// decodes as 0xFFFFFFFF too (the default only affects decoding; the field is always sent).
+    #[prost(uint32, required, tag = "6", default = "4294967295")]
     pub handle: u32,
 }
 /// Ours: checksums of one pages file, chunk by chunk. Upstream readers never see this message:
