@@ -53,7 +53,10 @@ pub enum HookError {
 impl HookError {
     /// A failure with its errno and message.
     pub fn failed(errno: Errno, message: impl Into<String>) -> Self {
-        HookError::Failed { errno, message: message.into() }
+        HookError::Failed {
+            errno,
+            message: message.into(),
+        }
     }
 
     /// The value criu receives: `-ENOTSUP` for "not ours", `-errno` for failures.
@@ -98,7 +101,12 @@ pub trait CriuHooks: Send + Sync {
 
     /// UPDATE_VMA_MAP: the new offset (and fd) of a device VMA at `addr` that had `old_pgoff`.
     /// `Ok(None)`: no match (criu keeps the VMA as it is).
-    fn update_vma_map(&self, path: &Path, addr: u64, old_pgoff: u64) -> HookResult<Option<VmaUpdate>>;
+    fn update_vma_map(
+        &self,
+        path: &Path,
+        addr: u64,
+        old_pgoff: u64,
+    ) -> HookResult<Option<VmaUpdate>>;
 
     /// RESUME_DEVICES_LATE: start the GPU queues of restored process `pid`.
     fn resume_devices_late(&self, pid: i32) -> HookResult<()>;

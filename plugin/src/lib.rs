@@ -1,4 +1,5 @@
 //! The amdgpu CRIU plugin: the checkpoint/restore engine (this rlib), the CRIU ABI shim (the
 //! cdylib `amdgpu_plugin.so`) and the `amdgpu-cr` command.
 
+pub mod criu;
 pub mod hooks;
