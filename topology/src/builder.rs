@@ -108,7 +108,9 @@ impl GpuSpec {
     /// AMD Instinct MI50 (gfx906, `vega20`, 60 CUs, 32 GiB).
     #[must_use]
     pub fn mi50() -> Self {
-        Self::gfx9("vega20", 90006, 0x66a1, 240, 15, 0, (454, 435), 32)
+        let mut spec = Self::gfx9("vega20", 90006, 0x66a1, 240, 15, 0, (454, 435), 32);
+        spec.properties.set(keys::ARRAY_COUNT, 4);
+        spec
     }
 
     /// AMD Instinct MI100 (gfx908, `arcturus`, 120 CUs, 32 GiB).

@@ -216,7 +216,7 @@ pub fn parse_max_buffer_size(value: &str) -> Result<u64, BufferSizeError> {
         if let Some(rest) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
             (16, rest)
         } else if s.len() > 1 && s.starts_with('0') && s.as_bytes()[1].is_ascii_digit() {
-            (8, &s[1..])
+            (8, s)
         } else {
             (10, s)
         };
@@ -258,7 +258,7 @@ mod tests {
     use super::*;
     use rstest::rstest;
 
-    fn lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + '_ {
+    fn lookup<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
         move |name| {
             vars.iter()
                 .find(|(n, _)| *n == name)

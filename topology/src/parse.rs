@@ -73,12 +73,21 @@ impl ParseError {
 ///
 /// [`ParseError`] naming the file (and line) that is missing or not in the kernel's format.
 pub fn parse(root: &Path) -> Result<Topology, ParseError> {
+    parse_with(root, &|path| fs::read_to_string(path))
+}
+
+/// Reads a file's text; tests substitute one that fails like a device cgroup does.
+type ReadText<'a> = &'a dyn Fn(&Path) -> io::Result<String>;
+
+fn parse_with(root: &Path, read: ReadText<'_>) -> Result<Topology, ParseError> {
+    let read_number_file = |p: &Path| read_number_file(p, read);
+    let read_properties = |p: &Path| read_properties(p, read);
     let generation_id = read_number_file(&root.join("generation_id"))?;
     let system_properties = read_properties(&root.join("system_properties"))?;
     let nodes_dir = root.join("nodes");
     let mut nodes = Vec::new();
     for id in numbered_entries(&nodes_dir, true)? {
-        match parse_node(&nodes_dir.join(id.to_string()), id) {
+        match parse_node(&nodes_dir.join(id.to_string()), id, read) {
             Ok(node) => nodes.push(node),
             Err(ParseError::Io { path, source }) if is_permission(&source) => {
                 log::info!(
@@ -106,12 +115,15 @@ fn is_permission(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::PermissionDenied
 }
 
-fn parse_node(dir: &Path, id: u32) -> Result<Node, ParseError> {
+fn parse_node(dir: &Path, id: u32, read: ReadText<'_>) -> Result<Node, ParseError> {
+    let read_number_file = |p: &Path| read_number_file(p, read);
+    let read_properties = |p: &Path| read_properties(p, read);
+    let read_cache = |p: &Path| read_cache(p, read);
     let gpu_path = dir.join("gpu_id");
     let gpu_id = u32::try_from(read_number_file(&gpu_path)?)
         .map_err(|_| ParseError::syntax(&gpu_path, 1, "a 32-bit gpu_id", "(too large)"))?;
     let name_path = dir.join("name");
-    let name = read_text(&name_path)?;
+    let name = read_text(&name_path, read)?;
     let name = name.strip_suffix('\n').unwrap_or(&name).to_owned();
     let properties = read_properties(&dir.join("properties"))?;
     let mem_banks = read_list(&dir.join("mem_banks"), |p| {
@@ -175,13 +187,13 @@ fn read_list<T>(
         .collect()
 }
 
-fn read_text(path: &Path) -> Result<String, ParseError> {
-    fs::read_to_string(path).map_err(|e| ParseError::io(path, e))
+fn read_text(path: &Path, read: ReadText<'_>) -> Result<String, ParseError> {
+    read(path).map_err(|e| ParseError::io(path, e))
 }
 
 /// A file holding one decimal number and a newline (`generation_id`, `gpu_id`).
-fn read_number_file(path: &Path) -> Result<u64, ParseError> {
-    let text = read_text(path)?;
+fn read_number_file(path: &Path, read: ReadText<'_>) -> Result<u64, ParseError> {
+    let text = read_text(path, read)?;
     let line = text.lines().next().unwrap_or("");
     parse_number(line.trim()).ok_or_else(|| ParseError::syntax(path, 1, "a decimal number", line))
 }
@@ -234,8 +246,8 @@ fn push_unique(
 }
 
 /// A properties file: `key value` lines, value a decimal number.
-fn read_properties(path: &Path) -> Result<Properties, ParseError> {
-    let text = read_text(path)?;
+fn read_properties(path: &Path, read: ReadText<'_>) -> Result<Properties, ParseError> {
+    let text = read_text(path, read)?;
     let mut props = Properties::new();
     for (i, line) in text.lines().enumerate() {
         let line_no = i + 1;
@@ -251,8 +263,8 @@ fn read_properties(path: &Path) -> Result<Properties, ParseError> {
 }
 
 /// A cache's properties file: like [`read_properties`] plus the `sibling_map` line.
-fn read_cache(path: &Path) -> Result<Cache, ParseError> {
-    let text = read_text(path)?;
+fn read_cache(path: &Path, read: ReadText<'_>) -> Result<Cache, ParseError> {
+    let text = read_text(path, read)?;
     let mut cache = Cache::default();
     for (i, line) in text.lines().enumerate() {
         let line_no = i + 1;
@@ -296,4 +308,214 @@ fn read_cache(path: &Path) -> Result<Cache, ParseError> {
         push_unique(&mut cache.properties, path, line_no, key, value)?;
     }
     Ok(cache)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builder::{GpuSpec, TopologyBuilder};
+    use crate::write::write;
+    use rstest::rstest;
+
+    /// Two CPU nodes, two MI100 (nodes 2 and 3), written to a fresh directory.
+    fn tree() -> (tempfile::TempDir, Topology) {
+        let t = TopologyBuilder::new()
+            .cpus(2)
+            .gpu(GpuSpec::mi100().numa(0).caches(1))
+            .gpu(GpuSpec::mi100().numa(1).caches(1))
+            .build();
+        let dir = tempfile::tempdir().unwrap();
+        write(&t, dir.path()).unwrap();
+        (dir, t)
+    }
+
+    fn put(root: &Path, rel: &str, text: &str) {
+        fs::write(root.join(rel), text).unwrap();
+    }
+
+    #[rstest]
+    #[case::value_not_a_number(
+        "nodes/2/properties",
+        "cpu_cores_count 0\nsimd_count lots\n",
+        2,
+        "`key value` with a decimal value"
+    )]
+    #[case::negative_value(
+        "nodes/2/properties",
+        "simd_count -1\n",
+        1,
+        "`key value` with a decimal value"
+    )]
+    #[case::hex_value(
+        "nodes/2/properties",
+        "simd_count 0x1e0\n",
+        1,
+        "`key value` with a decimal value"
+    )]
+    #[case::three_words(
+        "nodes/2/properties",
+        "simd_count 480\nhive_id 1 2\n",
+        2,
+        "`key value` (two words)"
+    )]
+    #[case::key_without_value(
+        "nodes/2/io_links/0/properties",
+        "type 2\nnode_to\n",
+        2,
+        "`key value` with a decimal value"
+    )]
+    #[case::gpu_id_not_a_number("nodes/3/gpu_id", "gpu\n", 1, "a decimal number")]
+    #[case::empty_gpu_id("nodes/3/gpu_id", "", 1, "a decimal number")]
+    #[case::generation_id_garbage("generation_id", "x1\n", 1, "a decimal number")]
+    #[case::system_properties_garbage(
+        "system_properties",
+        "platform_oem 1 extra\n",
+        1,
+        "`key value` (two words)"
+    )]
+    #[case::bad_sibling_map(
+        "nodes/2/caches/0/properties",
+        "level 1\nsibling_map 1,2\n",
+        2,
+        "`sibling_map` and a comma-separated list of 0 and 1"
+    )]
+    #[case::mem_bank_garbage(
+        "nodes/3/mem_banks/0/properties",
+        "heap_type 1\nsize_in_bytes 1.5\n",
+        2,
+        "`key value` with a decimal value"
+    )]
+    fn malformed_files_are_reported_with_file_line_and_expectation(
+        #[case] rel: &str,
+        #[case] text: &str,
+        #[case] line: usize,
+        #[case] expected: &str,
+    ) {
+        let (dir, _) = tree();
+        put(dir.path(), rel, text);
+        let err = parse(dir.path()).unwrap_err();
+        let ParseError::Syntax {
+            path,
+            line: l,
+            expected: e,
+            ..
+        } = &err
+        else {
+            panic!("expected a syntax error, got {err}");
+        };
+        assert_eq!(path, &dir.path().join(rel));
+        assert_eq!((*l, *e), (line, expected));
+        let message = err.to_string();
+        assert!(
+            message.contains(&format!("{rel}:{line}: expected")),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_duplicate_key_is_an_error() {
+        let (dir, _) = tree();
+        put(
+            dir.path(),
+            "nodes/2/properties",
+            "simd_count 1\nsimd_count 2\n",
+        );
+        let err = parse(dir.path()).unwrap_err();
+        assert!(
+            matches!(&err, ParseError::DuplicateKey { line: 2, key, .. } if key == "simd_count"),
+            "{err}"
+        );
+    }
+
+    #[rstest]
+    #[case::no_generation_id("generation_id")]
+    #[case::no_system_properties("system_properties")]
+    #[case::no_nodes_directory("nodes")]
+    #[case::node_without_properties("nodes/2/properties")]
+    #[case::node_without_gpu_id("nodes/3/gpu_id")]
+    #[case::node_without_name("nodes/3/name")]
+    #[case::link_directory_without_properties("nodes/2/io_links/0/properties")]
+    fn a_missing_file_is_an_error_naming_it(#[case] rel: &str) {
+        let (dir, _) = tree();
+        let path = dir.path().join(rel);
+        if path.is_dir() {
+            fs::remove_dir_all(&path).unwrap();
+        } else {
+            fs::remove_file(&path).unwrap();
+        }
+        let err = parse(dir.path()).unwrap_err();
+        assert!(
+            matches!(&err, ParseError::Io { path: p, source } if *p == path && source.kind() == io::ErrorKind::NotFound),
+            "{err}"
+        );
+        assert!(err.to_string().contains(rel));
+    }
+
+    #[rstest]
+    #[case::no_caches("caches")]
+    #[case::no_p2p_links("p2p_links")]
+    #[case::no_io_links("io_links")]
+    #[case::no_mem_banks("mem_banks")]
+    fn missing_subdirectories_count_as_empty(#[case] sub: &str) {
+        let (dir, t) = tree();
+        fs::remove_dir_all(dir.path().join("nodes/2").join(sub)).unwrap();
+        let parsed = parse(dir.path()).unwrap();
+        assert_eq!(parsed.nodes.len(), t.nodes.len());
+        let node = &parsed.nodes[2];
+        let len = match sub {
+            "caches" => node.caches.len(),
+            "p2p_links" => node.p2p_links.len(),
+            "io_links" => node.io_links.len(),
+            _ => node.mem_banks.len(),
+        };
+        assert_eq!(len, 0);
+    }
+
+    #[test]
+    fn entries_that_are_not_numbered_are_ignored_and_nodes_are_read_in_numeric_order() {
+        let t = TopologyBuilder::new()
+            .cpus(1)
+            .gpus(11, &GpuSpec::mi100().caches(0))
+            .build();
+        let dir = tempfile::tempdir().unwrap();
+        write(&t, dir.path()).unwrap();
+        fs::create_dir(dir.path().join("nodes/README")).unwrap();
+        put(dir.path(), "nodes/notes.txt", "hello\n");
+        let parsed = parse(dir.path()).unwrap();
+        let ids: Vec<u32> = parsed.nodes.iter().map(|n| n.id).collect();
+        assert_eq!(ids, (0..12).collect::<Vec<u32>>());
+    }
+
+    #[test]
+    fn a_node_hidden_by_a_device_cgroup_is_skipped_and_its_links_become_invalid() {
+        let (dir, t) = tree();
+        let hidden = dir.path().join("nodes/3");
+        let read = |p: &Path| {
+            if p.starts_with(&hidden) {
+                Err(io::Error::from(io::ErrorKind::PermissionDenied))
+            } else {
+                fs::read_to_string(p)
+            }
+        };
+        let parsed = parse_with(dir.path(), &read).unwrap();
+        assert_eq!(parsed.nodes.len(), 3);
+        assert_eq!(parsed.gpus().count(), 1);
+        assert_eq!(parsed.gpus().next().unwrap().gpu_id, t.nodes[2].gpu_id);
+        // The CPU node 1's link back to the hidden GPU now points nowhere.
+        let cpu1 = parsed.node(1).unwrap();
+        let to_gpu = cpu1.io_links.iter().find(|l| l.node_to() == 3).unwrap();
+        assert!(!parsed.is_valid(to_gpu));
+    }
+
+    #[test]
+    fn a_bare_sibling_map_line_is_an_empty_map() {
+        let (dir, _) = tree();
+        put(
+            dir.path(),
+            "nodes/2/caches/0/properties",
+            "level 1\nsibling_map\n",
+        );
+        let parsed = parse(dir.path()).unwrap();
+        assert_eq!(parsed.nodes[2].caches[0].sibling_map, Some(Vec::new()));
+    }
 }

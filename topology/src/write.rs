@@ -125,3 +125,74 @@ pub fn write(topology: &Topology, root: &Path) -> Result<(), WriteError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builder::{GpuSpec, TopologyBuilder};
+    use crate::parse::parse;
+
+    fn render(t: &Topology) -> String {
+        let mut out = String::new();
+        for (path, text) in files(t) {
+            let _ = write!(out, "== {}\n{text}", path.display());
+        }
+        out
+    }
+
+    /// One CPU node and one MI50 with two caches: every file of the tree, for review.
+    #[test]
+    fn mi50_tree_is_in_the_kernel_format() {
+        let t = TopologyBuilder::new()
+            .cpu(16)
+            .gpu(GpuSpec::mi50().gpu_id(0x2a1b).caches(2))
+            .build();
+        insta::assert_snapshot!(render(&t));
+    }
+
+    #[test]
+    fn parse_of_write_is_identity_for_a_hive_of_eight() {
+        let t = TopologyBuilder::new()
+            .cpus(2)
+            .gpus(4, &GpuSpec::mi250x_gcd().numa(0))
+            .gpus(4, &GpuSpec::mi250x_gcd().numa(1))
+            .hive(0..8)
+            .build();
+        let dir = tempfile::tempdir().unwrap();
+        write(&t, dir.path()).unwrap();
+        assert_eq!(parse(dir.path()).unwrap(), t);
+    }
+
+    #[test]
+    fn unknown_keys_and_odd_orders_are_written_back_as_read() {
+        let mut t = TopologyBuilder::new()
+            .cpu(8)
+            .gpu(GpuSpec::mi100().vram(false, 1 << 34))
+            .build();
+        let gpu = &mut t.nodes[1];
+        gpu.properties.set("future_key", 7);
+        gpu.io_links[0]
+            .properties
+            .set("recommended_sdma_engine_id_mask", 3);
+        gpu.caches[0].sibling_map = Some(Vec::new());
+        gpu.caches[1].sibling_map = None;
+        let dir = tempfile::tempdir().unwrap();
+        write(&t, dir.path()).unwrap();
+        let back = parse(dir.path()).unwrap();
+        assert_eq!(back, t);
+        assert_eq!(
+            back.nodes[1].properties.iter().last(),
+            Some(("future_key", 7))
+        );
+    }
+
+    #[test]
+    fn every_node_has_all_four_subdirectories() {
+        let t = TopologyBuilder::new().cpu(4).build();
+        let dir = tempfile::tempdir().unwrap();
+        write(&t, dir.path()).unwrap();
+        for sub in ["mem_banks", "caches", "io_links", "p2p_links"] {
+            assert!(dir.path().join("nodes/0").join(sub).is_dir(), "{sub}");
+        }
+    }
+}
