@@ -191,7 +191,8 @@ impl GpuSpec {
 pub struct TopologyBuilder {
     cpus: Vec<u32>,
     gpus: Vec<GpuSpec>,
-    hives: Vec<Vec<usize>>,
+    /// Two-way xGMI links between GPU indices.
+    xgmi: Vec<(usize, usize)>,
     p2p: bool,
     generation_id: u64,
 }
@@ -238,7 +239,22 @@ impl TopologyBuilder {
     /// Joins the GPUs with these indices in one xGMI hive (links both ways between all pairs).
     #[must_use]
     pub fn hive(mut self, gpus: impl IntoIterator<Item = usize>) -> Self {
-        self.hives.push(gpus.into_iter().collect());
+        let members: Vec<usize> = gpus.into_iter().collect();
+        for (i, &a) in members.iter().enumerate() {
+            for &b in &members[i + 1..] {
+                self = self.xgmi(a, b);
+            }
+        }
+        self
+    }
+
+    /// Adds one two-way xGMI link between GPU indices `a` and `b`, for hives that are not a
+    /// full mesh. GPUs connected by xGMI links share a `hive_id`.
+    #[must_use]
+    pub fn xgmi(mut self, a: usize, b: usize) -> Self {
+        if a != b && !self.xgmi.contains(&(a, b)) && !self.xgmi.contains(&(b, a)) {
+            self.xgmi.push((a, b));
+        }
         self
     }
 
@@ -267,11 +283,30 @@ impl TopologyBuilder {
         let n_cpus = self.cpus.len();
         let node_id = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
         let gpu_node = |g: usize| node_id(n_cpus + g);
-        let mut hive_of: Vec<Option<usize>> = vec![None; self.gpus.len()];
-        for (h, members) in self.hives.iter().enumerate() {
-            for &g in members {
-                assert!(g < self.gpus.len(), "hive member {g} is not a GPU index");
-                hive_of[g] = Some(h);
+        let n_gpus = self.gpus.len();
+        let linked =
+            |a: usize, b: usize| self.xgmi.contains(&(a, b)) || self.xgmi.contains(&(b, a));
+        for &(a, b) in &self.xgmi {
+            assert!(
+                a.max(b) < n_gpus,
+                "xGMI link {a}-{b} names a GPU index that does not exist"
+            );
+        }
+        // hive_of[g]: the smallest GPU index connected to g by xGMI links, if any.
+        let mut hive_of: Vec<Option<usize>> = vec![None; n_gpus];
+        for g in 0..n_gpus {
+            if hive_of[g].is_some() || !(0..n_gpus).any(|o| linked(g, o)) {
+                continue;
+            }
+            let mut stack = vec![g];
+            hive_of[g] = Some(g);
+            while let Some(a) = stack.pop() {
+                for (b, hive) in hive_of.iter_mut().enumerate() {
+                    if hive.is_none() && linked(a, b) {
+                        *hive = Some(g);
+                        stack.push(b);
+                    }
+                }
             }
         }
         for spec in &self.gpus {
@@ -351,7 +386,7 @@ impl TopologyBuilder {
                 if o == g {
                     continue;
                 }
-                if hive_of[g].is_some() && hive_of[g] == hive_of[o] {
+                if linked(g, o) {
                     io_links.push(Link::new(LinkType::Xgmi, me, gpu_node(o), XGMI_WEIGHT));
                 } else if self.p2p && two_way(other) {
                     let hops = if other.numa == spec.numa { 2 } else { 3 };

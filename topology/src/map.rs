@@ -664,6 +664,18 @@ fn static_reasons(s: &Gpu, d: &Gpu, options: &CheckOptions) -> Vec<Reason> {
             destination: d.capability,
         });
     }
+    if s.hive_size > d.hive_size {
+        out.push(Reason::HiveTooSmall {
+            source: s.hive_size,
+            destination: d.hive_size,
+        });
+    }
+    if s.xgmi_out > d.xgmi_out {
+        out.push(Reason::FewerXgmiLinks {
+            source: s.xgmi_out,
+            destination: d.xgmi_out,
+        });
+    }
     if s.valid_links > d.valid_links {
         out.push(Reason::FewerLinks {
             source: s.valid_links,
@@ -677,18 +689,6 @@ fn static_reasons(s: &Gpu, d: &Gpu, options: &CheckOptions) -> Vec<Reason> {
             two_way: l.two_way,
         }),
     );
-    if s.hive_size > d.hive_size {
-        out.push(Reason::HiveTooSmall {
-            source: s.hive_size,
-            destination: d.hive_size,
-        });
-    }
-    if s.xgmi_out > d.xgmi_out {
-        out.push(Reason::FewerXgmiLinks {
-            source: s.xgmi_out,
-            destination: d.xgmi_out,
-        });
-    }
     out
 }
 
