@@ -1,1 +1,84 @@
-fn main() {}
+//! Mapping time for large nodes. The promise (issue: topology remap): a 16-GPU node with four
+//! xGMI hives of four maps in well under 10 ms.
+
+#![allow(clippy::unwrap_used, missing_docs)] // bench code
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use topology::builder::{GpuSpec, TopologyBuilder};
+use topology::{map_gpus, CheckOptions, Topology};
+
+/// `gpus` GCDs in hives of `hive` on two NUMA nodes.
+fn node(gpus: usize, hive: usize) -> Topology {
+    let mut b = TopologyBuilder::new()
+        .cpus(2)
+        .gpus(gpus / 2, &GpuSpec::mi250x_gcd().numa(0).caches(0))
+        .gpus(gpus / 2, &GpuSpec::mi250x_gcd().numa(1).caches(0));
+    for h in 0..gpus / hive {
+        b = b.hive(h * hive..(h + 1) * hive);
+    }
+    b.build()
+}
+
+/// The same node with its GPUs enumerated in a different order (hives interleaved, NUMA
+/// nodes swapped) and other gpu_ids: no identity mapping to fall back on.
+fn enumerated_differently(t: &Topology) -> Topology {
+    let gpus: Vec<u32> = t.gpus().map(|n| n.id).collect();
+    let n = gpus.len();
+    let mut order: Vec<u32> = t.cpus().map(|c| c.id).rev().collect();
+    order.extend((0..n).map(|i| gpus[(i % 4) * (n / 4) + (n / 4 - 1 - i / 4)]));
+    let mut d = t.renumbered(&order);
+    for (i, g) in d.nodes.iter_mut().filter(|n| n.is_gpu()).enumerate() {
+        g.gpu_id = 0xc000 + u32::try_from(i).unwrap();
+    }
+    d
+}
+
+fn bench(c: &mut Criterion) {
+    let options = CheckOptions::default();
+    for (name, gpus, hive) in [
+        ("16 GPUs, four hives of 4", 16, 4),
+        ("16 GPUs, two hives of 8", 16, 8),
+        ("8 GPUs, one hive of 8", 8, 8),
+    ] {
+        let src = node(gpus, hive);
+        let dst = enumerated_differently(&src);
+        assert!(map_gpus(&src, &dst, &options).is_ok());
+        c.bench_function(&format!("map {name}, enumerated differently"), |b| {
+            b.iter(|| map_gpus(black_box(&src), black_box(&dst), &options));
+        });
+    }
+    // A failure has to rule everything out: 16 GPUs in one hive of 16 onto four hives of 4.
+    let src = node(16, 16);
+    let dst = enumerated_differently(&node(16, 4));
+    assert!(map_gpus(&src, &dst, &options).is_err());
+    c.bench_function("refuse a hive of 16 onto four hives of 4", |b| {
+        b.iter(|| map_gpus(black_box(&src), black_box(&dst), &options));
+    });
+    // The worst failure for the search: four hives of 4 onto two hives of 8 wired as rings,
+    // which passes every per-GPU test.
+    let dst = {
+        let mut b = TopologyBuilder::new()
+            .cpus(2)
+            .gpus(8, &GpuSpec::mi250x_gcd().numa(0).caches(0))
+            .gpus(8, &GpuSpec::mi250x_gcd().numa(1).caches(0));
+        for h in 0..2 {
+            for i in 0..8 {
+                b = b.xgmi(h * 8 + i, h * 8 + (i + 1) % 8);
+                b = b.xgmi(h * 8 + i, h * 8 + (i + 2) % 8);
+                b = b.xgmi(h * 8 + i, h * 8 + (i + 4) % 8);
+            }
+        }
+        b.build()
+    };
+    let src = node(16, 4);
+    let r = map_gpus(&src, &dst, &options);
+    c.bench_function("four hives of 4 onto two 8-GPU rings with chords", |b| {
+        b.iter(|| map_gpus(black_box(&src), black_box(&dst), &options));
+    });
+    drop(r);
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

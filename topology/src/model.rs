@@ -521,12 +521,12 @@ impl Topology {
     }
 
     /// GPU nodes in directory order.
-    pub fn gpus(&self) -> impl Iterator<Item = &Node> {
+    pub fn gpus(&self) -> impl DoubleEndedIterator<Item = &Node> {
         self.nodes.iter().filter(|n| n.is_gpu())
     }
 
     /// CPU nodes in directory order.
-    pub fn cpus(&self) -> impl Iterator<Item = &Node> {
+    pub fn cpus(&self) -> impl DoubleEndedIterator<Item = &Node> {
         self.nodes.iter().filter(|n| !n.is_gpu())
     }
 
