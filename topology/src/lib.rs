@@ -9,6 +9,7 @@
 //! - [`image`] converts between the model and the image's `kfd_device_entry` records.
 
 pub mod builder;
+pub mod image;
 pub mod map;
 
 pub mod model;
