@@ -22,6 +22,10 @@ use crate::frame::HEADER_LEN;
 use crate::names::PagesFile;
 use crate::proto::{KfdBoEntry, PagesChecksums};
 
+/// Bytes checksummed and then written (or read and then checksummed) at a time: small enough to
+/// stay in the CPU cache between the two passes, large enough for efficient syscalls.
+const IO_SLICE: usize = 256 << 10;
+
 /// `alloc_flags` bit of a VRAM BO (`KFD_IOC_ALLOC_MEM_FLAGS_VRAM`).
 pub const ALLOC_MEM_FLAGS_VRAM: u32 = 1 << 0;
 /// `alloc_flags` bit of a GTT BO (`KFD_IOC_ALLOC_MEM_FLAGS_GTT`).
@@ -300,21 +304,31 @@ impl PagesWriter {
                 total: self.total,
             });
         }
-        if let Some((chunker, _, sums)) = &mut self.checksums {
-            let pushed: Result<(), std::convert::Infallible> = chunker.update(data, |_, sum| {
-                sums.push(sum);
-                Ok(())
-            });
-            let Ok(()) = pushed;
+        // Checksum a slice, then write it while it is still in cache.
+        let slice = if self.checksums.is_some() {
+            IO_SLICE
+        } else {
+            data.len().max(1)
+        };
+        for piece in data.chunks(slice) {
+            if let Some((chunker, _, sums)) = &mut self.checksums {
+                let pushed: Result<(), std::convert::Infallible> =
+                    chunker.update(piece, |_, sum| {
+                        sums.push(sum);
+                        Ok(())
+                    });
+                let Ok(()) = pushed;
+            }
+            let offset = self.written + HEADER_LEN;
+            self.file
+                .write_all(piece)
+                .map_err(|source| PagesError::Write {
+                    file: self.name.clone(),
+                    offset,
+                    source,
+                })?;
+            self.written += piece.len() as u64;
         }
-        self.file
-            .write_all(data)
-            .map_err(|source| PagesError::Write {
-                file: self.name.clone(),
-                offset,
-                source,
-            })?;
-        self.written += len;
         Ok(())
     }
 
@@ -477,8 +491,8 @@ impl PagesReader {
 
     /// Fills all of `buf` with the next payload bytes, verifying every chunk that completes.
     /// Data of a chunk is checked when the chunk's last byte is read: when an error is returned,
-    /// the content of `buf` must not be used. Reading in multiples of the chunk size makes
-    /// every returned buffer fully verified.
+    /// the content of `buf` must not be used, nor the reader any more. Reading in multiples of
+    /// the chunk size makes every returned buffer fully verified.
     ///
     /// # Errors
     /// [`PagesError::ReadPastEnd`], [`PagesError::Read`], [`PagesError::ChecksumMismatch`].
@@ -493,38 +507,52 @@ impl PagesReader {
                 total: self.total,
             });
         }
-        self.file
-            .read_exact(buf)
-            .map_err(|source| PagesError::Read {
-                file: self.name.clone(),
-                offset,
-                source,
-            })?;
-        if let Some((chunker, sums)) = &mut self.verify {
-            let chunk_size = u64::from(sums.chunk_size);
-            let (name, total) = (&self.name, self.total);
-            chunker.update(buf, |chunk, actual| {
-                // `validate` checked the list has one entry per chunk.
-                let expected = usize::try_from(chunk)
-                    .ok()
-                    .and_then(|i| sums.chunk_sums.get(i).copied())
-                    .unwrap_or(!actual);
-                if expected == actual {
-                    return Ok(());
-                }
-                let start = chunk * chunk_size;
-                Err(PagesError::ChecksumMismatch {
-                    file: name.clone(),
-                    chunk,
-                    offset: start + HEADER_LEN,
-                    len: chunk_size.min(total - start),
-                    expected,
-                    actual,
-                })
-            })?;
+        // Slices small enough to still be in cache when they are checksummed.
+        let slice = if self.verify.is_some() {
+            IO_SLICE
+        } else {
+            buf.len().max(1)
+        };
+        for piece in buf.chunks_mut(slice) {
+            let offset = self.pos + HEADER_LEN;
+            self.file
+                .read_exact(piece)
+                .map_err(|source| PagesError::Read {
+                    file: self.name.clone(),
+                    offset,
+                    source,
+                })?;
+            self.verify_piece(piece)?;
+            self.pos += piece.len() as u64;
         }
-        self.pos += len;
         Ok(())
+    }
+
+    fn verify_piece(&mut self, piece: &[u8]) -> Result<(), PagesError> {
+        let Some((chunker, sums)) = &mut self.verify else {
+            return Ok(());
+        };
+        let chunk_size = u64::from(sums.chunk_size);
+        let (name, total) = (&self.name, self.total);
+        chunker.update(piece, |chunk, actual| {
+            // `validate` checked the list has one entry per chunk.
+            let expected = usize::try_from(chunk)
+                .ok()
+                .and_then(|i| sums.chunk_sums.get(i).copied())
+                .unwrap_or(!actual);
+            if expected == actual {
+                return Ok(());
+            }
+            let start = chunk * chunk_size;
+            Err(PagesError::ChecksumMismatch {
+                file: name.clone(),
+                chunk,
+                offset: start + HEADER_LEN,
+                len: chunk_size.min(total - start),
+                expected,
+                actual,
+            })
+        })
     }
 
     /// Reads the next `min(buf.len(), remaining)` payload bytes into the front of `buf` and

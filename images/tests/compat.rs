@@ -83,7 +83,10 @@ fn upstream_v4_2_kfd_image_without_handle() {
     let d = dir();
     std::fs::write(d.path("amdgpu-kfd-1.img"), kfd_wire(None).framed()).unwrap();
     // No handle field: both BOs decode as "no handle".
-    check_kfd(&KfdImage::read(d.fd.as_fd(), 1).unwrap(), [u32::MAX, u32::MAX]);
+    check_kfd(
+        &KfdImage::read(d.fd.as_fd(), 1).unwrap(),
+        [u32::MAX, u32::MAX],
+    );
 }
 
 #[test]
