@@ -14,6 +14,12 @@
 //! - with `KFD_NUMA_CHECK`, source CPU nodes map one to one onto destination CPU nodes and every
 //!   GPU's CPU links follow that map.
 //!
+//! Hives: upstream pairs each source hive with a distinct destination hive. Here hives follow
+//! from the link rule instead: a source hive must land inside one destination hive (its xGMI
+//! links must exist there), and two source hives may share a larger destination hive, in line
+//! with "a more capable destination is accepted" (see criu-plugin.md section 5, intent versus
+//! letter).
+//!
 //! The search is a backtracking over destination candidates with forward checking (every
 //! unplaced GPU keeps a candidate, and a perfect bipartite matching still exists). It is complete:
 //! if a mapping exists it is found. Candidates with the same gpu_id are tried first, then the one
@@ -227,10 +233,11 @@ pub enum Reason {
         /// The destination CPU nodes this GPU hangs off.
         destination_cpus: Vec<u32>,
     },
-    /// Taking it leaves another source GPU with no destination at all.
+    /// Taking it leaves another source GPU with no destination at all (`Some`), or the
+    /// remaining source GPUs with too few destinations between them (`None`).
     Starves {
         /// The source GPU left without a candidate.
-        source_gpu: u32,
+        source_gpu: Option<u32>,
     },
 }
 
@@ -335,9 +342,15 @@ impl Display for Reason {
                 "hangs off CPU node(s) {destination_cpus:?}, already taken by CPU nodes of the \
                  image other than {source_cpu}"
             ),
-            Reason::Starves { source_gpu } => write!(
+            Reason::Starves {
+                source_gpu: Some(gpu),
+            } => write!(
                 f,
-                "taking it leaves image GPU {source_gpu:#06x} with no destination"
+                "taking it leaves image GPU {gpu:#06x} with no destination"
+            ),
+            Reason::Starves { source_gpu: None } => write!(
+                f,
+                "taking it leaves the image's remaining GPUs too few destinations"
             ),
         }
     }
@@ -976,7 +989,7 @@ impl Solver<'_> {
                             }
                         }
                         Reason::Starves {
-                            source_gpu: starved.map_or(0, |o| self.src.gpus[o].r.gpu_id),
+                            source_gpu: starved.map(|o| self.src.gpus[o].r.gpu_id),
                         }
                     }
                 },

@@ -219,19 +219,35 @@ fn gpus_in_a_hive_can_take_gpus_that_had_none() {
 }
 
 #[test]
-fn a_larger_destination_hive_takes_a_smaller_source_hive() {
-    let src = mi210_hive4();
-    let dst = TopologyBuilder::new()
+fn two_source_hives_may_share_one_larger_destination_hive() {
+    let src = TopologyBuilder::new()
+        .cpus(1)
+        .gpus(8, &GpuSpec::mi250x_gcd())
+        .hive(0..4)
+        .hive(4..8)
+        .build();
+    let dst = other_ids(
+        TopologyBuilder::new()
+            .cpus(1)
+            .gpus(8, &GpuSpec::mi250x_gcd())
+            .hive(0..8)
+            .build(),
+    );
+    let m = map_gpus(&src, &dst, &CheckOptions::default()).unwrap();
+    assert_hives_kept(&src, &dst, &m);
+}
+
+#[test]
+fn a_larger_destination_hive_takes_a_smaller_source_hive_and_its_neighbours() {
+    // Source: a hive of 2 and two single GPUs. Destination: one hive of 4.
+    let src = TopologyBuilder::new()
         .cpus(1)
         .gpus(4, &GpuSpec::mi210())
-        .hive(0..4)
+        .hive(2..4)
         .build();
-    let big = on(dst, |t| {
-        // Also link the GPUs to a CPU-side PCIe peer: more links than the source.
-        let gpu = t.nodes.iter_mut().find(|n| n.is_gpu()).unwrap();
-        gpu.properties.set(keys::IO_LINKS_COUNT, 12);
-    });
-    assert!(map_gpus(&src, &big, &CheckOptions::default()).is_ok());
+    let dst = other_ids(mi210_hive4());
+    let m = map_gpus(&src, &dst, &CheckOptions::default()).unwrap();
+    assert_hives_kept(&src, &dst, &m);
 }
 
 #[test]
