@@ -1,44 +1,343 @@
-//! The engine behind criu's hooks, as the `.so` criu loads uses it.
+//! The engine behind criu's hooks: one [`Engine`] per criu process (and per restored process,
+//! which inherits it across fork).
 
-use std::os::fd::{BorrowedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, RawFd};
 use std::path::Path;
+use std::sync::{Mutex, OnceLock};
 
+use images::proto::CriuRenderNode;
+use images::{ImageFile, RenderNodeImage};
+use kfd_abi::{Errno, Kfd};
+
+use crate::copy::Staging;
+use crate::dump::{self, DumpOptions, Unpause};
 use crate::hooks::{CriuHooks, HookError, HookResult, Stage, VmaUpdate};
+use crate::platform::{DeviceKind, HostPlatform, Platform};
+use crate::restore::{self, MappedOn, RestoreOptions, Restored};
 
-/// The plugin state of one criu process. (Placeholder until the engine lands: claims nothing.)
-#[derive(Debug, Default)]
-pub struct AmdgpuPlugin;
+/// The settings that come from the environment (read once, at `init`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Staging geometry (`KFD_MAX_BUFFER_SIZE` caps the buffer size).
+    pub staging: Staging,
+    /// `KFD_*_CHECK`.
+    pub checks: topology::CheckOptions,
+    /// Whether the host criu calls DUMP_DEVICES_LATE (then unpausing waits for it).
+    pub dump_devices_late: bool,
+}
 
-impl CriuHooks for AmdgpuPlugin {
-    fn init(&self, _stage: Stage) -> HookResult<()> {
+impl Settings {
+    /// From the process environment.
+    pub fn from_env(dump_devices_late: bool) -> Self {
+        Self::from_lookup(|k| std::env::var(k).ok(), dump_devices_late)
+    }
+
+    /// From a lookup function (tests).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>, dump_devices_late: bool) -> Self {
+        let max = match topology::options::max_buffer_size_from_lookup(&lookup) {
+            Ok(v) => v,
+            Err(e) => {
+                log::warn!("{e}; using the default staging size");
+                None
+            }
+        };
+        Self {
+            staging: Staging::capped(max),
+            checks: topology::CheckOptions::from_lookup(&lookup),
+            dump_devices_late,
+        }
+    }
+}
+
+/// What the engine remembers between hooks.
+#[derive(Debug)]
+struct State<P: Platform> {
+    /// Dumped processes whose queues stay paused until DUMP_DEVICES_LATE (or exit).
+    paused: Vec<Kfd<P::Device>>,
+    /// The KFD files restored in this (restored) process.
+    restored: Vec<Restored<P::Device>>,
+}
+
+impl<P: Platform> Default for State<P> {
+    fn default() -> Self {
+        Self {
+            paused: Vec::new(),
+            restored: Vec::new(),
+        }
+    }
+}
+
+/// The plugin engine over a platform.
+pub struct Engine<P: Platform> {
+    platform: P,
+    settings: Mutex<Option<Settings>>,
+    state: Mutex<State<P>>,
+    image_dir: Box<dyn Fn() -> Option<RawFd> + Send + Sync>,
+}
+
+impl<P: Platform> std::fmt::Debug for Engine<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("platform", &self.platform)
+            .finish_non_exhaustive()
+    }
+}
+
+fn failed(errno: Errno, e: impl std::fmt::Display) -> HookError {
+    HookError::failed(errno, e.to_string())
+}
+
+impl<P: Platform> Engine<P> {
+    /// An engine over `platform`; `image_dir` gives criu's image directory fd (criu's
+    /// `criu_get_image_dir()`).
+    pub fn new(platform: P, image_dir: impl Fn() -> Option<RawFd> + Send + Sync + 'static) -> Self {
+        Self {
+            platform,
+            settings: Mutex::new(None),
+            state: Mutex::new(State::default()),
+            image_dir: Box::new(image_dir),
+        }
+    }
+
+    /// Sets the settings (otherwise `init` reads them from the environment).
+    pub fn configure(&self, settings: Settings) {
+        *lock(&self.settings) = Some(settings);
+    }
+
+    fn settings(&self) -> Settings {
+        lock(&self.settings)
+            .get_or_insert_with(|| Settings::from_env(false))
+            .clone()
+    }
+
+    fn dir(&self) -> HookResult<BorrowedFd<'static>> {
+        let fd = (self.image_dir)()
+            .filter(|&fd| fd >= 0)
+            .ok_or_else(|| HookError::failed(Errno::EBADF, "criu gave no image directory"))?;
+        // SAFETY: criu keeps its image directory fd open for the whole run of the hooks.
+        Ok(unsafe { BorrowedFd::borrow_raw(fd) })
+    }
+
+    /// The platform.
+    pub fn platform(&self) -> &P {
+        &self.platform
+    }
+
+    fn unpause_all(&self) {
+        for kfd in lock(&self.state).paused.drain(..) {
+            match kfd.criu_unpause() {
+                Ok(()) => log::info!("unpaused a dumped process's GPU queues"),
+                Err(e) => log::error!("{e}"),
+            }
+        }
+    }
+
+    fn dump_render(&self, id: u32, minor: u32) -> HookResult<()> {
+        let topo =
+            topology::parse(&self.platform.topology_root()).map_err(|e| failed(Errno::EIO, e))?;
+        let gpu = topo
+            .gpus()
+            .find(|n| n.render_minor() == minor)
+            .ok_or_else(|| {
+                failed(
+                    Errno::ENODEV,
+                    format!("renderD{minor} is not a GPU of the KFD topology"),
+                )
+            })?;
+        let msg = CriuRenderNode {
+            gpu_id: gpu.gpu_id,
+            id,
+            drm_render_minor: minor,
+            ..Default::default()
+        };
+        RenderNodeImage::write(self.dir()?, id, &msg).map_err(|e| failed(Errno::EIO, e))?;
+        log::info!(
+            "dumped renderD{minor} (GPU {:#x}) as image {id}",
+            gpu.gpu_id
+        );
         Ok(())
     }
 
-    fn fini(&self, _stage: Stage, _ret: i32) {}
+    fn restore_render(&self, id: u32, msg: &CriuRenderNode) -> HookResult<Option<RawFd>> {
+        let state = lock(&self.state);
+        let dest = state
+            .restored
+            .iter()
+            .find_map(|r| r.mapping.gpu(msg.gpu_id))
+            .map(|m| m.destination_render_minor)
+            .ok_or_else(|| {
+                failed(
+                    Errno::EINVAL,
+                    format!("render node image {id} (GPU {:#x}) has no restored /dev/kfd to take its mapping from", msg.gpu_id),
+                )
+            })?;
+        drop(state);
+        let render = self
+            .platform
+            .open_render(dest)
+            .map_err(|e| failed(Errno::EIO, e))?;
+        let fd = render
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| failed(Errno::from_io(&e), e))?;
+        Ok(Some(fd.into_raw_fd()))
+    }
+}
 
-    fn handle_device_vma(&self, _fd: BorrowedFd<'_>, _rdev: u64) -> HookResult<()> {
-        Err(HookError::NotOurs)
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl<P: Platform> CriuHooks for Engine<P> {
+    fn init(&self, stage: Stage) -> HookResult<()> {
+        let dump_devices_late = host_has_dump_devices_late();
+        let mut s = lock(&self.settings);
+        let settings = s.get_or_insert_with(|| Settings::from_env(dump_devices_late));
+        log::debug!("init {stage:?}: {settings:?}");
+        Ok(())
     }
 
-    fn dump_ext_file(&self, _fd: BorrowedFd<'_>, _id: u32) -> HookResult<()> {
-        Err(HookError::NotOurs)
+    fn fini(&self, stage: Stage, ret: i32) {
+        // Never leave a process paused, whatever happened in between.
+        self.unpause_all();
+        let mut state = lock(&self.state);
+        state.restored.clear();
+        log::debug!("exit {stage:?} ({ret})");
     }
 
-    fn restore_ext_file(&self, _id: u32) -> HookResult<Option<RawFd>> {
-        Err(HookError::NotOurs)
+    fn handle_device_vma(&self, _fd: BorrowedFd<'_>, rdev: u64) -> HookResult<()> {
+        match self.platform.identify_rdev(rdev) {
+            DeviceKind::Kfd | DeviceKind::Render { .. } => Ok(()),
+            DeviceKind::Other => Err(HookError::NotOurs),
+        }
+    }
+
+    fn dump_ext_file(&self, fd: BorrowedFd<'_>, id: u32) -> HookResult<()> {
+        match self
+            .platform
+            .identify(fd)
+            .map_err(|e| failed(Errno::from_io(&e), e))?
+        {
+            DeviceKind::Other => Err(HookError::NotOurs),
+            DeviceKind::Render { minor } => self.dump_render(id, minor),
+            DeviceKind::Kfd => {
+                let settings = self.settings();
+                let dup = fd
+                    .try_clone_to_owned()
+                    .map_err(|e| failed(Errno::from_io(&e), e))?;
+                let kfd = self
+                    .platform
+                    .kfd_from_fd(dup)
+                    .map_err(|e| failed(Errno::EIO, e))?;
+                let opts = DumpOptions {
+                    staging: settings.staging,
+                    checksums: true,
+                };
+                let unpause = if settings.dump_devices_late {
+                    Unpause::Deferred
+                } else {
+                    Unpause::AtEnd
+                };
+                let report = dump::dump_kfd(&self.platform, &kfd, id, self.dir()?, &opts, unpause)
+                    .map_err(|e| HookError::failed(e.errno(), e.to_string()))?;
+                log::info!(
+                    "dumped pid {}: {} BOs, {} bytes of GPU memory in {:.3}s",
+                    report.pid,
+                    report.bos,
+                    report.bytes(),
+                    report.elapsed.as_secs_f64()
+                );
+                if unpause == Unpause::Deferred {
+                    lock(&self.state).paused.push(kfd);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn restore_ext_file(&self, id: u32) -> HookResult<Option<RawFd>> {
+        let dir = self.dir()?;
+        if let Some(msg) =
+            RenderNodeImage::try_read(dir, id).map_err(|e| failed(Errno::EINVAL, e))?
+        {
+            return self.restore_render(id, &msg);
+        }
+        let settings = self.settings();
+        let opts = RestoreOptions {
+            staging: settings.staging,
+            checks: settings.checks,
+        };
+        let restored = restore::restore_kfd(&self.platform, id, dir, &opts)
+            .map_err(|e| HookError::failed(e.errno(), e.to_string()))?
+            .ok_or(HookError::NotOurs)?;
+        log::info!(
+            "restored image {id}: {} bytes of GPU memory in {:.3}s",
+            restored.bytes(),
+            restored.elapsed.as_secs_f64()
+        );
+        let fd = restored
+            .kfd
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| failed(Errno::from_io(&e), e))?;
+        lock(&self.state).restored.push(restored);
+        Ok(Some(fd.into_raw_fd()))
     }
 
     fn update_vma_map(
         &self,
-        _path: &Path,
+        path: &Path,
         _addr: u64,
-        _old_pgoff: u64,
+        old_pgoff: u64,
     ) -> HookResult<Option<VmaUpdate>> {
-        Err(HookError::NotOurs)
+        let name = path.to_string_lossy();
+        let is_kfd = name.ends_with("/kfd");
+        if !is_kfd && !name.contains("/renderD") {
+            return Err(HookError::NotOurs);
+        }
+        let state = lock(&self.state);
+        for r in &state.restored {
+            let Some((new_pgoff, on)) = r.remap(old_pgoff) else {
+                continue;
+            };
+            let fd = match on {
+                MappedOn::Kfd => None,
+                MappedOn::Render { gpu_id } => {
+                    let render = r.renders.get(&gpu_id).ok_or_else(|| {
+                        failed(
+                            Errno::EINVAL,
+                            format!("no render node was restored for GPU {gpu_id:#x}"),
+                        )
+                    })?;
+                    Some(
+                        render
+                            .as_fd()
+                            .try_clone_to_owned()
+                            .map_err(|e| failed(Errno::from_io(&e), e))?,
+                    )
+                }
+            };
+            return Ok(Some(VmaUpdate { new_pgoff, fd }));
+        }
+        Ok(None)
     }
 
-    fn resume_devices_late(&self, _pid: i32) -> HookResult<()> {
-        Err(HookError::NotOurs)
+    fn resume_devices_late(&self, pid: i32) -> HookResult<()> {
+        let pid = u32::try_from(pid).map_err(|_| HookError::NotOurs)?;
+        let kfd = match self.platform.open_kfd() {
+            Ok(k) => k,
+            // No KFD on this machine: nothing of ours was restored.
+            Err(e) if e.errno() == Some(Errno::ENOENT) => return Err(HookError::NotOurs),
+            Err(e) => return Err(failed(e.errno().unwrap_or(Errno::EIO), e)),
+        };
+        match kfd.criu_resume(pid) {
+            Ok(()) => {
+                log::info!("resumed the GPU queues of pid {pid}");
+                Ok(())
+            }
+            Err(e) if e.errno() == Some(Errno::ESRCH) => Err(HookError::NotOurs),
+            Err(e) => Err(failed(e.errno().unwrap_or(Errno::EIO), e)),
+        }
     }
 
     fn post_forking(&self) -> HookResult<()> {
@@ -50,12 +349,29 @@ impl CriuHooks for AmdgpuPlugin {
     }
 
     fn dump_devices_late(&self, _id: u32) -> HookResult<()> {
-        Err(HookError::NotOurs)
+        let had = !lock(&self.state).paused.is_empty();
+        self.unpause_all();
+        if had {
+            Ok(())
+        } else {
+            Err(HookError::NotOurs)
+        }
     }
 }
 
-/// The hooks of this process's plugin instance.
+/// The hooks of this process's plugin instance: the engine on the real machine.
 pub fn hooks() -> &'static dyn CriuHooks {
-    static PLUGIN: AmdgpuPlugin = AmdgpuPlugin;
-    &PLUGIN
+    static ENGINE: OnceLock<Engine<HostPlatform>> = OnceLock::new();
+    ENGINE.get_or_init(|| Engine::new(HostPlatform::from_env(), criu_image_dir))
+}
+
+/// Whether the host criu calls DUMP_DEVICES_LATE. (Until the shim reports the host's hook set:
+/// no, which is right for criu 3.17 to 4.2.)
+fn host_has_dump_devices_late() -> bool {
+    false
+}
+
+/// criu's image directory fd. (Until the shim provides `criu_get_image_dir`: none.)
+fn criu_image_dir() -> Option<RawFd> {
+    None
 }

@@ -1,5 +1,10 @@
 //! The amdgpu CRIU plugin: the checkpoint/restore engine (this rlib), the CRIU ABI shim (the
 //! cdylib `amdgpu_plugin.so`) and the `amdgpu-cr` command.
 
+pub mod copy;
 pub mod criu;
+pub mod dump;
 pub mod hooks;
+pub mod platform;
+pub mod restore;
+pub mod shm;

@@ -1,0 +1,417 @@
+//! Moving BO contents between GPU memory and pages files by SDMA, through bounded staging buffers.
+//!
+//! Per GPU, the plugin opens its own render-node file, imports every BO's dma-buf into it, maps
+//! the BOs and a few USERPTR staging buffers into that file's GPU VM, and has the SDMA engine copy
+//! between them with COPY_LINEAR packets. The BOs of a GPU form one byte stream in bucket order —
+//! the layout of the pages file — cut into staging-buffer-sized pieces regardless of BO
+//! boundaries, so small BOs share a buffer and a submission, and large BOs need no large buffer.
+//!
+//! Two threads per GPU overlap the copy with the I/O: the copier submits SDMA work and waits for
+//! its fence, the I/O thread writes (dump) or reads (restore) the file, and the staging buffers
+//! circulate between them through channels. Memory is `buffers * buffer_size` per GPU, whatever
+//! the BO sizes.
+
+use std::os::fd::BorrowedFd;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use images::{PagesError, PagesReader, PagesWriter};
+use kfd_abi::render::{VmPageFlags, HW_IP_DMA};
+use kfd_abi::sdma::IbBuilder;
+use kfd_abi::{BoHandle, ContextId, IoctlError, RenderNode, Transport, UserptrBuffer};
+
+/// Staging geometry per GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Staging {
+    /// Bytes per staging buffer.
+    pub buffer_size: usize,
+    /// Number of staging buffers (at least 2 for copy and I/O to overlap).
+    pub buffers: usize,
+}
+
+impl Default for Staging {
+    /// 4 buffers of 8 MiB: large sequential writes, and SDMA and disk both kept busy.
+    fn default() -> Self {
+        Self {
+            buffer_size: 8 << 20,
+            buffers: 4,
+        }
+    }
+}
+
+impl Staging {
+    /// The default geometry with buffers no larger than `max` bytes (`KFD_MAX_BUFFER_SIZE`),
+    /// rounded down to whole pages (one page at least).
+    pub fn capped(max: Option<u64>) -> Self {
+        let mut s = Self::default();
+        if let Some(max) = max {
+            let max = usize::try_from(max).unwrap_or(usize::MAX);
+            let page = kfd_abi::dma::PAGE_SIZE;
+            s.buffer_size = s.buffer_size.min(max / page * page).max(page);
+        }
+        s
+    }
+
+    /// Host memory used per GPU.
+    pub fn bytes(&self) -> usize {
+        self.buffer_size * self.buffers
+    }
+}
+
+/// Bytes of the indirect buffer: room for ~2300 COPY_LINEAR packets per submission.
+const IB_BYTES: usize = 64 << 10;
+/// Alignment of the VAs the plugin maps in its own VM.
+const VA_ALIGN: u64 = 2 << 20;
+/// How long one submission may take before the copy is declared hung.
+const FENCE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Why a copy failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    /// A render-node call failed.
+    #[error("{what}: {source}")]
+    Ioctl {
+        /// What was being done.
+        what: String,
+        /// The failed call.
+        #[source]
+        source: IoctlError,
+    },
+    /// The pages file could not be written or read.
+    #[error(transparent)]
+    Pages(#[from] PagesError),
+    /// An SDMA submission did not finish in time.
+    #[error("SDMA copy on {device} did not finish within {}s", FENCE_TIMEOUT.as_secs())]
+    Timeout {
+        /// The render node.
+        device: String,
+    },
+    /// The plugin's GPU VM has no room left.
+    #[error("no room in the GPU address space of {device} for {bytes} more bytes")]
+    VaExhausted {
+        /// The render node.
+        device: String,
+        /// Bytes asked for.
+        bytes: u64,
+    },
+    /// The I/O thread stopped early (its own error is reported instead when there is one).
+    #[error("the {0} thread stopped early")]
+    ThreadGone(&'static str),
+}
+
+fn ioctl_err(what: impl Into<String>) -> impl FnOnce(IoctlError) -> CopyError {
+    let what = what.into();
+    move |source| CopyError::Ioctl { what, source }
+}
+
+/// A BO to copy, by its dma-buf.
+#[derive(Clone, Copy, Debug)]
+pub struct BoSource<'fd> {
+    /// The dma-buf of the BO.
+    pub dmabuf: BorrowedFd<'fd>,
+    /// Its size (the bytes in the pages file).
+    pub size: u64,
+    /// Its VA in the checkpointed process (for messages only).
+    pub addr: u64,
+}
+
+/// A BO imported into the plugin's render-node file and mapped into its VM.
+struct Imported {
+    bo: BoHandle,
+    va: u64,
+    size: u64,
+}
+
+/// The plugin's SDMA context on one GPU.
+struct Dma<'r, T: Transport> {
+    render: &'r RenderNode<T>,
+    ctx: ContextId,
+    ib: UserptrBuffer<'r, T>,
+    next_va: u64,
+    va_end: u64,
+    imported: Vec<Imported>,
+}
+
+impl<'r, T: Transport> Dma<'r, T> {
+    fn new(render: &'r RenderNode<T>) -> Result<Self, CopyError> {
+        let info = render
+            .dev_info()
+            .map_err(ioctl_err("querying the GPU's address range"))?;
+        let start = info
+            .virtual_address_offset
+            .max(VA_ALIGN)
+            .next_multiple_of(VA_ALIGN);
+        let mut next_va = start;
+        let ib_va = next_va;
+        next_va += (IB_BYTES as u64).next_multiple_of(VA_ALIGN);
+        let ib = UserptrBuffer::new(render, IB_BYTES, ib_va)
+            .map_err(ioctl_err("mapping the SDMA indirect buffer"))?;
+        let ctx = render
+            .ctx_alloc()
+            .map_err(ioctl_err("allocating an SDMA context"))?;
+        Ok(Self {
+            render,
+            ctx,
+            ib,
+            next_va,
+            va_end: info.virtual_address_max,
+            imported: Vec::new(),
+        })
+    }
+
+    fn alloc_va(&mut self, bytes: u64) -> Result<u64, CopyError> {
+        let va = self.next_va;
+        let end = bytes
+            .checked_next_multiple_of(VA_ALIGN)
+            .and_then(|n| va.checked_add(n))
+            .filter(|&end| end <= self.va_end)
+            .ok_or_else(|| CopyError::VaExhausted {
+                device: self.render.label().to_owned(),
+                bytes,
+            })?;
+        self.next_va = end;
+        Ok(va)
+    }
+
+    fn staging(&mut self, staging: Staging) -> Result<Vec<UserptrBuffer<'r, T>>, CopyError> {
+        (0..staging.buffers.max(1))
+            .map(|_| {
+                let va = self.alloc_va(staging.buffer_size as u64)?;
+                UserptrBuffer::new(self.render, staging.buffer_size, va)
+                    .map_err(ioctl_err("mapping a staging buffer"))
+            })
+            .collect()
+    }
+
+    /// Imports and maps every BO; their VAs are in `self.imported`, in order.
+    fn import_all(&mut self, bos: &[BoSource<'_>]) -> Result<(), CopyError> {
+        for b in bos {
+            let bo = self
+                .render
+                .prime_fd_to_handle(b.dmabuf)
+                .map_err(ioctl_err(format!("importing the BO at {:#x}", b.addr)))?;
+            let va = match self.alloc_va(b.size) {
+                Ok(va) => va,
+                Err(e) => {
+                    let _ = self.render.gem_close(bo);
+                    return Err(e);
+                }
+            };
+            let flags = VmPageFlags::READABLE | VmPageFlags::WRITEABLE;
+            if let Err(e) = self.render.va_map(bo, va, 0, b.size, flags) {
+                let _ = self.render.gem_close(bo);
+                return Err(ioctl_err(format!("mapping the BO at {:#x}", b.addr))(e));
+            }
+            self.imported.push(Imported {
+                bo,
+                va,
+                size: b.size,
+            });
+        }
+        Ok(())
+    }
+
+    /// Runs `ib` (already padded) and waits for it.
+    fn submit(&mut self, ib: &[u32]) -> Result<(), CopyError> {
+        let bytes = ib.len() * 4;
+        debug_assert!(bytes <= self.ib.len());
+        for (dst, w) in self.ib.as_mut_slice().chunks_exact_mut(4).zip(ib) {
+            dst.copy_from_slice(&w.to_le_bytes());
+        }
+        let submit = kfd_abi::render::IbSubmit {
+            ctx: self.ctx,
+            bo_list: None,
+            ip_type: HW_IP_DMA,
+            ring: 0,
+            ib_va: self.ib.va(),
+            ib_bytes: u32::try_from(bytes).unwrap_or(u32::MAX),
+        };
+        let seq = self
+            .render
+            .cs_submit(&submit)
+            .map_err(ioctl_err("submitting an SDMA copy"))?;
+        let deadline = RenderNode::<T>::deadline_in(
+            u64::try_from(FENCE_TIMEOUT.as_nanos()).unwrap_or(u64::MAX),
+        );
+        let done = self
+            .render
+            .wait_cs(self.ctx, HW_IP_DMA, 0, seq, deadline)
+            .map_err(ioctl_err("waiting for an SDMA copy"))?;
+        if done {
+            Ok(())
+        } else {
+            Err(CopyError::Timeout {
+                device: self.render.label().to_owned(),
+            })
+        }
+    }
+
+    /// Copies stream bytes `[pos, pos + len)` to (`to_staging`) or from staging VA `staging_va`.
+    fn copy_range(
+        &mut self,
+        pos: u64,
+        len: u64,
+        staging_va: u64,
+        to_staging: bool,
+    ) -> Result<(), CopyError> {
+        let max_dwords = IB_BYTES / 4;
+        let mut ib = IbBuilder::new();
+        let mut bo_start = 0u64;
+        let (end, mut done) = (pos + len, 0u64);
+        let segments: Vec<(u64, u64, u64)> = self
+            .imported
+            .iter()
+            .filter_map(|b| {
+                let (s, e) = (bo_start, bo_start + b.size);
+                bo_start = e;
+                let (a, z) = (pos.max(s), end.min(e));
+                (a < z).then_some((b.va + (a - s), a - pos, z - a))
+            })
+            .collect();
+        for (bo_va, staging_off, n) in segments {
+            if ib.len() + IbBuilder::copy_dwords(n) > max_dwords {
+                let full = std::mem::take(&mut ib);
+                self.submit(&full.finish())?;
+            }
+            let s_va = staging_va + staging_off;
+            if to_staging {
+                ib.copy_linear(bo_va, s_va, n);
+            } else {
+                ib.copy_linear(s_va, bo_va, n);
+            }
+            done += n;
+        }
+        debug_assert_eq!(done, len);
+        if !ib.is_empty() {
+            self.submit(&ib.finish())?;
+        }
+        Ok(())
+    }
+}
+
+impl<T: Transport> Drop for Dma<'_, T> {
+    fn drop(&mut self) {
+        for b in self.imported.drain(..) {
+            if let Err(e) = self.render.va_unmap(b.bo, b.va, 0, b.size) {
+                log::warn!("{e}");
+            }
+            if let Err(e) = self.render.gem_close(b.bo) {
+                log::warn!("{e}");
+            }
+        }
+        if let Err(e) = self.render.ctx_free(self.ctx) {
+            log::warn!("{e}");
+        }
+    }
+}
+
+/// Copies the BOs of one GPU into `writer`, in order. Returns the bytes written.
+pub fn dump_gpu<T: Transport>(
+    render: &RenderNode<T>,
+    bos: &[BoSource<'_>],
+    staging: Staging,
+    writer: &mut PagesWriter,
+) -> Result<u64, CopyError> {
+    let total: u64 = bos.iter().map(|b| b.size).sum();
+    let mut dma = Dma::new(render)?;
+    dma.import_all(bos)?;
+    let buffers = dma.staging(staging)?;
+    let (full_tx, full_rx) = mpsc::sync_channel::<(UserptrBuffer<'_, T>, usize)>(buffers.len());
+    let (empty_tx, empty_rx) = mpsc::sync_channel::<UserptrBuffer<'_, T>>(buffers.len());
+    for b in buffers {
+        let _ = empty_tx.send(b);
+    }
+
+    std::thread::scope(|s| {
+        let io = s.spawn(move || -> Result<(), CopyError> {
+            for (buf, len) in full_rx {
+                writer.write_chunk(&buf.as_slice()[..len])?;
+                if empty_tx.send(buf).is_err() {
+                    break;
+                }
+            }
+            Ok(())
+        });
+
+        let copied = (|| -> Result<(), CopyError> {
+            let mut pos = 0u64;
+            while pos < total {
+                let buf = empty_rx
+                    .recv()
+                    .map_err(|_| CopyError::ThreadGone("writer"))?;
+                let len = (total - pos).min(buf.len() as u64);
+                dma.copy_range(pos, len, buf.va(), true)?;
+                #[allow(clippy::cast_possible_truncation)] // len <= buf.len()
+                full_tx
+                    .send((buf, len as usize))
+                    .map_err(|_| CopyError::ThreadGone("writer"))?;
+                pos += len;
+            }
+            Ok(())
+        })();
+        drop(full_tx);
+        let written = io.join().unwrap_or(Err(CopyError::ThreadGone("writer")));
+        // The writer's own error explains a copier that stopped because the writer went away.
+        match (copied, written) {
+            (Err(CopyError::ThreadGone(_)), Err(e)) | (Ok(()), Err(e)) | (Err(e), _) => Err(e),
+            (Ok(()), Ok(())) => Ok(total),
+        }
+    })
+}
+
+/// Copies `reader`'s stream into the BOs of one GPU, in order. Returns the bytes copied.
+pub fn restore_gpu<T: Transport>(
+    render: &RenderNode<T>,
+    bos: &[BoSource<'_>],
+    staging: Staging,
+    reader: &mut PagesReader,
+) -> Result<u64, CopyError> {
+    let total: u64 = bos.iter().map(|b| b.size).sum();
+    let mut dma = Dma::new(render)?;
+    dma.import_all(bos)?;
+    let buffers = dma.staging(staging)?;
+    let (full_tx, full_rx) = mpsc::sync_channel::<(UserptrBuffer<'_, T>, usize)>(buffers.len());
+    let (empty_tx, empty_rx) = mpsc::sync_channel::<UserptrBuffer<'_, T>>(buffers.len());
+    for b in buffers {
+        let _ = empty_tx.send(b);
+    }
+
+    std::thread::scope(|s| {
+        let io = s.spawn(move || -> Result<(), CopyError> {
+            let mut pos = 0u64;
+            while pos < total {
+                let Ok(mut buf) = empty_rx.recv() else { break };
+                let len = (total - pos).min(buf.len() as u64);
+                #[allow(clippy::cast_possible_truncation)] // len <= buf.len()
+                let len = len as usize;
+                reader.read_exact_into(&mut buf.as_mut_slice()[..len])?;
+                if full_tx.send((buf, len)).is_err() {
+                    break;
+                }
+                pos += len as u64;
+            }
+            Ok(())
+        });
+
+        let copied = (|| -> Result<(), CopyError> {
+            let mut pos = 0u64;
+            while pos < total {
+                let (buf, len) = full_rx
+                    .recv()
+                    .map_err(|_| CopyError::ThreadGone("reader"))?;
+                dma.copy_range(pos, len as u64, buf.va(), false)?;
+                pos += len as u64;
+                // The reader may already be done; a closed channel is fine here.
+                let _ = empty_tx.send(buf);
+            }
+            Ok(())
+        })();
+        drop(full_rx);
+        drop(empty_tx);
+        let read = io.join().unwrap_or(Err(CopyError::ThreadGone("reader")));
+        match (copied, read) {
+            (Err(CopyError::ThreadGone(_)), Err(e)) | (Ok(()), Err(e)) | (Err(e), _) => Err(e),
+            (Ok(()), Ok(())) => Ok(total),
+        }
+    })
+}

@@ -1,0 +1,346 @@
+//! Dumping a process's `/dev/kfd` state: devices, BOs and their contents, queues and events.
+//!
+//! `PROCESS_INFO` pauses the process's GPU queues; from then on a [`PauseGuard`] owns the duty to
+//! unpause them, so every way out of [`dump_kfd`] — success, error or panic — leaves the process
+//! running unless the caller explicitly defers the unpause (newer criu unpauses in
+//! DUMP_DEVICES_LATE, after every file of the tree was dumped).
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::time::{Duration, Instant};
+
+use images::proto::{CriuKfd, KfdBoEntry};
+use images::{ImageFile, KfdImage, PagesFile, PagesWriter};
+use kfd_abi::criu::Checkpoint;
+use kfd_abi::{Errno, IoctlError, Kfd, Transport};
+use topology::Topology;
+
+use crate::copy::{self, BoSource, CopyError, Staging};
+use crate::platform::Platform;
+use crate::shm::SharedMem;
+
+/// How to dump.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DumpOptions {
+    /// Staging geometry per GPU.
+    pub staging: Staging,
+    /// Write per-chunk checksums of the pages files (our extension; upstream readers ignore it).
+    pub checksums: bool,
+}
+
+impl Default for DumpOptions {
+    fn default() -> Self {
+        Self {
+            staging: Staging::default(),
+            checksums: true,
+        }
+    }
+}
+
+/// What a dump wrote, per GPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuDump {
+    /// The GPU's id in the image (the id the process uses).
+    pub gpu_id: u32,
+    /// The GPU it is on now.
+    pub actual_gpu_id: u32,
+    /// BOs whose contents were saved.
+    pub bos: usize,
+    /// Bytes saved.
+    pub bytes: u64,
+}
+
+/// What a dump did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DumpReport {
+    /// The pid KFD reported.
+    pub pid: u32,
+    /// All BOs of the process.
+    pub bos: usize,
+    /// Queue, event and SVM objects.
+    pub objects: u32,
+    /// Per GPU.
+    pub gpus: Vec<GpuDump>,
+    /// Time from PROCESS_INFO to the last image written.
+    pub elapsed: Duration,
+}
+
+impl DumpReport {
+    /// Bytes of BO contents saved.
+    pub fn bytes(&self) -> u64 {
+        self.gpus.iter().map(|g| g.bytes).sum()
+    }
+}
+
+/// Why a dump failed. The process was unpaused in every case.
+#[derive(Debug, thiserror::Error)]
+pub enum DumpError {
+    /// A KFD call failed.
+    #[error(transparent)]
+    Kfd(#[from] IoctlError),
+    /// The local topology could not be read.
+    #[error("reading the GPU topology: {0}")]
+    Topology(#[from] topology::ParseError),
+    /// The process uses a GPU that the topology does not show.
+    #[error(
+        "the process uses GPU {gpu_id:#x}, which is not in the topology at {root} \
+         (a container that sees only some GPUs?)"
+    )]
+    UnknownGpu {
+        /// The missing GPU.
+        gpu_id: u32,
+        /// The topology root.
+        root: String,
+    },
+    /// Copying a GPU's memory failed.
+    #[error("saving the memory of GPU {gpu_id:#x}: {source}")]
+    Copy {
+        /// The GPU (image id).
+        gpu_id: u32,
+        /// What failed.
+        #[source]
+        source: CopyError,
+    },
+    /// A pages file could not be written.
+    #[error(transparent)]
+    Pages(#[from] images::PagesError),
+    /// The KFD image could not be written.
+    #[error(transparent)]
+    Image(#[from] images::FrameError),
+}
+
+impl DumpError {
+    /// The errno to hand criu.
+    pub fn errno(&self) -> Errno {
+        match self {
+            DumpError::Kfd(e) => e.errno().unwrap_or(Errno::EIO),
+            DumpError::UnknownGpu { .. } => Errno::ENODEV,
+            _ => Errno::EIO,
+        }
+    }
+}
+
+/// Unpauses the process's queues when dropped, unless told to keep them paused.
+#[derive(Debug)]
+pub struct PauseGuard<'k, T: Transport> {
+    kfd: &'k Kfd<T>,
+    armed: bool,
+}
+
+impl<'k, T: Transport> PauseGuard<'k, T> {
+    fn new(kfd: &'k Kfd<T>) -> Self {
+        Self { kfd, armed: true }
+    }
+
+    /// Leaves the queues paused: the caller takes over the duty to unpause.
+    fn defuse(mut self) {
+        self.armed = false;
+    }
+}
+
+impl<T: Transport> Drop for PauseGuard<'_, T> {
+    fn drop(&mut self) {
+        if self.armed {
+            match self.kfd.criu_unpause() {
+                Ok(()) => log::debug!("unpaused the process's GPU queues"),
+                Err(e) => log::error!("{e}"),
+            }
+        }
+    }
+}
+
+/// Whether the queues are unpaused at the end of [`dump_kfd`] or left to the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unpause {
+    /// Unpause before returning (criu 3.17 to 4.2).
+    AtEnd,
+    /// Leave paused on success; the caller unpauses later (DUMP_DEVICES_LATE). Errors still
+    /// unpause at once.
+    Deferred,
+}
+
+/// Dumps the KFD state of the process whose `/dev/kfd` is `kfd` (criu's dup of the target's fd)
+/// as image `id` into `dir`.
+pub fn dump_kfd<P: Platform>(
+    platform: &P,
+    kfd: &Kfd<P::Device>,
+    id: u32,
+    dir: BorrowedFd<'_>,
+    opts: &DumpOptions,
+    unpause: Unpause,
+) -> Result<DumpReport, DumpError> {
+    let start = Instant::now();
+    let info = kfd.criu_process_info()?;
+    let guard = PauseGuard::new(kfd);
+    log::info!(
+        "dumping pid {}: {} GPUs, {} BOs, {} objects, {} bytes of private data",
+        info.pid,
+        info.num_devices,
+        info.num_bos,
+        info.num_objects,
+        info.priv_data_size
+    );
+    let checkpoint = kfd.criu_checkpoint(&info)?;
+    let root = platform.topology_root();
+    let topo = topology::parse(&root)?;
+
+    // user id -> actual id, as the driver sees the process now.
+    let actual: BTreeMap<u32, u32> = checkpoint
+        .devices
+        .iter()
+        .map(|d| (d.user_gpu_id, d.actual_gpu_id))
+        .collect();
+    for &a in actual.values() {
+        if topo.gpu(a).is_none() {
+            return Err(DumpError::UnknownGpu {
+                gpu_id: a,
+                root: root.display().to_string(),
+            });
+        }
+    }
+
+    let gpus = copy_contents(platform, &topo, &actual, &checkpoint, id, dir, opts)?;
+    let mut msg = image_message(&topo, &actual, &checkpoint, info.pid);
+    msg.pages_checksums = gpus.iter().filter_map(|(_, c)| c.clone()).collect();
+    if let Some(shm) = SharedMem::probe(&platform.hsakmt_shm_path()) {
+        msg.shared_mem_size = shm.size;
+        msg.shared_mem_magic = shm.magic;
+    }
+    KfdImage::write(dir, id, &msg)?;
+
+    if unpause == Unpause::Deferred {
+        guard.defuse();
+    } else {
+        drop(guard);
+    }
+    Ok(DumpReport {
+        pid: info.pid,
+        bos: checkpoint.bos.len(),
+        objects: checkpoint.num_objects,
+        gpus: gpus.into_iter().map(|(g, _)| g).collect(),
+        elapsed: start.elapsed(),
+    })
+}
+
+/// The `criu_kfd` message of a checkpoint: every topology node (GPUs under the ids the process
+/// uses), every BO, and the driver's private data.
+fn image_message(
+    topo: &Topology,
+    actual: &BTreeMap<u32, u32>,
+    ck: &Checkpoint,
+    pid: u32,
+) -> CriuKfd {
+    // The process's GPUs are recorded under its user ids; this is what makes re-checkpointing a
+    // process restored onto other GPUs work (the ids it uses are the ids in its image).
+    let user_of: BTreeMap<u32, u32> = actual.iter().map(|(&u, &a)| (a, u)).collect();
+    let mut entries = topology::image::to_device_entries(topo);
+    for e in &mut entries {
+        if let Some(&user) = user_of.get(&e.gpu_id) {
+            e.gpu_id = user;
+        }
+    }
+    let num_of_gpus =
+        u32::try_from(entries.iter().filter(|e| e.gpu_id != 0).count()).unwrap_or(u32::MAX);
+    let num_of_cpus = u32::try_from(entries.len()).unwrap_or(u32::MAX) - num_of_gpus;
+    CriuKfd {
+        pid,
+        num_of_gpus,
+        num_of_cpus,
+        device_entries: entries,
+        num_of_bos: ck.bos.len() as u64,
+        bo_entries: ck
+            .bos
+            .iter()
+            .map(|b| KfdBoEntry {
+                addr: b.addr,
+                size: b.size,
+                offset: b.offset,
+                alloc_flags: b.alloc_flags.bits(),
+                gpu_id: b.gpu_id,
+                handle: u32::MAX,
+            })
+            .collect(),
+        num_of_objects: ck.num_objects,
+        shared_mem_size: 0,
+        shared_mem_magic: 0,
+        priv_data: ck.priv_data.clone(),
+        pages_checksums: Vec::new(),
+    }
+}
+
+/// Saves the VRAM and GTT contents of every GPU in parallel, one thread per GPU.
+fn copy_contents<P: Platform>(
+    platform: &P,
+    topo: &Topology,
+    actual: &BTreeMap<u32, u32>,
+    ck: &Checkpoint,
+    id: u32,
+    dir: BorrowedFd<'_>,
+    opts: &DumpOptions,
+) -> Result<Vec<(GpuDump, Option<images::proto::PagesChecksums>)>, DumpError> {
+    let chunk = opts.checksums.then_some(images::DEFAULT_CHUNK_SIZE);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = actual
+            .iter()
+            .map(|(&user, &actual_id)| {
+                let bos: Vec<BoSource<'_>> = ck
+                    .bos
+                    .iter()
+                    .filter(|b| b.gpu_id == user && b.alloc_flags.has_contents())
+                    .filter_map(|b| {
+                        Some(BoSource {
+                            dmabuf: b.dmabuf.as_ref()?.as_fd(),
+                            size: b.size,
+                            addr: b.addr,
+                        })
+                    })
+                    .collect();
+                let minor = topo.gpu(actual_id).map_or(0, |n| n.render_minor());
+                s.spawn(move || -> Result<_, DumpError> {
+                    let total: u64 = bos.iter().map(|b| b.size).sum();
+                    let which = PagesFile::Kfd { id, gpu_id: user };
+                    let mut writer = PagesWriter::new(dir, which, total, chunk)?;
+                    if !bos.is_empty() {
+                        let render = platform.open_render(minor)?;
+                        copy::dump_gpu(&render, &bos, opts.staging, &mut writer).map_err(
+                            |source| DumpError::Copy {
+                                gpu_id: user,
+                                source,
+                            },
+                        )?;
+                    }
+                    let sums = writer.finish()?;
+                    Ok((
+                        GpuDump {
+                            gpu_id: user,
+                            actual_gpu_id: actual_id,
+                            bos: bos.len(),
+                            bytes: total,
+                        },
+                        sums,
+                    ))
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        let mut first_err = None;
+        for w in workers {
+            match w.join() {
+                Ok(Ok(r)) => out.push(r),
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_err.get_or_insert(DumpError::Copy {
+                        gpu_id: 0,
+                        source: CopyError::ThreadGone("per-GPU copy"),
+                    });
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    })
+}

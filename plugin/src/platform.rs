@@ -1,0 +1,209 @@
+//! Where the engine gets its devices: the seam between the engine and the machine.
+//!
+//! The engine never opens a path or calls `fstat` itself. [`HostPlatform`] is the real machine
+//! (hardware, or the simulator served over CUSE, which is the same to us); the simulator's
+//! in-process platform implements the same trait. Paths can be overridden with environment
+//! variables for the CUSE simulator (see [`HostPlatform::from_env`]).
+
+use std::fmt;
+use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use kfd_abi::render::{self, render_node_path};
+use kfd_abi::{FdTransport, IoctlError, Kfd, RenderNode, Transport, KFD_PATH};
+
+/// What a file descriptor is open on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// `/dev/kfd`.
+    Kfd,
+    /// An amdgpu render node.
+    Render {
+        /// Its minor (`renderD<minor>`).
+        minor: u32,
+    },
+    /// Anything else: not ours.
+    Other,
+}
+
+/// The devices and paths of one machine, real or simulated.
+pub trait Platform: Send + Sync + fmt::Debug {
+    /// The transport of its device files.
+    type Device: Transport + 'static;
+
+    /// Opens `/dev/kfd` as the calling process.
+    fn open_kfd(&self) -> Result<Kfd<Self::Device>, IoctlError>;
+
+    /// Opens render node `renderD<minor>`.
+    fn open_render(&self, minor: u32) -> Result<RenderNode<Self::Device>, IoctlError>;
+
+    /// Wraps a file descriptor that is open on `/dev/kfd` (criu's dup of the target's).
+    fn kfd_from_fd(&self, fd: OwnedFd) -> Result<Kfd<Self::Device>, IoctlError>;
+
+    /// What `fd` is open on.
+    fn identify(&self, fd: BorrowedFd<'_>) -> io::Result<DeviceKind>;
+
+    /// What a device number (`st_rdev`) is.
+    fn identify_rdev(&self, rdev: u64) -> DeviceKind;
+
+    /// The KFD topology root (`/sys/class/kfd/kfd/topology` on a real machine).
+    fn topology_root(&self) -> PathBuf;
+
+    /// libhsakmt's shared memory file.
+    fn hsakmt_shm_path(&self) -> PathBuf {
+        PathBuf::from(crate::shm::HSAKMT_SHM_PATH)
+    }
+}
+
+/// Environment variable overriding the KFD node path (the CUSE simulator serves one elsewhere).
+pub const ENV_KFD_PATH: &str = "AMDGPU_CR_KFD_PATH";
+/// Environment variable overriding the topology root.
+pub const ENV_TOPOLOGY_ROOT: &str = "AMDGPU_CR_TOPOLOGY_ROOT";
+/// Environment variable overriding the directory of the render nodes (`/dev/dri`).
+pub const ENV_DRI_DIR: &str = "AMDGPU_CR_DRI_DIR";
+
+/// The default topology root.
+pub const TOPOLOGY_ROOT: &str = "/sys/class/kfd/kfd/topology";
+
+/// The machine this process runs on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostPlatform {
+    kfd_path: PathBuf,
+    dri_dir: Option<PathBuf>,
+    topology_root: PathBuf,
+}
+
+impl Default for HostPlatform {
+    fn default() -> Self {
+        Self {
+            kfd_path: KFD_PATH.into(),
+            dri_dir: None,
+            topology_root: TOPOLOGY_ROOT.into(),
+        }
+    }
+}
+
+impl HostPlatform {
+    /// The standard paths, overridden by [`ENV_KFD_PATH`], [`ENV_DRI_DIR`] and
+    /// [`ENV_TOPOLOGY_ROOT`] when set.
+    pub fn from_env() -> Self {
+        Self::from_lookup(|k| std::env::var_os(k).map(PathBuf::from))
+    }
+
+    /// As [`HostPlatform::from_env`] with a lookup function (tests).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<PathBuf>) -> Self {
+        let d = Self::default();
+        Self {
+            kfd_path: lookup(ENV_KFD_PATH).unwrap_or(d.kfd_path),
+            dri_dir: lookup(ENV_DRI_DIR),
+            topology_root: lookup(ENV_TOPOLOGY_ROOT).unwrap_or(d.topology_root),
+        }
+    }
+
+    /// The KFD node path.
+    pub fn kfd_path(&self) -> &Path {
+        &self.kfd_path
+    }
+
+    fn render_path(&self, minor: u32) -> PathBuf {
+        match &self.dri_dir {
+            Some(dir) => dir.join(format!("renderD{minor}")),
+            None => render_node_path(minor),
+        }
+    }
+
+    fn kfd_rdev(&self) -> Option<u64> {
+        std::fs::metadata(&self.kfd_path).ok().map(|m| m.rdev())
+    }
+}
+
+fn major(rdev: u64) -> u32 {
+    libc::major(rdev)
+}
+
+fn minor(rdev: u64) -> u32 {
+    libc::minor(rdev)
+}
+
+impl Platform for HostPlatform {
+    type Device = FdTransport;
+
+    fn open_kfd(&self) -> Result<Kfd, IoctlError> {
+        Kfd::open(&self.kfd_path)
+    }
+
+    fn open_render(&self, minor: u32) -> Result<RenderNode, IoctlError> {
+        RenderNode::open(&self.render_path(minor))
+    }
+
+    fn kfd_from_fd(&self, fd: OwnedFd) -> Result<Kfd, IoctlError> {
+        Ok(Kfd::new(
+            FdTransport::from_fd(fd),
+            self.kfd_path.display().to_string(),
+        ))
+    }
+
+    fn identify(&self, fd: BorrowedFd<'_>) -> io::Result<DeviceKind> {
+        let file = std::fs::File::from(fd.try_clone_to_owned()?);
+        let meta = file.metadata()?;
+        if !meta.file_type().is_char_device() {
+            return Ok(DeviceKind::Other);
+        }
+        Ok(self.identify_rdev(meta.rdev()))
+    }
+
+    fn identify_rdev(&self, rdev: u64) -> DeviceKind {
+        if self.kfd_rdev() == Some(rdev) {
+            DeviceKind::Kfd
+        } else if render::is_render_node(major(rdev), minor(rdev)) {
+            DeviceKind::Render { minor: minor(rdev) }
+        } else {
+            DeviceKind::Other
+        }
+    }
+
+    fn topology_root(&self) -> PathBuf {
+        self.topology_root.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+
+    use super::*;
+
+    #[test]
+    fn environment_overrides_each_path() {
+        let p = HostPlatform::from_lookup(|k| match k {
+            ENV_KFD_PATH => Some("/tmp/sim/kfd".into()),
+            ENV_TOPOLOGY_ROOT => Some("/tmp/sim/topology".into()),
+            _ => None,
+        });
+        assert_eq!(p.kfd_path(), Path::new("/tmp/sim/kfd"));
+        assert_eq!(p.topology_root(), PathBuf::from("/tmp/sim/topology"));
+        assert_eq!(p.render_path(129), PathBuf::from("/dev/dri/renderD129"));
+    }
+
+    #[test]
+    fn files_that_are_not_devices_are_not_ours() {
+        let f = std::fs::File::open("/proc/self/status").unwrap();
+        assert_eq!(
+            HostPlatform::default().identify(f.as_fd()).unwrap(),
+            DeviceKind::Other
+        );
+    }
+
+    #[test]
+    fn render_node_numbers_are_recognised() {
+        let p = HostPlatform::default();
+        assert_eq!(
+            p.identify_rdev(libc::makedev(226, 130)),
+            DeviceKind::Render { minor: 130 }
+        );
+        assert_eq!(p.identify_rdev(libc::makedev(226, 0)), DeviceKind::Other);
+        assert_eq!(p.identify_rdev(libc::makedev(1, 3)), DeviceKind::Other);
+    }
+}

@@ -1,0 +1,395 @@
+//! Restoring a process's `/dev/kfd` state, in the restored process.
+//!
+//! Everything that can be checked before the driver is touched is checked first: the image
+//! decodes, its counts agree, every pages file has the length its BOs add up to (and a checksum
+//! list that describes it), and every GPU of the image maps onto a local GPU. Only then does
+//! `CRIU_OP(RESTORE)` run. Page data is verified chunk by chunk while it streams into the GPUs
+//! (reading multi-GB files twice would halve restore speed); a mismatch fails the restore before
+//! RESUME, and every fd the restore opened is closed on the way out, so the half-restored state
+//! goes away with the restored process that criu then kills.
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::time::{Duration, Instant};
+
+use images::proto::CriuKfd;
+use images::{pages, ImageFile, KfdImage, PagesFile, PagesReader};
+use kfd_abi::criu::{RestoreBo, RestoreDevice, RestoredBo};
+use kfd_abi::{AllocFlags, Errno, GpuId, IoctlError, Kfd, RenderNode, Transport};
+use topology::{CheckOptions, Mapping};
+
+use crate::copy::{self, BoSource, CopyError, Staging};
+use crate::platform::Platform;
+use crate::shm::SharedMem;
+
+/// How to restore.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RestoreOptions {
+    /// Staging geometry per GPU.
+    pub staging: Staging,
+    /// The `KFD_*_CHECK` rules of the GPU mapping.
+    pub checks: CheckOptions,
+}
+
+/// Why a restore failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// The KFD image could not be read.
+    #[error(transparent)]
+    Image(#[from] images::FrameError),
+    /// The image contradicts itself.
+    #[error("{file}: {what}")]
+    Inconsistent {
+        /// The image file.
+        file: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// A pages file is missing, short, or corrupt.
+    #[error(transparent)]
+    Pages(#[from] images::PagesError),
+    /// The local topology could not be read.
+    #[error("reading the local GPU topology: {0}")]
+    Topology(#[from] topology::ParseError),
+    /// No mapping of the image's GPUs onto this machine's exists.
+    #[error("the checkpointed GPUs cannot be mapped onto this machine's:\n{0}")]
+    Mapping(#[from] topology::MapError),
+    /// A KFD or render-node call failed.
+    #[error(transparent)]
+    Kfd(#[from] IoctlError),
+    /// Writing a GPU's memory failed.
+    #[error("restoring the memory of GPU {gpu_id:#x}: {source}")]
+    Copy {
+        /// The GPU (image id).
+        gpu_id: u32,
+        /// What failed.
+        #[source]
+        source: CopyError,
+    },
+}
+
+impl RestoreError {
+    /// The errno to hand criu.
+    pub fn errno(&self) -> Errno {
+        match self {
+            RestoreError::Kfd(e) => e.errno().unwrap_or(Errno::EIO),
+            RestoreError::Mapping(_) => Errno::ENODEV,
+            RestoreError::Image(_) | RestoreError::Inconsistent { .. } => Errno::EINVAL,
+            _ => Errno::EIO,
+        }
+    }
+}
+
+/// Where a restored BO's CPU mapping lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MappedOn {
+    /// `/dev/kfd` (doorbells, MMIO remap page).
+    Kfd,
+    /// The render node of image GPU `gpu_id`.
+    Render {
+        /// The GPU (image id).
+        gpu_id: u32,
+    },
+}
+
+/// The offset change of one BO, for UPDATE_VMA_MAP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffsetRemap {
+    /// GPU VA of the BO.
+    pub addr: u64,
+    /// Size.
+    pub size: u64,
+    /// The mmap offset at checkpoint.
+    pub old_offset: u64,
+    /// The mmap offset now.
+    pub new_offset: u64,
+    /// Which file it is mapped from.
+    pub on: MappedOn,
+}
+
+/// Per GPU, what a restore did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuRestore {
+    /// The GPU's id in the image (what the process keeps using).
+    pub gpu_id: u32,
+    /// The local GPU it was restored onto.
+    pub actual_gpu_id: u32,
+    /// BOs whose contents were written.
+    pub bos: usize,
+    /// Bytes written.
+    pub bytes: u64,
+    /// Whether the bytes were verified against checksums.
+    pub verified: bool,
+}
+
+/// A restored `/dev/kfd`: the files the restored process keeps, and what criu still needs.
+#[derive(Debug)]
+pub struct Restored<T: Transport> {
+    /// The process's new `/dev/kfd` (its fd goes back to criu).
+    pub kfd: Kfd<T>,
+    /// The render-node files whose VMs the process uses, by image GPU id.
+    pub renders: BTreeMap<u32, RenderNode<T>>,
+    /// The GPU mapping used.
+    pub mapping: Mapping,
+    /// Offset changes for UPDATE_VMA_MAP.
+    pub remaps: Vec<OffsetRemap>,
+    /// Per GPU.
+    pub gpus: Vec<GpuRestore>,
+    /// The pid recorded in the image.
+    pub pid: u32,
+    /// Time from reading the image to the last byte written.
+    pub elapsed: Duration,
+}
+
+impl<T: Transport> Restored<T> {
+    /// Bytes of BO contents written.
+    pub fn bytes(&self) -> u64 {
+        self.gpus.iter().map(|g| g.bytes).sum()
+    }
+
+    /// The remap for a CPU mapping that had offset `old_pgoff` (bytes) at checkpoint.
+    pub fn remap(&self, old_pgoff: u64) -> Option<(u64, MappedOn)> {
+        self.remaps.iter().find_map(|r| {
+            let delta = old_pgoff.checked_sub(r.old_offset)?;
+            (delta < r.size.max(1)).then_some((r.new_offset + delta, r.on))
+        })
+    }
+}
+
+fn inconsistent(id: u32, what: impl Into<String>) -> RestoreError {
+    RestoreError::Inconsistent {
+        file: KfdImage::file_name(id),
+        what: what.into(),
+    }
+}
+
+/// Checks the counts of a `criu_kfd` message against its lists.
+fn check_counts(id: u32, msg: &CriuKfd) -> Result<(), RestoreError> {
+    if msg.num_of_bos != msg.bo_entries.len() as u64 {
+        return Err(inconsistent(
+            id,
+            format!(
+                "num_of_bos is {} but {} BO entries follow",
+                msg.num_of_bos,
+                msg.bo_entries.len()
+            ),
+        ));
+    }
+    let gpus = msg.device_entries.iter().filter(|d| d.gpu_id != 0).count();
+    if msg.num_of_gpus as usize != gpus {
+        return Err(inconsistent(
+            id,
+            format!(
+                "num_of_gpus is {} but {gpus} GPU entries follow",
+                msg.num_of_gpus
+            ),
+        ));
+    }
+    if let Some(b) = msg.bo_entries.iter().find(|b| {
+        !msg.device_entries
+            .iter()
+            .any(|d| d.gpu_id == b.gpu_id && d.gpu_id != 0)
+    }) {
+        return Err(inconsistent(
+            id,
+            format!(
+                "the BO at {:#x} is on GPU {:#x}, which has no device entry",
+                b.addr, b.gpu_id
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Restores the KFD state of image `id` from `dir` into the calling process. `Ok(None)`: there is
+/// no KFD image of that id (the object is not ours).
+pub fn restore_kfd<P: Platform>(
+    platform: &P,
+    id: u32,
+    dir: BorrowedFd<'_>,
+    opts: &RestoreOptions,
+) -> Result<Option<Restored<P::Device>>, RestoreError> {
+    let start = Instant::now();
+    let Some(msg) = KfdImage::try_read(dir, id)? else {
+        return Ok(None);
+    };
+    check_counts(id, &msg)?;
+
+    // Every pages file, opened and checked before the driver is touched.
+    let gpu_ids: Vec<u32> = msg
+        .device_entries
+        .iter()
+        .filter(|d| d.gpu_id != 0)
+        .map(|d| d.gpu_id)
+        .collect();
+    let mut readers = BTreeMap::new();
+    for &gpu in &gpu_ids {
+        let len = pages::kfd_pages_len(&msg.bo_entries, gpu);
+        let sums = pages::find_checksums(&msg.pages_checksums, gpu);
+        let which = PagesFile::Kfd { id, gpu_id: gpu };
+        if len == 0 && sums.is_none() {
+            continue; // upstream writes an empty file; nothing to read
+        }
+        readers.insert(gpu, PagesReader::open(dir, which, len, sums)?);
+    }
+
+    let source = topology::image::from_device_entries(&msg.device_entries);
+    let local = topology::parse(&platform.topology_root())?;
+    let mapping = topology::map_gpus(&source, &local, &opts.checks)?;
+    log::info!("GPU mapping for image {id}:\n{mapping}");
+
+    let kfd = platform.open_kfd()?;
+    let mut renders = BTreeMap::new();
+    for &gpu in &gpu_ids {
+        let m = mapping
+            .gpu(gpu)
+            .ok_or_else(|| inconsistent(id, format!("GPU {gpu:#x} was not mapped")))?;
+        renders.insert(gpu, platform.open_render(m.destination_render_minor)?);
+    }
+    let devices = gpu_ids
+        .iter()
+        .map(|&gpu| {
+            let m = mapping
+                .gpu(gpu)
+                .ok_or_else(|| inconsistent(id, format!("GPU {gpu:#x} was not mapped")))?;
+            let bad = || inconsistent(id, format!("GPU id 0 in the mapping of {gpu:#x}"));
+            Ok(RestoreDevice {
+                user_gpu_id: GpuId::new(gpu).ok_or_else(bad)?,
+                actual_gpu_id: GpuId::new(m.destination_gpu_id).ok_or_else(bad)?,
+                drm: renders.get(&gpu).map(AsFd::as_fd).ok_or_else(bad)?,
+            })
+        })
+        .collect::<Result<Vec<_>, RestoreError>>()?;
+    let bos: Vec<RestoreBo> = msg
+        .bo_entries
+        .iter()
+        .map(|b| RestoreBo {
+            addr: b.addr,
+            size: b.size,
+            offset: b.offset,
+            gpu_id: b.gpu_id,
+            alloc_flags: AllocFlags::from_bits_retain(b.alloc_flags),
+        })
+        .collect();
+    let restored = kfd.criu_restore(&devices, &bos, &msg.priv_data, msg.num_of_objects)?;
+    drop(devices);
+
+    let gpus = copy_contents(platform, &mapping, &msg, &restored, readers, opts.staging)?;
+
+    if msg.shared_mem_size != 0 {
+        let shm = SharedMem {
+            size: msg.shared_mem_size,
+            magic: msg.shared_mem_magic,
+        };
+        if let Err(e) = shm.recreate(&platform.hsakmt_shm_path()) {
+            log::warn!("recreating {}: {e}", platform.hsakmt_shm_path().display());
+        }
+    }
+
+    let remaps = msg
+        .bo_entries
+        .iter()
+        .zip(&restored)
+        .map(|(b, r)| {
+            let flags = AllocFlags::from_bits_retain(b.alloc_flags);
+            let on = if flags.intersects(AllocFlags::DOORBELL | AllocFlags::MMIO_REMAP) {
+                MappedOn::Kfd
+            } else {
+                MappedOn::Render { gpu_id: b.gpu_id }
+            };
+            OffsetRemap {
+                addr: b.addr,
+                size: b.size,
+                old_offset: b.offset,
+                new_offset: r.restored_offset,
+                on,
+            }
+        })
+        .collect();
+
+    Ok(Some(Restored {
+        kfd,
+        renders,
+        mapping,
+        remaps,
+        gpus,
+        pid: msg.pid,
+        elapsed: start.elapsed(),
+    }))
+}
+
+/// Writes every GPU's pages file into its restored BOs, one thread per GPU.
+fn copy_contents<P: Platform>(
+    platform: &P,
+    mapping: &Mapping,
+    msg: &CriuKfd,
+    restored: &[RestoredBo],
+    readers: BTreeMap<u32, PagesReader>,
+    staging: Staging,
+) -> Result<Vec<GpuRestore>, RestoreError> {
+    std::thread::scope(|s| {
+        let workers: Vec<_> = readers
+            .into_iter()
+            .map(|(gpu, mut reader)| {
+                let bos: Vec<BoSource<'_>> = msg
+                    .bo_entries
+                    .iter()
+                    .zip(restored)
+                    .filter(|(b, _)| {
+                        b.gpu_id == gpu
+                            && AllocFlags::from_bits_retain(b.alloc_flags).has_contents()
+                    })
+                    .map(|(b, r)| {
+                        r.dmabuf.as_ref().map(|fd| BoSource {
+                            dmabuf: fd.as_fd(),
+                            size: b.size,
+                            addr: b.addr,
+                        })
+                    })
+                    .collect::<Option<_>>()
+                    .unwrap_or_default();
+                let m = mapping.gpu(gpu).cloned();
+                s.spawn(move || -> Result<GpuRestore, RestoreError> {
+                    let m = m.ok_or_else(|| RestoreError::Inconsistent {
+                        file: KfdImage::file_name(0),
+                        what: format!("GPU {gpu:#x} was not mapped"),
+                    })?;
+                    let render = platform.open_render(m.destination_render_minor)?;
+                    let bytes = copy::restore_gpu(&render, &bos, staging, &mut reader).map_err(
+                        |source| RestoreError::Copy {
+                            gpu_id: gpu,
+                            source,
+                        },
+                    )?;
+                    Ok(GpuRestore {
+                        gpu_id: gpu,
+                        actual_gpu_id: m.destination_gpu_id,
+                        bos: bos.len(),
+                        bytes,
+                        verified: reader.is_verified(),
+                    })
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        let mut first_err = None;
+        for w in workers {
+            match w.join() {
+                Ok(Ok(g)) => out.push(g),
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_err.get_or_insert(RestoreError::Copy {
+                        gpu_id: 0,
+                        source: CopyError::ThreadGone("per-GPU copy"),
+                    });
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    })
+}
