@@ -203,20 +203,35 @@ fn check_counts(id: u32, msg: &CriuKfd) -> Result<(), RestoreError> {
 
 /// Restores the KFD state of image `id` from `dir` into the calling process. `Ok(None)`: there is
 /// no KFD image of that id (the object is not ours).
-pub fn restore_kfd<P: Platform>(
-    platform: &P,
+/// Everything a restore checks before it touches the driver: the image, its pages files (opened,
+/// lengths and checksum lists checked) and the GPU mapping onto the local topology.
+#[derive(Debug)]
+pub struct Plan {
+    /// The image id.
+    pub id: u32,
+    /// The decoded `criu_kfd` message.
+    pub image: CriuKfd,
+    /// The image's GPU ids, in image order.
+    pub gpu_ids: Vec<u32>,
+    /// An open, pre-checked reader per GPU with contents.
+    pub readers: BTreeMap<u32, PagesReader>,
+    /// The mapping of the image's GPUs onto the local ones.
+    pub mapping: Mapping,
+}
+
+/// Reads and checks image `id` in `dir` and maps its GPUs onto `local` under `checks`.
+/// `Ok(None)`: there is no KFD image of that id.
+pub fn plan(
     id: u32,
     dir: BorrowedFd<'_>,
-    opts: &RestoreOptions,
-) -> Result<Option<Restored<P::Device>>, RestoreError> {
-    let start = Instant::now();
-    let Some(msg) = KfdImage::try_read(dir, id)? else {
+    local: &topology::Topology,
+    checks: &CheckOptions,
+) -> Result<Option<Plan>, RestoreError> {
+    let Some(image) = KfdImage::try_read(dir, id)? else {
         return Ok(None);
     };
-    check_counts(id, &msg)?;
-
-    // Every pages file, opened and checked before the driver is touched.
-    let gpu_ids: Vec<u32> = msg
+    check_counts(id, &image)?;
+    let gpu_ids: Vec<u32> = image
         .device_entries
         .iter()
         .filter(|d| d.gpu_id != 0)
@@ -224,18 +239,45 @@ pub fn restore_kfd<P: Platform>(
         .collect();
     let mut readers = BTreeMap::new();
     for &gpu in &gpu_ids {
-        let len = pages::kfd_pages_len(&msg.bo_entries, gpu);
-        let sums = pages::find_checksums(&msg.pages_checksums, gpu);
+        let len = pages::kfd_pages_len(&image.bo_entries, gpu);
+        let sums = pages::find_checksums(&image.pages_checksums, gpu);
         let which = PagesFile::Kfd { id, gpu_id: gpu };
         if len == 0 && sums.is_none() {
             continue; // upstream writes an empty file; nothing to read
         }
         readers.insert(gpu, PagesReader::open(dir, which, len, sums)?);
     }
+    let source = topology::image::from_device_entries(&image.device_entries);
+    let mapping = topology::map_gpus(&source, local, checks)?;
+    Ok(Some(Plan {
+        id,
+        image,
+        gpu_ids,
+        readers,
+        mapping,
+    }))
+}
 
-    let source = topology::image::from_device_entries(&msg.device_entries);
+/// Restores the KFD state of image `id` from `dir` into the calling process. `Ok(None)`: there is
+/// no KFD image of that id (the object is not ours).
+pub fn restore_kfd<P: Platform>(
+    platform: &P,
+    id: u32,
+    dir: BorrowedFd<'_>,
+    opts: &RestoreOptions,
+) -> Result<Option<Restored<P::Device>>, RestoreError> {
+    let start = Instant::now();
     let local = topology::parse(&platform.topology_root())?;
-    let mapping = topology::map_gpus(&source, &local, &opts.checks)?;
+    let Some(Plan {
+        image: msg,
+        gpu_ids,
+        readers,
+        mapping,
+        ..
+    }) = plan(id, dir, &local, &opts.checks)?
+    else {
+        return Ok(None);
+    };
     log::info!("GPU mapping for image {id}:\n{mapping}");
 
     let kfd = platform.open_kfd()?;
