@@ -201,8 +201,6 @@ fn check_counts(id: u32, msg: &CriuKfd) -> Result<(), RestoreError> {
     Ok(())
 }
 
-/// Restores the KFD state of image `id` from `dir` into the calling process. `Ok(None)`: there is
-/// no KFD image of that id (the object is not ours).
 /// Everything a restore checks before it touches the driver: the image, its pages files (opened,
 /// lengths and checksum lists checked) and the GPU mapping onto the local topology.
 #[derive(Debug)]
