@@ -73,11 +73,23 @@ fn bench(c: &mut Criterion) {
         b.build()
     };
     let src = node(16, 4);
-    let r = map_gpus(&src, &dst, &options);
+    let _ = map_gpus(&src, &dst, &options);
     c.bench_function("four hives of 4 onto two 8-GPU rings with chords", |b| {
         b.iter(|| map_gpus(black_box(&src), black_box(&dst), &options));
     });
-    drop(r);
+    // NUMA placement that cannot be kept: 16 PCIe GPUs, 8 + 8 onto 9 + 7.
+    let pcie = |a: usize, b: usize| {
+        TopologyBuilder::new()
+            .cpus(2)
+            .gpus(a, &GpuSpec::mi100().numa(0).caches(0))
+            .gpus(b, &GpuSpec::mi100().numa(1).caches(0))
+            .build()
+    };
+    let (src, dst) = (pcie(8, 8), pcie(9, 7));
+    assert!(map_gpus(&src, &dst, &options).is_err());
+    c.bench_function("refuse 16 PCIe GPUs 8+8 onto NUMA nodes 9+7", |b| {
+        b.iter(|| map_gpus(black_box(&src), black_box(&dst), &options));
+    });
 }
 
 criterion_group!(benches, bench);
