@@ -435,24 +435,64 @@ pub enum MapError {
     },
 }
 
-fn write_rejections(out: &mut String, u: &Unplaced) {
-    for r in &u.rejections {
-        let _ = write!(out, "\n    {}: {}", r.destination, r.reason);
-        match r.lifted_by.as_slice() {
-            [] => {}
-            checks => {
-                let vars: Vec<String> = checks.iter().map(|c| format!("{c}=0")).collect();
-                let _ = write!(out, " (setting {} would allow it)", vars.join(" and "));
-            }
+/// One line per distinct reason, naming every destination GPU it applies to.
+fn rejection_lines(rejections: &[Rejection]) -> String {
+    let mut groups: Vec<(String, Vec<GpuRef>)> = Vec::new();
+    for r in rejections {
+        let mut line = r.reason.to_string();
+        if !r.lifted_by.is_empty() {
+            let vars: Vec<String> = r.lifted_by.iter().map(|c| format!("{c}=0")).collect();
+            let _ = write!(line, " (setting {} would allow it)", vars.join(" and "));
+        }
+        match groups.iter_mut().find(|(l, _)| *l == line) {
+            Some((_, gpus)) => gpus.push(r.destination),
+            None => groups.push((line, vec![r.destination])),
         }
     }
+    let mut out = String::new();
+    for (line, gpus) in groups {
+        let _ = write!(out, "\n    {}: {line}", gpu_list(&gpus));
+    }
+    out
+}
+
+/// "GPU 0x1234 (node 2)" or "GPUs 0x1234, 0x5678 (nodes 2, 3)".
+fn gpu_list(gpus: &[GpuRef]) -> String {
+    match gpus {
+        [one] => one.to_string(),
+        _ => format!(
+            "GPUs {} (nodes {})",
+            hex_list(&gpus.iter().map(|g| g.gpu_id).collect::<Vec<_>>()),
+            gpus.iter()
+                .map(|g| g.node_id.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// Source GPUs grouped by identical explanations: `(sources, lines)`.
+fn grouped(unplaced: &[Unplaced]) -> Vec<(Vec<GpuRef>, String)> {
+    let mut groups: Vec<(Vec<GpuRef>, String)> = Vec::new();
+    for u in unplaced {
+        let lines = rejection_lines(&u.rejections);
+        match groups.iter_mut().find(|(_, l)| *l == lines) {
+            Some((gpus, _)) => gpus.push(u.gpu),
+            None => groups.push((vec![u.gpu], lines)),
+        }
+    }
+    groups
 }
 
 fn display_no_candidate(unplaced: &[Unplaced]) -> String {
     let mut out = String::from("no GPU on this node can take some of the image's GPUs:");
-    for u in unplaced {
-        let _ = write!(out, "\n  image {} has no candidate:", u.gpu);
-        write_rejections(&mut out, u);
+    for (gpus, lines) in grouped(unplaced) {
+        let verb = if gpus.len() == 1 { "has" } else { "have" };
+        let _ = write!(
+            out,
+            "\n  image {} {verb} no candidate:{lines}",
+            gpu_list(&gpus)
+        );
     }
     out
 }
@@ -465,9 +505,8 @@ fn display_contention(sources: &[u32], destinations: &[u32], unplaced: &[Unplace
         destinations.len(),
         hex_list(destinations)
     );
-    for u in unplaced {
-        let _ = write!(out, "\n  image {} cannot use:", u.gpu);
-        write_rejections(&mut out, u);
+    for (gpus, lines) in grouped(unplaced) {
+        let _ = write!(out, "\n  image {} cannot use:{lines}", gpu_list(&gpus));
     }
     out
 }
@@ -502,7 +541,7 @@ fn display_no_consistent(partial: &[(u32, u32)], stuck: &Unplaced) -> String {
         },
         stuck.gpu
     );
-    write_rejections(&mut out, stuck);
+    out.push_str(&rejection_lines(&stuck.rejections));
     out
 }
 
