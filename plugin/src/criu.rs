@@ -12,8 +12,8 @@ use kfd_abi::{Errno, Kfd};
 use crate::copy::Staging;
 use crate::dump::{self, DumpOptions, Unpause};
 use crate::hooks::{CriuHooks, HookError, HookResult, Stage, VmaUpdate};
-use crate::platform::{DeviceKind, HostPlatform, Platform};
 use crate::restore::{self, MappedOn, RestoreOptions, Restored};
+use kfd_abi::platform::{DeviceKind, HostPlatform, Platform};
 
 /// The settings that come from the environment (read once, at `init`).
 #[derive(Clone, Debug, PartialEq, Eq)]

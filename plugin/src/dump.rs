@@ -16,8 +16,8 @@ use kfd_abi::{Errno, IoctlError, Kfd, Transport};
 use topology::Topology;
 
 use crate::copy::{self, BoSource, CopyError, Staging};
-use crate::platform::Platform;
 use crate::shm::SharedMem;
+use kfd_abi::platform::Platform;
 
 /// How to dump.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

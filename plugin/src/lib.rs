@@ -5,6 +5,5 @@ pub mod copy;
 pub mod criu;
 pub mod dump;
 pub mod hooks;
-pub mod platform;
 pub mod restore;
 pub mod shm;

@@ -19,8 +19,8 @@ use kfd_abi::{AllocFlags, Errno, GpuId, IoctlError, Kfd, RenderNode, Transport};
 use topology::{CheckOptions, Mapping};
 
 use crate::copy::{self, BoSource, CopyError, Staging};
-use crate::platform::Platform;
 use crate::shm::SharedMem;
+use kfd_abi::platform::Platform;
 
 /// How to restore.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

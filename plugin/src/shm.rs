@@ -6,8 +6,7 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-/// The default path of the file.
-pub const HSAKMT_SHM_PATH: &str = "/dev/shm/hsakmt_shared_mem";
+pub use kfd_abi::platform::HSAKMT_SHM_PATH;
 
 /// What is recorded of the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! Where the engine gets its devices: the seam between the engine and the machine.
+//! Where the plugin engine gets its devices: the seam between the engine and the machine.
 //!
 //! The engine never opens a path or calls `fstat` itself. [`HostPlatform`] is the real machine
 //! (hardware, or the simulator served over CUSE, which is the same to us); the simulator's
@@ -11,8 +11,8 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use kfd_abi::render::{self, render_node_path};
-use kfd_abi::{FdTransport, IoctlError, Kfd, RenderNode, Transport, KFD_PATH};
+use crate::render::{self, render_node_path};
+use crate::{FdTransport, IoctlError, Kfd, RenderNode, Transport, KFD_PATH};
 
 /// What a file descriptor is open on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,7 +53,7 @@ pub trait Platform: Send + Sync + fmt::Debug {
 
     /// libhsakmt's shared memory file.
     fn hsakmt_shm_path(&self) -> PathBuf {
-        PathBuf::from(crate::shm::HSAKMT_SHM_PATH)
+        PathBuf::from(HSAKMT_SHM_PATH)
     }
 }
 
@@ -63,6 +63,9 @@ pub const ENV_KFD_PATH: &str = "AMDGPU_CR_KFD_PATH";
 pub const ENV_TOPOLOGY_ROOT: &str = "AMDGPU_CR_TOPOLOGY_ROOT";
 /// Environment variable overriding the directory of the render nodes (`/dev/dri`).
 pub const ENV_DRI_DIR: &str = "AMDGPU_CR_DRI_DIR";
+
+/// The default path of libhsakmt's shared memory file.
+pub const HSAKMT_SHM_PATH: &str = "/dev/shm/hsakmt_shared_mem";
 
 /// The default topology root.
 pub const TOPOLOGY_ROOT: &str = "/sys/class/kfd/kfd/topology";
