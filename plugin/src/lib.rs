@@ -5,5 +5,7 @@ pub mod copy;
 pub mod criu;
 pub mod dump;
 pub mod hooks;
+pub mod logger;
 pub mod restore;
+pub mod shim;
 pub mod shm;
