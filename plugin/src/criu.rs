@@ -365,13 +365,12 @@ pub fn hooks() -> &'static dyn CriuHooks {
     ENGINE.get_or_init(|| Engine::new(HostPlatform::from_env(), criu_image_dir))
 }
 
-/// Whether the host criu calls DUMP_DEVICES_LATE. (Until the shim reports the host's hook set:
-/// no, which is right for criu 3.17 to 4.2.)
+/// Whether the host criu calls DUMP_DEVICES_LATE (measured by the shim when criu loaded us).
 fn host_has_dump_devices_late() -> bool {
-    false
+    crate::shim::host().has_dump_devices_late
 }
 
-/// criu's image directory fd. (Until the shim provides `criu_get_image_dir`: none.)
+/// criu's image directory fd.
 fn criu_image_dir() -> Option<RawFd> {
-    None
+    crate::shim::criu_image_dir()
 }
