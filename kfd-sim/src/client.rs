@@ -1,0 +1,119 @@
+//! The caller of an ioctl, as the dispatcher sees it.
+//!
+//! The dispatcher never touches a caller's memory or fd table itself. Everything the kernel would
+//! do through `current` goes through a [`Client`]: who is calling (the simulated pid that keys
+//! KFD processes, as the kernel keys them on the mm), which capabilities it has, whether it traces
+//! a given process, `copy_from_user` / `copy_to_user`, `fget` of an fd number and `fd_install`.
+//!
+//! User memory is always accessed with `process_vm_readv` / `process_vm_writev` on a real pid
+//! ([`ProcessMemory`]): in process that is our own pid, over CUSE the client's. A wild pointer is
+//! therefore an `EFAULT` from a syscall, never a dereference.
+
+use std::os::fd::{IntoRawFd, OwnedFd, RawFd};
+
+use kfd_abi::Errno;
+
+use crate::sys::{self, FileKey};
+
+/// What the dispatcher needs of the calling task.
+pub trait Client {
+    /// The caller's simulated pid (its thread-group leader; the "mm" KFD processes are keyed on).
+    fn pid(&self) -> u32;
+
+    /// `capable(CAP_CHECKPOINT_RESTORE) || capable(CAP_SYS_ADMIN)`.
+    fn can_checkpoint_restore(&self) -> bool;
+
+    /// Whether the caller is the ptrace parent of the simulated process `pid`.
+    fn is_ptrace_parent_of(&self, pid: u32) -> bool;
+
+    /// `copy_from_user`: fills `buf` from the caller's address `addr`, or `EFAULT`.
+    fn read_user(&self, addr: u64, buf: &mut [u8]) -> Result<(), Errno>;
+
+    /// `copy_to_user`: writes `buf` at the caller's address `addr`, or `EFAULT`.
+    fn write_user(&self, addr: u64, buf: &[u8]) -> Result<(), Errno>;
+
+    /// `fget`: which open file the caller's fd number `raw` is (`EBADF` if it is not open).
+    fn resolve_fd(&self, raw: i32) -> Result<FileKey, Errno>;
+
+    /// `fd_install`: puts `fd` into the caller's table and returns its number.
+    fn install_fd(&self, fd: OwnedFd) -> Result<i32, Errno>;
+
+    /// Undoes an [`install_fd`](Self::install_fd) on a later failure of the same ioctl (the
+    /// kernel's `close_fd` on its error path).
+    fn uninstall_fd(&self, raw: i32);
+}
+
+/// User memory of a real OS process, through `process_vm_readv` / `process_vm_writev`.
+#[derive(Clone, Copy, Debug)]
+pub struct ProcessMemory {
+    pid: libc::pid_t,
+}
+
+impl ProcessMemory {
+    /// The memory of OS process `pid`.
+    pub fn of_pid(pid: libc::pid_t) -> Self {
+        Self { pid }
+    }
+
+    /// Our own memory (the in-process front end).
+    pub fn own() -> Self {
+        Self {
+            pid: sys::own_pid(),
+        }
+    }
+
+    /// `copy_from_user`.
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
+        sys::process_vm_read(self.pid, addr, buf)
+    }
+
+    /// `copy_to_user`.
+    pub fn write(&self, addr: u64, buf: &[u8]) -> Result<(), Errno> {
+        sys::process_vm_write(self.pid, addr, buf)
+    }
+}
+
+/// A caller inside this OS process: a simulated pid with its capabilities, sharing our fd table
+/// and our memory.
+#[derive(Debug)]
+pub struct InProcessClient<'a> {
+    pub(crate) pid: u32,
+    pub(crate) capable: bool,
+    pub(crate) machine: &'a crate::machine::MachineInner,
+    pub(crate) mem: ProcessMemory,
+}
+
+impl Client for InProcessClient<'_> {
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    fn can_checkpoint_restore(&self) -> bool {
+        self.capable
+    }
+
+    fn is_ptrace_parent_of(&self, pid: u32) -> bool {
+        self.machine.tracer_of(pid) == Some(self.pid)
+    }
+
+    fn read_user(&self, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
+        self.mem.read(addr, buf)
+    }
+
+    fn write_user(&self, addr: u64, buf: &[u8]) -> Result<(), Errno> {
+        self.mem.write(addr, buf)
+    }
+
+    fn resolve_fd(&self, raw: i32) -> Result<FileKey, Errno> {
+        sys::raw_file_key(raw)
+    }
+
+    fn install_fd(&self, fd: OwnedFd) -> Result<i32, Errno> {
+        // The fd stays open in our table; the caller adopts it with `Transport::adopt_fd`.
+        Ok(fd.into_raw_fd())
+    }
+
+    fn uninstall_fd(&self, raw: RawFd) {
+        sys::close_raw(raw);
+    }
+}

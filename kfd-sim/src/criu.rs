@@ -1,0 +1,719 @@
+//! `AMDKFD_IOC_CRIU_OP`: PROCESS_INFO, CHECKPOINT, UNPAUSE, RESTORE, RESUME, with the kernel's
+//! preconditions and errno, and `priv_data` in the kernel's version-1 layout byte for byte.
+//!
+//! Layout (all little endian):
+//! - process record: `{u32 version = 1; u32 xnack_mode}`;
+//! - one reserved `u64` per device;
+//! - one 80-byte record per BO: `{u64 user_addr; u32 idr_handle; u32 mapped_gpuids[16]}`;
+//! - `num_objects` records, each starting with a `u32` object type: queues (120-byte header,
+//!   then the MQD, then the control stack), events (64 bytes), SVM ranges (24-byte header, then
+//!   `4 + num_devices` attributes of 8 bytes).
+
+use std::sync::Arc;
+
+use kfd_abi::mmap_offset as mo;
+use kfd_abi::Errno;
+use kfd_sys as sys;
+
+use crate::dispatch::{
+    bind_vm, create_event_locked, create_queue_locked, fd_of, get_u32, get_u64, kmalloc_check,
+    kmap_event_page, map_bo_on, new_bo, put_u32, put_u64, svm_apply, xnack_supported, Cx,
+    QueueRestore, R,
+};
+use crate::process::limits::*;
+use crate::process::{ProcState, Queue, QueueKind, SvmAccess};
+use crate::sys::Pod;
+
+/// A record size as a u64 offset.
+const fn u(n: usize) -> u64 {
+    n as u64
+}
+
+/// `KFD_CRIU_PRIV_VERSION`.
+pub const PRIV_VERSION: u32 = 1;
+/// `MAX_GPU_INSTANCE` of 6.1.
+pub const MAX_GPU_INSTANCE: usize = 16;
+/// Size of the process record.
+pub const PROCESS_PRIV_SIZE: usize = 8;
+/// Size of a device record.
+pub const DEVICE_PRIV_SIZE: usize = 8;
+/// Size of a BO record.
+pub const BO_PRIV_SIZE: usize = 8 + 4 + 4 * MAX_GPU_INSTANCE;
+/// Size of a queue record's header.
+pub const QUEUE_PRIV_SIZE: usize = 120;
+/// Size of an event record.
+pub const EVENT_PRIV_SIZE: usize = 64;
+/// Size of an SVM range record's header.
+pub const SVM_PRIV_SIZE: usize = 24;
+/// Object types.
+pub const OBJECT_QUEUE: u32 = 0;
+/// Event object.
+pub const OBJECT_EVENT: u32 = 1;
+/// SVM range object.
+pub const OBJECT_SVM_RANGE: u32 = 2;
+
+/// Offsets in a queue record header.
+mod q {
+    pub const OBJECT_TYPE: usize = 0;
+    pub const Q_ADDRESS: usize = 8;
+    pub const Q_SIZE: usize = 16;
+    pub const READ_PTR: usize = 24;
+    pub const WRITE_PTR: usize = 32;
+    pub const DOORBELL_OFF: usize = 40;
+    pub const EOP_ADDRESS: usize = 48;
+    pub const CTX_ADDRESS: usize = 56;
+    pub const GPU_ID: usize = 64;
+    pub const TYPE: usize = 68;
+    pub const FORMAT: usize = 72;
+    pub const Q_ID: usize = 76;
+    pub const PRIORITY: usize = 80;
+    pub const Q_PERCENT: usize = 84;
+    pub const DOORBELL_ID: usize = 88;
+    pub const GWS: usize = 92;
+    pub const SDMA_ID: usize = 96;
+    pub const EOP_SIZE: usize = 100;
+    pub const CTX_SIZE: usize = 104;
+    pub const CTL_STACK_SIZE: usize = 108;
+    pub const MQD_SIZE: usize = 112;
+}
+
+/// Offsets in an event record.
+mod ev {
+    pub const USER_HANDLE: usize = 8;
+    pub const EVENT_ID: usize = 16;
+    pub const AUTO_RESET: usize = 20;
+    pub const TYPE: usize = 24;
+    pub const SIGNALED: usize = 28;
+    pub const EXCEPTION: usize = 32;
+}
+
+/// `kfd_ioctl_criu_args`, decoded field by field (the struct has tail padding).
+#[derive(Debug, Default)]
+struct CriuArgs {
+    devices: u64,
+    bos: u64,
+    priv_data: u64,
+    priv_data_size: u64,
+    num_devices: u32,
+    num_bos: u32,
+    num_objects: u32,
+    pid: u32,
+    op: u32,
+}
+
+impl CriuArgs {
+    fn load(k: &[u8]) -> Self {
+        Self {
+            devices: get_u64(k, 0),
+            bos: get_u64(k, 8),
+            priv_data: get_u64(k, 16),
+            priv_data_size: get_u64(k, 24),
+            num_devices: get_u32(k, 32),
+            num_bos: get_u32(k, 36),
+            num_objects: get_u32(k, 40),
+            pid: get_u32(k, 44),
+            op: get_u32(k, 48),
+        }
+    }
+
+    fn store(&self, k: &mut [u8]) {
+        put_u64(k, 0, self.devices);
+        put_u64(k, 8, self.bos);
+        put_u64(k, 16, self.priv_data);
+        put_u64(k, 24, self.priv_data_size);
+        put_u32(k, 32, self.num_devices);
+        put_u32(k, 36, self.num_bos);
+        put_u32(k, 40, self.num_objects);
+        put_u32(k, 44, self.pid);
+        put_u32(k, 48, self.op);
+    }
+}
+
+/// `kfd_ioctl_criu`.
+pub(crate) fn criu_op(cx: &Cx<'_>, k: &mut [u8]) -> R {
+    let mut a = CriuArgs::load(k);
+    let r = match a.op {
+        sys::KFD_CRIU_OP_PROCESS_INFO => process_info(cx, &mut a),
+        sys::KFD_CRIU_OP_CHECKPOINT => checkpoint(cx, &a),
+        sys::KFD_CRIU_OP_UNPAUSE => unpause(cx),
+        sys::KFD_CRIU_OP_RESTORE => restore(cx, &a),
+        sys::KFD_CRIU_OP_RESUME => resume(cx, &a),
+        _ => Err(Errno::EINVAL),
+    };
+    a.store(k);
+    r
+}
+
+struct ObjectInfo {
+    num_devices: u32,
+    num_bos: u32,
+    num_objects: u32,
+    priv_size: u64,
+}
+
+fn len32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn object_info(st: &ProcState) -> ObjectInfo {
+    let ndev = st.pdds.len() as u64;
+    let nbos = st.criu_bo_count() as u64;
+    let queues: u64 = st
+        .queues
+        .values()
+        .map(|q| u(QUEUE_PRIV_SIZE) + q.mqd.len() as u64 + q.ctl_stack.len() as u64)
+        .sum();
+    let nev = st.events.len() as u64;
+    let svm = st.svm.len() as u64 * (u(SVM_PRIV_SIZE) + 8 * (4 + ndev));
+    ObjectInfo {
+        num_devices: len32(st.pdds.len()),
+        num_bos: len32(st.criu_bo_count()),
+        num_objects: len32(st.queues.len() + st.events.len() + st.svm.len()),
+        priv_size: u(PROCESS_PRIV_SIZE)
+            + u(DEVICE_PRIV_SIZE) * ndev
+            + u(BO_PRIV_SIZE) * nbos
+            + queues
+            + u(EVENT_PRIV_SIZE) * nev
+            + svm,
+    }
+}
+
+fn process_info(cx: &Cx<'_>, a: &mut CriuArgs) -> R {
+    let mut st = cx.p.lock();
+    if st.pdds.is_empty() {
+        return Err(Errno::ENODEV);
+    }
+    // Evict the queues (counted) and mark the process paused.
+    st.evictions += 1;
+    st.queues_paused = true;
+    a.pid = cx.p.pid;
+    let info = object_info(&st);
+    a.num_devices = info.num_devices;
+    a.num_bos = info.num_bos;
+    a.num_objects = info.num_objects;
+    a.priv_data_size = info.priv_size;
+    Ok(0)
+}
+
+fn unpause(cx: &Cx<'_>) -> R {
+    let mut st = cx.p.lock();
+    if !st.queues_paused {
+        return Err(Errno::EINVAL);
+    }
+    st.evictions = st.evictions.saturating_sub(1);
+    st.queues_paused = false;
+    Ok(0)
+}
+
+fn pod_bytes<T: Pod>(v: &T) -> Vec<u8> {
+    let mut b = vec![0u8; std::mem::size_of::<T>()];
+    v.write_to(&mut b);
+    b
+}
+
+/// Serialises the queue, event and SVM records.
+fn write_objects(st: &ProcState, out: &mut Vec<u8>) {
+    for (&qid, qu) in &st.queues {
+        let mut h = [0u8; QUEUE_PRIV_SIZE];
+        let user_gpu_id = st.pdds.get(qu.pdd).map_or(0, |p| p.user_gpu_id);
+        put_u32(&mut h, q::OBJECT_TYPE, OBJECT_QUEUE);
+        put_u64(&mut h, q::Q_ADDRESS, qu.ring);
+        put_u64(&mut h, q::Q_SIZE, qu.ring_size);
+        put_u64(&mut h, q::READ_PTR, qu.rptr);
+        put_u64(&mut h, q::WRITE_PTR, qu.wptr);
+        put_u64(&mut h, q::DOORBELL_OFF, qu.doorbell_off);
+        put_u64(&mut h, q::EOP_ADDRESS, qu.eop);
+        put_u64(&mut h, q::CTX_ADDRESS, qu.ctx);
+        put_u32(&mut h, q::GPU_ID, user_gpu_id);
+        put_u32(&mut h, q::TYPE, qu.kind.internal());
+        put_u32(&mut h, q::FORMAT, u32::from(qu.aql));
+        put_u32(&mut h, q::Q_ID, qid);
+        put_u32(&mut h, q::PRIORITY, qu.priority);
+        put_u32(&mut h, q::Q_PERCENT, qu.percent);
+        put_u32(&mut h, q::DOORBELL_ID, qu.doorbell_id);
+        put_u32(&mut h, q::GWS, u32::from(qu.gws));
+        put_u32(&mut h, q::SDMA_ID, qu.sdma_id);
+        put_u32(&mut h, q::EOP_SIZE, qu.eop_size);
+        put_u32(&mut h, q::CTX_SIZE, qu.ctx_size);
+        put_u32(&mut h, q::CTL_STACK_SIZE, len32(qu.ctl_stack.len()));
+        put_u32(&mut h, q::MQD_SIZE, len32(qu.mqd.len()));
+        out.extend_from_slice(&h);
+        out.extend_from_slice(&qu.mqd);
+        out.extend_from_slice(&qu.ctl_stack);
+    }
+    for (i, (&id, e)) in st.events.iter().enumerate() {
+        let mut r = [0u8; EVENT_PRIV_SIZE];
+        put_u32(&mut r, 0, OBJECT_EVENT);
+        if i == 0 {
+            put_u64(
+                &mut r,
+                ev::USER_HANDLE,
+                st.signal.as_ref().map_or(0, |s| s.handle),
+            );
+        }
+        put_u32(&mut r, ev::EVENT_ID, id);
+        put_u32(&mut r, ev::AUTO_RESET, u32::from(e.auto_reset));
+        put_u32(&mut r, ev::TYPE, e.ty);
+        put_u32(&mut r, ev::SIGNALED, u32::from(e.signaled));
+        r[ev::EXCEPTION..].copy_from_slice(&e.exception);
+        out.extend_from_slice(&r);
+    }
+    for range in &st.svm {
+        let mut h = [0u8; SVM_PRIV_SIZE];
+        put_u32(&mut h, 0, OBJECT_SVM_RANGE);
+        put_u64(&mut h, 8, range.start);
+        put_u64(&mut h, 16, range.size);
+        out.extend_from_slice(&h);
+        let mut attr = |ty: u32, v: u32| {
+            out.extend_from_slice(&ty.to_le_bytes());
+            out.extend_from_slice(&v.to_le_bytes());
+        };
+        attr(sys::KFD_IOCTL_SVM_ATTR_PREFERRED_LOC, range.preferred);
+        attr(sys::KFD_IOCTL_SVM_ATTR_PREFETCH_LOC, range.prefetch);
+        attr(sys::KFD_IOCTL_SVM_ATTR_SET_FLAGS, range.flags);
+        attr(sys::KFD_IOCTL_SVM_ATTR_GRANULARITY, range.granularity);
+        for (pdd, acc) in st.pdds.iter().zip(&range.access) {
+            let ty = match acc {
+                SvmAccess::Access => sys::KFD_IOCTL_SVM_ATTR_ACCESS,
+                SvmAccess::InPlace => sys::KFD_IOCTL_SVM_ATTR_ACCESS_IN_PLACE,
+                SvmAccess::None => sys::KFD_IOCTL_SVM_ATTR_NO_ACCESS,
+            };
+            attr(ty, pdd.user_gpu_id);
+        }
+    }
+}
+
+fn checkpoint(cx: &Cx<'_>, a: &CriuArgs) -> R {
+    if a.devices == 0 || a.bos == 0 || a.priv_data == 0 {
+        return Err(Errno::EINVAL);
+    }
+    let st = cx.p.lock();
+    if st.pdds.is_empty() {
+        return Err(Errno::ENODEV);
+    }
+    if !st.queues_paused {
+        return Err(Errno::EINVAL);
+    }
+    let info = object_info(&st);
+    if info.num_devices != a.num_devices
+        || info.num_bos != a.num_bos
+        || info.num_objects != a.num_objects
+        || info.priv_size != a.priv_data_size
+    {
+        return Err(Errno::EINVAL);
+    }
+    let mut priv_data = Vec::new();
+    priv_data.extend_from_slice(&PRIV_VERSION.to_le_bytes());
+    priv_data.extend_from_slice(&u32::from(st.xnack).to_le_bytes());
+    let mut dev_buckets = Vec::new();
+    for pdd in &st.pdds {
+        let actual = cx.m.devices.get(pdd.dev).map_or(0, |d| d.gpu_id);
+        dev_buckets.extend(pod_bytes(&sys::kfd_criu_device_bucket {
+            user_gpu_id: pdd.user_gpu_id,
+            actual_gpu_id: actual,
+            drm_fd: 0,
+            pad: 0,
+        }));
+        priv_data.extend_from_slice(&[0u8; DEVICE_PRIV_SIZE]);
+    }
+    cx.c.write_user(a.devices, &dev_buckets)
+        .map_err(|_| Errno::EFAULT)?;
+
+    // BO records (the buckets get their dma-buf fds last).
+    let mut buckets = Vec::new();
+    let mut exports = Vec::new();
+    for pdd in &st.pdds {
+        let actual = cx.m.devices.get(pdd.dev).map_or(0, |d| d.gpu_id);
+        for (&idr, bo) in pdd.bos.iter().filter(|(_, b)| b.va > GPUVM_BASE) {
+            let offset = if bo.flags & sys::KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL != 0 {
+                mo::TYPE_DOORBELL | mo::gpu_id(actual)
+            } else if bo.flags & sys::KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP != 0 {
+                mo::TYPE_MMIO | mo::gpu_id(actual)
+            } else {
+                bo.mmap_offset
+            };
+            buckets.push(sys::kfd_criu_bo_bucket {
+                addr: bo.va,
+                size: bo.size,
+                offset,
+                restored_offset: 0,
+                gpu_id: pdd.user_gpu_id,
+                alloc_flags: bo.flags,
+                dmabuf_fd: sys::KFD_INVALID_FD,
+                pad: 0,
+            });
+            exports.push(bo.backing.as_ref().map(|b| {
+                (
+                    Arc::clone(b),
+                    bo.flags & sys::KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE != 0,
+                )
+            }));
+            let mut rec = [0u8; BO_PRIV_SIZE];
+            let user_addr = if bo.flags & sys::KFD_IOC_ALLOC_MEM_FLAGS_USERPTR != 0 {
+                bo.user_addr
+            } else {
+                0
+            };
+            put_u64(&mut rec, 0, user_addr);
+            put_u32(&mut rec, 8, idr);
+            let mapped = st
+                .pdds
+                .iter()
+                .filter(|p| bo.mapped.contains(&p.dev))
+                .take(MAX_GPU_INSTANCE);
+            for (j, p) in mapped.enumerate() {
+                put_u32(&mut rec, 12 + 4 * j, p.user_gpu_id);
+            }
+            priv_data.extend_from_slice(&rec);
+        }
+    }
+    write_objects(&st, &mut priv_data);
+    drop(st);
+    cx.c.write_user(a.priv_data, &priv_data)
+        .map_err(|_| Errno::EFAULT)?;
+
+    // The last step that can fail: install the dma-bufs and copy the buckets out.
+    let mut installed = Vec::new();
+    let undo = |installed: &[i32]| installed.iter().for_each(|&fd| cx.c.uninstall_fd(fd));
+    for (bucket, export) in buckets.iter_mut().zip(exports) {
+        let Some((backing, writable)) = export else {
+            continue;
+        };
+        let fd = match backing.export(writable) {
+            Ok(fd) => fd,
+            Err(e) => {
+                undo(&installed);
+                return Err(Errno::from_io(&e));
+            }
+        };
+        match cx.c.install_fd(fd) {
+            Ok(raw) => {
+                installed.push(raw);
+                bucket.dmabuf_fd = u32::from_ne_bytes(raw.to_ne_bytes());
+            }
+            Err(e) => {
+                undo(&installed);
+                return Err(e);
+            }
+        }
+    }
+    let bytes: Vec<u8> = buckets.iter().flat_map(pod_bytes).collect();
+    if cx.c.write_user(a.bos, &bytes).is_err() {
+        undo(&installed);
+        return Err(Errno::EFAULT);
+    }
+    Ok(0)
+}
+
+/// Reads priv_data records from user memory with the kernel's bounds checks.
+struct PrivReader<'a, 'b> {
+    cx: &'a Cx<'b>,
+    base: u64,
+    max: u64,
+    off: u64,
+}
+
+impl PrivReader<'_, '_> {
+    /// `EINVAL` if `len` more bytes would pass the declared size.
+    fn check(&self, len: u64) -> Result<(), Errno> {
+        match self.off.checked_add(len) {
+            Some(end) if end <= self.max => Ok(()),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    fn take(&mut self, len: u64) -> Result<Vec<u8>, Errno> {
+        self.check(len)?;
+        let at = self.base.checked_add(self.off).ok_or(Errno::EFAULT)?;
+        let b = self.cx.read_bytes(at, len).map_err(|_| Errno::EFAULT)?;
+        self.off += len;
+        Ok(b)
+    }
+}
+
+fn restore(cx: &Cx<'_>, a: &CriuArgs) -> R {
+    if a.bos == 0
+        || a.devices == 0
+        || a.priv_data == 0
+        || a.priv_data_size == 0
+        || a.num_devices == 0
+        || a.num_bos == 0
+    {
+        return Err(Errno::EINVAL);
+    }
+    let mut st = cx.p.lock();
+    // Queues stay evicted until RESUME.
+    st.evictions += 1;
+    let mut rd = PrivReader {
+        cx,
+        base: a.priv_data,
+        max: a.priv_data_size,
+        off: 0,
+    };
+
+    // Process record.
+    let rec = rd.take(u(PROCESS_PRIV_SIZE))?;
+    if get_u32(&rec, 0) != PRIV_VERSION {
+        return Err(Errno::EINVAL);
+    }
+    let xnack = get_u32(&rec, 4) != 0;
+    if xnack && !xnack_supported(cx.m) {
+        return Err(Errno::EPERM);
+    }
+    st.xnack = xnack;
+
+    // Devices.
+    if a.num_devices as usize != st.pdds.len() {
+        return Err(Errno::EINVAL);
+    }
+    rd.check(u(DEVICE_PRIV_SIZE) * u64::from(a.num_devices))?;
+    const DBU: usize = std::mem::size_of::<sys::kfd_criu_device_bucket>();
+    const DB: u64 = DBU as u64;
+    kmalloc_check(DB * u64::from(a.num_devices))?;
+    let raw = cx
+        .read_bytes(a.devices, DB * u64::from(a.num_devices))
+        .map_err(|_| Errno::EFAULT)?;
+    for chunk in raw.chunks_exact(DBU) {
+        let b = sys::kfd_criu_device_bucket::read_from(chunk).ok_or(Errno::EFAULT)?;
+        if b.user_gpu_id == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let dev =
+            cx.m.device_by_gpu_id(b.actual_gpu_id)
+                .ok_or(Errno::EINVAL)?;
+        let pi = st
+            .pdds
+            .iter()
+            .position(|p| p.dev == dev)
+            .ok_or(Errno::EINVAL)?;
+        if let Some(p) = st.pdds.get_mut(pi) {
+            p.user_gpu_id = b.user_gpu_id;
+        }
+        let key =
+            cx.c.resolve_fd(fd_of(b.drm_fd))
+                .map_err(|_| Errno::EINVAL)?;
+        if st.pdds.get(pi).is_some_and(|p| p.drm.is_some()) {
+            return Err(Errno::EINVAL);
+        }
+        bind_vm(cx, &mut st, pi, key, cx.p.pid).map_err(|_| Errno::EINVAL)?;
+    }
+    rd.off += u(DEVICE_PRIV_SIZE) * u64::from(a.num_devices);
+
+    // BOs.
+    let nbos = u64::from(a.num_bos);
+    rd.check(u(BO_PRIV_SIZE) * nbos)?;
+    st.restore_pending = true;
+    const BBU: usize = std::mem::size_of::<sys::kfd_criu_bo_bucket>();
+    const BB: u64 = BBU as u64;
+    if BB * nbos > KVMALLOC_MAX {
+        return Err(Errno::ENOMEM);
+    }
+    let raw = cx.read_bytes(a.bos, BB * nbos).map_err(|_| Errno::EFAULT)?;
+    let mut buckets: Vec<sys::kfd_criu_bo_bucket> = raw
+        .chunks_exact(BBU)
+        .filter_map(sys::kfd_criu_bo_bucket::read_from)
+        .collect();
+    let privs = rd.take(u(BO_PRIV_SIZE) * nbos)?;
+    let mut installed: Vec<i32> = Vec::new();
+    let undo = |installed: &[i32]| installed.iter().for_each(|&fd| cx.c.uninstall_fd(fd));
+    for (bucket, rec) in buckets.iter_mut().zip(privs.chunks_exact(BO_PRIV_SIZE)) {
+        if let Err(e) = restore_bo(cx, &mut st, bucket, rec, &mut installed) {
+            undo(&installed);
+            return Err(e);
+        }
+    }
+    let out: Vec<u8> = buckets.iter().flat_map(pod_bytes).collect();
+    if cx.c.write_user(a.bos, &out).is_err() {
+        undo(&installed);
+        return Err(Errno::EFAULT);
+    }
+
+    // Objects.
+    for _ in 0..a.num_objects {
+        rd.check(4)?;
+        let at = a.priv_data.checked_add(rd.off).ok_or(Errno::EFAULT)?;
+        let mut ty = [0u8; 4];
+        cx.c.read_user(at, &mut ty).map_err(|_| Errno::EFAULT)?;
+        match u32::from_le_bytes(ty) {
+            OBJECT_QUEUE => restore_queue(cx, &mut st, &mut rd)?,
+            OBJECT_EVENT => restore_event(&mut st, &mut rd)?,
+            OBJECT_SVM_RANGE => restore_svm(&mut st, &mut rd)?,
+            _ => return Err(Errno::EINVAL),
+        }
+    }
+    if rd.off != a.priv_data_size {
+        return Err(Errno::EINVAL);
+    }
+    Ok(0)
+}
+
+fn restore_bo(
+    cx: &Cx<'_>,
+    st: &mut ProcState,
+    bucket: &mut sys::kfd_criu_bo_bucket,
+    rec: &[u8],
+    installed: &mut Vec<i32>,
+) -> Result<(), Errno> {
+    use sys::*;
+    let pi = st.pdd_by_user_id(bucket.gpu_id).ok_or(Errno::ENODEV)?;
+    let dev = st.pdds.get(pi).map(|p| p.dev).ok_or(Errno::ENODEV)?;
+    let actual = cx.m.devices.get(dev).map_or(0, |d| d.gpu_id);
+    let flags = bucket.alloc_flags;
+    if flags & KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL != 0 {
+        if bucket.size != DOORBELL_SLICE {
+            return Err(Errno::EINVAL);
+        }
+    } else if flags & KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP != 0 && bucket.size != PAGE_SIZE {
+        return Err(Errno::EINVAL);
+    }
+    if bucket.size == 0 {
+        return Err(Errno::EINVAL);
+    }
+    let user_addr = get_u64(rec, 0);
+    let idr = get_u32(rec, 8);
+    let bo = new_bo(cx, dev, bucket.addr, bucket.size, flags, user_addr, false)?;
+    let pdd = st.pdds.get_mut(pi).ok_or(Errno::ENODEV)?;
+    if pdd.bos.contains_key(&idr) || idr > i32::MAX as u32 {
+        cx.p.release_bo(dev, &bo);
+        return Err(Errno::ENOMEM);
+    }
+    if flags & KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL != 0 {
+        bucket.restored_offset = mo::TYPE_DOORBELL | mo::gpu_id(actual);
+    }
+    if flags & KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP != 0 {
+        bucket.restored_offset = mo::TYPE_MMIO | mo::gpu_id(actual);
+    } else if flags & (KFD_IOC_ALLOC_MEM_FLAGS_GTT | KFD_IOC_ALLOC_MEM_FLAGS_VRAM) != 0 {
+        bucket.restored_offset = bo.mmap_offset;
+    }
+    let export = bo.backing.clone();
+    pdd.bos.insert(idr, bo);
+    let n_pdds = st.pdds.len().min(MAX_GPU_INSTANCE);
+    for j in 0..n_pdds {
+        let id = get_u32(rec, 12 + 4 * j);
+        if id == 0 {
+            break;
+        }
+        let peer = st.pdd_by_user_id(id).ok_or(Errno::EINVAL)?;
+        map_bo_on(st, pi, idr, peer)?;
+    }
+    match export {
+        Some(b) => {
+            let fd = b.export(true).map_err(|e| Errno::from_io(&e))?;
+            let raw = cx.c.install_fd(fd)?;
+            installed.push(raw);
+            bucket.dmabuf_fd = u32::from_ne_bytes(raw.to_ne_bytes());
+        }
+        None => bucket.dmabuf_fd = KFD_INVALID_FD,
+    }
+    Ok(())
+}
+
+fn restore_queue(
+    cx: &Cx<'_>,
+    st: &mut ProcState,
+    rd: &mut PrivReader<'_, '_>,
+) -> Result<(), Errno> {
+    let h = rd.take(u(QUEUE_PRIV_SIZE))?;
+    let mqd_size = u64::from(get_u32(&h, q::MQD_SIZE));
+    let ctl_size = u64::from(get_u32(&h, q::CTL_STACK_SIZE));
+    let extra = mqd_size + ctl_size;
+    rd.check(extra)?;
+    kmalloc_check(extra)?;
+    let mut data = rd.take(extra)?;
+    let ctl_stack = data.split_off(usize::try_from(mqd_size).map_err(|_| Errno::ENOMEM)?);
+    let pi = st
+        .pdd_by_user_id(get_u32(&h, q::GPU_ID))
+        .ok_or(Errno::EINVAL)?;
+    let kind = QueueKind::from_internal(get_u32(&h, q::TYPE)).ok_or(Errno::EINVAL)?;
+    let queue = Queue {
+        pdd: pi,
+        kind,
+        aql: get_u32(&h, q::FORMAT) == 1,
+        ring: get_u64(&h, q::Q_ADDRESS),
+        ring_size: get_u64(&h, q::Q_SIZE),
+        rptr: get_u64(&h, q::READ_PTR),
+        wptr: get_u64(&h, q::WRITE_PTR),
+        eop: get_u64(&h, q::EOP_ADDRESS),
+        eop_size: get_u32(&h, q::EOP_SIZE),
+        ctx: get_u64(&h, q::CTX_ADDRESS),
+        ctx_size: get_u32(&h, q::CTX_SIZE),
+        priority: get_u32(&h, q::PRIORITY),
+        percent: get_u32(&h, q::Q_PERCENT),
+        doorbell_id: 0,
+        doorbell_off: 0,
+        sdma_id: 0,
+        gws: get_u32(&h, q::GWS) != 0,
+        mqd: Vec::new(),
+        ctl_stack: Vec::new(),
+        cu_mask: Vec::new(),
+    };
+    let gws = queue.gws;
+    let restore = QueueRestore {
+        q_id: get_u32(&h, q::Q_ID),
+        doorbell_id: get_u32(&h, q::DOORBELL_ID),
+        sdma_id: get_u32(&h, q::SDMA_ID),
+        mqd: data,
+        ctl_stack,
+    };
+    let ctl = len32(restore.ctl_stack.len());
+    create_queue_locked(cx.m, st, queue, ctl, Some(restore))?;
+    if gws {
+        if let Some(p) = st.pdds.get_mut(pi) {
+            p.gws_taken = true;
+        }
+    }
+    Ok(())
+}
+
+fn restore_event(st: &mut ProcState, rd: &mut PrivReader<'_, '_>) -> Result<(), Errno> {
+    let r = rd.take(u(EVENT_PRIV_SIZE))?;
+    let handle = get_u64(&r, ev::USER_HANDLE);
+    if handle != 0 {
+        kmap_event_page(st, handle)?;
+    }
+    let id = get_u32(&r, ev::EVENT_ID);
+    let ty = get_u32(&r, ev::TYPE);
+    let id = create_event_locked(
+        st,
+        ty,
+        get_u32(&r, ev::AUTO_RESET) != 0,
+        get_u32(&r, ev::SIGNALED) != 0,
+        Some(id),
+    )?;
+    if ty == sys::KFD_IOC_EVENT_MEMORY || ty == sys::KFD_IOC_EVENT_HW_EXCEPTION {
+        if let (Some(e), Some(src)) = (st.events.get_mut(&id), r.get(ev::EXCEPTION..)) {
+            e.exception.copy_from_slice(src);
+        }
+    }
+    Ok(())
+}
+
+fn restore_svm(st: &mut ProcState, rd: &mut PrivReader<'_, '_>) -> Result<(), Errno> {
+    let h = rd.take(u(SVM_PRIV_SIZE))?;
+    let nattr = 4 + st.pdds.len() as u64;
+    let raw = rd.take(8 * nattr)?;
+    let attrs: Vec<(u32, u32)> = raw
+        .chunks_exact(8)
+        .map(|c| (get_u32(c, 0), get_u32(c, 4)))
+        .collect();
+    st.svm_restored
+        .push((get_u64(&h, 8), get_u64(&h, 16), attrs));
+    Ok(())
+}
+
+fn resume(cx: &Cx<'_>, a: &CriuArgs) -> R {
+    let target = cx.m.find_process(a.pid).ok_or(Errno::ESRCH)?;
+    let mut st = target.lock();
+    // Apply the SVM attributes stored at RESTORE.
+    for (start, size, attrs) in std::mem::take(&mut st.svm_restored) {
+        if let Some(end) = start.checked_add(size).filter(|_| size > 0) {
+            svm_apply(&mut st, start, end, &attrs);
+        }
+    }
+    if !st.restore_pending {
+        return Err(Errno::EINVAL);
+    }
+    st.restore_pending = false;
+    st.evictions = st.evictions.saturating_sub(1);
+    Ok(0)
+}

@@ -1,0 +1,315 @@
+//! The in-process front end: a [`Machine`] with simulated processes whose open files are
+//! [`SimFile`]s, implementing `kfd_abi::Transport`, so code written against `kfd-abi` runs
+//! unchanged on the simulator.
+//!
+//! Every simulated open file is backed by a real fd (a memfd placeholder): its inode names the
+//! simulated file in the machine's registry, so fds passed inside ioctl arguments (`ACQUIRE_VM`'s
+//! `drm_fd`, the device buckets of `CRIU_OP(RESTORE)`) are real fd numbers that the dispatcher
+//! resolves through the caller, as the kernel's `fget` does. All simulated processes share this
+//! OS process's fd table and memory.
+
+use std::ffi::c_void;
+use std::fmt;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use kfd_abi::{Errno, Transport};
+use topology::Topology;
+
+use crate::client::{InProcessClient, ProcessMemory};
+use crate::machine::{lock, FileKind, MachineError, MachineInner, OpenFile};
+use crate::preset::Preset;
+use crate::process::KfdProcess;
+use crate::render::RenderFile;
+use crate::sys;
+
+/// A simulated machine: GPUs from a topology, and the simulated processes using them.
+#[derive(Clone, Debug)]
+pub struct Machine {
+    inner: Arc<MachineInner>,
+}
+
+impl Machine {
+    /// A machine described by a preset.
+    pub fn new(preset: &Preset) -> Result<Self, MachineError> {
+        Self::from_topology(preset.to_topology()?)
+    }
+
+    /// A machine whose GPUs are the GPU nodes of `topology` (a preset's, or a parsed real one).
+    pub fn from_topology(topology: Topology) -> Result<Self, MachineError> {
+        Ok(Self {
+            inner: Arc::new(MachineInner::new(topology)?),
+        })
+    }
+
+    /// The topology the machine was built from (what its sysfs tree shows).
+    pub fn topology(&self) -> &Topology {
+        &self.inner.topology
+    }
+
+    /// The gpu_ids of its GPUs, in node order.
+    pub fn gpu_ids(&self) -> Vec<u32> {
+        self.inner.devices.iter().map(|d| d.gpu_id).collect()
+    }
+
+    /// The render minors of its GPUs, in node order.
+    pub fn render_minors(&self) -> Vec<u32> {
+        self.inner.devices.iter().map(|d| d.render_minor).collect()
+    }
+
+    /// A new simulated process (a new mm) with a fresh pid, privileged
+    /// (CAP_CHECKPOINT_RESTORE) by default.
+    pub fn spawn_process(&self) -> SimProcess {
+        let pid = self.inner.new_pid();
+        SimProcess {
+            machine: self.clone(),
+            caller: Arc::new(Caller {
+                pid,
+                capable: AtomicBool::new(true),
+            }),
+            kfd: Mutex::new(None),
+        }
+    }
+
+    /// Simulates the KFD lock held during suspend/reset: opens of `/dev/kfd` fail with `EAGAIN`.
+    pub fn set_kfd_locked(&self, locked: bool) {
+        self.inner.set_locked(locked);
+    }
+
+    /// Whether a KFD process exists for simulated pid `pid`.
+    pub fn has_kfd_process(&self, pid: u32) -> bool {
+        self.inner.find_process(pid).is_some()
+    }
+
+    /// VRAM in use on the GPU `gpu_id` (bytes), for tests.
+    pub fn vram_used(&self, gpu_id: u32) -> Option<u64> {
+        let d = self
+            .inner
+            .devices
+            .get(self.inner.device_by_gpu_id(gpu_id)?)?;
+        Some(lock(&d.state).vram_used)
+    }
+}
+
+#[derive(Debug)]
+struct Caller {
+    pid: u32,
+    capable: AtomicBool,
+}
+
+/// A simulated process (one mm): opens simulated device files.
+#[derive(Debug)]
+pub struct SimProcess {
+    machine: Machine,
+    caller: Arc<Caller>,
+    /// The KFD process lives as long as the mm (or an open file) does.
+    kfd: Mutex<Option<Arc<KfdProcess>>>,
+}
+
+impl SimProcess {
+    /// Its simulated pid.
+    pub fn pid(&self) -> u32 {
+        self.caller.pid
+    }
+
+    /// The machine.
+    pub fn machine(&self) -> &Machine {
+        &self.machine
+    }
+
+    /// Grants or drops CAP_CHECKPOINT_RESTORE / CAP_SYS_ADMIN.
+    pub fn set_capable(&self, capable: bool) {
+        self.caller.capable.store(capable, Ordering::SeqCst);
+    }
+
+    /// Makes this process the ptrace parent of `tracee` (as criu is of the dumped task).
+    pub fn ptrace_attach(&self, tracee: &SimProcess) {
+        self.machine
+            .inner
+            .set_tracer(tracee.pid(), Some(self.pid()));
+    }
+
+    /// Ends a ptrace relation started with [`ptrace_attach`](Self::ptrace_attach).
+    pub fn ptrace_detach(&self, tracee: &SimProcess) {
+        self.machine.inner.set_tracer(tracee.pid(), None);
+    }
+
+    /// `open("/dev/kfd")`: the process's KFD process is created on the first open (with a
+    /// per-device record for every GPU); later opens share it.
+    pub fn open_kfd(&self) -> io::Result<SimFile> {
+        let process = self
+            .machine
+            .inner
+            .kfd_process(self.pid())
+            .map_err(io::Error::from)?;
+        *lock(&self.kfd) = Some(Arc::clone(&process));
+        self.new_file("kfd-sim:/dev/kfd", FileKind::Kfd(process))
+    }
+
+    /// `open("/dev/dri/renderD<minor>")`: a render-node file with its own GPU VM.
+    pub fn open_render(&self, minor: u32) -> io::Result<SimFile> {
+        let dev = self
+            .machine
+            .inner
+            .devices
+            .iter()
+            .position(|d| d.render_minor == minor)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+        self.new_file(
+            &format!("kfd-sim:/dev/dri/renderD{minor}"),
+            FileKind::Render(RenderFile::new(dev)),
+        )
+    }
+
+    fn new_file(&self, name: &str, kind: FileKind) -> io::Result<SimFile> {
+        let fd = sys::memfd(name)?;
+        let key = sys::file_key(fd.as_fd())?;
+        let file = Arc::new(OpenFile { key, kind });
+        self.machine.inner.register_file(&file);
+        Ok(SimFile {
+            machine: self.machine.clone(),
+            file,
+            fd,
+            caller: Arc::clone(&self.caller),
+        })
+    }
+}
+
+/// A simulated open file used by a simulated process: `/dev/kfd` or a render node.
+///
+/// Its fd is a placeholder whose inode names the simulated open file; clones share the open file
+/// as `dup(2)` does.
+pub struct SimFile {
+    machine: Machine,
+    file: Arc<OpenFile>,
+    fd: OwnedFd,
+    caller: Arc<Caller>,
+}
+
+impl fmt::Debug for SimFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match &self.file.kind {
+            FileKind::Kfd(p) => format!("/dev/kfd of pid {}", p.pid),
+            FileKind::Render(r) => format!("render node of GPU {}", r.device),
+        };
+        f.debug_struct("SimFile")
+            .field("file", &kind)
+            .field("caller", &self.caller.pid)
+            .finish()
+    }
+}
+
+impl SimFile {
+    /// The same open file in the hands of another simulated process (an fd passed over a socket
+    /// or inherited): ioctls are then issued as that process.
+    pub fn used_by(&self, process: &SimProcess) -> io::Result<SimFile> {
+        Ok(SimFile {
+            machine: self.machine.clone(),
+            file: Arc::clone(&self.file),
+            fd: self.fd.try_clone()?,
+            caller: Arc::clone(&process.caller),
+        })
+    }
+
+    /// Whether this is a `/dev/kfd` file.
+    pub fn is_kfd(&self) -> bool {
+        matches!(self.file.kind, FileKind::Kfd(_))
+    }
+
+    /// The GPU VM of a render-node file (what ACQUIRE_VM adopts), for inspection.
+    pub fn vm(&self) -> Option<Arc<Mutex<crate::render::Vm>>> {
+        match &self.file.kind {
+            FileKind::Render(r) => Some(Arc::clone(&r.vm)),
+            FileKind::Kfd(_) => None,
+        }
+    }
+
+    /// Issues an ioctl with the argument at a plain address (what a CUSE front end receives).
+    /// Never dereferences `arg` itself: all access goes through the caller's user memory.
+    pub fn ioctl_at(&self, request: u32, arg: u64) -> Result<i32, Errno> {
+        let client = InProcessClient {
+            pid: self.caller.pid,
+            capable: self.caller.capable.load(Ordering::SeqCst),
+            machine: &self.machine.inner,
+            mem: ProcessMemory::own(),
+        };
+        match &self.file.kind {
+            FileKind::Kfd(p) => {
+                crate::dispatch::kfd_ioctl(&self.machine.inner, p, &client, request, arg)
+            }
+            FileKind::Render(r) => crate::render::dispatch(r, &client, request, arg),
+        }
+    }
+}
+
+impl AsFd for SimFile {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl Transport for SimFile {
+    unsafe fn ioctl(&self, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
+        self.ioctl_at(request, arg as usize as u64)
+    }
+
+    unsafe fn adopt_fd(&self, raw: RawFd) -> io::Result<OwnedFd> {
+        if raw < 0 {
+            return Err(io::Error::from_raw_os_error(libc::EBADF));
+        }
+        // SAFETY: the caller guarantees that `raw` was just installed by an ioctl on this
+        // transport (our Client::install_fd leaves it open for exactly this) and is unowned.
+        Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+    }
+
+    fn try_clone(&self) -> io::Result<Self> {
+        Ok(SimFile {
+            machine: self.machine.clone(),
+            file: Arc::clone(&self.file),
+            fd: self.fd.try_clone()?,
+            caller: Arc::clone(&self.caller),
+        })
+    }
+}
+
+/// The platform of the in-process simulator: opens its device files for a simulated process and
+/// gives the directory of its sysfs topology tree.
+#[derive(Debug)]
+pub struct SimPlatform {
+    machine: Machine,
+    topology_root: PathBuf,
+}
+
+impl SimPlatform {
+    /// Writes the machine's topology tree under `topology_root` and returns the platform.
+    pub fn new(machine: Machine, topology_root: &Path) -> Result<Self, topology::WriteError> {
+        topology::write(machine.topology(), topology_root)?;
+        Ok(Self {
+            machine,
+            topology_root: topology_root.to_owned(),
+        })
+    }
+
+    /// The machine.
+    pub fn machine(&self) -> &Machine {
+        &self.machine
+    }
+
+    /// `/dev/kfd` opened by `process`.
+    pub fn open_kfd(&self, process: &SimProcess) -> io::Result<SimFile> {
+        process.open_kfd()
+    }
+
+    /// `/dev/dri/renderD<minor>` opened by `process`.
+    pub fn open_render(&self, process: &SimProcess, minor: u32) -> io::Result<SimFile> {
+        process.open_render(minor)
+    }
+
+    /// The directory that plays `/sys/class/kfd/kfd/topology`.
+    pub fn topology_root(&self) -> &Path {
+        &self.topology_root
+    }
+}

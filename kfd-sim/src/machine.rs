@@ -1,0 +1,308 @@
+//! The simulated machine: its GPUs (from a [`Topology`]), the registry of simulated open files and
+//! dma-bufs, the KFD processes by pid, and ptrace relations.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use kfd_abi::Errno;
+use topology::model::keys;
+use topology::Topology;
+
+use crate::memory::Backing;
+use crate::process::{KfdProcess, QueueKind};
+use crate::render::RenderFile;
+use crate::sys::FileKey;
+
+/// Locks a mutex, ignoring poisoning (the state stays consistent: no handler panics mid-update).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Why a machine could not be built from a topology.
+#[derive(Debug, thiserror::Error)]
+pub enum MachineError {
+    /// A GPU node lacks something the simulator needs.
+    #[error("GPU node {node} (gpu_id {gpu_id:#x}): {what}")]
+    BadGpu {
+        /// Node id.
+        node: u32,
+        /// gpu_id.
+        gpu_id: u32,
+        /// What is missing.
+        what: &'static str,
+    },
+    /// The preset is invalid.
+    #[error(transparent)]
+    Preset(#[from] crate::preset::PresetError),
+}
+
+/// Mutable per-device state shared by all processes (the device queue manager's part).
+#[derive(Debug)]
+pub(crate) struct DeviceState {
+    pub vram_used: u64,
+    pub sdma_used: Vec<bool>,
+    pub xgmi_sdma_used: Vec<bool>,
+    pub doorbell_slices: BTreeSet<u32>,
+    pub next_mmap_offset: u64,
+}
+
+/// One simulated GPU.
+#[derive(Debug)]
+pub(crate) struct Device {
+    pub gpu_id: u32,
+    pub render_minor: u32,
+    pub gfx_target_version: u32,
+    pub vram_size: u64,
+    pub large_bar: bool,
+    pub sdma_engines: u32,
+    pub xgmi_sdma_engines: u32,
+    pub num_gws: u32,
+    pub state: Mutex<DeviceState>,
+}
+
+impl Device {
+    pub fn alloc_doorbell_slice(&self) -> u32 {
+        let mut s = lock(&self.state);
+        let idx = (0..=u32::MAX)
+            .find(|i| !s.doorbell_slices.contains(i))
+            .unwrap_or(u32::MAX);
+        s.doorbell_slices.insert(idx);
+        idx
+    }
+
+    pub fn free_doorbell_slice(&self, idx: u32) {
+        lock(&self.state).doorbell_slices.remove(&idx);
+    }
+
+    /// Takes an SDMA slot (`want`: a specific one at restore). Returns (sdma_id, engine, queue).
+    pub fn alloc_sdma(&self, kind: QueueKind, want: Option<u32>) -> Result<(u32, u32, u32), Errno> {
+        let mut s = lock(&self.state);
+        let (bitmap, engines, base) = match kind {
+            QueueKind::Sdma => (&mut s.sdma_used, self.sdma_engines, 0),
+            _ => (
+                &mut s.xgmi_sdma_used,
+                self.xgmi_sdma_engines,
+                self.sdma_engines,
+            ),
+        };
+        let id = match want {
+            Some(id) => {
+                let slot = bitmap.get(id as usize).copied();
+                match slot {
+                    Some(false) => id,
+                    _ => return Err(Errno::EBUSY),
+                }
+            }
+            None => bitmap
+                .iter()
+                .position(|used| !used)
+                .and_then(|i| u32::try_from(i).ok())
+                .ok_or(Errno::ENOMEM)?,
+        };
+        if let Some(b) = bitmap.get_mut(id as usize) {
+            *b = true;
+        }
+        let engines = engines.max(1);
+        Ok((id, base + id % engines, id / engines))
+    }
+
+    pub fn free_sdma(&self, kind: QueueKind, id: u32) {
+        let mut s = lock(&self.state);
+        let bitmap = match kind {
+            QueueKind::Sdma => &mut s.sdma_used,
+            _ => &mut s.xgmi_sdma_used,
+        };
+        if let Some(b) = bitmap.get_mut(id as usize) {
+            *b = false;
+        }
+    }
+
+    /// A fresh render-node fake mmap offset range for a BO of `size` bytes.
+    pub fn alloc_mmap_offset(&self, size: u64) -> u64 {
+        let mut s = lock(&self.state);
+        let off = s.next_mmap_offset;
+        s.next_mmap_offset = off.saturating_add(crate::process::align_up(size));
+        off
+    }
+}
+
+/// What a simulated open file is.
+#[derive(Debug)]
+pub(crate) enum FileKind {
+    /// `/dev/kfd`, bound to the opener's KFD process.
+    Kfd(Arc<KfdProcess>),
+    /// `/dev/dri/renderD<minor>`.
+    Render(RenderFile),
+}
+
+/// A simulated open file (`struct file`).
+#[derive(Debug)]
+pub(crate) struct OpenFile {
+    pub key: FileKey,
+    pub kind: FileKind,
+}
+
+#[derive(Debug, Default)]
+struct Registry {
+    next_pid: u32,
+    processes: HashMap<u32, Weak<KfdProcess>>,
+    files: HashMap<FileKey, Weak<OpenFile>>,
+    dmabufs: HashMap<FileKey, Weak<Backing>>,
+    tracers: HashMap<u32, u32>,
+    system_used: u64,
+    locked: bool,
+}
+
+/// The machine's state; shared by every front-end object.
+#[derive(Debug)]
+pub struct MachineInner {
+    pub(crate) topology: Topology,
+    pub(crate) devices: Vec<Device>,
+    pub(crate) system_limit: u64,
+    reg: Mutex<Registry>,
+}
+
+impl MachineInner {
+    pub(crate) fn new(topology: Topology) -> Result<Self, MachineError> {
+        let mut devices = Vec::new();
+        for n in topology.gpus() {
+            let bad = |what| MachineError::BadGpu {
+                node: n.id,
+                gpu_id: n.gpu_id,
+                what,
+            };
+            let (large_bar, vram_size) =
+                n.vram().ok_or_else(|| bad("no frame buffer memory bank"))?;
+            if n.gpu_id > 0xffff {
+                return Err(bad("gpu_id does not fit the 16-bit mmap offset field"));
+            }
+            let p32 = |k: &str| u32::try_from(n.prop(k)).unwrap_or(u32::MAX);
+            let qpe = p32(keys::NUM_SDMA_QUEUES_PER_ENGINE).min(64);
+            let sdma_engines = p32(keys::NUM_SDMA_ENGINES).min(64);
+            let xgmi_sdma_engines = p32(keys::NUM_SDMA_XGMI_ENGINES).min(64);
+            let slots = |engines: u32| vec![false; (engines * qpe) as usize];
+            devices.push(Device {
+                gpu_id: n.gpu_id,
+                render_minor: n.render_minor(),
+                gfx_target_version: p32(keys::GFX_TARGET_VERSION),
+                vram_size,
+                large_bar,
+                sdma_engines,
+                xgmi_sdma_engines,
+                num_gws: p32(keys::NUM_GWS),
+                state: Mutex::new(DeviceState {
+                    vram_used: 0,
+                    sdma_used: slots(sdma_engines),
+                    xgmi_sdma_used: slots(xgmi_sdma_engines),
+                    doorbell_slices: BTreeSet::new(),
+                    next_mmap_offset: crate::process::limits::DRM_FILE_PAGE_OFFSET_START,
+                }),
+            });
+        }
+        // The KFD system memory limit: 15/16 of system RAM.
+        let ram: u64 = topology
+            .cpus()
+            .flat_map(|n| n.mem_banks.iter())
+            .map(|b| b.size_in_bytes())
+            .fold(0u64, u64::saturating_add);
+        let system_limit = ram / 16 * 15;
+        Ok(Self {
+            topology,
+            devices,
+            system_limit,
+            reg: Mutex::new(Registry {
+                next_pid: 1000,
+                ..Registry::default()
+            }),
+        })
+    }
+
+    pub(crate) fn device_by_gpu_id(&self, gpu_id: u32) -> Option<usize> {
+        self.devices.iter().position(|d| d.gpu_id == gpu_id)
+    }
+
+    pub(crate) fn new_pid(&self) -> u32 {
+        let mut r = lock(&self.reg);
+        r.next_pid = r.next_pid.wrapping_add(1).max(1000);
+        r.next_pid
+    }
+
+    /// The KFD process of `pid`, created with pdds for every GPU if it does not exist.
+    pub(crate) fn kfd_process(self: &Arc<Self>, pid: u32) -> Result<Arc<KfdProcess>, Errno> {
+        let mut r = lock(&self.reg);
+        if r.locked {
+            return Err(Errno::EAGAIN);
+        }
+        if let Some(p) = r.processes.get(&pid).and_then(Weak::upgrade) {
+            return Ok(p);
+        }
+        // Created under the registry lock (registry -> device is the only order used).
+        let p = Arc::new(KfdProcess::new(Arc::clone(self), pid));
+        r.processes.insert(pid, Arc::downgrade(&p));
+        Ok(p)
+    }
+
+    /// The live KFD process of `pid`, if any.
+    pub(crate) fn find_process(&self, pid: u32) -> Option<Arc<KfdProcess>> {
+        lock(&self.reg).processes.get(&pid).and_then(Weak::upgrade)
+    }
+
+    pub(crate) fn forget_process(&self, pid: u32) {
+        let mut r = lock(&self.reg);
+        if r.processes.get(&pid).is_some_and(|w| w.strong_count() == 0) {
+            r.processes.remove(&pid);
+        }
+    }
+
+    pub(crate) fn register_file(&self, file: &Arc<OpenFile>) {
+        let mut r = lock(&self.reg);
+        r.files.retain(|_, w| w.strong_count() > 0);
+        r.files.insert(file.key, Arc::downgrade(file));
+    }
+
+    pub(crate) fn file(&self, key: FileKey) -> Option<Arc<OpenFile>> {
+        lock(&self.reg).files.get(&key).and_then(Weak::upgrade)
+    }
+
+    pub(crate) fn register_dmabuf(&self, b: &Arc<Backing>) {
+        let mut r = lock(&self.reg);
+        r.dmabufs.retain(|_, w| w.strong_count() > 0);
+        r.dmabufs.insert(b.key(), Arc::downgrade(b));
+    }
+
+    pub(crate) fn dmabuf(&self, key: FileKey) -> Option<Arc<Backing>> {
+        lock(&self.reg).dmabufs.get(&key).and_then(Weak::upgrade)
+    }
+
+    pub(crate) fn tracer_of(&self, pid: u32) -> Option<u32> {
+        lock(&self.reg).tracers.get(&pid).copied()
+    }
+
+    pub(crate) fn set_tracer(&self, tracee: u32, tracer: Option<u32>) {
+        let mut r = lock(&self.reg);
+        match tracer {
+            Some(t) => r.tracers.insert(tracee, t),
+            None => r.tracers.remove(&tracee),
+        };
+    }
+
+    pub(crate) fn set_locked(&self, locked: bool) {
+        lock(&self.reg).locked = locked;
+    }
+
+    /// Charges `size` bytes of system memory (GTT, userptr); ENOMEM past the limit.
+    pub(crate) fn reserve_system(&self, size: u64) -> Result<(), Errno> {
+        let mut r = lock(&self.reg);
+        let total = r.system_used.checked_add(size).ok_or(Errno::ENOMEM)?;
+        if total > self.system_limit {
+            return Err(Errno::ENOMEM);
+        }
+        r.system_used = total;
+        Ok(())
+    }
+
+    pub(crate) fn release_system(&self, size: u64) {
+        let mut r = lock(&self.reg);
+        r.system_used = r.system_used.saturating_sub(size);
+    }
+}

@@ -1,0 +1,409 @@
+//! The simulator's only contact with raw OS interfaces: memfds, shared mappings, cross-process
+//! memory access, fd identity, clocks, and plain-data views of the `kfd-sys` argument structs.
+//!
+//! Every `unsafe` block of the crate lives here, each with its `SAFETY` argument.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+
+use kfd_abi::Errno;
+
+/// Identity of an open file as `fstat` gives it: `(st_dev, st_ino)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileKey {
+    /// `st_dev`.
+    pub dev: u64,
+    /// `st_ino`.
+    pub ino: u64,
+}
+
+/// `fstat(2)` identity of an fd.
+pub fn file_key(fd: BorrowedFd<'_>) -> io::Result<FileKey> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: `fd` is a valid open fd for the borrow; `st` points to writable memory of the size
+    // fstat expects.
+    let r = unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstat succeeded and filled the struct (and it was zero-initialised before).
+    let st = unsafe { st.assume_init() };
+    Ok(FileKey {
+        dev: st.st_dev,
+        ino: st.st_ino,
+    })
+}
+
+/// `fstat(2)` identity of an fd number in our own table; `EBADF` if it is not open.
+pub fn raw_file_key(raw: RawFd) -> Result<FileKey, Errno> {
+    if raw < 0 {
+        return Err(Errno::EBADF);
+    }
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: fstat only writes into `st`; an invalid fd number yields EBADF, nothing else.
+    let r = unsafe { libc::fstat(raw, st.as_mut_ptr()) };
+    if r < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: fstat succeeded and filled the struct.
+    let st = unsafe { st.assume_init() };
+    Ok(FileKey {
+        dev: st.st_dev,
+        ino: st.st_ino,
+    })
+}
+
+/// `memfd_create(name, MFD_CLOEXEC)`.
+pub fn memfd(name: &str) -> io::Result<OwnedFd> {
+    let name = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: `name` is a valid NUL-terminated string for the duration of the call.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: memfd_create returned a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `dup(2)` without close-on-exec, as the kernel's `fd_install` of a dma-buf leaves it.
+pub fn dup_inheritable(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    // SAFETY: `fd` is valid for the borrow; dup returns a new fd or -1.
+    let r = unsafe { libc::dup(fd.as_raw_fd()) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: dup returned a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(r) })
+}
+
+/// A new read-only open file on the same inode (`/proc/self/fd/N` reopened `O_RDONLY`).
+pub fn reopen_readonly(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let file = std::fs::OpenOptions::new().read(true).open(path)?;
+    Ok(file.into())
+}
+
+/// Takes back an fd number that was given away with `into_raw_fd` and closes it.
+pub fn close_raw(raw: RawFd) {
+    if raw >= 0 {
+        // SAFETY: the caller gave this number away itself (install_fd) and nobody adopted it;
+        // closing an already-closed number only returns EBADF.
+        unsafe { libc::close(raw) };
+    }
+}
+
+/// A `MAP_SHARED` read-write mapping of a memfd: the simulated device memory of one BO.
+#[derive(Debug)]
+pub struct SharedMap {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; all access goes through bounds-checked copies and
+// concurrent access is as racy as the GPU's (no Rust references into it are handed out).
+unsafe impl Send for SharedMap {}
+// SAFETY: see Send.
+unsafe impl Sync for SharedMap {}
+
+impl SharedMap {
+    /// Sizes the memfd to `len` bytes (sparse) and maps it shared.
+    pub fn new(fd: BorrowedFd<'_>, len: u64) -> io::Result<Self> {
+        let size =
+            libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        let len = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        if len == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: ftruncate on a valid fd.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh shared mapping of a valid fd; the kernel picks the address.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_NORESERVE,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(p.cast::<u8>())
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        Ok(Self { ptr, len })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true: a mapping has at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies `buf.len()` bytes at `offset` out of the mapping; `false` if out of bounds.
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> bool {
+        let Some(off) = self.check(offset, buf.len()) else {
+            return false;
+        };
+        // SAFETY: [off, off + len) is inside the live mapping (checked); `buf` is a distinct
+        // Rust buffer, so the ranges do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), buf.as_mut_ptr(), buf.len())
+        };
+        true
+    }
+
+    /// Copies `buf` into the mapping at `offset`; `false` if out of bounds.
+    pub fn write(&self, offset: u64, buf: &[u8]) -> bool {
+        let Some(off) = self.check(offset, buf.len()) else {
+            return false;
+        };
+        // SAFETY: as in `read`, with the roles swapped.
+        unsafe {
+            std::ptr::copy_nonoverlapping(buf.as_ptr(), self.ptr.as_ptr().add(off), buf.len())
+        };
+        true
+    }
+
+    fn check(&self, offset: u64, len: usize) -> Option<usize> {
+        let off = usize::try_from(offset).ok()?;
+        (off.checked_add(len)? <= self.len).then_some(off)
+    }
+}
+
+impl Drop for SharedMap {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len describe a mapping created in `new` and never unmapped before.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// The highest user address plus one on x86-64 (`TASK_SIZE_MAX`), as `access_ok` checks it.
+pub const TASK_SIZE_MAX: u64 = (1 << 47) - 4096;
+
+/// `access_ok(addr, size)`: the range lies in the user half of the address space. Says nothing
+/// about whether it is mapped.
+pub fn access_ok(addr: u64, size: u64) -> bool {
+    addr.checked_add(size)
+        .is_some_and(|end| end <= TASK_SIZE_MAX)
+}
+
+/// Reads another (or our own) process's memory with `process_vm_readv`. Any failure or short
+/// transfer is `EFAULT`: nothing is ever dereferenced directly.
+pub fn process_vm_read(pid: libc::pid_t, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
+    let mut done = 0usize;
+    while done < buf.len() {
+        let remote = addr_at(addr, done, buf.len() - done)?;
+        let rest = &mut buf[done..];
+        let local = libc::iovec {
+            iov_base: rest.as_mut_ptr().cast(),
+            iov_len: rest.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: remote as *mut libc::c_void,
+            iov_len: rest.len(),
+        };
+        // SAFETY: `local` describes our own writable buffer; the remote range is only accessed
+        // by the kernel, which fails cleanly on unmapped memory.
+        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        match usize::try_from(n) {
+            Ok(0) | Err(_) => return Err(Errno::EFAULT),
+            Ok(n) => done += n,
+        }
+    }
+    Ok(())
+}
+
+/// Writes into a process's memory with `process_vm_writev`; any failure is `EFAULT`.
+pub fn process_vm_write(pid: libc::pid_t, addr: u64, buf: &[u8]) -> Result<(), Errno> {
+    let mut done = 0usize;
+    while done < buf.len() {
+        let remote = addr_at(addr, done, buf.len() - done)?;
+        let rest = &buf[done..];
+        let local = libc::iovec {
+            iov_base: rest.as_ptr() as *mut libc::c_void,
+            iov_len: rest.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: remote as *mut libc::c_void,
+            iov_len: rest.len(),
+        };
+        // SAFETY: `local` describes our own readable buffer (the kernel only reads it); the remote
+        // range is only accessed by the kernel, which fails cleanly on unmapped memory.
+        let n = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
+        match usize::try_from(n) {
+            Ok(0) | Err(_) => return Err(Errno::EFAULT),
+            Ok(n) => done += n,
+        }
+    }
+    Ok(())
+}
+
+fn addr_at(addr: u64, done: usize, len: usize) -> Result<usize, Errno> {
+    let start = addr.checked_add(done as u64).ok_or(Errno::EFAULT)?;
+    let end = start.checked_add(len as u64).ok_or(Errno::EFAULT)?;
+    if end > TASK_SIZE_MAX {
+        return Err(Errno::EFAULT);
+    }
+    usize::try_from(start).map_err(|_| Errno::EFAULT)
+}
+
+/// Nanoseconds of a clock (`CLOCK_MONOTONIC_RAW`, `CLOCK_BOOTTIME`).
+pub fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into `ts` only.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nsecs = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    secs.saturating_mul(1_000_000_000).saturating_add(nsecs)
+}
+
+/// Our own pid.
+pub fn own_pid() -> libc::pid_t {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() }
+}
+
+/// Plain data: any byte pattern of `size_of::<Self>()` bytes is a valid value, and the type has no
+/// padding, so its bytes can be copied out.
+///
+/// # Safety
+///
+/// Implement only for `repr(C)` structs of integers (and arrays/unions of such) without padding.
+pub unsafe trait Pod: Copy + 'static {
+    /// Reads a value from the start of `bytes`; `None` if there are too few bytes.
+    fn read_from(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() < std::mem::size_of::<Self>() {
+            return None;
+        }
+        // SAFETY: the source has at least size_of::<Self>() initialised bytes, the read is
+        // unaligned-safe, and every bit pattern is valid for Self (trait contract).
+        Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<Self>()) })
+    }
+
+    /// Writes the value's bytes to the start of `bytes`; `false` if there is no room.
+    fn write_to(&self, bytes: &mut [u8]) -> bool {
+        let n = std::mem::size_of::<Self>();
+        if bytes.len() < n {
+            return false;
+        }
+        // SAFETY: Self has no padding (trait contract), so all n bytes are initialised; the
+        // destination has room for n bytes and is a distinct buffer.
+        unsafe {
+            std::ptr::copy_nonoverlapping((self as *const Self).cast::<u8>(), bytes.as_mut_ptr(), n)
+        };
+        true
+    }
+}
+
+macro_rules! pod {
+    ($($t:ty),* $(,)?) => {
+        $(
+            // SAFETY: a bindgen repr(C) struct of u32/u64 fields laid out without padding (its
+            // size equals the sum of its fields; checked by `pod_types_have_no_padding`).
+            unsafe impl Pod for $t {}
+        )*
+    };
+}
+
+use kfd_sys as sys;
+
+pod!(
+    sys::kfd_ioctl_get_version_args,
+    sys::kfd_ioctl_create_queue_args,
+    sys::kfd_ioctl_destroy_queue_args,
+    sys::kfd_ioctl_update_queue_args,
+    sys::kfd_ioctl_set_cu_mask_args,
+    sys::kfd_ioctl_get_queue_wave_state_args,
+    sys::kfd_ioctl_get_available_memory_args,
+    sys::kfd_ioctl_set_memory_policy_args,
+    sys::kfd_ioctl_get_clock_counters_args,
+    sys::kfd_process_device_apertures,
+    sys::kfd_ioctl_get_process_apertures_args,
+    sys::kfd_ioctl_get_process_apertures_new_args,
+    sys::kfd_ioctl_create_event_args,
+    sys::kfd_ioctl_destroy_event_args,
+    sys::kfd_ioctl_set_event_args,
+    sys::kfd_ioctl_reset_event_args,
+    sys::kfd_event_data,
+    sys::kfd_ioctl_wait_events_args,
+    sys::kfd_ioctl_set_scratch_backing_va_args,
+    sys::kfd_ioctl_get_tile_config_args,
+    sys::kfd_ioctl_set_trap_handler_args,
+    sys::kfd_ioctl_acquire_vm_args,
+    sys::kfd_ioctl_alloc_memory_of_gpu_args,
+    sys::kfd_ioctl_free_memory_of_gpu_args,
+    sys::kfd_ioctl_map_memory_to_gpu_args,
+    sys::kfd_ioctl_unmap_memory_from_gpu_args,
+    sys::kfd_ioctl_alloc_queue_gws_args,
+    sys::kfd_ioctl_get_dmabuf_info_args,
+    sys::kfd_ioctl_import_dmabuf_args,
+    sys::kfd_ioctl_smi_events_args,
+    sys::kfd_ioctl_set_xnack_mode_args,
+    sys::kfd_criu_device_bucket,
+    sys::kfd_criu_bo_bucket,
+    sys::kfd_ioctl_svm_attribute,
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::size_of;
+
+    #[test]
+    fn pod_types_have_no_padding() {
+        // Sizes from the reference table; a padded layout would be larger than its fields.
+        assert_eq!(size_of::<sys::kfd_ioctl_create_queue_args>(), 88);
+        assert_eq!(size_of::<sys::kfd_event_data>(), 48);
+        assert_eq!(size_of::<sys::kfd_process_device_apertures>(), 56);
+        assert_eq!(size_of::<sys::kfd_ioctl_get_process_apertures_args>(), 400);
+        assert_eq!(size_of::<sys::kfd_criu_bo_bucket>(), 48);
+        assert_eq!(size_of::<sys::kfd_criu_device_bucket>(), 16);
+        assert_eq!(size_of::<sys::kfd_ioctl_set_xnack_mode_args>(), 4);
+        assert_eq!(size_of::<sys::kfd_ioctl_get_dmabuf_info_args>(), 32);
+    }
+
+    #[test]
+    fn own_memory_round_trips_and_wild_pointers_fault() {
+        let src = [1u8, 2, 3, 4, 5];
+        let mut dst = [0u8; 5];
+        process_vm_read(own_pid(), src.as_ptr() as u64, &mut dst).unwrap();
+        assert_eq!(dst, src);
+        let mut target = [0u8; 3];
+        process_vm_write(own_pid(), target.as_mut_ptr() as u64, &[9, 8, 7]).unwrap();
+        assert_eq!(target, [9, 8, 7]);
+        assert_eq!(process_vm_read(own_pid(), 8, &mut dst), Err(Errno::EFAULT));
+        assert_eq!(
+            process_vm_read(own_pid(), u64::MAX - 2, &mut dst),
+            Err(Errno::EFAULT)
+        );
+        assert_eq!(
+            process_vm_write(own_pid(), 0xdead_0000_0000, &[1]),
+            Err(Errno::EFAULT)
+        );
+    }
+
+    #[test]
+    fn shared_map_is_bounds_checked() {
+        let fd = memfd("kfd-sim:test").unwrap();
+        let map = SharedMap::new(std::os::fd::AsFd::as_fd(&fd), 4096).unwrap();
+        assert!(map.write(4090, &[1; 6]));
+        assert!(!map.write(4091, &[1; 6]));
+        let mut b = [0u8; 6];
+        assert!(map.read(4090, &mut b));
+        assert_eq!(b, [1; 6]);
+        assert!(!map.read(u64::MAX, &mut b));
+    }
+}
