@@ -1,6 +1,7 @@
 //! The amdgpu CRIU plugin: the checkpoint/restore engine (this rlib), the CRIU ABI shim (the
 //! cdylib `amdgpu_plugin.so`) and the `amdgpu-cr` command.
 
+pub mod cli;
 pub mod copy;
 pub mod criu;
 pub mod dump;

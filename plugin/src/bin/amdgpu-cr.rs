@@ -1,8 +1,13 @@
 //! `amdgpu-cr`: the tool people run beside criu.
+//!
+//! Argument parsing and printing only; the subcommands live in `amdgpu_plugin::cli`. Exit
+//! status: 0 yes, 1 no (not restorable, no mapping, damaged images), 2 usage or I/O error.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use amdgpu_plugin::cli::{self, Run};
 use clap::{Parser, Subcommand};
 use kfd_abi::{Errno, Kfd, KFD_PATH};
 
@@ -10,7 +15,9 @@ use kfd_abi::{Errno, Kfd, KFD_PATH};
 #[command(
     name = "amdgpu-cr",
     version,
-    about = "Checkpoint/restore of AMD GPU (ROCm) processes with CRIU"
+    about = "Checkpoint/restore of AMD GPU (ROCm) processes with CRIU",
+    after_help = "Exit status: 0 yes (restorable, mapped, images sound); 1 no; 2 usage or I/O \
+                  error. check and map honour the KFD_*_CHECK variables as a restore would."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -25,6 +32,14 @@ enum Command {
         #[arg(long, default_value = KFD_PATH)]
         kfd: PathBuf,
     },
+    /// Summarise the amdgpu images in a criu image directory.
+    Inspect(cli::inspect::InspectArgs),
+    /// Tell whether the images in a directory restore on this node, onto which GPUs, or why not.
+    Check(cli::check::CheckArgs),
+    /// Print the KFD topology of this node (or of a topology tree).
+    Topology(cli::topo::TopologyArgs),
+    /// Map the GPUs of one topology tree onto another's, or explain why they do not map.
+    Map(cli::check::MapArgs),
 }
 
 fn probe(path: &std::path::Path) -> ExitCode {
@@ -52,9 +67,30 @@ fn probe(path: &std::path::Path) -> ExitCode {
     }
 }
 
+/// Runs a library subcommand on stdout and turns its answer into the exit status.
+fn run(command: &dyn Run) -> ExitCode {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let result = command.run(&mut out).and_then(|o| {
+        out.flush()?;
+        Ok(o)
+    });
+    match result {
+        Ok(outcome) => ExitCode::from(outcome.exit_code()),
+        Err(e) => {
+            eprintln!("amdgpu-cr: {e}");
+            ExitCode::from(cli::EXIT_ERROR)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Probe { kfd } => probe(&kfd),
+        Command::Inspect(args) => run(&args),
+        Command::Check(args) => run(&args),
+        Command::Topology(args) => run(&args),
+        Command::Map(args) => run(&args),
     }
 }

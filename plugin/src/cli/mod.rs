@@ -1,0 +1,235 @@
+//! The subcommands of `amdgpu-cr` as a library: each computes a report value (serializable, for
+//! `--json`) and renders it as text into any [`Write`]; the binary only parses arguments and
+//! picks the output.
+//!
+//! - [`inspect`]: what an image directory holds (`amdgpu-cr inspect DIR [--verify]`).
+//! - [`check`]: whether an image restores on a topology and onto which GPUs
+//!   (`amdgpu-cr check DIR`), and the mapping between two topology trees (`amdgpu-cr map`).
+//! - [`topo`]: a topology as a table (`amdgpu-cr topology`).
+//!
+//! Every subcommand's arguments are a `clap::Args` struct implementing [`Run`], so a new
+//! subcommand is one enum variant and one match arm in the binary.
+//!
+//! Exit status: 0 when the answer is yes (restorable, mapped, images sound), 1 when it is no
+//! ([`Outcome::Negative`]), 2 on usage or I/O errors ([`CliError`], [`EXIT_ERROR`]).
+
+use std::fmt;
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+pub mod check;
+pub mod imagedir;
+pub mod inspect;
+pub mod table;
+pub mod topo;
+
+/// Exit status for usage and I/O errors (clap also exits with 2 on bad arguments).
+pub const EXIT_ERROR: u8 = 2;
+
+/// The answer of a subcommand that ran to completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Yes: restorable, mapped, images sound (exit status 0).
+    Success,
+    /// No: not restorable, no mapping, damaged images (exit status 1).
+    Negative,
+}
+
+impl Outcome {
+    /// The process exit status.
+    #[must_use]
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Outcome::Success => 0,
+            Outcome::Negative => 1,
+        }
+    }
+
+    /// `Success` when `ok`.
+    #[must_use]
+    pub fn from_bool(ok: bool) -> Self {
+        if ok {
+            Outcome::Success
+        } else {
+            Outcome::Negative
+        }
+    }
+}
+
+/// Why a subcommand could not answer (exit status 2).
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The image directory cannot be opened or listed.
+    #[error("cannot read image directory {dir}: {source}; check the path and its permissions")]
+    ImageDir {
+        /// The directory as given.
+        dir: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// A topology tree cannot be read.
+    #[error("reading the GPU topology under {root}: {source}")]
+    Topology {
+        /// The topology root.
+        root: PathBuf,
+        /// What failed (it names the file).
+        #[source]
+        source: topology::ParseError,
+    },
+    /// Writing the output failed (a closed pipe, a full disk).
+    #[error("writing the output: {0}")]
+    Output(#[from] io::Error),
+    /// Encoding the JSON document failed.
+    #[error("encoding the JSON output: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Output format of a report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Format {
+    /// Human-readable text.
+    #[default]
+    Text,
+    /// One JSON document.
+    Json,
+}
+
+impl Format {
+    /// `Json` when `json`.
+    #[must_use]
+    pub fn from_json_flag(json: bool) -> Self {
+        if json {
+            Format::Json
+        } else {
+            Format::Text
+        }
+    }
+}
+
+/// A subcommand's report: serializable for `--json`, renderable as text.
+pub trait Report: Serialize {
+    /// Writes the human-readable form.
+    ///
+    /// # Errors
+    ///
+    /// The writer's.
+    fn render(&self, out: &mut dyn Write) -> io::Result<()>;
+
+    /// The answer it gives.
+    fn outcome(&self) -> Outcome;
+
+    /// Writes the report in `format`: text, or one JSON document and a newline.
+    ///
+    /// # Errors
+    ///
+    /// [`CliError::Output`], [`CliError::Json`].
+    fn emit(&self, format: Format, out: &mut dyn Write) -> Result<Outcome, CliError> {
+        match format {
+            Format::Text => self.render(out)?,
+            Format::Json => {
+                serde_json::to_writer_pretty(&mut *out, self)?;
+                writeln!(out)?;
+            }
+        }
+        Ok(self.outcome())
+    }
+}
+
+/// A subcommand: parsed arguments that run against the process environment and write to `out`.
+pub trait Run {
+    /// Runs the subcommand.
+    ///
+    /// # Errors
+    ///
+    /// [`CliError`] when it cannot answer (exit status [`EXIT_ERROR`]).
+    fn run(&self, out: &mut dyn Write) -> Result<Outcome, CliError>;
+}
+
+/// A byte count in binary units, exact where it can be: `512 B`, `64 KiB`, `1.5 GiB`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HumanSize(pub u64);
+
+impl fmt::Display for HumanSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+        let n = self.0;
+        if n < 1024 {
+            return write!(f, "{n} B");
+        }
+        let mut unit = 1024u64;
+        let mut name = UNITS[0];
+        for (i, u) in UNITS.iter().enumerate().skip(1) {
+            let next = 1u64 << (10 * (i + 1));
+            if n < next {
+                break;
+            }
+            unit = next;
+            name = u;
+        }
+        let whole = n / unit;
+        let rest = n % unit;
+        if rest == 0 {
+            write!(f, "{whole} {name}")
+        } else {
+            // One decimal, truncated: never claims more than there is.
+            let tenths = u128::from(rest) * 10 / u128::from(unit);
+            write!(f, "{whole}.{tenths} {name}")
+        }
+    }
+}
+
+/// `0x1234`-style id (at least four hex digits, as the plugin's logs print gpu_ids).
+#[must_use]
+pub fn hex_id(id: u32) -> String {
+    format!("{id:#06x}")
+}
+
+/// The marketing name of a few known AMD Instinct device ids (informational only).
+#[must_use]
+pub fn model_name(vendor_id: u64, device_id: u64) -> Option<&'static str> {
+    if vendor_id != 0x1002 {
+        return None;
+    }
+    Some(match device_id {
+        0x66a0 => "MI60",
+        0x66a1 => "MI50",
+        0x738c => "MI100",
+        0x740f => "MI210",
+        0x7408 | 0x740c => "MI250X/MI250",
+        0x74a1 => "MI300X",
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_binary_and_never_rounded_up() {
+        let cases = [
+            (0, "0 B"),
+            (1023, "1023 B"),
+            (1024, "1 KiB"),
+            (1536, "1.5 KiB"),
+            (64 << 20, "64 MiB"),
+            ((1 << 30) - 1, "1023.9 MiB"),
+            (3 << 29, "1.5 GiB"),
+            (32 << 30, "32 GiB"),
+            (u64::MAX, "15.9 EiB"),
+        ];
+        for (n, want) in cases {
+            assert_eq!(HumanSize(n).to_string(), want, "{n}");
+        }
+    }
+
+    #[test]
+    fn exit_codes() {
+        assert_eq!(Outcome::Success.exit_code(), 0);
+        assert_eq!(Outcome::Negative.exit_code(), 1);
+        assert_eq!(EXIT_ERROR, 2);
+    }
+}

@@ -1,0 +1,667 @@
+//! `amdgpu-cr` subcommands: reports and their text (snapshots), JSON documents, exit codes.
+//!
+//! Images are built with the `images` crate the way a dump writes them, topologies with
+//! topology's builders and written as sysfs trees; every output is deterministic (temporary
+//! paths are shown as `DIR` and `ROOT`).
+
+#![allow(clippy::unwrap_used, clippy::cast_possible_truncation)] // test helpers, small values
+
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::process::Command;
+
+use amdgpu_plugin::cli::check::{check_dir, CheckReport, EnvChecks, MapOutcome, MapReport};
+use amdgpu_plugin::cli::inspect::{inspect, PagesStatus};
+use amdgpu_plugin::cli::topo::TopologyReport;
+use amdgpu_plugin::cli::{Format, Outcome, Report};
+use images::proto::{CriuDmabufNode, CriuKfd, CriuRenderNode, KfdBoEntry};
+use images::{DmabufImage, ImageFile, KfdImage, PagesFile, PagesWriter, RenderNodeImage};
+use kfd_abi::AllocFlags;
+use tempfile::TempDir;
+use topology::builder::{GpuSpec, TopologyBuilder};
+use topology::model::keys;
+use topology::{Check, CheckOptions, Topology};
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+/// Small checksum chunks, so a few hundred KiB make several chunks.
+const CHUNK: u32 = 64 << 10;
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures
+
+/// Two NUMA nodes with two MI100 each; explicit gpu_ids when given; firmware `fw`.
+fn mi100x4(ids: Option<[u32; 4]>, fw: u64) -> Topology {
+    let mut b = TopologyBuilder::new().cpus(2);
+    for i in 0..4 {
+        let mut spec = GpuSpec::mi100().numa(i / 2).prop(keys::FW_VERSION, fw);
+        if let Some(ids) = ids {
+            spec = spec.gpu_id(ids[i]);
+        }
+        b = b.gpu(spec);
+    }
+    b.build()
+}
+
+/// One NUMA node with two MI100.
+fn mi100x2(fw: u64) -> Topology {
+    TopologyBuilder::new()
+        .cpus(1)
+        .gpus(2, &GpuSpec::mi100().prop(keys::FW_VERSION, fw))
+        .build()
+}
+
+/// Writes `t` as a sysfs tree into a new temporary directory.
+fn tree(t: &Topology) -> TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    topology::write(t, dir.path()).unwrap();
+    dir
+}
+
+/// Parses the tree under `dir` (what the commands see).
+fn parsed(dir: &TempDir) -> Topology {
+    topology::parse(dir.path()).unwrap()
+}
+
+/// One BO of an image: the GPU's index in the topology, its flags and size.
+struct Bo(usize, AllocFlags, u64);
+
+/// A deterministic byte of the contents of GPU `gpu` at payload offset `i`.
+fn byte(gpu: u32, i: u64) -> u8 {
+    (i.wrapping_mul(31).wrapping_add(u64::from(gpu)) % 251) as u8
+}
+
+/// Writes `amdgpu-kfd-<id>.img` of a process on machine `t` with `bos`, and its pages files
+/// (with checksums when `checksums`), as a dump does.
+fn write_kfd_image(
+    dir: &Path,
+    id: u32,
+    t: &Topology,
+    bos: &[Bo],
+    checksums: bool,
+    shm: Option<(u64, u32)>,
+) {
+    let d = File::open(dir).unwrap();
+    let gpus: Vec<u32> = t.gpus().map(|g| g.gpu_id).collect();
+    let entries = topology::image::to_device_entries(t);
+    let bo_entries: Vec<KfdBoEntry> = bos
+        .iter()
+        .enumerate()
+        .map(|(i, Bo(g, flags, size))| KfdBoEntry {
+            addr: 0x7f00_0000_0000 + (i as u64) * 0x1000_0000,
+            size: *size,
+            offset: 0x1_0000_0000 * (i as u64 + 1),
+            alloc_flags: flags.bits(),
+            gpu_id: gpus[*g],
+            handle: u32::MAX,
+        })
+        .collect();
+    let mut pages_checksums = Vec::new();
+    for &gpu in &gpus {
+        let len = images::pages::kfd_pages_len(&bo_entries, gpu);
+        if len == 0 {
+            continue;
+        }
+        let which = PagesFile::Kfd { id, gpu_id: gpu };
+        let mut w = PagesWriter::new(d.as_fd(), which, len, checksums.then_some(CHUNK)).unwrap();
+        let data: Vec<u8> = (0..len).map(|i| byte(gpu, i)).collect();
+        w.write_chunk(&data).unwrap();
+        pages_checksums.extend(w.finish().unwrap());
+    }
+    let num_of_gpus = gpus.len() as u32;
+    let msg = CriuKfd {
+        pid: 4242,
+        num_of_gpus,
+        num_of_cpus: entries.len() as u32 - num_of_gpus,
+        device_entries: entries,
+        num_of_bos: bo_entries.len() as u64,
+        bo_entries,
+        num_of_objects: 7,
+        shared_mem_size: shm.map_or(0, |s| s.0),
+        shared_mem_magic: shm.map_or(0, |s| s.1),
+        priv_data: vec![0xa5; 1536],
+        pages_checksums,
+    };
+    KfdImage::write(d.as_fd(), id, &msg).unwrap();
+}
+
+/// A typical process: VRAM and GTT BOs with contents, plus USERPTR, doorbell and MMIO BOs, on
+/// the first two GPUs of `t` (the others are visible but unused).
+fn typical_bos() -> Vec<Bo> {
+    vec![
+        Bo(0, AllocFlags::VRAM | AllocFlags::WRITABLE, 256 * KIB),
+        Bo(0, AllocFlags::VRAM, 64 * KIB),
+        Bo(0, AllocFlags::GTT, 8 * KIB),
+        Bo(0, AllocFlags::USERPTR, 2 * MIB),
+        Bo(0, AllocFlags::DOORBELL, 8 * KIB),
+        Bo(0, AllocFlags::MMIO_REMAP, 4 * KIB),
+        Bo(1, AllocFlags::VRAM, 128 * KIB),
+        Bo(1, AllocFlags::DOORBELL, 8 * KIB),
+    ]
+}
+
+/// An image directory with one process checkpointed on `t` (id 7) and a render-node image of
+/// its first GPU (id 8) and a dma-buf image (id 9).
+fn image_dir(t: &Topology, checksums: bool) -> TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write_kfd_image(
+        dir.path(),
+        7,
+        t,
+        &typical_bos(),
+        checksums,
+        Some((4096, 0x4853_4d54)),
+    );
+    let d = File::open(dir.path()).unwrap();
+    let first = t.gpus().next().unwrap();
+    let render = CriuRenderNode {
+        gpu_id: first.gpu_id,
+        id: 8,
+        drm_render_minor: first.render_minor(),
+        ..Default::default()
+    };
+    RenderNodeImage::write(d.as_fd(), 8, &render).unwrap();
+    DmabufImage::write(d.as_fd(), 9, &CriuDmabufNode { gem_handle: 3 }).unwrap();
+    // Not ours: ignored.
+    std::fs::write(dir.path().join("core-4242.img"), b"criu's own").unwrap();
+    dir
+}
+
+fn text(report: &impl Report) -> String {
+    let mut out = Vec::new();
+    report.render(&mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+fn json(report: &impl Report) -> serde_json::Value {
+    let mut out = Vec::new();
+    report.emit(Format::Json, &mut out).unwrap();
+    serde_json::from_slice(&out).unwrap()
+}
+
+fn keys_of(v: &serde_json::Value) -> Vec<&str> {
+    let mut k: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    k.sort_unstable();
+    k
+}
+
+fn all_on() -> EnvChecks {
+    EnvChecks::from_options(CheckOptions::default())
+}
+
+fn check(dir: &TempDir, local: &Topology, checks: &EnvChecks) -> CheckReport {
+    check_dir(dir.path(), "DIR", "ROOT", local, checks).unwrap()
+}
+
+fn corrupt(path: &Path, offset: u64) {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.read_exact(&mut b).unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.write_all(&[!b[0]]).unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// inspect
+
+#[test]
+fn inspect_summarises_every_image() {
+    let t = mi100x4(Some([0x1001, 0x1002, 0x1003, 0x1004]), 65);
+    let dir = image_dir(&t, true);
+    let report = inspect(dir.path(), "DIR", false).unwrap();
+    assert_eq!(report.outcome(), Outcome::Success);
+    insta::assert_snapshot!("inspect_text", text(&report));
+}
+
+#[test]
+fn inspect_verify_reads_every_chunk_and_names_the_corrupt_one() {
+    let t = mi100x2(65);
+    let dir = image_dir(&t, true);
+    let first = t.gpus().next().unwrap().gpu_id;
+    let file = images::names::kfd_pages(7, first);
+    // Payload offset 2 * CHUNK + 5 is in chunk 2; the file has an 8-byte header.
+    corrupt(&dir.path().join(&file), 8 + 2 * u64::from(CHUNK) + 5);
+
+    // Without --verify only lengths are checked: the damage is not seen.
+    let quick = inspect(dir.path(), "DIR", false).unwrap();
+    assert_eq!(quick.outcome(), Outcome::Success);
+
+    let full = inspect(dir.path(), "DIR", true).unwrap();
+    assert_eq!(full.outcome(), Outcome::Negative);
+    let bad = full.pages_files.iter().find(|p| p.file == file).unwrap();
+    assert!(
+        matches!(bad.status, PagesStatus::Bad { chunk: Some(2), .. }),
+        "{:?}",
+        bad.status
+    );
+    let other = full.pages_files.iter().find(|p| p.file != file).unwrap();
+    assert_eq!(
+        other.status,
+        PagesStatus::Ok {
+            read: true,
+            verified: true
+        }
+    );
+    let out = text(&full);
+    assert!(out.contains("CORRUPT (chunk 2)"), "{out}");
+    assert!(out.contains("Result: 1 problem(s)"), "{out}");
+}
+
+#[test]
+fn inspect_without_checksums_verifies_lengths_only() {
+    let t = mi100x2(65);
+    let dir = image_dir(&t, false);
+    let report = inspect(dir.path(), "DIR", true).unwrap();
+    assert_eq!(report.outcome(), Outcome::Success);
+    assert!(report.pages_files.iter().all(|p| p.status
+        == PagesStatus::Ok {
+            read: true,
+            verified: false
+        }));
+    assert!(text(&report).contains("page checksums: none"));
+}
+
+#[test]
+fn inspect_reports_missing_truncated_and_orphan_pages_files() {
+    let t = mi100x2(65);
+    let dir = image_dir(&t, true);
+    let ids: Vec<u32> = t.gpus().map(|g| g.gpu_id).collect();
+    std::fs::remove_file(dir.path().join(images::names::kfd_pages(7, ids[0]))).unwrap();
+    let second = dir.path().join(images::names::kfd_pages(7, ids[1]));
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&second)
+        .unwrap();
+    f.set_len(100).unwrap();
+    std::fs::write(dir.path().join("amdgpu-pages-99-abcd.img"), [0u8; 8]).unwrap();
+
+    let report = inspect(dir.path(), "DIR", false).unwrap();
+    assert_eq!(report.outcome(), Outcome::Negative);
+    assert_eq!(report.problems, 2);
+    let status = |name: &str| {
+        &report
+            .pages_files
+            .iter()
+            .find(|p| p.file == name)
+            .unwrap()
+            .status
+    };
+    assert_eq!(
+        *status(&images::names::kfd_pages(7, ids[0])),
+        PagesStatus::Missing
+    );
+    assert!(matches!(
+        status(&images::names::kfd_pages(7, ids[1])),
+        PagesStatus::Bad { chunk: None, message } if message.contains("truncated")
+    ));
+    assert_eq!(*status("amdgpu-pages-99-abcd.img"), PagesStatus::Orphan);
+}
+
+#[test]
+fn inspect_json_is_one_document_with_the_summary() {
+    let t = mi100x2(65);
+    let dir = image_dir(&t, true);
+    let v = json(&inspect(dir.path(), "DIR", true).unwrap());
+    assert_eq!(
+        keys_of(&v),
+        [
+            "dir",
+            "dmabufs",
+            "kfd",
+            "pages_files",
+            "problems",
+            "render_nodes",
+            "verify"
+        ]
+    );
+    let kfd = &v["kfd"][0];
+    assert_eq!(kfd["file"], "amdgpu-kfd-7.img");
+    let c = &kfd["content"];
+    assert_eq!(c["pid"], 4242);
+    assert_eq!(c["num_of_objects"], 7);
+    assert_eq!(c["priv_data_size"], 1536);
+    assert_eq!(c["shared_memory"]["size"], 4096);
+    assert_eq!(c["checksummed_files"], 2);
+    let gpu0 = &c["gpus"][0];
+    assert_eq!(gpu0["bos"][0]["kind"], "VRAM");
+    assert_eq!(gpu0["bos"][0]["count"], 2);
+    assert_eq!(gpu0["bos"][0]["size"], 320 * KIB);
+    assert_eq!(gpu0["contents"], 328 * KIB);
+    assert_eq!(gpu0["model"], "MI100");
+    assert_eq!(v["pages_files"][0]["status"]["state"], "ok");
+    assert_eq!(v["pages_files"][0]["status"]["verified"], true);
+    assert_eq!(
+        v["render_nodes"][0]["gpu_id"],
+        t.gpus().next().unwrap().gpu_id
+    );
+    assert_eq!(v["dmabufs"][0]["gem_handle"], 3);
+}
+
+#[test]
+fn inspect_reports_an_image_that_does_not_decode() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("amdgpu-kfd-3.img"), [1, 2, 3]).unwrap();
+    let report = inspect(dir.path(), "DIR", false).unwrap();
+    assert_eq!(report.outcome(), Outcome::Negative);
+    let out = text(&report);
+    assert!(
+        out.contains("amdgpu-kfd-3.img (3 B): DOES NOT DECODE"),
+        "{out}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// check
+
+#[test]
+fn check_restorable_with_other_gpu_ids() {
+    let source = mi100x4(None, 65);
+    let dir = image_dir(&source, true);
+    let root = tree(&mi100x4(Some([0x1001, 0x1002, 0x1003, 0x1004]), 65));
+    let report = check(&dir, &parsed(&root), &all_on());
+    assert!(report.restorable);
+    assert_eq!(report.outcome(), Outcome::Success);
+    let Some(MapOutcome::Mapped { mapping }) = &report.images[0].mapping else {
+        panic!("not mapped: {report:?}");
+    };
+    assert!(!mapping.identity);
+    assert_eq!(report.render_nodes[0].local_render_minor, Some(128));
+    insta::assert_snapshot!("check_restorable_remapped", text(&report));
+}
+
+#[test]
+fn check_refuses_older_firmware_and_names_the_variable() {
+    let dir = image_dir(&mi100x4(None, 65), true);
+    let local = parsed(&tree(&mi100x4(None, 60)));
+    let report = check(&dir, &local, &all_on());
+    assert!(!report.restorable);
+    assert_eq!(report.outcome(), Outcome::Negative);
+    let Some(MapOutcome::Refused { remedy, .. }) = &report.images[0].mapping else {
+        panic!("mapped: {report:?}");
+    };
+    assert_eq!(
+        remedy.as_ref().map(|r| r.set_to_zero.clone()),
+        Some(vec!["KFD_FW_VER_CHECK"])
+    );
+    let out = text(&report);
+    assert!(
+        out.contains("setting KFD_FW_VER_CHECK=0 would allow it"),
+        "{out}"
+    );
+    insta::assert_snapshot!("check_refused_firmware", out);
+
+    // Two checks fail: the smallest set that helps has both.
+    let mut both = mi100x4(None, 60);
+    for id in both.gpus().map(|g| g.gpu_id).collect::<Vec<_>>() {
+        let node = both.gpu_mut(id).unwrap();
+        node.properties.set(keys::SDMA_FW_VERSION, 1);
+    }
+    let report = check(&dir, &both, &all_on());
+    let Some(MapOutcome::Refused { remedy, .. }) = &report.images[0].mapping else {
+        panic!("mapped: {report:?}");
+    };
+    assert_eq!(
+        remedy.as_ref().map(|r| r.set_to_zero.clone()),
+        Some(vec!["KFD_FW_VER_CHECK", "KFD_SDMA_FW_VER_CHECK"])
+    );
+
+    // The same with the check off: restorable, and the report says the check is off.
+    let off = EnvChecks::from_lookup(|v| (v == Check::FwVersion.env_var()).then(|| "0".into()));
+    let report = check(&dir, &local, &off);
+    assert!(report.restorable);
+    assert!(text(&report).contains("Checks off: KFD_FW_VER_CHECK"));
+}
+
+#[test]
+fn check_refuses_too_few_gpus_and_no_variable_helps() {
+    let dir = image_dir(&mi100x4(None, 65), true);
+    let local = parsed(&tree(&mi100x2(65)));
+    let report = check(&dir, &local, &all_on());
+    assert!(!report.restorable);
+    let Some(MapOutcome::Refused { remedy, error, .. }) = &report.images[0].mapping else {
+        panic!("mapped: {report:?}");
+    };
+    assert!(remedy.is_none());
+    assert!(matches!(
+        error,
+        topology::MapError::GpuCount {
+            image_gpus: 4,
+            local_gpus: 2
+        }
+    ));
+    // The render node depends on the refused KFD image.
+    assert!(report.render_nodes[0].problem.is_some());
+    insta::assert_snapshot!("check_refused_gpu_count", text(&report));
+}
+
+#[test]
+fn check_names_a_missing_pages_file_and_still_shows_the_mapping() {
+    let t = mi100x4(None, 65);
+    let dir = image_dir(&t, true);
+    let second = t.gpus().nth(1).unwrap().gpu_id;
+    let missing = images::names::kfd_pages(7, second);
+    std::fs::remove_file(dir.path().join(&missing)).unwrap();
+    let report = check(&dir, &parsed(&tree(&t)), &all_on());
+    assert!(!report.restorable);
+    let k = &report.images[0];
+    assert_eq!(k.problems.len(), 1);
+    assert_eq!(k.problems[0].file, missing);
+    assert!(k.mapping.as_ref().is_some_and(MapOutcome::is_mapped));
+    let out = text(&report);
+    assert!(
+        out.contains(&format!(
+            "image problem in {missing}: cannot open pages file"
+        )),
+        "{out}"
+    );
+}
+
+#[test]
+fn check_reports_bad_counts() {
+    let t = mi100x2(65);
+    let dir = tempfile::tempdir().unwrap();
+    write_kfd_image(dir.path(), 5, &t, &typical_bos(), true, None);
+    let d = File::open(dir.path()).unwrap();
+    let mut msg = KfdImage::read(d.as_fd(), 5).unwrap();
+    msg.num_of_bos += 1;
+    KfdImage::write(d.as_fd(), 5, &msg).unwrap();
+    let report = check(&dir, &t, &all_on());
+    assert!(!report.restorable);
+    assert_eq!(report.images[0].problems[0].file, "amdgpu-kfd-5.img");
+    assert!(report.images[0].problems[0]
+        .message
+        .contains("num_of_bos is 9 but 8 BO entries follow"));
+}
+
+#[test]
+fn check_json_has_the_verdict_and_the_mapping() {
+    let dir = image_dir(&mi100x4(None, 65), true);
+    let local = parsed(&tree(&mi100x4(None, 60)));
+    let v = json(&check(&dir, &local, &all_on()));
+    assert_eq!(
+        keys_of(&v),
+        [
+            "checks",
+            "dir",
+            "images",
+            "local_gpus",
+            "render_nodes",
+            "restorable",
+            "topology_root"
+        ]
+    );
+    assert_eq!(v["restorable"], false);
+    let m = &v["images"][0]["mapping"];
+    assert_eq!(m["result"], "refused");
+    assert_eq!(m["error"]["kind"], "no_candidate");
+    assert_eq!(
+        m["error"]["unplaced"][0]["rejections"][0]["reason"]["check"],
+        "FwVersion"
+    );
+    assert_eq!(m["remedy"]["set_to_zero"][0], "KFD_FW_VER_CHECK");
+    assert_eq!(m["remedy"]["mapping"]["gpus"].as_array().unwrap().len(), 4);
+    assert_eq!(v["checks"]["off"].as_array().unwrap().len(), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// topology and map
+
+/// Two NUMA nodes; four MI250X GCDs in one xGMI hive, two per NUMA node.
+fn mi250x4() -> Topology {
+    TopologyBuilder::new()
+        .cpus(2)
+        .gpus(2, &GpuSpec::mi250x_gcd().numa(0))
+        .gpus(2, &GpuSpec::mi250x_gcd().numa(1))
+        .hive(0..4)
+        .build()
+}
+
+#[test]
+fn topology_table_of_a_four_gpu_hive() {
+    let root = tree(&mi250x4());
+    let report = TopologyReport::new("ROOT", &parsed(&root));
+    assert_eq!(report.gpus.len(), 4);
+    assert_eq!(report.hives.len(), 1);
+    assert_eq!(report.gpus[2].numa_node, Some(1));
+    insta::assert_snapshot!("topology_mi250x4", text(&report));
+}
+
+#[test]
+fn topology_json_lists_nodes_and_hives() {
+    let v = json(&TopologyReport::new("ROOT", &mi250x4()));
+    assert_eq!(
+        keys_of(&v),
+        ["cpus", "generation_id", "gpus", "hives", "root"]
+    );
+    let g = &v["gpus"][0];
+    for key in [
+        "gpu_id",
+        "name",
+        "render_minor",
+        "location",
+        "numa_node",
+        "vram",
+        "hive_id",
+        "fw_version",
+        "sdma_fw_version",
+        "links",
+    ] {
+        assert!(g.get(key).is_some(), "{key} missing from {g}");
+    }
+    assert_eq!(g["location"], "0000:03:00.0");
+    assert_eq!(v["hives"][0]["gpus"].as_array().unwrap().len(), 4);
+}
+
+#[test]
+fn map_between_trees_remaps_and_explains() {
+    let src = mi100x4(None, 65);
+    let dst = mi100x4(Some([0x1001, 0x1002, 0x1003, 0x1004]), 65);
+    let report = MapReport::new("SRC", &src, "DEST", &dst, &all_on());
+    assert_eq!(report.outcome(), Outcome::Success);
+    insta::assert_snapshot!("map_remapped", text(&report));
+
+    // NUMA placement: on the destination all four GPUs hang off CPU node 0.
+    let numa = TopologyBuilder::new()
+        .cpus(2)
+        .gpus(4, &GpuSpec::mi100().numa(0))
+        .build();
+    let report = MapReport::new("SRC", &src, "DEST", &numa, &all_on());
+    assert_eq!(report.outcome(), Outcome::Negative);
+    insta::assert_snapshot!("map_refused_numa", text(&report));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The binary, end to end
+
+fn amdgpu_cr(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_amdgpu-cr"));
+    cmd.args(args);
+    for c in Check::ALL {
+        cmd.env_remove(c.env_var());
+    }
+    cmd.env_remove("AMDGPU_CR_TOPOLOGY_ROOT");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+fn p(dir: &TempDir) -> &str {
+    dir.path().to_str().unwrap()
+}
+
+#[test]
+fn binary_check_exit_codes_follow_the_verdict_and_the_environment() {
+    let dir = image_dir(&mi100x4(None, 65), true);
+    let old_fw = tree(&mi100x4(None, 60));
+    let same = tree(&mi100x4(None, 65));
+
+    let (code, out, _) = amdgpu_cr(&["check", p(&dir), "--topology", p(&same)], &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("Result: restorable here"));
+
+    let (code, out, _) = amdgpu_cr(&["check", p(&dir), "--topology", p(&old_fw)], &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("KFD_FW_VER_CHECK=0"));
+
+    // The variable, in the environment, changes the verdict; the topology root from the
+    // environment is used when --topology is not given.
+    let (code, out, _) = amdgpu_cr(
+        &["check", p(&dir), "--json"],
+        &[
+            ("KFD_FW_VER_CHECK", "no"),
+            ("AMDGPU_CR_TOPOLOGY_ROOT", p(&old_fw)),
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["restorable"], true);
+    assert_eq!(v["checks"]["off"][0], "KFD_FW_VER_CHECK");
+}
+
+#[test]
+fn binary_errors_exit_2() {
+    let (code, _, err) = amdgpu_cr(&["check", "/nonexistent/images", "--topology", "/"], &[]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("amdgpu-cr: reading the GPU topology under /"),
+        "{err}"
+    );
+    let topo = tree(&mi100x2(65));
+    let (code, _, err) = amdgpu_cr(&["inspect", "/nonexistent/images"], &[]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("cannot read image directory /nonexistent/images"),
+        "{err}"
+    );
+    let (code, _, _) = amdgpu_cr(&["map", "--from", p(&topo)], &[]);
+    assert_eq!(code, 2, "a missing required argument is a usage error");
+}
+
+#[test]
+fn binary_map_and_topology_print_json() {
+    let a = tree(&mi100x4(None, 65));
+    let b = tree(&mi100x2(65));
+    let (code, out, _) = amdgpu_cr(&["map", "--from", p(&a), "--to", p(&b), "--json"], &[]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["mapping"]["result"], "refused");
+    assert_eq!(v["mapping"]["error"]["kind"], "gpu_count");
+
+    let (code, out, _) = amdgpu_cr(&["topology", "--root", p(&a), "--json"], &[]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["gpus"].as_array().unwrap().len(), 4);
+}
