@@ -1,0 +1,497 @@
+//! A full CRIU_OP cycle in process: a process with BOs on two GPUs, queues, events and an SVM
+//! range is checkpointed by its ptrace parent, restored into a fresh process on a machine whose
+//! GPUs have other ids, resumed, and checkpointed again: VAs, IDR handles, queue ids, event ids
+//! and signaled states, and the contents read through the dma-bufs all match.
+
+mod common;
+
+use std::fs::File;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+
+use common::*;
+use kfd_abi::criu::{Checkpoint, RestoreBo, RestoreDevice};
+use kfd_abi::kfd::{QueueDesc, SvmAttribute};
+use kfd_abi::{AllocFlags, Errno, EventId, EventType, GpuId, Kfd, QueueType, WaitResult};
+use kfd_sim::criu::{
+    BO_PRIV_SIZE, DEVICE_PRIV_SIZE, EVENT_PRIV_SIZE, PROCESS_PRIV_SIZE, QUEUE_PRIV_SIZE,
+    SVM_PRIV_SIZE,
+};
+use kfd_sim::{Machine, Preset, SimFile, SimProcess};
+use kfd_sys as sys;
+
+const VA: u64 = 0x7f00_0000_0000;
+const MIB: u64 = 1 << 20;
+
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
+}
+
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
+}
+
+/// What the private data says: BO idr handles, queue ids, (event id, signaled), SVM ranges.
+#[derive(Debug, PartialEq, Eq)]
+struct Objects {
+    idrs: Vec<u32>,
+    queues: Vec<u32>,
+    events: Vec<(u32, u32)>,
+    svm: Vec<(u64, u64)>,
+}
+
+fn parse(c: &Checkpoint) -> Objects {
+    let p = &c.priv_data;
+    assert_eq!(u32_at(p, 0), 1, "priv_data version");
+    let ndev = c.devices.len();
+    let mut off = PROCESS_PRIV_SIZE + DEVICE_PRIV_SIZE * ndev;
+    let mut idrs = Vec::new();
+    for _ in &c.bos {
+        idrs.push(u32_at(p, off + 8));
+        off += BO_PRIV_SIZE;
+    }
+    let (mut queues, mut events, mut svm) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..c.num_objects {
+        match u32_at(p, off) {
+            0 => {
+                queues.push(u32_at(p, off + 76));
+                let extra = u32_at(p, off + 108) as usize + u32_at(p, off + 112) as usize;
+                off += QUEUE_PRIV_SIZE + extra;
+            }
+            1 => {
+                events.push((u32_at(p, off + 16), u32_at(p, off + 28)));
+                off += EVENT_PRIV_SIZE;
+            }
+            2 => {
+                svm.push((u64_at(p, off + 8), u64_at(p, off + 16)));
+                off += SVM_PRIV_SIZE + 8 * (4 + ndev);
+            }
+            t => panic!("object type {t}"),
+        }
+    }
+    assert_eq!(off, p.len(), "records fill priv_data exactly");
+    Objects {
+        idrs,
+        queues,
+        events,
+        svm,
+    }
+}
+
+fn pattern(i: usize, len: u64) -> Vec<u8> {
+    (0..len).map(|j| (j as usize * 7 + i * 31) as u8).collect()
+}
+
+/// What a BO holds after the pattern pass: the pattern if its dma-buf was writable, else zeros.
+fn expected(i: usize, b: &kfd_abi::criu::BoBucket) -> Vec<u8> {
+    if b.alloc_flags.contains(AllocFlags::WRITABLE) {
+        pattern(i, b.size)
+    } else {
+        vec![0; b.size as usize]
+    }
+}
+
+fn write_all(fd: &OwnedFd, data: &[u8]) {
+    File::from(fd.try_clone().unwrap())
+        .write_all_at(data, 0)
+        .unwrap();
+}
+
+fn read_all(fd: &OwnedFd, len: u64) -> Vec<u8> {
+    let mut b = vec![0u8; len as usize];
+    File::from(fd.try_clone().unwrap())
+        .read_exact_at(&mut b, 0)
+        .unwrap();
+    b
+}
+
+/// The traced process's /dev/kfd in the hands of a new, tracing "criu" process.
+fn criu_view(kfd: &Kfd<SimFile>, target: &SimProcess) -> (SimProcess, Kfd<SimFile>) {
+    let criu = target.machine().spawn_process();
+    criu.ptrace_attach(target);
+    let k = Kfd::new(kfd.transport().used_by(&criu).unwrap(), "/dev/kfd (criu)");
+    (criu, k)
+}
+
+struct Source {
+    env: Env,
+    _host: Vec<u8>,
+    events: Vec<EventId>,
+}
+
+/// The dumped process: BOs of every kind on two GPUs, three queues, three events, an SVM range.
+fn source() -> Source {
+    let e = env(Preset::mi210x2());
+    let (g0, g1) = (e.gpus[0], e.gpus[1]);
+    let k = &e.kfd;
+    let v0 = k.alloc_memory(VA, 4 * MIB, g0, VRAM_W).unwrap();
+    k.map_memory_to_gpu(v0.handle, &[g0, g1]).unwrap();
+    let v1 = k
+        .alloc_memory(VA + 16 * MIB, 2 * MIB, g1, VRAM_W | AllocFlags::EXECUTABLE)
+        .unwrap();
+    k.map_memory_to_gpu(v1.handle, &[g1]).unwrap();
+    k.alloc_memory(VA + 32 * MIB, MIB, g0, AllocFlags::GTT)
+        .unwrap();
+    let page = k.alloc_memory(VA + 64 * MIB, 32 << 10, g1, GTT_W).unwrap();
+    k.alloc_memory(VA + 128 * MIB, 8192, g0, AllocFlags::DOORBELL)
+        .unwrap();
+    let host = vec![0u8; 16384];
+    let cpu = (host.as_ptr() as u64 + 4095) & !4095;
+    // SAFETY: `host` lives as long as the process (kept in Source).
+    unsafe { k.alloc_userptr(VA + 130 * MIB, 8192, g1, AllocFlags::WRITABLE, cpu) }.unwrap();
+    let mut aql = QueueDesc::new(g0, QueueType::ComputeAql);
+    aql.ring_base = 0x1000_0000;
+    aql.ring_size = 4096;
+    aql.ctl_stack_size = 0x2000;
+    // SAFETY: the simulator keeps the addresses but never dereferences them.
+    unsafe {
+        k.create_queue(&aql).unwrap();
+        k.create_queue(&QueueDesc::new(g1, QueueType::Sdma))
+            .unwrap();
+        k.create_queue(&QueueDesc {
+            gpu_id: g1.get(),
+            ..aql
+        })
+        .unwrap();
+    }
+    let e0 = k
+        .create_event(EventType::Signal, false, Some(page.handle))
+        .unwrap()
+        .event_id;
+    let e1 = k
+        .create_event(EventType::Signal, true, None)
+        .unwrap()
+        .event_id;
+    let e2 = k
+        .create_event(EventType::NodeChange, false, None)
+        .unwrap()
+        .event_id;
+    k.set_event(e0).unwrap();
+    let svm = vec![0u8; 3 * 4096];
+    let start = (svm.as_ptr() as u64 + 4095) & !4095;
+    let loc = SvmAttribute {
+        ty: sys::KFD_IOCTL_SVM_ATTR_PREFERRED_LOC,
+        value: g1.get(),
+    };
+    k.svm_set_attr(start, 4096, &[loc]).unwrap();
+    Source {
+        env: e,
+        _host: host,
+        events: vec![e0, e1, e2],
+    }
+}
+
+fn restore_devices<'a>(
+    c: &Checkpoint,
+    m: &Machine,
+    renders: &'a [SimFile],
+) -> Vec<RestoreDevice<'a>> {
+    c.devices
+        .iter()
+        .zip(m.gpu_ids())
+        .zip(renders)
+        .map(|((d, new), r)| RestoreDevice {
+            user_gpu_id: gpu(d.user_gpu_id),
+            actual_gpu_id: gpu(new),
+            drm: r.as_fd(),
+        })
+        .collect()
+}
+
+fn restore_bos(c: &Checkpoint) -> Vec<RestoreBo> {
+    c.bos
+        .iter()
+        .map(|b| RestoreBo {
+            addr: b.addr,
+            size: b.size,
+            offset: b.offset,
+            gpu_id: b.gpu_id,
+            alloc_flags: b.alloc_flags,
+        })
+        .collect()
+}
+
+#[test]
+fn checkpoint_restore_onto_other_gpu_ids_and_checkpoint_again() {
+    let src = source();
+    let e = &src.env;
+    let old_ids: Vec<u32> = e.gpus.iter().map(|g| g.get()).collect();
+
+    // A first dump gives dma-bufs that alias the BOs' memory: fill each with a pattern.
+    let (_criu, ck) = criu_view(&e.kfd, &e.proc);
+    let info = ck.criu_process_info().unwrap();
+    assert_eq!(info.pid, e.proc.pid());
+    assert_eq!(
+        (info.num_devices, info.num_bos, info.num_objects),
+        (2, 6, 3 + 3 + 1)
+    );
+    let first = ck.criu_checkpoint(&info).unwrap();
+    for (i, b) in first.bos.iter().enumerate() {
+        let Some(fd) = &b.dmabuf else { continue };
+        if b.alloc_flags.contains(AllocFlags::WRITABLE) {
+            write_all(fd, &pattern(i, b.size));
+        } else {
+            let ro = File::from(fd.try_clone().unwrap());
+            assert!(
+                ro.write_at(b"x", 0).is_err(),
+                "dma-buf of a read-only BO is read-only"
+            );
+        }
+    }
+    drop(first);
+    ck.criu_unpause().unwrap();
+
+    // The real dump.
+    let info = ck.criu_process_info().unwrap();
+    let c = ck.criu_checkpoint(&info).unwrap();
+    ck.criu_unpause().unwrap();
+    assert_eq!(c.priv_data.len() as u64, info.priv_data_size);
+    let want = parse(&c);
+    assert_eq!(want.idrs, [0, 1, 2, 0, 1, 2], "IDR order per device");
+    assert_eq!(want.queues, [0, 1, 2]);
+    assert_eq!(want.events, [(0, 1), (1, 0), (1 << 30, 0)]);
+    assert_eq!(want.svm.len(), 1);
+    for (i, b) in c.bos.iter().enumerate() {
+        assert_eq!(b.dmabuf.is_some(), b.alloc_flags.has_contents());
+        if let Some(fd) = &b.dmabuf {
+            assert_eq!(read_all(fd, b.size), expected(i, b), "BO {i} contents");
+        }
+    }
+    let doorbell = c
+        .bos
+        .iter()
+        .find(|b| b.alloc_flags.contains(AllocFlags::DOORBELL))
+        .unwrap();
+    assert_eq!(doorbell.offset, (3 << 62) | (u64::from(old_ids[0]) << 46));
+
+    // Restore into a fresh process on a machine whose GPUs have other ids.
+    let mb = Machine::new(&Preset::mi210x2().with_gpu_ids(&[0x3a01, 0x3a02])).unwrap();
+    let r = mb.spawn_process();
+    let rk = Kfd::new(r.open_kfd().unwrap(), "/dev/kfd (restored)");
+    let renders: Vec<SimFile> = mb
+        .render_minors()
+        .into_iter()
+        .map(|m| r.open_render(m).unwrap())
+        .collect();
+    let restored = rk
+        .criu_restore(
+            &restore_devices(&c, &mb, &renders),
+            &restore_bos(&c),
+            &c.priv_data,
+            c.num_objects,
+        )
+        .unwrap();
+    assert_eq!(restored.len(), c.bos.len());
+    for (i, (b, rb)) in c.bos.iter().zip(&restored).enumerate() {
+        assert_eq!(rb.dmabuf.is_some(), b.alloc_flags.has_contents());
+        if let Some(fd) = &rb.dmabuf {
+            write_all(fd, &read_all(c.bos[i].dmabuf.as_ref().unwrap(), b.size));
+        }
+        if b.alloc_flags.contains(AllocFlags::DOORBELL) {
+            assert_eq!(
+                rb.restored_offset,
+                (3 << 62) | (0x3a01u64 << 46),
+                "new actual gpu id"
+            );
+        }
+        if b.alloc_flags.has_contents() {
+            assert!(rb.restored_offset >= 1 << 32);
+        }
+    }
+    // Queues stay evicted until RESUME, which criu issues by pid from its own /dev/kfd.
+    let criu_b = mb.spawn_process();
+    let kb = Kfd::new(criu_b.open_kfd().unwrap(), "/dev/kfd (criu)");
+    kb.criu_resume(r.pid()).unwrap();
+    assert_eq!(
+        errno(kb.criu_resume(r.pid())),
+        Some(Errno::EINVAL),
+        "a second RESUME"
+    );
+
+    // The restored process keeps its old gpu ids and its events' states.
+    let aps = rk.get_process_apertures_new().unwrap();
+    assert_eq!(aps.iter().map(|a| a.gpu_id).collect::<Vec<_>>(), old_ids);
+    assert_eq!(
+        rk.wait_events(&[src.events[0]], false, 0).unwrap(),
+        WaitResult::Complete
+    );
+    assert_eq!(
+        rk.wait_events(&[src.events[1]], false, 0).unwrap(),
+        WaitResult::Timeout
+    );
+
+    // Dump the restored process again: the same objects, the same contents.
+    let (_criu2, kr) = criu_view(&rk, &r);
+    let info2 = kr.criu_process_info().unwrap();
+    assert_eq!(
+        (info2.num_devices, info2.num_bos, info2.num_objects),
+        (info.num_devices, info.num_bos, info.num_objects)
+    );
+    let c2 = kr.criu_checkpoint(&info2).unwrap();
+    kr.criu_unpause().unwrap();
+    assert_eq!(parse(&c2), want);
+    let ids = |c: &Checkpoint| {
+        c.devices
+            .iter()
+            .map(|d| (d.user_gpu_id, d.actual_gpu_id))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids(&c2), [(old_ids[0], 0x3a01), (old_ids[1], 0x3a02)]);
+    for (i, (a, b)) in c.bos.iter().zip(&c2.bos).enumerate() {
+        assert_eq!(
+            (a.addr, a.size, a.gpu_id, a.alloc_flags),
+            (b.addr, b.size, b.gpu_id, b.alloc_flags),
+            "BO {i}"
+        );
+        if let (Some(x), Some(y)) = (&a.dmabuf, &b.dmabuf) {
+            assert_eq!(
+                read_all(y, b.size),
+                read_all(x, a.size),
+                "BO {i} contents after restore"
+            );
+        }
+    }
+    // New allocations on an old id land on the new GPU, with the next IDR handle.
+    let h = rk
+        .alloc_memory(VA + 256 * MIB, MIB, GpuId::new(old_ids[0]).unwrap(), VRAM_W)
+        .unwrap();
+    assert_eq!((h.handle.gpu_id(), h.handle.idr()), (old_ids[0], 3));
+    assert_eq!(mb.vram_used(0x3a01), Some(5 * MIB));
+}
+
+/// A restore of `c` into a fresh process on `m`, with the private data changed by `edit`.
+fn restore_edited(c: &Checkpoint, m: &Machine, edit: impl FnOnce(&mut Vec<u8>)) -> Option<Errno> {
+    let r = m.spawn_process();
+    let rk = Kfd::new(r.open_kfd().unwrap(), "/dev/kfd");
+    let renders: Vec<SimFile> = m
+        .render_minors()
+        .into_iter()
+        .map(|x| r.open_render(x).unwrap())
+        .collect();
+    let mut p = c.priv_data.clone();
+    edit(&mut p);
+    let devices: Vec<RestoreDevice<'_>> = c
+        .devices
+        .iter()
+        .zip(m.gpu_ids().into_iter().cycle())
+        .zip(renders.iter().cycle())
+        .map(|((d, new), r)| RestoreDevice {
+            user_gpu_id: gpu(d.user_gpu_id),
+            actual_gpu_id: gpu(new),
+            drm: r.as_fd(),
+        })
+        .collect();
+    rk.criu_restore(&devices, &restore_bos(c), &p, c.num_objects)
+        .err()
+        .and_then(|e| e.errno())
+}
+
+fn dump() -> (Source, Checkpoint) {
+    let src = source();
+    let (_criu, ck) = criu_view(&src.env.kfd, &src.env.proc);
+    let info = ck.criu_process_info().unwrap();
+    let c = ck.criu_checkpoint(&info).unwrap();
+    ck.criu_unpause().unwrap();
+    (src, c)
+}
+
+#[test]
+fn malformed_private_data_is_refused_with_the_kernels_errno() {
+    let (_src, c) = dump();
+    let m = Machine::new(&Preset::mi210x2()).unwrap();
+    let bo0 = PROCESS_PRIV_SIZE + 2 * DEVICE_PRIV_SIZE;
+    let objects = bo0 + c.bos.len() * BO_PRIV_SIZE;
+    assert_eq!(
+        restore_edited(&c, &m, |p| p[0] = 2),
+        Some(Errno::EINVAL),
+        "version 2"
+    );
+    let mi100 = Machine::new(&Preset::mi100x4()).unwrap();
+    assert_eq!(
+        restore_edited(&c, &mi100, |p| p[4] = 1),
+        Some(Errno::EPERM),
+        "xnack where a GPU lacks it"
+    );
+    assert_eq!(
+        restore_edited(&c, &m, |p| p[4] = 1),
+        None,
+        "xnack on gfx90a"
+    );
+    assert_eq!(
+        restore_edited(&c, &m, |p| p.truncate(objects + 10)),
+        Some(Errno::EINVAL),
+        "truncated"
+    );
+    assert_eq!(
+        restore_edited(&c, &m, |p| p.extend_from_slice(&[0; 8])),
+        Some(Errno::EINVAL),
+        "trailing bytes"
+    );
+    assert_eq!(
+        restore_edited(&c, &m, |p| p[objects] = 9),
+        Some(Errno::EINVAL),
+        "unknown object type"
+    );
+    let idr1 = bo0 + BO_PRIV_SIZE + 8;
+    assert_eq!(
+        restore_edited(&c, &m, |p| p[idr1] = 0),
+        Some(Errno::ENOMEM),
+        "IDR handle taken"
+    );
+    let q1_id = objects + QUEUE_PRIV_SIZE + 0x800 + 0x2000 + 76;
+    assert_eq!(
+        restore_edited(&c, &m, |p| p[q1_id] = 0),
+        Some(Errno::ENOSPC),
+        "queue id in use"
+    );
+    assert_eq!(
+        restore_edited(&c, &m, |p| p[objects + 77] = 0x10),
+        Some(Errno::EINVAL),
+        "queue id >= 1024"
+    );
+    let mqd_size = objects + 112;
+    assert_eq!(
+        restore_edited(&c, &m, |p| p[mqd_size + 3] = 0x7f),
+        Some(Errno::EINVAL),
+        "MQD past the end"
+    );
+}
+
+#[test]
+fn restore_checks_devices_and_slots() {
+    let (_src, c) = dump();
+    let m = Machine::new(&Preset::mi210x2()).unwrap();
+    assert_eq!(restore_edited(&c, &m, |_| {}), None, "plain restore works");
+    // An SDMA slot held by another process is EBUSY.
+    let m = Machine::new(&Preset::mi210x2()).unwrap();
+    let other = env_on(m.clone());
+    // SAFETY: never dereferenced.
+    unsafe {
+        other
+            .kfd
+            .create_queue(&QueueDesc::new(other.gpus[1], QueueType::Sdma))
+    }
+    .unwrap();
+    assert_eq!(restore_edited(&c, &m, |_| {}), Some(Errno::EBUSY));
+    // Fewer GPUs than the image: EINVAL.
+    let m = Machine::new(&Preset::mi50x1()).unwrap();
+    assert_eq!(restore_edited(&c, &m, |_| {}), Some(Errno::EINVAL));
+    // An unknown actual gpu id: EINVAL.
+    let m = Machine::new(&Preset::mi210x2()).unwrap();
+    let r = m.spawn_process();
+    let rk = Kfd::new(r.open_kfd().unwrap(), "/dev/kfd");
+    let render = r.open_render(m.render_minors()[0]).unwrap();
+    let devs: Vec<RestoreDevice<'_>> = c
+        .devices
+        .iter()
+        .map(|d| RestoreDevice {
+            user_gpu_id: gpu(d.user_gpu_id),
+            actual_gpu_id: gpu(0x4321),
+            drm: render.as_fd(),
+        })
+        .collect();
+    assert_eq!(
+        errno(rk.criu_restore(&devs, &restore_bos(&c), &c.priv_data, c.num_objects)),
+        Some(Errno::EINVAL)
+    );
+}
