@@ -1,0 +1,111 @@
+# Helpers for VM lane scenarios; a scenario starts with
+#     . "$VM_LANE_LIB"
+# It runs in the guest as root, with `set -euo pipefail` (set here), cwd $VM_LANE_WORK, and:
+#   VM_LANE_SCENARIO    its name
+#   VM_LANE_WORK        guest-local scratch directory (tmpfs), e.g. for criu images
+#   VM_LANE_OUT         results directory shared with the host: logs put here are shown on failure
+#   VM_LANE_REPO        the repository (read-only, as on the host)
+#   VM_LANE_PLUGIN_DIR  directory holding amdgpu_plugin.so (--plugin-dir), or empty; the criu
+#                       helpers below pass it as -L
+#   VM_LANE_BIN_DIR     directory holding kfd-simd, kfd-workload (--bin-dir), or empty
+#   VM_LANE_LIB         this file
+#   VM_LANE_SCENARIO_TIMEOUT  seconds the scenario may take before it is terminated
+#   KFD_*               passed through from the host's environment
+# Helpers: note, pass, fail, skip, start_detached, wait_for, criu_run, criu_dump, criu_restore,
+# need_bin (each described where it is defined). A scenario that exits 0 without calling pass
+# passes; any other exit fails it.
+# shellcheck shell=bash
+set -euo pipefail
+
+: "${VM_LANE_SCENARIO:?run scenarios through ci/vm-lane}"
+
+# Prints a timestamped line to the scenario's output (output.log, shown on failure).
+note() { printf '[%6.1fs] %s\n' "$(awk '{print $1}' /proc/uptime)" "$*"; }
+
+_record() { printf '%s\n' "$*" >"$VM_LANE_OUT/status"; }
+
+# Ends the scenario: pass, fail MESSAGE, or skip REASON (a skip does not fail the lane).
+pass() { note "PASS"; _record PASS; exit 0; }
+fail() { note "FAIL: $*"; _record "FAIL $*"; exit 1; }
+skip() { note "SKIP: $*"; _record "SKIP $*"; exit 0; }
+
+# An unexpected error (set -e) still says where it happened: the ERR trap notes the first failing
+# command's place, the EXIT trap records it unless the scenario recorded a result itself.
+_vm_lane_err=
+_on_err() { [[ -n $_vm_lane_err ]] || _vm_lane_err="$1:$2: $3"; }
+_on_exit() {
+    local rc=$1
+    ((rc == 0)) || [[ -s $VM_LANE_OUT/status ]] || _record "FAIL status $rc at ${_vm_lane_err:-unknown place}"
+}
+set -E
+trap '_on_err "${BASH_SOURCE[0]##*/}" "$LINENO" "$BASH_COMMAND"' ERR
+trap '_on_exit $?' EXIT
+# The guest script's per-scenario timeout sends SIGTERM.
+trap 'fail "terminated: over the scenario time limit (${VM_LANE_SCENARIO_TIMEOUT:-?}s)"' TERM
+
+# start_detached NAME CMD [ARGS...]: starts CMD as a session leader with stdio on files
+# ($VM_LANE_OUT/NAME.out, NAME.err) and stdin from /dev/null, as criu wants for a process tree it
+# dumps; prints its pid. The process is killed when the scenario ends.
+start_detached() {
+    local name=$1 pidfile=$VM_LANE_WORK/$1.pid
+    shift
+    rm -f "$pidfile"
+    # setsid forks when its caller leads a process group; the pid file names the real process.
+    # shellcheck disable=SC2016 # $$ and $@ belong to the inner shell
+    setsid bash -c 'echo $$ >"$0"; exec "$@"' "$pidfile" "$@" \
+        </dev/null >"$VM_LANE_OUT/$name.out" 2>"$VM_LANE_OUT/$name.err" &
+    wait_for "pid file of $name" 10 test -s "$pidfile"
+    local pid
+    pid=$(cat "$pidfile")
+    echo "$pid" >>"$VM_LANE_WORK/pids"
+    echo "$pid"
+}
+
+# wait_for WHAT SECONDS CMD [ARGS...]: polls CMD every 0.1 s until it succeeds; fails after SECONDS.
+wait_for() {
+    local what=$1 limit=$2 i
+    shift 2
+    for ((i = 0; i < limit * 10; i++)); do
+        "$@" && return 0
+        sleep 0.1
+    done
+    fail "timed out after ${limit}s waiting for $what"
+}
+
+# criu_run ACTION DIR [ARGS...]: runs `criu ACTION -D DIR` with a verbose log, copies the log to
+# $VM_LANE_OUT/criu/ and returns criu's status (for scenarios where criu is expected to fail).
+criu_run() {
+    local action=$1 dir=$2 rc=0 common=()
+    shift 2
+    mkdir -p "$dir" "$VM_LANE_OUT/criu"
+    # Every criu call loads the plugins of --plugin-dir, when the lane was given one.
+    [[ -z ${VM_LANE_PLUGIN_DIR:-} ]] || common=(-L "$VM_LANE_PLUGIN_DIR")
+    note "criu $action -D $dir ${common[*]} $*"
+    criu "$action" -D "$dir" -o "$action.log" -v4 "${common[@]}" "$@" || rc=$?
+    cp "$dir/$action.log" "$VM_LANE_OUT/criu/$(basename "$dir")-$action.log" 2>/dev/null || true
+    note "criu $action: status $rc"
+    return "$rc"
+}
+
+# criu_dump PID DIR [ARGS...]: dumps the tree rooted at PID into DIR (criu kills it, as by default).
+criu_dump() {
+    local pid=$1 dir=$2
+    shift 2
+    criu_run dump "$dir" -t "$pid" "$@" || fail "criu dump of $pid failed"
+}
+
+# criu_restore DIR [ARGS...]: restores DIR detached (-d); the restored tree keeps its pids.
+criu_restore() {
+    local dir=$1
+    shift
+    criu_run restore "$dir" -d "$@" || fail "criu restore from $dir failed"
+}
+
+# need_bin NAME...: skips the scenario unless each NAME is an executable in --bin-dir; use them as
+# "$VM_LANE_BIN_DIR/NAME".
+need_bin() {
+    local name
+    for name; do
+        [[ -n ${VM_LANE_BIN_DIR:-} && -x $VM_LANE_BIN_DIR/$name ]] || skip "no $name (pass --bin-dir)"
+    done
+}
