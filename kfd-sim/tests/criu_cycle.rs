@@ -3,6 +3,8 @@
 //! GPUs have other ids, resumed, and checkpointed again: VAs, IDR handles, queue ids, event ids
 //! and signaled states, and the contents read through the dma-bufs all match.
 
+#![allow(clippy::unwrap_used, clippy::cast_possible_truncation)] // test helpers, like the tests themselves, panic on failure
+
 mod common;
 
 use std::fs::File;

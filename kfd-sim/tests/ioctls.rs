@@ -1,6 +1,8 @@
 //! Every KFD ioctl through kfd-abi's public API against the in-process simulator: the success
 //! path of each, and the errno of each bad input that section 6 of the reference lists.
 
+#![allow(clippy::unwrap_used)] // test helpers, like the tests themselves, panic on failure
+
 mod common;
 
 use std::os::fd::AsFd;
@@ -335,11 +337,8 @@ fn wave_state_of_an_evicted_compute_queue_is_its_control_stack() {
     let q = create_queue(&e, &aql(&e, 0)).unwrap();
     let mut stack = vec![1u8; 0x1000];
     // SAFETY: `stack` is a live buffer of the declared size.
-    assert_eq!(
-        errno(unsafe { e.kfd.get_queue_wave_state(q.queue_id, &mut stack) }),
-        Some(Errno::EINVAL),
-        "active"
-    );
+    let active = unsafe { e.kfd.get_queue_wave_state(q.queue_id, &mut stack) };
+    assert_eq!(errno(active), Some(Errno::EINVAL), "active");
     e.kfd.criu_process_info().unwrap();
     // SAFETY: as above.
     let (used, _) = unsafe { e.kfd.get_queue_wave_state(q.queue_id, &mut stack) }.unwrap();

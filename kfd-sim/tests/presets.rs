@@ -1,0 +1,117 @@
+//! The sysfs tree of every preset, as the simulator's platform writes it, and the kfd-simd CLI.
+
+#![allow(clippy::unwrap_used)] // test helpers, like the tests themselves, panic on failure
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use kfd_sim::{Machine, Preset, SimPlatform};
+use rstest::rstest;
+
+/// Every file under `root`, in path order (numeric components compared as numbers).
+fn render(root: &Path) -> String {
+    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let p = entry.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(root, &mut files);
+    let key = |p: &std::path::PathBuf| {
+        p.strip_prefix(root)
+            .unwrap()
+            .components()
+            .map(|c| {
+                let s = c.as_os_str().to_string_lossy().into_owned();
+                (s.parse::<u64>().unwrap_or(u64::MAX), s)
+            })
+            .collect::<Vec<_>>()
+    };
+    files.sort_by_key(key);
+    let mut text = String::new();
+    for f in files {
+        let rel = f.strip_prefix(root).unwrap().display().to_string();
+        let _ = write!(text, "== {rel}\n{}", std::fs::read_to_string(&f).unwrap());
+    }
+    text
+}
+
+#[rstest]
+#[case::mi50x1("mi50x1")]
+#[case::mi100x4("mi100x4")]
+#[case::mi210x2("mi210x2")]
+#[case::mi250x8("mi250x8")]
+fn preset_sysfs_tree(#[case] name: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let machine = Machine::new(&Preset::by_name(name).unwrap()).unwrap();
+    let platform = SimPlatform::new(machine, dir.path()).unwrap();
+    assert_eq!(platform.topology_root(), dir.path());
+    // The tree parses back to the machine's topology: sysfs and devices agree.
+    assert_eq!(
+        &topology::parse(dir.path()).unwrap(),
+        platform.machine().topology()
+    );
+    insta::assert_snapshot!(name, render(dir.path()));
+}
+
+#[test]
+fn kfd_simd_lists_presets_and_writes_trees_from_names_and_files() {
+    let bin = env!("CARGO_BIN_EXE_kfd-simd");
+    let out = std::process::Command::new(bin)
+        .arg("presets")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let listed = String::from_utf8(out.stdout).unwrap();
+    for (name, _) in kfd_sim::preset::BUILTIN {
+        assert!(listed.contains(name), "{name} in {listed}");
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("mi100x4");
+    let st = std::process::Command::new(bin)
+        .args(["write-topology", "--preset", "mi100x4"])
+        .arg(&tree)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert_eq!(
+        topology::parse(&tree).unwrap(),
+        Preset::mi100x4().to_topology().unwrap()
+    );
+
+    // A user's own node, as a TOML file: an older firmware and other gpu_ids.
+    let custom = Preset::mi210x2()
+        .with_name("my-node")
+        .with_gpu_ids(&[0x1111, 0x2222])
+        .with_fw_version(60);
+    let file = dir.path().join("node.toml");
+    std::fs::write(&file, custom.to_toml()).unwrap();
+    let tree = dir.path().join("custom");
+    let st = std::process::Command::new(bin)
+        .args(["write-topology", "--file"])
+        .arg(&file)
+        .arg(&tree)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let t = topology::parse(&tree).unwrap();
+    assert_eq!(
+        t.gpus().map(|n| n.gpu_id).collect::<Vec<_>>(),
+        [0x1111, 0x2222]
+    );
+    assert!(t.gpus().all(|n| n.prop("fw_version") == 60));
+
+    let bad = std::process::Command::new(bin)
+        .args(["write-topology", "--preset", "nope"])
+        .arg(&tree)
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown preset"));
+}
