@@ -65,13 +65,20 @@ impl Machine {
     pub fn spawn_process(&self) -> SimProcess {
         let pid = self.inner.new_pid();
         SimProcess {
-            machine: self.clone(),
-            caller: Arc::new(Caller {
-                pid,
-                capable: AtomicBool::new(true),
+            inner: Arc::new(ProcInner {
+                machine: self.clone(),
+                caller: Arc::new(Caller {
+                    pid,
+                    capable: AtomicBool::new(true),
+                }),
+                kfd: Mutex::new(None),
             }),
-            kfd: Mutex::new(None),
         }
+    }
+
+    /// The simulated open file that a real fd of this OS process stands for, if any.
+    fn file_of(&self, fd: BorrowedFd<'_>) -> Option<Arc<OpenFile>> {
+        self.inner.file(sys::file_key(fd).ok()?)
     }
 
     /// Simulates the KFD lock held during suspend/reset: opens of `/dev/kfd` fail with `EAGAIN`.
@@ -100,9 +107,14 @@ struct Caller {
     capable: AtomicBool,
 }
 
-/// A simulated process (one mm): opens simulated device files.
-#[derive(Debug)]
+/// A simulated process (one mm): opens simulated device files. Clones are the same process.
+#[derive(Clone, Debug)]
 pub struct SimProcess {
+    inner: Arc<ProcInner>,
+}
+
+#[derive(Debug)]
+struct ProcInner {
     machine: Machine,
     caller: Arc<Caller>,
     /// The KFD process lives as long as the mm (or an open file) does.
@@ -112,46 +124,49 @@ pub struct SimProcess {
 impl SimProcess {
     /// Its simulated pid.
     pub fn pid(&self) -> u32 {
-        self.caller.pid
+        self.inner.caller.pid
     }
 
     /// The machine.
     pub fn machine(&self) -> &Machine {
-        &self.machine
+        &self.inner.machine
     }
 
     /// Grants or drops CAP_CHECKPOINT_RESTORE / CAP_SYS_ADMIN.
     pub fn set_capable(&self, capable: bool) {
-        self.caller.capable.store(capable, Ordering::SeqCst);
+        self.inner.caller.capable.store(capable, Ordering::SeqCst);
     }
 
     /// Makes this process the ptrace parent of `tracee` (as criu is of the dumped task).
     pub fn ptrace_attach(&self, tracee: &SimProcess) {
-        self.machine
+        self.inner
+            .machine
             .inner
             .set_tracer(tracee.pid(), Some(self.pid()));
     }
 
     /// Ends a ptrace relation started with [`ptrace_attach`](Self::ptrace_attach).
     pub fn ptrace_detach(&self, tracee: &SimProcess) {
-        self.machine.inner.set_tracer(tracee.pid(), None);
+        self.inner.machine.inner.set_tracer(tracee.pid(), None);
     }
 
     /// `open("/dev/kfd")`: the process's KFD process is created on the first open (with a
     /// per-device record for every GPU); later opens share it.
     pub fn open_kfd(&self) -> io::Result<SimFile> {
         let process = self
+            .inner
             .machine
             .inner
             .kfd_process(self.pid())
             .map_err(io::Error::from)?;
-        *lock(&self.kfd) = Some(Arc::clone(&process));
+        *lock(&self.inner.kfd) = Some(Arc::clone(&process));
         self.new_file("kfd-sim:/dev/kfd", FileKind::Kfd(process))
     }
 
     /// `open("/dev/dri/renderD<minor>")`: a render-node file with its own GPU VM.
     pub fn open_render(&self, minor: u32) -> io::Result<SimFile> {
         let dev = self
+            .inner
             .machine
             .inner
             .devices
@@ -168,12 +183,12 @@ impl SimProcess {
         let fd = sys::memfd(name)?;
         let key = sys::file_key(fd.as_fd())?;
         let file = Arc::new(OpenFile { key, kind });
-        self.machine.inner.register_file(&file);
+        self.inner.machine.inner.register_file(&file);
         Ok(SimFile {
-            machine: self.machine.clone(),
+            machine: self.inner.machine.clone(),
             file,
             fd,
-            caller: Arc::clone(&self.caller),
+            caller: Arc::clone(&self.inner.caller),
         })
     }
 }
@@ -210,7 +225,7 @@ impl SimFile {
             machine: self.machine.clone(),
             file: Arc::clone(&self.file),
             fd: self.fd.try_clone()?,
-            caller: Arc::clone(&process.caller),
+            caller: Arc::clone(&process.inner.caller),
         })
     }
 
@@ -275,22 +290,35 @@ impl Transport for SimFile {
     }
 }
 
-/// The platform of the in-process simulator: opens its device files for a simulated process and
-/// gives the directory of its sysfs topology tree.
+/// The platform of the in-process simulator: opens its device files as one simulated process
+/// (the "calling process" of `kfd_abi::Platform`) and gives the directory of its sysfs tree.
 #[derive(Debug)]
 pub struct SimPlatform {
     machine: Machine,
+    process: SimProcess,
     topology_root: PathBuf,
 }
 
 impl SimPlatform {
-    /// Writes the machine's topology tree under `topology_root` and returns the platform.
+    /// Writes the machine's topology tree under `topology_root` and returns the platform of a
+    /// new simulated process.
     pub fn new(machine: Machine, topology_root: &Path) -> Result<Self, topology::WriteError> {
         topology::write(machine.topology(), topology_root)?;
+        let process = machine.spawn_process();
         Ok(Self {
             machine,
+            process,
             topology_root: topology_root.to_owned(),
         })
+    }
+
+    /// The same machine and tree, seen from another simulated process.
+    pub fn for_process(&self, process: &SimProcess) -> Self {
+        Self {
+            machine: self.machine.clone(),
+            process: process.clone(),
+            topology_root: self.topology_root.clone(),
+        }
     }
 
     /// The machine.
@@ -298,18 +326,106 @@ impl SimPlatform {
         &self.machine
     }
 
+    /// The simulated process this platform acts as.
+    pub fn process(&self) -> &SimProcess {
+        &self.process
+    }
+
     /// `/dev/kfd` opened by `process`.
-    pub fn open_kfd(&self, process: &SimProcess) -> io::Result<SimFile> {
+    pub fn open_kfd_as(&self, process: &SimProcess) -> io::Result<SimFile> {
         process.open_kfd()
     }
 
     /// `/dev/dri/renderD<minor>` opened by `process`.
-    pub fn open_render(&self, process: &SimProcess, minor: u32) -> io::Result<SimFile> {
+    pub fn open_render_as(&self, process: &SimProcess, minor: u32) -> io::Result<SimFile> {
         process.open_render(minor)
     }
 
     /// The directory that plays `/sys/class/kfd/kfd/topology`.
     pub fn topology_root(&self) -> &Path {
         &self.topology_root
+    }
+}
+
+/// The DRM character-device major, as render nodes report it in `st_rdev`.
+const DRM_MAJOR: u32 = 226;
+
+fn open_error(path: String, e: io::Error) -> kfd_abi::IoctlError {
+    kfd_abi::IoctlError::Open {
+        path: PathBuf::from(path),
+        source: e,
+    }
+}
+
+impl kfd_abi::Platform for SimPlatform {
+    type Device = SimFile;
+
+    fn open_kfd(&self) -> Result<kfd_abi::Kfd<SimFile>, kfd_abi::IoctlError> {
+        let f = self
+            .process
+            .open_kfd()
+            .map_err(|e| open_error("/dev/kfd".into(), e))?;
+        Ok(kfd_abi::Kfd::new(f, "/dev/kfd (simulated)"))
+    }
+
+    fn open_render(&self, minor: u32) -> Result<kfd_abi::RenderNode<SimFile>, kfd_abi::IoctlError> {
+        let path = format!("/dev/dri/renderD{minor}");
+        let f = self
+            .process
+            .open_render(minor)
+            .map_err(|e| open_error(path.clone(), e))?;
+        Ok(kfd_abi::RenderNode::new(f, format!("{path} (simulated)")))
+    }
+
+    fn kfd_from_fd(&self, fd: OwnedFd) -> Result<kfd_abi::Kfd<SimFile>, kfd_abi::IoctlError> {
+        let not_kfd = || {
+            open_error(
+                "/dev/kfd".into(),
+                io::Error::from_raw_os_error(libc::ENODEV),
+            )
+        };
+        let file = self.machine.file_of(fd.as_fd()).ok_or_else(not_kfd)?;
+        if !matches!(file.kind, FileKind::Kfd(_)) {
+            return Err(not_kfd());
+        }
+        let f = SimFile {
+            machine: self.machine.clone(),
+            file,
+            fd,
+            caller: Arc::clone(&self.process.inner.caller),
+        };
+        Ok(kfd_abi::Kfd::new(f, "/dev/kfd (simulated)"))
+    }
+
+    fn identify(&self, fd: BorrowedFd<'_>) -> io::Result<kfd_abi::DeviceKind> {
+        sys::file_key(fd)?;
+        Ok(match self.machine.file_of(fd).as_deref().map(|f| &f.kind) {
+            Some(FileKind::Kfd(_)) => kfd_abi::DeviceKind::Kfd,
+            Some(FileKind::Render(r)) => {
+                self.machine
+                    .inner
+                    .devices
+                    .get(r.device)
+                    .map_or(kfd_abi::DeviceKind::Other, |d| {
+                        kfd_abi::DeviceKind::Render {
+                            minor: d.render_minor,
+                        }
+                    })
+            }
+            None => kfd_abi::DeviceKind::Other,
+        })
+    }
+
+    fn identify_rdev(&self, rdev: u64) -> kfd_abi::DeviceKind {
+        let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+        if major == DRM_MAJOR && self.machine.render_minors().contains(&minor) {
+            kfd_abi::DeviceKind::Render { minor }
+        } else {
+            kfd_abi::DeviceKind::Other
+        }
+    }
+
+    fn topology_root(&self) -> PathBuf {
+        self.topology_root.clone()
     }
 }

@@ -115,3 +115,44 @@ fn kfd_simd_lists_presets_and_writes_trees_from_names_and_files() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown preset"));
 }
+
+#[test]
+fn sim_platform_implements_the_engines_platform_seam() {
+    use kfd_abi::{DeviceKind, Platform};
+    use std::os::fd::AsFd;
+    let dir = tempfile::tempdir().unwrap();
+    let machine = Machine::new(&Preset::mi100x4()).unwrap();
+    let minor = machine.render_minors()[2];
+    let platform = SimPlatform::new(machine, dir.path()).unwrap();
+    assert_eq!(Platform::topology_root(&platform), dir.path());
+    let kfd = platform.open_kfd().unwrap();
+    assert_eq!(kfd.get_version().unwrap().minor, 11);
+    let render = platform.open_render(minor).unwrap();
+    assert_eq!(platform.identify(kfd.as_fd()).unwrap(), DeviceKind::Kfd);
+    assert_eq!(
+        platform.identify(render.as_fd()).unwrap(),
+        DeviceKind::Render { minor }
+    );
+    let null = std::fs::File::open("/dev/null").unwrap();
+    assert_eq!(platform.identify(null.as_fd()).unwrap(), DeviceKind::Other);
+    assert_eq!(
+        platform.identify_rdev(libc::makedev(226, minor)),
+        DeviceKind::Render { minor }
+    );
+    assert_eq!(
+        platform.identify_rdev(libc::makedev(226, 1)),
+        DeviceKind::Other
+    );
+    assert!(platform.open_render(7).is_err());
+    // criu's dup of the target's /dev/kfd, wrapped by the tracing process's platform.
+    let criu = platform.machine().spawn_process();
+    criu.ptrace_attach(platform.process());
+    let dup = kfd.as_fd().try_clone_to_owned().unwrap();
+    let target = platform.for_process(&criu).kfd_from_fd(dup).unwrap();
+    assert_eq!(
+        target.criu_process_info().unwrap().pid,
+        platform.process().pid()
+    );
+    let not_kfd = render.as_fd().try_clone_to_owned().unwrap();
+    assert!(platform.kfd_from_fd(not_kfd).is_err());
+}
