@@ -158,24 +158,28 @@ impl<P: Platform> Engine<P> {
         Ok(())
     }
 
+    /// Restores a render-node file as the same open file that the process's KFD restore gave
+    /// the driver for that GPU: its VM is the process's compute VM, as it was before the dump.
+    /// With newer criu, a render node restored before its `/dev/kfd` is retried later.
     fn restore_render(&self, id: u32, msg: &CriuRenderNode) -> HookResult<Option<RawFd>> {
         let state = lock(&self.state);
-        let dest = state
+        let Some(render) = state
             .restored
             .iter()
-            .find_map(|r| r.mapping.gpu(msg.gpu_id))
-            .map(|m| m.destination_render_minor)
-            .ok_or_else(|| {
-                failed(
-                    Errno::EINVAL,
-                    format!("render node image {id} (GPU {:#x}) has no restored /dev/kfd to take its mapping from", msg.gpu_id),
-                )
-            })?;
-        drop(state);
-        let render = self
-            .platform
-            .open_render(dest)
-            .map_err(|e| failed(Errno::EIO, e))?;
+            .find_map(|r| r.renders.get(&msg.gpu_id))
+        else {
+            if crate::shim::host().restore_ext_file_retry {
+                return Ok(None);
+            }
+            return Err(failed(
+                Errno::EINVAL,
+                format!(
+                    "render node image {id} (GPU {:#x}) comes before the /dev/kfd it belongs to; \
+                     this criu cannot retry it",
+                    msg.gpu_id
+                ),
+            ));
+        };
         let fd = render
             .as_fd()
             .try_clone_to_owned()
