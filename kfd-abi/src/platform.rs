@@ -42,6 +42,16 @@ pub trait Platform: Send + Sync + fmt::Debug {
     /// Wraps a file descriptor that is open on `/dev/kfd` (criu's dup of the target's).
     fn kfd_from_fd(&self, fd: OwnedFd) -> Result<Kfd<Self::Device>, IoctlError>;
 
+    /// Wraps a file descriptor that is open on a render node (the platform may refuse: the
+    /// default does, for platforms whose render files cannot be re-wrapped).
+    fn render_from_fd(&self, fd: OwnedFd) -> Result<RenderNode<Self::Device>, IoctlError> {
+        drop(fd);
+        Err(IoctlError::Open {
+            path: PathBuf::from("render node"),
+            source: io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+        })
+    }
+
     /// What `fd` is open on.
     fn identify(&self, fd: BorrowedFd<'_>) -> io::Result<DeviceKind>;
 
@@ -146,6 +156,10 @@ impl Platform for HostPlatform {
             FdTransport::from_fd(fd),
             self.kfd_path.display().to_string(),
         ))
+    }
+
+    fn render_from_fd(&self, fd: OwnedFd) -> Result<RenderNode, IoctlError> {
+        Ok(RenderNode::new(FdTransport::from_fd(fd), "render node"))
     }
 
     fn identify(&self, fd: BorrowedFd<'_>) -> io::Result<DeviceKind> {
