@@ -1,7 +1,7 @@
 //! The engine behind criu's hooks: one [`Engine`] per criu process (and per restored process,
 //! which inherits it across fork).
 
-use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
@@ -158,10 +158,41 @@ impl<P: Platform> Engine<P> {
         Ok(())
     }
 
+    /// RESTORE_EXT_FILE in Rust terms: recreates file `id` in the calling (restored) process
+    /// and returns its fd; `Ok(None)` asks to be called again later.
+    pub fn restore_file(&self, id: u32) -> HookResult<Option<OwnedFd>> {
+        let dir = self.dir()?;
+        if let Some(msg) =
+            RenderNodeImage::try_read(dir, id).map_err(|e| failed(Errno::EINVAL, e))?
+        {
+            return self.restore_render(id, &msg);
+        }
+        let settings = self.settings();
+        let opts = RestoreOptions {
+            staging: settings.staging,
+            checks: settings.checks,
+        };
+        let restored = restore::restore_kfd(&self.platform, id, dir, &opts)
+            .map_err(|e| HookError::failed(e.errno(), e.to_string()))?
+            .ok_or(HookError::NotOurs)?;
+        log::info!(
+            "restored image {id}: {} bytes of GPU memory in {:.3}s",
+            restored.bytes(),
+            restored.elapsed.as_secs_f64()
+        );
+        let fd = restored
+            .kfd
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| failed(Errno::from_io(&e), e))?;
+        lock(&self.state).restored.push(restored);
+        Ok(Some(fd))
+    }
+
     /// Restores a render-node file as the same open file that the process's KFD restore gave
     /// the driver for that GPU: its VM is the process's compute VM, as it was before the dump.
     /// With newer criu, a render node restored before its `/dev/kfd` is retried later.
-    fn restore_render(&self, id: u32, msg: &CriuRenderNode) -> HookResult<Option<RawFd>> {
+    fn restore_render(&self, id: u32, msg: &CriuRenderNode) -> HookResult<Option<OwnedFd>> {
         let state = lock(&self.state);
         let Some(render) = state
             .restored
@@ -184,7 +215,7 @@ impl<P: Platform> Engine<P> {
             .as_fd()
             .try_clone_to_owned()
             .map_err(|e| failed(Errno::from_io(&e), e))?;
-        Ok(Some(fd.into_raw_fd()))
+        Ok(Some(fd))
     }
 }
 
@@ -260,32 +291,8 @@ impl<P: Platform> CriuHooks for Engine<P> {
     }
 
     fn restore_ext_file(&self, id: u32) -> HookResult<Option<RawFd>> {
-        let dir = self.dir()?;
-        if let Some(msg) =
-            RenderNodeImage::try_read(dir, id).map_err(|e| failed(Errno::EINVAL, e))?
-        {
-            return self.restore_render(id, &msg);
-        }
-        let settings = self.settings();
-        let opts = RestoreOptions {
-            staging: settings.staging,
-            checks: settings.checks,
-        };
-        let restored = restore::restore_kfd(&self.platform, id, dir, &opts)
-            .map_err(|e| HookError::failed(e.errno(), e.to_string()))?
-            .ok_or(HookError::NotOurs)?;
-        log::info!(
-            "restored image {id}: {} bytes of GPU memory in {:.3}s",
-            restored.bytes(),
-            restored.elapsed.as_secs_f64()
-        );
-        let fd = restored
-            .kfd
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(|e| failed(Errno::from_io(&e), e))?;
-        lock(&self.state).restored.push(restored);
-        Ok(Some(fd.into_raw_fd()))
+        // criu takes over the fd.
+        Ok(self.restore_file(id)?.map(IntoRawFd::into_raw_fd))
     }
 
     fn update_vma_map(
