@@ -22,6 +22,7 @@ pub mod preset;
 pub mod process;
 pub mod render;
 pub mod sys;
+pub mod workload;
 
 pub use client::{Client, InProcessClient, ProcessMemory};
 pub use inproc::{Machine, SimFile, SimPlatform, SimProcess};

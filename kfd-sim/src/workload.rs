@@ -17,8 +17,8 @@ use kfd_abi::kfd::QueueDesc;
 use kfd_abi::render::{IbSubmit, HW_IP_DMA};
 use kfd_abi::sdma::IbBuilder;
 use kfd_abi::{
-    AllocFlags, ContextId, EventId, EventType, GpuId, HostBuffer, IoctlError, Kfd, MemHandle, QueueId,
-    QueueType, RenderNode, Transport, UserptrBuffer, WaitResult,
+    AllocFlags, ContextId, EventId, EventType, GpuId, HostBuffer, IoctlError, Kfd, MemHandle,
+    QueueId, QueueType, RenderNode, Transport, UserptrBuffer, WaitResult,
 };
 use serde::{Deserialize, Serialize};
 
@@ -40,7 +40,13 @@ pub struct Spec {
 impl Default for Spec {
     /// A few MiB per GPU with one buffer larger than the plugin's staging buffers.
     fn default() -> Self {
-        Self { seed: 0x5eed, vram: vec![24 << 20, 4 << 20, 1 << 20, 64 << 10], gtt: vec![2 << 20, 4 << 10], queues: 2, events: 6 }
+        Self {
+            seed: 0x5eed,
+            vram: vec![24 << 20, 4 << 20, 1 << 20, 64 << 10],
+            gtt: vec![2 << 20, 4 << 10],
+            queues: 2,
+            events: 6,
+        }
     }
 }
 
@@ -184,7 +190,13 @@ impl<'r, T: Transport> GpuDma<'r, T> {
         let ib = UserptrBuffer::new(render, IB_BYTES, bump(va, IB_BYTES as u64))?;
         let staging = UserptrBuffer::new(render, STAGING, bump(va, STAGING as u64))?;
         let ctx = render.ctx_alloc()?;
-        Ok(Self { gpu_id, render, ctx, ib, staging })
+        Ok(Self {
+            gpu_id,
+            render,
+            ctx,
+            ib,
+            staging,
+        })
     }
 
     fn run(&mut self, ib: IbBuilder) -> Result<(), WorkloadError> {
@@ -201,10 +213,18 @@ impl<'r, T: Transport> GpuDma<'r, T> {
             ib_bytes: u32::try_from(dwords.len() * 4).unwrap_or(u32::MAX),
         };
         let seq = self.render.cs_submit(&submit)?;
-        if self.render.wait_cs(self.ctx, HW_IP_DMA, 0, seq, RenderNode::<T>::deadline_in(FENCE_NS))? {
+        if self.render.wait_cs(
+            self.ctx,
+            HW_IP_DMA,
+            0,
+            seq,
+            RenderNode::<T>::deadline_in(FENCE_NS),
+        )? {
             Ok(())
         } else {
-            Err(WorkloadError::Fence { gpu_id: self.gpu_id })
+            Err(WorkloadError::Fence {
+                gpu_id: self.gpu_id,
+            })
         }
     }
 
@@ -214,7 +234,13 @@ impl<'r, T: Transport> GpuDma<'r, T> {
         while off < b.size {
             let n = (b.size - off).min(STAGING as u64);
             #[allow(clippy::cast_possible_truncation)] // n <= STAGING
-            pattern(seed, gpu, b.index, off, &mut self.staging.as_mut_slice()[..n as usize]);
+            pattern(
+                seed,
+                gpu,
+                b.index,
+                off,
+                &mut self.staging.as_mut_slice()[..n as usize],
+            );
             let mut ib = IbBuilder::new();
             ib.copy_linear(self.staging.va(), b.va + off, n);
             self.run(ib)?;
@@ -302,22 +328,41 @@ pub struct Workload<T: Transport> {
 impl<T: Transport> Workload<T> {
     /// Builds the workload on `gpus` (each with a render node of that GPU), as a fresh ROCm
     /// process would: ACQUIRE_VM, buffers filled by SDMA, queues, events, generation 1.
-    pub fn start(kfd: Kfd<T>, gpus: Vec<(GpuId, RenderNode<T>)>, spec: &Spec) -> Result<Self, WorkloadError> {
+    pub fn start(
+        kfd: Kfd<T>,
+        gpus: Vec<(GpuId, RenderNode<T>)>,
+        spec: &Spec,
+    ) -> Result<Self, WorkloadError> {
         let (ids, renders): (Vec<GpuId>, Vec<RenderNode<T>>) = gpus.into_iter().unzip();
         let mut va = VA_BASE;
-        let mut manifest = Manifest { spec: spec.clone(), gpus: Vec::new(), events: Vec::new(), generation: 1 };
+        let mut manifest = Manifest {
+            spec: spec.clone(),
+            gpus: Vec::new(),
+            events: Vec::new(),
+            generation: 1,
+        };
         let mut queue_memory = Vec::new();
         let mut event_page = None;
 
         for (g, (&gpu, render)) in ids.iter().zip(&renders).enumerate() {
             kfd.acquire_vm(gpu, render.as_fd())?;
             let mut buffers = Vec::new();
-            let mut alloc = |kind: Kind, size: u64, flags: AllocFlags, va: &mut u64| -> Result<Buffer, WorkloadError> {
+            let mut alloc = |kind: Kind,
+                             size: u64,
+                             flags: AllocFlags,
+                             va: &mut u64|
+             -> Result<Buffer, WorkloadError> {
                 let at = bump(va, size);
                 let a = kfd.alloc_memory(at, size, gpu, flags)?;
                 kfd.map_memory_to_gpu(a.handle, &[gpu])?;
                 let index = u32::try_from(buffers.len()).unwrap_or(u32::MAX);
-                let b = Buffer { index, kind, va: at, size, handle: a.handle.get() };
+                let b = Buffer {
+                    index,
+                    kind,
+                    va: at,
+                    size,
+                    handle: a.handle.get(),
+                };
                 buffers.push(b.clone());
                 Ok(b)
             };
@@ -330,12 +375,20 @@ impl<T: Transport> Workload<T> {
             }
             alloc(Kind::Counter, 4096, AllocFlags::VRAM | rw, &mut va)?;
             if g == 0 {
-                let page = alloc(Kind::EventPage, 8 * 4096, AllocFlags::GTT | rw | AllocFlags::COHERENT, &mut va)?;
+                let page = alloc(
+                    Kind::EventPage,
+                    8 * 4096,
+                    AllocFlags::GTT | rw | AllocFlags::COHERENT,
+                    &mut va,
+                )?;
                 event_page = Some(MemHandle(page.handle));
             }
 
             let mut dma = GpuDma::new(gpu.get(), render, &mut va)?;
-            for b in buffers.iter().filter(|b| matches!(b.kind, Kind::Vram | Kind::Gtt)) {
+            for b in buffers
+                .iter()
+                .filter(|b| matches!(b.kind, Kind::Vram | Kind::Gtt))
+            {
                 dma.fill(spec.seed, g, b)?;
             }
             if let Some(c) = buffers.iter().find(|b| b.kind == Kind::Counter) {
@@ -365,9 +418,17 @@ impl<T: Transport> Workload<T> {
                 // which owns the KFD file the queue belongs to.
                 let q = unsafe { kfd.create_queue(&d) }?;
                 queue_memory.push(mem);
-                queues.push(Queue { id: q.queue_id.get(), ring_base: d.ring_base, ring_size: d.ring_size });
+                queues.push(Queue {
+                    id: q.queue_id.get(),
+                    ring_base: d.ring_base,
+                    ring_size: d.ring_size,
+                });
             }
-            manifest.gpus.push(GpuManifest { gpu_id: gpu.get(), buffers, queues });
+            manifest.gpus.push(GpuManifest {
+                gpu_id: gpu.get(),
+                buffers,
+                queues,
+            });
         }
 
         for i in 0..spec.events {
@@ -379,7 +440,12 @@ impl<T: Transport> Workload<T> {
             }
             manifest.events.push((e.event_id.get(), signaled));
         }
-        Ok(Self { kfd, renders, manifest, _queue_memory: queue_memory })
+        Ok(Self {
+            kfd,
+            renders,
+            manifest,
+            _queue_memory: queue_memory,
+        })
     }
 
     /// The manifest (what a verifier needs).
@@ -390,6 +456,11 @@ impl<T: Transport> Workload<T> {
     /// The KFD file.
     pub fn kfd(&self) -> &Kfd<T> {
         &self.kfd
+    }
+
+    /// The render-node files, one per GPU, in manifest order.
+    pub fn renders(&self) -> &[RenderNode<T>] {
+        &self.renders
     }
 
     /// Advances the generation counter on every GPU by SDMA; returns the new generation.
@@ -431,8 +502,18 @@ pub struct Report {
 /// Checks, through `kfd` and one render node per GPU of the manifest (whose VMs must be the
 /// process's compute VMs), that every buffer holds its pattern, every counter the manifest's
 /// generation, every queue exists and every event has its recorded state.
-pub fn verify<T: Transport>(kfd: &Kfd<T>, renders: &[&RenderNode<T>], m: &Manifest) -> Result<Report, WorkloadError> {
-    let mut report = Report { buffers: 0, bytes: 0, queues: 0, events: 0, generation: m.generation };
+pub fn verify<T: Transport>(
+    kfd: &Kfd<T>,
+    renders: &[&RenderNode<T>],
+    m: &Manifest,
+) -> Result<Report, WorkloadError> {
+    let mut report = Report {
+        buffers: 0,
+        bytes: 0,
+        queues: 0,
+        events: 0,
+        generation: m.generation,
+    };
     let mut va = VA_BASE + (1 << 41);
     for (g, (gm, render)) in m.gpus.iter().zip(renders).enumerate() {
         let mut dma = GpuDma::new(gm.gpu_id, render, &mut va)?;
@@ -459,8 +540,13 @@ pub fn verify<T: Transport>(kfd: &Kfd<T>, renders: &[&RenderNode<T>], m: &Manife
             // A queue answers UPDATE_QUEUE with its own ring only if it exists.
             // SAFETY: the ring is the one the queue was created with, kept alive by the workload
             // process as long as its queues.
-            if let Err(e) = unsafe { kfd.update_queue(QueueId(q.id), q.ring_base, q.ring_size, 100, 7) } {
-                return Err(WorkloadError::Mismatch(format!("queue {} on GPU {:#x} does not answer: {e}", q.id, gm.gpu_id)));
+            let answer =
+                unsafe { kfd.update_queue(QueueId(q.id), q.ring_base, q.ring_size, 100, 7) };
+            if let Err(e) = answer {
+                return Err(WorkloadError::Mismatch(format!(
+                    "queue {} on GPU {:#x} does not answer: {e}",
+                    q.id, gm.gpu_id
+                )));
             }
             report.queues += 1;
         }

@@ -24,6 +24,8 @@ pub struct Settings {
     pub checks: topology::CheckOptions,
     /// Whether the host criu calls DUMP_DEVICES_LATE (then unpausing waits for it).
     pub dump_devices_late: bool,
+    /// Whether dumps write per-chunk checksums of the pages files.
+    pub checksums: bool,
 }
 
 impl Settings {
@@ -45,6 +47,7 @@ impl Settings {
             staging: Staging::capped(max),
             checks: topology::CheckOptions::from_lookup(&lookup),
             dump_devices_late,
+            checksums: true,
         }
     }
 }
@@ -116,6 +119,15 @@ impl<P: Platform> Engine<P> {
             .ok_or_else(|| HookError::failed(Errno::EBADF, "criu gave no image directory"))?;
         // SAFETY: criu keeps its image directory fd open for the whole run of the hooks.
         Ok(unsafe { BorrowedFd::borrow_raw(fd) })
+    }
+
+    /// The GPU mappings of the `/dev/kfd` files restored in this process.
+    pub fn mappings(&self) -> Vec<topology::Mapping> {
+        lock(&self.state)
+            .restored
+            .iter()
+            .map(|r| r.mapping.clone())
+            .collect()
     }
 
     /// The platform.
@@ -266,7 +278,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
                     .map_err(|e| failed(Errno::EIO, e))?;
                 let opts = DumpOptions {
                     staging: settings.staging,
-                    checksums: true,
+                    checksums: settings.checksums,
                 };
                 let unpause = if settings.dump_devices_late {
                     Unpause::Deferred

@@ -26,6 +26,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Checkpoint and restore a model GPU workload on the in-process simulator (no GPU needed),
+    /// onto a node with other gpu ids, and verify every byte.
+    Demo(cli::demo::DemoArgs),
     /// Report the KFD driver of this machine (interface version), or that there is none.
     Probe {
         /// The KFD node.
@@ -87,6 +90,7 @@ fn run(command: &dyn Run) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Demo(args) => run(&args),
         Command::Probe { kfd } => probe(&kfd),
         Command::Inspect(args) => run(&args),
         Command::Check(args) => run(&args),

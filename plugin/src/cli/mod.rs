@@ -20,6 +20,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 pub mod check;
+pub mod demo;
 pub mod imagedir;
 pub mod inspect;
 pub mod table;
