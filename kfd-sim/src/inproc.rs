@@ -397,6 +397,36 @@ impl kfd_abi::Platform for SimPlatform {
         Ok(kfd_abi::Kfd::new(f, "/dev/kfd (simulated)"))
     }
 
+    fn render_from_fd(
+        &self,
+        fd: OwnedFd,
+    ) -> Result<kfd_abi::RenderNode<SimFile>, kfd_abi::IoctlError> {
+        let file = self
+            .machine
+            .file_of(fd.as_fd())
+            .filter(|f| matches!(f.kind, FileKind::Render(_)))
+            .ok_or_else(|| {
+                open_error(
+                    "render node".into(),
+                    io::Error::from_raw_os_error(libc::ENODEV),
+                )
+            })?;
+        let label = match &file.kind {
+            FileKind::Render(r) => self.machine.inner.devices.get(r.device).map_or_else(
+                || "render node (simulated)".to_owned(),
+                |d| format!("/dev/dri/renderD{} (simulated)", d.render_minor),
+            ),
+            FileKind::Kfd(_) => String::new(),
+        };
+        let f = SimFile {
+            machine: self.machine.clone(),
+            file,
+            fd,
+            caller: Arc::clone(&self.process.inner.caller),
+        };
+        Ok(kfd_abi::RenderNode::new(f, label))
+    }
+
     fn identify(&self, fd: BorrowedFd<'_>) -> io::Result<kfd_abi::DeviceKind> {
         sys::file_key(fd)?;
         Ok(match self.machine.file_of(fd).as_deref().map(|f| &f.kind) {
