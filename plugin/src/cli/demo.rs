@@ -526,10 +526,15 @@ impl Run for DemoArgs {
         match run_demo(self) {
             Ok(report) => report.emit(super::Format::from_json_flag(self.json), out),
             Err(e) => {
-                writeln!(out, "demo failed: {e}")?;
+                let mut told = e.to_string();
+                writeln!(out, "demo failed: {told}")?;
                 let mut source = std::error::Error::source(&e);
                 while let Some(s) = source {
-                    writeln!(out, "  caused by: {s}")?;
+                    let text = s.to_string();
+                    if !told.contains(&text) {
+                        writeln!(out, "  caused by: {text}")?;
+                        told = text;
+                    }
                     source = s.source();
                 }
                 Ok(Outcome::Negative)
