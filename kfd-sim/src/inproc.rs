@@ -91,6 +91,12 @@ impl Machine {
         self.inner.find_process(pid).is_some()
     }
 
+    /// Whether the KFD process of `pid` has its queues paused by a checkpoint (`None`: no such
+    /// process), for tests.
+    pub fn queues_paused(&self, pid: u32) -> Option<bool> {
+        self.inner.find_process(pid).map(|p| p.lock().queues_paused)
+    }
+
     /// VRAM in use on the GPU `gpu_id` (bytes), for tests.
     pub fn vram_used(&self, gpu_id: u32) -> Option<u64> {
         let d = self
