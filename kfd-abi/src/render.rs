@@ -154,6 +154,11 @@ impl<T: Transport> RenderNode<T> {
         &self.label
     }
 
+    /// Gives the transport back.
+    pub fn into_transport(self) -> T {
+        self.transport
+    }
+
     /// Another handle on the same open file.
     pub fn try_clone(&self) -> Result<Self> {
         let transport = self

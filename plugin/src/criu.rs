@@ -347,6 +347,12 @@ impl<P: Platform> CriuHooks for Engine<P> {
 
     fn resume_devices_late(&self, pid: i32) -> HookResult<()> {
         let pid = u32::try_from(pid).map_err(|_| HookError::NotOurs)?;
+        if let Ok(dir) = self.dir() {
+            if restore::pid_needs_resume(dir, pid) == Some(false) {
+                log::info!("pid {pid} had no GPU state to resume");
+                return Ok(());
+            }
+        }
         let kfd = match self.platform.open_kfd() {
             Ok(k) => k,
             // No KFD on this machine: nothing of ours was restored.

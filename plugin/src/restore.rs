@@ -9,7 +9,7 @@
 //! goes away with the restored process that criu then kills.
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 use images::proto::CriuKfd;
@@ -163,6 +163,31 @@ fn inconsistent(id: u32, what: impl Into<String>) -> RestoreError {
     }
 }
 
+/// Whether an image has no device state at all (no BOs, queues, events or SVM ranges): nothing
+/// to RESTORE or RESUME.
+pub fn is_empty(msg: &CriuKfd) -> bool {
+    msg.bo_entries.is_empty() && msg.num_of_objects == 0
+}
+
+/// Whether the KFD images in `dir` say that process `pid` has device state to RESUME:
+/// `Some(false)` when its image holds none, `None` when no image of `pid` is found.
+pub fn pid_needs_resume(dir: BorrowedFd<'_>, pid: u32) -> Option<bool> {
+    let listing = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())).ok()?;
+    listing
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let id: u32 = name
+                .strip_prefix("amdgpu-kfd-")?
+                .strip_suffix(".img")?
+                .parse()
+                .ok()?;
+            KfdImage::read(dir, id).ok()
+        })
+        .find(|msg| msg.pid == pid)
+        .map(|msg| !is_empty(&msg))
+}
+
 /// Checks the counts of a `criu_kfd` message against its lists.
 fn check_counts(id: u32, msg: &CriuKfd) -> Result<(), RestoreError> {
     if msg.num_of_bos != msg.bo_entries.len() as u64 {
@@ -311,7 +336,14 @@ pub fn restore_kfd<P: Platform>(
             alloc_flags: AllocFlags::from_bits_retain(b.alloc_flags),
         })
         .collect();
-    let restored = kfd.criu_restore(&devices, &bos, &msg.priv_data, msg.num_of_objects)?;
+    // A process that opened /dev/kfd but has no buffers and no queues or events has no device
+    // state: its fresh /dev/kfd is all it needs (and 6.1's RESTORE refuses zero BOs).
+    let restored = if is_empty(&msg) {
+        log::info!("image {id} holds no GPU state; /dev/kfd is reopened only");
+        Vec::new()
+    } else {
+        kfd.criu_restore(&devices, &bos, &msg.priv_data, msg.num_of_objects)?
+    };
     drop(devices);
 
     let gpus = copy_contents(platform, &mapping, &msg, &restored, readers, opts.staging)?;

@@ -108,9 +108,15 @@ impl SimNode {
         self.platform.topology_root()
     }
 
-    fn engine(&self, process: &SimProcess, dir: &File, settings: &Settings) -> Engine<SimPlatform> {
+    fn engine<P: Platform, W: Fn(SimPlatform) -> P>(
+        &self,
+        wrap: &W,
+        process: &SimProcess,
+        dir: &File,
+        settings: &Settings,
+    ) -> Engine<P> {
         let raw = dir.as_raw_fd();
-        let engine = Engine::new(self.platform_of(process), move || Some(raw));
+        let engine = Engine::new(wrap(self.platform_of(process)), move || Some(raw));
         engine.configure(settings.clone());
         engine
     }
@@ -166,10 +172,33 @@ pub fn checkpoint(
     dir: &Path,
     settings: &Settings,
 ) -> Result<(ImageIds, Duration), DemoError> {
+    let renders: Vec<&RenderNode<SimFile>> = target.workload.renders().iter().collect();
+    checkpoint_files(
+        node,
+        &|p| p,
+        &target.process,
+        target.workload.kfd(),
+        &renders,
+        dir,
+        settings,
+    )
+}
+
+/// [`checkpoint`] for any process of `node` with its `/dev/kfd` and render-node files, with the
+/// engine on `wrap(platform)` (tests wrap the platform to inject faults).
+pub fn checkpoint_files<P: Platform, W: Fn(SimPlatform) -> P>(
+    node: &SimNode,
+    wrap: &W,
+    process: &SimProcess,
+    kfd: &Kfd<SimFile>,
+    renders: &[&RenderNode<SimFile>],
+    dir: &Path,
+    settings: &Settings,
+) -> Result<(ImageIds, Duration), DemoError> {
     let dirf = open_dir(dir)?;
     let criu = node.machine.spawn_process();
-    criu.ptrace_attach(&target.process);
-    let engine = node.engine(&criu, &dirf, settings);
+    criu.ptrace_attach(process);
+    let engine = node.engine(wrap, &criu, &dirf, settings);
     engine.init(Stage::Dump).map_err(hook("init"))?;
     let start = Instant::now();
     let mut ids = ImageIds {
@@ -178,9 +207,9 @@ pub fn checkpoint(
     };
     let result = (|| {
         engine
-            .dump_ext_file(target.workload.kfd().as_fd(), ids.kfd)
+            .dump_ext_file(kfd.as_fd(), ids.kfd)
             .map_err(hook("DUMP_EXT_FILE(/dev/kfd)"))?;
-        for (i, render) in target.workload.renders().iter().enumerate() {
+        for (i, render) in renders.iter().enumerate() {
             let id = 2 + u32::try_from(i).unwrap_or(u32::MAX - 2);
             engine
                 .dump_ext_file(render.as_fd(), id)
@@ -188,7 +217,7 @@ pub fn checkpoint(
             ids.renders.push(id);
         }
         engine
-            .dump_devices_late(target.process.pid())
+            .dump_devices_late(process.pid())
             .or_else(|e| match e {
                 HookError::NotOurs => Ok(()),
                 e => Err(hook("DUMP_DEVICES_LATE")(e)),
@@ -196,7 +225,7 @@ pub fn checkpoint(
     })();
     let elapsed = start.elapsed();
     engine.fini(Stage::Dump, if result.is_ok() { 0 } else { -1 });
-    criu.ptrace_detach(&target.process);
+    criu.ptrace_detach(process);
     result.map(|()| (ids, elapsed))
 }
 
@@ -229,10 +258,28 @@ pub fn restore(
     ids: &ImageIds,
     settings: &Settings,
 ) -> Result<(RestoredTarget, Duration), DemoError> {
+    restore_with(
+        node,
+        &|p| p,
+        node.machine.spawn_process(),
+        dir,
+        ids,
+        settings,
+    )
+}
+
+/// [`restore`] into `process`, with the engine on `wrap(platform)`.
+pub fn restore_with<P: Platform, W: Fn(SimPlatform) -> P>(
+    node: &SimNode,
+    wrap: &W,
+    process: SimProcess,
+    dir: &Path,
+    ids: &ImageIds,
+    settings: &Settings,
+) -> Result<(RestoredTarget, Duration), DemoError> {
     let dirf = open_dir(dir)?;
-    let process = node.machine.spawn_process();
     let platform = node.platform_of(&process);
-    let engine = node.engine(&process, &dirf, settings);
+    let engine = node.engine(wrap, &process, &dirf, settings);
     engine.init(Stage::Restore).map_err(hook("init"))?;
     let start = Instant::now();
     let restored = (|| -> Result<RestoredTarget, DemoError> {
@@ -258,7 +305,7 @@ pub fn restore(
         }
         // criu's master process resumes the restored task's GPU queues.
         let criu = node.machine.spawn_process();
-        let master = node.engine(&criu, &dirf, settings);
+        let master = node.engine(wrap, &criu, &dirf, settings);
         master
             .resume_devices_late(i32::try_from(process.pid()).unwrap_or(i32::MAX))
             .map_err(hook("RESUME_DEVICES_LATE"))?;
