@@ -41,6 +41,15 @@ pub trait Client {
     /// Undoes an [`install_fd`](Self::install_fd) on a later failure of the same ioctl (the
     /// kernel's `close_fd` on its error path).
     fn uninstall_fd(&self, raw: i32);
+
+    /// The caller's memory as an OS process (the `mm` a userptr BO keeps: the SDMA engine reads
+    /// and writes userptr memory through it later, whoever submits the copy).
+    ///
+    /// By default the OS process whose pid is [`pid`](Self::pid), which is right where that is a
+    /// real pid (over CUSE); the in-process client, whose pids are simulated, overrides it.
+    fn process_memory(&self) -> ProcessMemory {
+        ProcessMemory::of_pid(libc::pid_t::try_from(self.pid()).unwrap_or(0))
+    }
 }
 
 /// User memory of a real OS process, through `process_vm_readv` / `process_vm_writev`.
@@ -60,6 +69,11 @@ impl ProcessMemory {
         Self {
             pid: sys::own_pid(),
         }
+    }
+
+    /// The OS pid whose memory this is.
+    pub fn pid(&self) -> libc::pid_t {
+        self.pid
     }
 
     /// `copy_from_user`.
@@ -115,5 +129,9 @@ impl Client for InProcessClient<'_> {
 
     fn uninstall_fd(&self, raw: RawFd) {
         sys::close_raw(raw);
+    }
+
+    fn process_memory(&self) -> ProcessMemory {
+        self.mem
     }
 }

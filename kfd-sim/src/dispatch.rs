@@ -42,22 +42,27 @@ impl Cx<'_> {
         T::read_from(&b).ok_or(Errno::EFAULT)
     }
 
-    /// `copy_from_user` of `len` bytes, read in chunks so that a huge length over unmapped memory
-    /// fails fast without a huge allocation.
+    /// `copy_from_user` of `len` bytes (see [`read_user_bytes`]).
     pub fn read_bytes(&self, addr: u64, len: u64) -> Result<Vec<u8>, Errno> {
-        const CHUNK: u64 = 1 << 16;
-        let mut out = Vec::new();
-        let mut done = 0u64;
-        while done < len {
-            let n = (len - done).min(CHUNK);
-            let at = addr.checked_add(done).ok_or(Errno::EFAULT)?;
-            let start = out.len();
-            out.resize(start + usize::try_from(n).map_err(|_| Errno::ENOMEM)?, 0);
-            self.c.read_user(at, &mut out[start..])?;
-            done += n;
-        }
-        Ok(out)
+        read_user_bytes(self.c, addr, len)
     }
+}
+
+/// `copy_from_user` of `len` bytes, read in chunks so that a huge length over unmapped memory
+/// fails fast without a huge allocation.
+pub(crate) fn read_user_bytes(c: &dyn Client, addr: u64, len: u64) -> Result<Vec<u8>, Errno> {
+    const CHUNK: u64 = 1 << 16;
+    let mut out = Vec::new();
+    let mut done = 0u64;
+    while done < len {
+        let n = (len - done).min(CHUNK);
+        let at = addr.checked_add(done).ok_or(Errno::EFAULT)?;
+        let start = out.len();
+        out.resize(start + usize::try_from(n).map_err(|_| Errno::ENOMEM)?, 0);
+        c.read_user(at, &mut out[start..])?;
+        done += n;
+    }
+    Ok(out)
 }
 
 /// Runs `f` on the argument struct decoded from the kernel buffer and stores it back (also on
@@ -1001,6 +1006,7 @@ pub(crate) fn new_bo(
         flags,
         mmap_offset: device.alloc_mmap_offset(aligned),
         user_addr: if userptr { user_addr } else { 0 },
+        user_mem: userptr.then(|| cx.c.process_memory()),
         backing,
         accounted: true,
         mapped: Vec::new(),
@@ -1093,9 +1099,13 @@ pub(crate) fn vm_target(bo: &Bo) -> VmTarget {
             backing: Arc::clone(b),
             offset: 0,
         }
-    } else if bo.flags & sys::KFD_IOC_ALLOC_MEM_FLAGS_USERPTR != 0 {
+    } else if let (true, Some(mem)) = (
+        bo.flags & sys::KFD_IOC_ALLOC_MEM_FLAGS_USERPTR != 0,
+        bo.user_mem,
+    ) {
         VmTarget::User {
             cpu_addr: bo.user_addr,
+            mem,
         }
     } else if bo.flags & sys::KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL != 0 {
         VmTarget::Doorbell
@@ -1294,6 +1304,7 @@ fn import_dmabuf(cx: &Cx<'_>, k: &mut [u8]) -> R {
                 | sys::KFD_IOC_ALLOC_MEM_FLAGS_EXECUTABLE,
             mmap_offset: dev.alloc_mmap_offset(b.size),
             user_addr: 0,
+            user_mem: None,
             backing: Some(b),
             accounted: false,
             mapped: Vec::new(),

@@ -261,7 +261,9 @@ impl SimFile {
             FileKind::Kfd(p) => {
                 crate::dispatch::kfd_ioctl(&self.machine.inner, p, &client, request, arg)
             }
-            FileKind::Render(r) => crate::render::dispatch(r, &client, request, arg),
+            FileKind::Render(r) => {
+                crate::render::dispatch(&self.machine.inner, r, &client, request, arg)
+            }
         }
     }
 }

@@ -21,6 +21,7 @@ pub mod memory;
 pub mod preset;
 pub mod process;
 pub mod render;
+pub mod sdma;
 pub mod sys;
 pub mod workload;
 

@@ -51,6 +51,7 @@ pub(crate) struct DeviceState {
 pub(crate) struct Device {
     pub gpu_id: u32,
     pub render_minor: u32,
+    pub device_id: u32,
     pub gfx_target_version: u32,
     pub vram_size: u64,
     pub large_bar: bool,
@@ -184,6 +185,7 @@ impl MachineInner {
             devices.push(Device {
                 gpu_id: n.gpu_id,
                 render_minor: n.render_minor(),
+                device_id: p32(keys::DEVICE_ID),
                 gfx_target_version: p32(keys::GFX_TARGET_VERSION),
                 vram_size,
                 large_bar,

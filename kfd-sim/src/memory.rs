@@ -80,6 +80,11 @@ impl Backing {
     pub fn write(&self, offset: u64, buf: &[u8]) -> bool {
         self.map.write(offset, buf)
     }
+
+    /// The shared mapping (what the SDMA engine copies into and out of).
+    pub fn map(&self) -> &SharedMap {
+        &self.map
+    }
 }
 
 #[cfg(test)]

@@ -278,6 +278,8 @@ pub struct Bo {
     pub mmap_offset: u64,
     /// CPU address of a userptr BO.
     pub user_addr: u64,
+    /// Whose memory `user_addr` is in (the allocating process), for a userptr BO.
+    pub user_mem: Option<crate::client::ProcessMemory>,
     /// VRAM/GTT memory.
     pub backing: Option<Arc<Backing>>,
     /// Whether it counts against the device/system limits (not for imports).

@@ -178,6 +178,150 @@ impl SharedMap {
         let off = usize::try_from(offset).ok()?;
         (off.checked_add(len)? <= self.len).then_some(off)
     }
+
+    /// Copies `len` bytes from `src` at `src_off` to this mapping at `dst_off` (`memmove`: the
+    /// ranges may overlap when both are the same mapping); `false` if either is out of bounds.
+    pub fn copy_from(&self, dst_off: u64, src: &SharedMap, src_off: u64, len: u64) -> bool {
+        let Ok(len) = usize::try_from(len) else {
+            return false;
+        };
+        let (Some(d), Some(s)) = (self.check(dst_off, len), src.check(src_off, len)) else {
+            return false;
+        };
+        // SAFETY: both ranges lie inside live mappings (checked); `ptr::copy` allows overlap. No
+        // Rust reference into either mapping exists.
+        unsafe { std::ptr::copy(src.ptr.as_ptr().add(s), self.ptr.as_ptr().add(d), len) };
+        true
+    }
+
+    /// Fills `len` bytes at `offset` with `pattern` repeated, starting `phase` bytes into it;
+    /// `false` if out of bounds.
+    pub fn fill(&self, offset: u64, len: u64, pattern: [u8; 4], phase: usize) -> bool {
+        let Ok(len) = usize::try_from(len) else {
+            return false;
+        };
+        let Some(off) = self.check(offset, len) else {
+            return false;
+        };
+        if pattern.iter().all(|&b| b == pattern[0]) {
+            // SAFETY: [off, off + len) is inside the live mapping (checked).
+            unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(off), pattern[0], len) };
+            return true;
+        }
+        let chunk = pattern_chunk(pattern, phase);
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(chunk.len());
+            // SAFETY: [off + done, off + done + n) is inside the checked range; `chunk` is a
+            // distinct Rust buffer. The chunk length is a multiple of 4, so every piece starts at
+            // the same phase.
+            unsafe {
+                std::ptr::copy_nonoverlapping(chunk.as_ptr(), self.ptr.as_ptr().add(off + done), n)
+            };
+            done += n;
+        }
+        true
+    }
+
+    /// Fills `len` bytes at `offset` straight from process `pid`'s memory at `remote`
+    /// (`process_vm_readv` into the mapping: no intermediate buffer). Out of bounds or a failed or
+    /// short transfer is `EFAULT` (bytes before the failure may have been written).
+    pub fn read_from_process(
+        &self,
+        offset: u64,
+        len: u64,
+        pid: libc::pid_t,
+        remote: u64,
+    ) -> Result<(), Errno> {
+        let len = usize::try_from(len).map_err(|_| Errno::EFAULT)?;
+        let off = self.check(offset, len).ok_or(Errno::EFAULT)?;
+        // SAFETY: the local range lies inside the live mapping (checked), which the kernel writes;
+        // the remote range is only touched by the kernel, which fails cleanly.
+        unsafe { vm_transfer(pid, self.ptr.as_ptr().add(off), remote, len, false) }
+    }
+
+    /// Writes `len` bytes at `offset` straight into process `pid`'s memory at `remote`
+    /// (`process_vm_writev` out of the mapping). Errors as in
+    /// [`read_from_process`](Self::read_from_process).
+    pub fn write_to_process(
+        &self,
+        offset: u64,
+        len: u64,
+        pid: libc::pid_t,
+        remote: u64,
+    ) -> Result<(), Errno> {
+        let len = usize::try_from(len).map_err(|_| Errno::EFAULT)?;
+        let off = self.check(offset, len).ok_or(Errno::EFAULT)?;
+        // SAFETY: the local range lies inside the live mapping (checked), which the kernel only
+        // reads; the remote range is only touched by the kernel, which fails cleanly.
+        unsafe { vm_transfer(pid, self.ptr.as_ptr().add(off), remote, len, true) }
+    }
+}
+
+/// 64 KiB of `pattern` repeated from byte `phase` of it.
+pub fn pattern_chunk(pattern: [u8; 4], phase: usize) -> Vec<u8> {
+    (0..64 << 10).map(|i| pattern[(i + phase) % 4]).collect()
+}
+
+/// One `process_vm_readv` (`to_remote` false) or `process_vm_writev` loop between `len` local
+/// bytes at `local` and process `pid`'s memory at `remote`; any failure is `EFAULT`.
+///
+/// # Safety
+///
+/// `local..local + len` must be valid for writes (read) or reads (write) for the whole call.
+unsafe fn vm_transfer(
+    pid: libc::pid_t,
+    local: *mut u8,
+    remote: u64,
+    len: usize,
+    to_remote: bool,
+) -> Result<(), Errno> {
+    let mut done = 0usize;
+    while done < len {
+        let r = addr_at(remote, done, len - done)?;
+        let liov = libc::iovec {
+            // SAFETY: `done < len`, so the pointer stays inside the caller's range.
+            iov_base: unsafe { local.add(done) }.cast(),
+            iov_len: len - done,
+        };
+        let riov = libc::iovec {
+            iov_base: r as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        // SAFETY: `liov` describes memory the caller vouches for; the remote side is only
+        // accessed by the kernel, which fails cleanly on unmapped memory.
+        let n = unsafe {
+            if to_remote {
+                libc::process_vm_writev(pid, &liov, 1, &riov, 1, 0)
+            } else {
+                libc::process_vm_readv(pid, &liov, 1, &riov, 1, 0)
+            }
+        };
+        match usize::try_from(n) {
+            Ok(0) | Err(_) => return Err(Errno::EFAULT),
+            Ok(n) => done += n,
+        }
+    }
+    Ok(())
+}
+
+/// Sets or clears close-on-exec on an fd (`DRM_CLOEXEC` of a PRIME export).
+pub fn set_cloexec(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+    // SAFETY: F_GETFD/F_SETFD on a valid fd touch only its descriptor flags.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let flags = if on {
+        flags | libc::FD_CLOEXEC
+    } else {
+        flags & !libc::FD_CLOEXEC
+    };
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, flags) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 impl Drop for SharedMap {
