@@ -1,0 +1,77 @@
+//! The model ROCm workload on the in-process simulator: it fills its VRAM and GTT by SDMA through
+//! its render files (the VMs KFD acquired), verifies, ticks, verifies again; a byte corrupted
+//! through a checkpoint dma-buf is caught and named.
+
+#![allow(clippy::unwrap_used)] // tests panic on failure
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+use kfd_abi::{GpuId, Kfd, RenderNode};
+use kfd_sim::workload::{Kind, Spec, Workload, WorkloadError};
+use kfd_sim::{Machine, Preset, SimFile, SimProcess};
+
+fn start(machine: &Machine, proc: &SimProcess) -> Workload<SimFile> {
+    let kfd = Kfd::new(proc.open_kfd().unwrap(), "/dev/kfd");
+    let gpus = machine
+        .gpu_ids()
+        .into_iter()
+        .zip(machine.render_minors())
+        .map(|(id, minor)| {
+            let r = RenderNode::new(proc.open_render(minor).unwrap(), format!("renderD{minor}"));
+            (GpuId::new(id).unwrap(), r)
+        })
+        .collect();
+    Workload::start(kfd, gpus, &Spec::default()).unwrap()
+}
+
+#[test]
+fn the_workload_starts_verifies_ticks_and_verifies_again() {
+    let machine = Machine::new(&Preset::mi210x2()).unwrap();
+    let proc = machine.spawn_process();
+    let mut w = start(&machine, &proc);
+    let first = w.verify().unwrap();
+    let spec = Spec::default();
+    assert_eq!(first.buffers, 2 * (spec.vram.len() + spec.gtt.len()));
+    assert_eq!(first.bytes, w.manifest().pattern_bytes());
+    assert_eq!(first.queues, 2 * spec.queues as usize);
+    assert_eq!(first.events, spec.events as usize);
+    assert_eq!(first.generation, 1);
+    assert_eq!(w.tick().unwrap(), 2);
+    assert_eq!(w.verify().unwrap().generation, 2);
+}
+
+#[test]
+fn a_corrupted_byte_fails_verify_naming_the_buffer() {
+    let machine = Machine::new(&Preset::mi210x2()).unwrap();
+    let proc = machine.spawn_process();
+    let w = start(&machine, &proc);
+    let gpu = &w.manifest().gpus[1];
+    let victim = gpu
+        .buffers
+        .iter()
+        .find(|b| b.kind == Kind::Vram && b.index == 1)
+        .unwrap()
+        .clone();
+
+    // criu's way to the memory: a dma-buf from CHECKPOINT.
+    let criu = machine.spawn_process();
+    criu.ptrace_attach(&proc);
+    let ck = Kfd::new(w.kfd().transport().used_by(&criu).unwrap(), "/dev/kfd");
+    let info = ck.criu_process_info().unwrap();
+    let c = ck.criu_checkpoint(&info).unwrap();
+    let bucket = c.bos.iter().find(|b| b.addr == victim.va).unwrap();
+    let f = File::from(bucket.dmabuf.as_ref().unwrap().try_clone().unwrap());
+    let mut byte = [0u8];
+    f.read_exact_at(&mut byte, 12345).unwrap();
+    f.write_all_at(&[byte[0] ^ 0x40], 12345).unwrap();
+    ck.criu_unpause().unwrap();
+
+    let err = w.verify().unwrap_err();
+    let WorkloadError::Mismatch(msg) = &err else {
+        panic!("expected a mismatch, got {err}");
+    };
+    let want = format!("GPU {:#x} buffer 1 (Vram", gpu.gpu_id);
+    assert!(msg.contains(&want), "{msg}");
+    assert!(msg.contains("byte 12345"), "{msg}");
+}
