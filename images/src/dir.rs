@@ -65,6 +65,22 @@ pub fn open_read_at(dir: BorrowedFd<'_>, name: &str) -> io::Result<File> {
     open_at(dir, name, libc::O_RDONLY | libc::O_CLOEXEC)
 }
 
+/// Drops the page cache of `file` (`posix_fadvise(POSIX_FADV_DONTNEED)` over the whole file),
+/// so that the next read comes from the device. Dirty pages must be synced first to be dropped.
+///
+/// # Errors
+/// The `posix_fadvise(2)` error.
+pub fn drop_page_cache(file: &File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: posix_fadvise reads only the fd number and the range; it touches no memory of ours.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(rc))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

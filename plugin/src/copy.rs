@@ -265,7 +265,7 @@ impl<'r, T: Transport> Dma<'r, T> {
                 let (s, e) = (bo_start, bo_start + b.size);
                 bo_start = e;
                 let (a, z) = (pos.max(s), end.min(e));
-                (a < z).then_some((b.va + (a - s), a - pos, z - a))
+                (a < z).then(|| (b.va + (a - s), a - pos, z - a))
             })
             .collect();
         for (bo_va, staging_off, n) in segments {

@@ -59,6 +59,12 @@ struct State<P: Platform> {
     paused: Vec<Kfd<P::Device>>,
     /// The KFD files restored in this (restored) process.
     restored: Vec<Restored<P::Device>>,
+    /// At dump: the ids processes use for GPUs (user ids), by the GPU's id now (actual id), from
+    /// the KFD files dumped so far.
+    user_ids: std::collections::BTreeMap<u32, u32>,
+    /// At dump: render-node images written before the KFD file that names their GPU's user id,
+    /// as (image id, actual gpu id).
+    pending_renders: Vec<(u32, u32, u32)>,
 }
 
 impl<P: Platform> Default for State<P> {
@@ -66,6 +72,8 @@ impl<P: Platform> Default for State<P> {
         Self {
             paused: Vec::new(),
             restored: Vec::new(),
+            user_ids: std::collections::BTreeMap::new(),
+            pending_renders: Vec::new(),
         }
     }
 }
@@ -144,10 +152,14 @@ impl<P: Platform> Engine<P> {
         }
     }
 
+    /// Writes the image of a render-node file. Images record the GPU under the id the process
+    /// uses (which differs from the GPU's id after a restore onto other GPUs), so the restore
+    /// finds it in the process's mapping; a render node dumped before its process's `/dev/kfd`
+    /// is rewritten once that id is known.
     fn dump_render(&self, id: u32, minor: u32) -> HookResult<()> {
         let topo =
             topology::parse(&self.platform.topology_root()).map_err(|e| failed(Errno::EIO, e))?;
-        let gpu = topo
+        let actual = topo
             .gpus()
             .find(|n| n.render_minor() == minor)
             .ok_or_else(|| {
@@ -155,18 +167,53 @@ impl<P: Platform> Engine<P> {
                     Errno::ENODEV,
                     format!("renderD{minor} is not a GPU of the KFD topology"),
                 )
-            })?;
+            })?
+            .gpu_id;
+        let mut state = lock(&self.state);
+        let user = match state.user_ids.get(&actual) {
+            Some(&user) => user,
+            None => {
+                state.pending_renders.push((id, actual, minor));
+                actual
+            }
+        };
+        drop(state);
+        self.write_render(id, user, minor)
+    }
+
+    fn write_render(&self, id: u32, gpu_id: u32, minor: u32) -> HookResult<()> {
         let msg = CriuRenderNode {
-            gpu_id: gpu.gpu_id,
+            gpu_id,
             id,
             drm_render_minor: minor,
             ..Default::default()
         };
         RenderNodeImage::write(self.dir()?, id, &msg).map_err(|e| failed(Errno::EIO, e))?;
-        log::info!(
-            "dumped renderD{minor} (GPU {:#x}) as image {id}",
-            gpu.gpu_id
-        );
+        log::info!("dumped renderD{minor} (GPU {gpu_id:#x}) as image {id}");
+        Ok(())
+    }
+
+    /// Records the user ids of a dumped KFD file and fixes the render images written before it.
+    fn learn_user_ids(&self, gpus: &[crate::dump::GpuDump]) -> HookResult<()> {
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        for g in gpus {
+            state.user_ids.insert(g.actual_gpu_id, g.gpu_id);
+        }
+        let mut fixes = Vec::new();
+        state
+            .pending_renders
+            .retain(|&(id, actual, minor)| match state.user_ids.get(&actual) {
+                Some(&user) => {
+                    fixes.push((id, user, minor));
+                    false
+                }
+                None => true,
+            });
+        drop(guard);
+        for (id, user, minor) in fixes {
+            self.write_render(id, user, minor)?;
+        }
         Ok(())
     }
 
@@ -249,6 +296,8 @@ impl<P: Platform> CriuHooks for Engine<P> {
         self.unpause_all();
         let mut state = lock(&self.state);
         state.restored.clear();
+        state.user_ids.clear();
+        state.pending_renders.clear();
         log::debug!("exit {stage:?} ({ret})");
     }
 
@@ -297,6 +346,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
                 if unpause == Unpause::Deferred {
                     lock(&self.state).paused.push(kfd);
                 }
+                self.learn_user_ids(&report.gpus)?;
                 Ok(())
             }
         }

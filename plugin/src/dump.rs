@@ -136,6 +136,12 @@ impl<'k, T: Transport> PauseGuard<'k, T> {
     fn defuse(mut self) {
         self.armed = false;
     }
+
+    /// Unpauses now and reports whether that worked (the process would stay frozen otherwise).
+    fn unpause(mut self) -> Result<(), IoctlError> {
+        self.armed = false;
+        self.kfd.criu_unpause()
+    }
 }
 
 impl<T: Transport> Drop for PauseGuard<'_, T> {
@@ -211,7 +217,7 @@ pub fn dump_kfd<P: Platform>(
     if unpause == Unpause::Deferred {
         guard.defuse();
     } else {
-        drop(guard);
+        guard.unpause()?;
     }
     Ok(DumpReport {
         pid: info.pid,

@@ -1,1 +1,218 @@
-//! Integration tests across the workspace.
+//! Integration tests across the workspace, and what they share: a transport and a platform that
+//! fail on demand, to inject a driver error at every step of a dump or a restore.
+
+use std::ffi::c_void;
+use std::fmt;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use kfd_abi::{DeviceKind, Errno, IoctlError, Kfd, Platform, RenderNode, Transport};
+
+/// Which ioctl to fail: the `fail_at`-th one (counting from 1) issued through any transport of
+/// the plan's platform; 0 never fails.
+#[derive(Debug, Default)]
+pub struct FaultPlan {
+    fail_at: AtomicU64,
+    seen: AtomicU64,
+    failed: Mutex<Option<Failed>>,
+}
+
+/// The ioctl a plan failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Failed {
+    /// Its request code.
+    pub request: u32,
+    /// For `CRIU_OP`, the operation.
+    pub criu_op: Option<u32>,
+}
+
+impl Failed {
+    /// Whether it was `CRIU_OP(UNPAUSE)` (which no error path can make up for).
+    pub fn is_unpause(&self) -> bool {
+        self.criu_op == Some(kfd_sys::KFD_CRIU_OP_UNPAUSE)
+    }
+}
+
+impl Failed {
+    /// Whether the ioctl is one that cleanup also issues (unmapping, closing a GEM handle,
+    /// freeing a context): its failure there is logged, not fatal.
+    pub fn may_be_cleanup(&self) -> bool {
+        use kfd_abi::ioctl::drm;
+        [drm::AMDGPU_GEM_VA, drm::GEM_CLOSE, drm::AMDGPU_CTX].contains(&self.request)
+    }
+}
+
+impl fmt::Display for Failed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.criu_op {
+            Some(op) => write!(f, "{}", kfd_abi::CriuOp::from(op).ioctl_name()),
+            None => f.write_str(kfd_abi::ioctl::name(self.request)),
+        }
+    }
+}
+
+impl FaultPlan {
+    /// A plan that fails the `n`-th ioctl with `EIO`.
+    pub fn fail_at(n: u64) -> Arc<Self> {
+        let p = Self::default();
+        p.fail_at.store(n, Ordering::SeqCst);
+        Arc::new(p)
+    }
+
+    /// The ioctl that was failed, if one was.
+    pub fn failed(&self) -> Option<Failed> {
+        *self
+            .failed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Ioctls seen so far.
+    pub fn seen(&self) -> u64 {
+        self.seen.load(Ordering::SeqCst)
+    }
+
+    fn check(&self, request: u32, criu_op: impl FnOnce() -> Option<u32>) -> Result<(), Errno> {
+        let n = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
+        if n == self.fail_at.load(Ordering::SeqCst) {
+            let failed = Failed {
+                request,
+                criu_op: criu_op(),
+            };
+            *self
+                .failed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(failed);
+            return Err(Errno::EIO);
+        }
+        Ok(())
+    }
+}
+
+/// A transport that forwards to `T` and fails where its plan says.
+#[derive(Debug)]
+pub struct Faulty<T> {
+    inner: T,
+    plan: Arc<FaultPlan>,
+}
+
+impl<T: AsFd> AsFd for Faulty<T> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.inner.as_fd()
+    }
+}
+
+impl<T: Transport> Transport for Faulty<T> {
+    unsafe fn ioctl(&self, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
+        self.plan.check(request, || {
+            (request == kfd_abi::ioctl::kfd::CRIU_OP).then(|| {
+                // SAFETY: the caller guarantees `arg` is a valid argument of `request`, which for
+                // CRIU_OP is a `kfd_ioctl_criu_args`.
+                unsafe { (*arg.cast::<kfd_sys::kfd_ioctl_criu_args>()).op }
+            })
+        })?;
+        // SAFETY: forwarded unchanged; our caller gives the guarantees the inner transport needs.
+        unsafe { self.inner.ioctl(request, arg) }
+    }
+
+    unsafe fn adopt_fd(&self, raw: RawFd) -> io::Result<OwnedFd> {
+        // SAFETY: forwarded unchanged.
+        unsafe { self.inner.adopt_fd(raw) }
+    }
+
+    fn try_clone(&self) -> io::Result<Self> {
+        Ok(Self {
+            inner: self.inner.try_clone()?,
+            plan: Arc::clone(&self.plan),
+        })
+    }
+}
+
+/// A platform whose device files fail where the plan says.
+pub struct FaultyPlatform<P> {
+    inner: P,
+    plan: Arc<FaultPlan>,
+}
+
+impl<P> FaultyPlatform<P> {
+    /// Wraps `inner`.
+    pub fn new(inner: P, plan: Arc<FaultPlan>) -> Self {
+        Self { inner, plan }
+    }
+}
+
+impl<P: fmt::Debug> fmt::Debug for FaultyPlatform<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FaultyPlatform")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: Platform> FaultyPlatform<P> {
+    fn kfd(&self, k: Kfd<P::Device>) -> Kfd<Faulty<P::Device>> {
+        let label = k.label().to_owned();
+        Kfd::new(
+            Faulty {
+                inner: k.into_transport(),
+                plan: Arc::clone(&self.plan),
+            },
+            label,
+        )
+    }
+
+    fn render(&self, r: RenderNode<P::Device>) -> RenderNode<Faulty<P::Device>> {
+        let label = r.label().to_owned();
+        RenderNode::new(
+            Faulty {
+                inner: r.into_transport(),
+                plan: Arc::clone(&self.plan),
+            },
+            label,
+        )
+    }
+}
+
+impl<P: Platform> Platform for FaultyPlatform<P> {
+    type Device = Faulty<P::Device>;
+
+    fn open_kfd(&self) -> Result<Kfd<Self::Device>, IoctlError> {
+        self.inner.open_kfd().map(|k| self.kfd(k))
+    }
+
+    fn open_render(&self, minor: u32) -> Result<RenderNode<Self::Device>, IoctlError> {
+        self.inner.open_render(minor).map(|r| self.render(r))
+    }
+
+    fn kfd_from_fd(&self, fd: OwnedFd) -> Result<Kfd<Self::Device>, IoctlError> {
+        self.inner.kfd_from_fd(fd).map(|k| self.kfd(k))
+    }
+
+    fn render_from_fd(&self, fd: OwnedFd) -> Result<RenderNode<Self::Device>, IoctlError> {
+        self.inner.render_from_fd(fd).map(|r| self.render(r))
+    }
+
+    fn identify(&self, fd: BorrowedFd<'_>) -> io::Result<DeviceKind> {
+        self.inner.identify(fd)
+    }
+
+    fn identify_rdev(&self, rdev: u64) -> DeviceKind {
+        self.inner.identify_rdev(rdev)
+    }
+
+    fn topology_root(&self) -> PathBuf {
+        self.inner.topology_root()
+    }
+
+    fn hsakmt_shm_path(&self) -> PathBuf {
+        self.inner.hsakmt_shm_path()
+    }
+}
+
+/// The number of open file descriptors of this process.
+pub fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, Iterator::count)
+}

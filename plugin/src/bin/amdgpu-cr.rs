@@ -29,6 +29,9 @@ enum Command {
     /// Checkpoint and restore a model GPU workload on the in-process simulator (no GPU needed),
     /// onto a node with other gpu ids, and verify every byte.
     Demo(cli::demo::DemoArgs),
+    /// Measure dump and restore throughput on the simulator against the raw I/O limit of the
+    /// same directory, and the plugin's memory use.
+    Bench(cli::bench::BenchArgs),
     /// Report the KFD driver of this machine (interface version), or that there is none.
     Probe {
         /// The KFD node.
@@ -91,6 +94,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Demo(args) => run(&args),
+        Command::Bench(args) => run(&args),
         Command::Probe { kfd } => probe(&kfd),
         Command::Inspect(args) => run(&args),
         Command::Check(args) => run(&args),

@@ -19,6 +19,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+pub mod bench;
 pub mod check;
 pub mod demo;
 pub mod imagedir;

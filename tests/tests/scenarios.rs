@@ -1,0 +1,236 @@
+//! The plugin engine driven as criu drives it, against the in-process simulator: dump through
+//! DUMP_EXT_FILE, restore through RESTORE_EXT_FILE in a fresh process and RESUME_DEVICES_LATE,
+//! then the model workload checks every byte, queue and event.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use amdgpu_plugin::cli::demo::{self, remapped_variant, SimNode};
+use amdgpu_plugin::copy::Staging;
+use amdgpu_plugin::criu::Settings;
+use kfd_sim::preset::Preset;
+use kfd_sim::workload::Spec;
+use rstest::rstest;
+use topology::options::Check;
+
+/// A small workload: a buffer larger than one staging buffer, small ones, GTT, queues, events.
+fn small_spec() -> Spec {
+    Spec {
+        seed: 42,
+        vram: vec![3 << 20, 64 << 10, 4 << 10],
+        gtt: vec![256 << 10],
+        queues: 1,
+        events: 3,
+    }
+}
+
+/// Settings with 1 MiB staging buffers, so that BOs span several buffers.
+fn settings() -> Settings {
+    let mut s = Settings::from_lookup(|_| None, false);
+    s.staging = Staging {
+        buffer_size: 1 << 20,
+        buffers: 3,
+    };
+    s
+}
+
+fn round_trip(
+    source: &Preset,
+    destination: &Preset,
+    spec: &Spec,
+    settings: &Settings,
+) -> demo::RestoredTarget {
+    let dir = tempfile::tempdir().unwrap();
+    let src = SimNode::new(source).unwrap();
+    let target = demo::start_target(&src, spec).unwrap();
+    let manifest = target.workload.manifest().clone();
+    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), settings).unwrap();
+    assert_eq!(
+        src.machine.queues_paused(target.process.pid()),
+        Some(false),
+        "the dumped process runs on"
+    );
+
+    let dst = SimNode::new(destination).unwrap();
+    let (restored, _) = demo::restore(&dst, dir.path(), &ids, settings).unwrap();
+    let report = restored.verify(&manifest).unwrap();
+    assert_eq!(report.bytes, manifest.pattern_bytes());
+    assert_eq!(report.queues, spec.queues as usize * source.gpus.len());
+    assert_eq!(report.events, spec.events as usize);
+    restored
+}
+
+#[rstest]
+#[case::single_gpu("mi50x1")]
+#[case::two_gpus("mi210x2")]
+#[case::four_gpus_two_numa_nodes("mi100x4")]
+#[case::eight_gcds_in_one_hive("mi250x8")]
+fn restores_onto_the_same_node(#[case] preset: &str) {
+    let p = Preset::by_name(preset).unwrap();
+    let restored = round_trip(&p, &p, &small_spec(), &settings());
+    assert!(restored
+        .mapping
+        .iter()
+        .all(|m| m.source_gpu_id == m.destination_gpu_id));
+}
+
+#[rstest]
+#[case::two_gpus("mi210x2")]
+#[case::four_gpus("mi100x4")]
+#[case::eight_gcds_in_one_hive("mi250x8")]
+fn restores_onto_other_gpu_ids(#[case] preset: &str) {
+    let p = Preset::by_name(preset).unwrap();
+    let restored = round_trip(&p, &remapped_variant(&p), &small_spec(), &settings());
+    assert!(restored
+        .mapping
+        .iter()
+        .all(|m| m.source_gpu_id != m.destination_gpu_id));
+}
+
+#[test]
+fn restores_onto_gpu_ids_enumerated_in_another_order() {
+    let p = Preset::by_name("mi100x4").unwrap();
+    let mut ids: Vec<u32> = p.gpus.iter().map(|g| g.gpu_id).collect();
+    ids.reverse();
+    let permuted = p.clone().with_gpu_ids(&ids);
+    round_trip(&p, &permuted, &small_spec(), &settings());
+}
+
+#[test]
+fn bos_much_larger_than_the_staging_buffers() {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let spec = Spec {
+        vram: vec![24 << 20],
+        gtt: vec![5 << 20],
+        ..small_spec()
+    };
+    let mut s = settings();
+    s.staging = Staging {
+        buffer_size: 256 << 10,
+        buffers: 2,
+    };
+    round_trip(&p, &p, &spec, &s);
+}
+
+#[test]
+fn pages_without_checksums_restore_like_upstream_images() {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let s = Settings {
+        checksums: false,
+        ..settings()
+    };
+    round_trip(&p, &remapped_variant(&p), &small_spec(), &s);
+}
+
+fn dump_only(
+    preset: &Preset,
+    settings: &Settings,
+) -> (
+    tempfile::TempDir,
+    demo::ImageIds,
+    kfd_sim::workload::Manifest,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let src = SimNode::new(preset).unwrap();
+    let target = demo::start_target(&src, &small_spec()).unwrap();
+    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), settings).unwrap();
+    (dir, ids, target.workload.manifest().clone())
+}
+
+#[test]
+fn too_few_gpus_is_refused_with_the_reason() {
+    let (dir, ids, _) = dump_only(&Preset::by_name("mi210x2").unwrap(), &settings());
+    let dst = SimNode::new(&Preset::by_name("mi50x1").unwrap()).unwrap();
+    let err = demo::restore(&dst, dir.path(), &ids, &settings())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("cannot be mapped"), "{err}");
+    assert!(
+        err.contains("2") && err.contains("1"),
+        "names both GPU counts: {err}"
+    );
+}
+
+#[test]
+fn older_firmware_is_refused_until_its_check_is_turned_off() {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let fw = p.gpus[0].fw_version.unwrap_or(78);
+    let (dir, ids, manifest) = dump_only(&p.clone().with_fw_version(fw + 10), &settings());
+    let older = SimNode::new(&p.clone().with_fw_version(fw)).unwrap();
+    let err = demo::restore(&older, dir.path(), &ids, &settings())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("KFD_FW_VER_CHECK"), "{err}");
+
+    let mut lenient = settings();
+    lenient.checks.set(Check::FwVersion, false);
+    let (restored, _) = demo::restore(&older, dir.path(), &ids, &lenient).unwrap();
+    restored.verify(&manifest).unwrap();
+}
+
+#[test]
+fn a_restored_process_is_checkpointed_and_restored_again() {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let (dir, ids, manifest) = dump_only(&p, &settings());
+    let second = SimNode::new(&remapped_variant(&p)).unwrap();
+    let (restored, _) = demo::restore(&second, dir.path(), &ids, &settings()).unwrap();
+    restored.verify(&manifest).unwrap();
+
+    // Dump the restored process, which uses its old gpu ids on other GPUs, and restore it back.
+    let dir2 = tempfile::tempdir().unwrap();
+    let renders: Vec<_> = restored.renders.iter().collect();
+    let (ids2, _) = demo::checkpoint_files(
+        &second,
+        &|p| p,
+        &restored.process,
+        &restored.kfd,
+        &renders,
+        dir2.path(),
+        &settings(),
+    )
+    .unwrap();
+    let third = SimNode::new(&p).unwrap();
+    let (again, _) = demo::restore(&third, dir2.path(), &ids2, &settings()).unwrap();
+    again.verify(&manifest).unwrap();
+}
+
+#[test]
+fn a_corrupt_pages_file_is_refused_before_resume() {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let (dir, ids, _) = dump_only(&p, &settings());
+    let pages = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("amdgpu-pages-")
+        })
+        .unwrap();
+    let mut bytes = std::fs::read(&pages).unwrap();
+    bytes[8 + 1000] ^= 1;
+    std::fs::write(&pages, bytes).unwrap();
+    let dst = SimNode::new(&p).unwrap();
+    let err = demo::restore(&dst, dir.path(), &ids, &settings())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("checksum") && err.contains("amdgpu-pages-"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_process_without_gpu_buffers_restores_as_a_fresh_kfd() {
+    use kfd_abi::Platform;
+    let p = Preset::by_name("mi210x2").unwrap();
+    let src = SimNode::new(&p).unwrap();
+    let process = src.machine.spawn_process();
+    let kfd = src.platform_of(&process).open_kfd().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (ids, _) =
+        demo::checkpoint_files(&src, &|p| p, &process, &kfd, &[], dir.path(), &settings()).unwrap();
+    let dst = SimNode::new(&remapped_variant(&p)).unwrap();
+    let (restored, _) = demo::restore(&dst, dir.path(), &ids, &settings()).unwrap();
+    assert_eq!(restored.kfd.get_version().unwrap().minor, 11);
+}
