@@ -2,14 +2,13 @@
 
 use std::ffi::c_void;
 use std::mem::size_of;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::path::Path;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use kfd_sys as sys;
 
 use crate::error::{bad_reply, failed, IoctlError, Result};
 use crate::ioctl::{self, kfd as codes, Dir};
-use crate::transport::{FdTransport, Transport};
+use crate::transport::Transport;
 use crate::types::*;
 
 /// The default path of the KFD node.
@@ -243,70 +242,13 @@ pub enum SvmOp {
 /// Largest attribute count one SVM call carries (the size field of the request code is 14 bits).
 pub const SVM_MAX_ATTRS: usize = (0x3fff - size_of::<sys::kfd_ioctl_svm_args>()) / 8;
 
-/// An open `/dev/kfd`.
-#[derive(Debug)]
-pub struct Kfd<T: Transport = FdTransport> {
-    transport: T,
-    label: String,
-}
-
-impl Kfd<FdTransport> {
-    /// Opens the KFD node at `path` (normally [`KFD_PATH`]).
-    pub fn open(path: &Path) -> Result<Self> {
-        let transport = FdTransport::open(path).map_err(|source| IoctlError::Open {
-            path: path.to_owned(),
-            source,
-        })?;
-        Ok(Self::new(transport, path.display().to_string()))
-    }
-}
-
-impl<T: Transport> AsFd for Kfd<T> {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.transport.as_fd()
-    }
-}
+crate::handle::device_handle!(
+    /// An open `/dev/kfd` (normally at [`KFD_PATH`]).
+    Kfd,
+    "KFD node"
+);
 
 impl<T: Transport> Kfd<T> {
-    /// Wraps a transport open on a KFD node; `label` names it in errors (e.g. `/dev/kfd`).
-    pub fn new(transport: T, label: impl Into<String>) -> Self {
-        Self {
-            transport,
-            label: label.into(),
-        }
-    }
-
-    /// The transport.
-    pub fn transport(&self) -> &T {
-        &self.transport
-    }
-
-    /// The name used in error messages.
-    pub fn label(&self) -> &str {
-        &self.label
-    }
-
-    /// Another handle on the same open file.
-    pub fn try_clone(&self) -> Result<Self> {
-        let transport = self
-            .transport
-            .try_clone()
-            .map_err(|source| IoctlError::Fd {
-                what: "dup",
-                device: self.label.clone(),
-                source,
-            })?;
-        Ok(Self {
-            transport,
-            label: self.label.clone(),
-        })
-    }
-
-    /// Gives the transport back.
-    pub fn into_transport(self) -> T {
-        self.transport
-    }
-
     /// Issues `request` with `arg`, whose size must be the one encoded in `request`.
     ///
     /// # Safety

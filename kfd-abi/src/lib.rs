@@ -14,6 +14,7 @@ pub mod criu;
 pub mod dma;
 pub mod errno;
 pub mod error;
+mod handle;
 pub mod ioctl;
 pub mod kfd;
 pub mod platform;

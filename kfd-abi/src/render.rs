@@ -4,15 +4,15 @@
 
 use std::ffi::c_void;
 use std::mem::size_of;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
 
 use bitflags::bitflags;
 use kfd_sys as sys;
 
 use crate::error::{bad_reply, failed, IoctlError, Result};
 use crate::ioctl::{self, drm as codes};
-use crate::transport::{FdTransport, Transport};
+use crate::transport::Transport;
 use crate::types::{BoHandle, BoListHandle, ContextId};
 
 /// The character-device major of DRM nodes.
@@ -111,70 +111,13 @@ pub struct IbSubmit {
 /// `AMDGPU_HW_IP_DMA`.
 pub const HW_IP_DMA: u32 = sys::AMDGPU_HW_IP_DMA;
 
-/// An open render node of an amdgpu GPU.
-#[derive(Debug)]
-pub struct RenderNode<T: Transport = FdTransport> {
-    transport: T,
-    label: String,
-}
-
-impl RenderNode<FdTransport> {
-    /// Opens the render node at `path`.
-    pub fn open(path: &Path) -> Result<Self> {
-        let transport = FdTransport::open(path).map_err(|source| IoctlError::Open {
-            path: path.to_owned(),
-            source,
-        })?;
-        Ok(Self::new(transport, path.display().to_string()))
-    }
-}
-
-impl<T: Transport> AsFd for RenderNode<T> {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.transport.as_fd()
-    }
-}
+crate::handle::device_handle!(
+    /// An open render node of an amdgpu GPU.
+    RenderNode,
+    "render node"
+);
 
 impl<T: Transport> RenderNode<T> {
-    /// Wraps a transport open on a render node; `label` names it in errors.
-    pub fn new(transport: T, label: impl Into<String>) -> Self {
-        Self {
-            transport,
-            label: label.into(),
-        }
-    }
-
-    /// The transport.
-    pub fn transport(&self) -> &T {
-        &self.transport
-    }
-
-    /// The name used in error messages.
-    pub fn label(&self) -> &str {
-        &self.label
-    }
-
-    /// Gives the transport back.
-    pub fn into_transport(self) -> T {
-        self.transport
-    }
-
-    /// Another handle on the same open file.
-    pub fn try_clone(&self) -> Result<Self> {
-        let transport = self
-            .transport
-            .try_clone()
-            .map_err(|source| IoctlError::Fd {
-                what: "dup",
-                device: self.label.clone(),
-                source,
-            })?;
-        Ok(Self {
-            transport,
-            label: self.label.clone(),
-        })
-    }
-
     /// # Safety
     ///
     /// Every pointer inside `arg` must satisfy the ioctl's contract.
