@@ -13,7 +13,11 @@
 //! zero-filling `Default` implementations written by bindgen.
 
 #![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
-#![allow(clippy::undocumented_unsafe_blocks, clippy::useless_transmute, clippy::missing_safety_doc)]
+#![allow(
+    clippy::undocumented_unsafe_blocks,
+    clippy::useless_transmute,
+    clippy::missing_safety_doc
+)]
 #![allow(clippy::ptr_offset_with_cast, clippy::too_many_arguments)]
 #![allow(missing_debug_implementations)]
 

@@ -17,7 +17,11 @@ use kfd_abi::{GpuId, HostPlatform, Platform};
 use kfd_sim::workload::{Spec, Workload};
 
 #[derive(Parser)]
-#[command(name = "kfd-workload", version, about = "A model ROCm process for checkpoint/restore tests")]
+#[command(
+    name = "kfd-workload",
+    version,
+    about = "A model ROCm process for checkpoint/restore tests"
+)]
 struct Args {
     /// VRAM buffers per GPU, in KiB (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "4096,64")]
@@ -55,13 +59,27 @@ fn start(args: &Args) -> Result<Workload<kfd_abi::FdTransport>, String> {
     let mut gpus = Vec::new();
     for node in topo.gpus() {
         let id = GpuId::new(node.gpu_id).ok_or("a GPU node with gpu_id 0")?;
-        gpus.push((id, platform.open_render(node.render_minor()).map_err(|e| e.to_string())?));
+        gpus.push((
+            id,
+            platform
+                .open_render(node.render_minor())
+                .map_err(|e| e.to_string())?,
+        ));
     }
     if gpus.is_empty() {
-        return Err(format!("no GPU in the topology at {}", platform.topology_root().display()));
+        return Err(format!(
+            "no GPU in the topology at {}",
+            platform.topology_root().display()
+        ));
     }
     let kib = |v: &[u64]| v.iter().map(|k| k << 10).collect::<Vec<_>>();
-    let spec = Spec { seed: args.seed, vram: kib(&args.vram_kib), gtt: kib(&args.gtt_kib), queues: args.queues, events: args.events };
+    let spec = Spec {
+        seed: args.seed,
+        vram: kib(&args.vram_kib),
+        gtt: kib(&args.gtt_kib),
+        queues: args.queues,
+        events: args.events,
+    };
     Workload::start(kfd, gpus, &spec).map_err(|e| e.to_string())
 }
 
@@ -99,7 +117,11 @@ fn main() -> ExitCode {
     if args.once {
         let (ok, line) = verify_line(&w);
         println!("{line}");
-        return if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+        return if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
     }
     let mut ticks = 0u64;
     loop {
