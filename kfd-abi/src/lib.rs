@@ -7,10 +7,12 @@
 //!   `CRIU_OP` state machine as a typed API.
 //! - [`RenderNode`]: the amdgpu render-node subset that checkpoint/restore uses.
 //! - [`sdma`]: SDMA v4 packet encoding and decoding.
+//! - [`cuse`]: the simulator-over-CUSE fd quirk (fds returned by ioctls live in the daemon).
 //!
 //! Every failure is an [`IoctlError`] that names the ioctl, the node and the errno.
 
 pub mod criu;
+pub mod cuse;
 pub mod dma;
 pub mod errno;
 pub mod error;

@@ -12,7 +12,9 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::sync::Arc;
 
+use crate::cuse::{self, CuseLink};
 use crate::errno::Errno;
 
 /// An open device file on which ioctls can be issued.
@@ -47,9 +49,13 @@ pub trait Transport: AsFd + fmt::Debug + Send + Sync {
 }
 
 /// A device file opened with `open(2)`: real hardware, or a simulator served over CUSE.
+///
+/// When the device is served by the simulator over CUSE (found out once, when the fd is opened
+/// or wrapped), fds that ioctls return are fetched from the daemon ([`crate::cuse`]).
 #[derive(Debug)]
 pub struct FdTransport {
     fd: OwnedFd,
+    cuse: Option<Arc<CuseLink>>,
 }
 
 impl FdTransport {
@@ -60,12 +66,18 @@ impl FdTransport {
             .write(true)
             .custom_flags(libc::O_CLOEXEC)
             .open(path)?;
-        Ok(Self { fd: file.into() })
+        Ok(Self::from_fd(file.into()))
     }
 
     /// Wraps an fd that is already open on a KFD or render node.
     pub fn from_fd(fd: OwnedFd) -> Self {
-        Self { fd }
+        let cuse = cuse::detect(fd.as_fd());
+        Self { fd, cuse }
+    }
+
+    /// Whether the device is the simulator served over CUSE (`kfd-simd`).
+    pub fn is_cuse_served(&self) -> bool {
+        self.cuse.is_some()
     }
 
     /// Gives the fd back.
@@ -96,6 +108,10 @@ impl Transport for FdTransport {
         if raw < 0 {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         }
+        if let Some(link) = &self.cuse {
+            // The number is the daemon's, not ours.
+            return cuse::adopt(link, self.fd.as_fd(), raw);
+        }
         // SAFETY: the caller guarantees that the kernel installed `raw` in our table for this
         // call and that nothing else owns it.
         Ok(unsafe { OwnedFd::from_raw_fd(raw) })
@@ -104,6 +120,7 @@ impl Transport for FdTransport {
     fn try_clone(&self) -> io::Result<Self> {
         Ok(Self {
             fd: self.fd.try_clone()?,
+            cuse: self.cuse.clone(),
         })
     }
 }

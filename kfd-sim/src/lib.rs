@@ -14,6 +14,7 @@
 
 pub mod client;
 pub mod criu;
+pub mod cuse;
 mod dispatch;
 mod inproc;
 pub mod machine;

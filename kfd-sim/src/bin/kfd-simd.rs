@@ -1,10 +1,13 @@
-//! `kfd-simd`: the simulator's command line. For now: list the topology presets and write a
-//! preset's sysfs tree; serving `/dev/kfd` over CUSE comes later.
+//! `kfd-simd`: the simulator's command line: list the topology presets, write a preset's sysfs
+//! tree, and serve `/dev/kfd` plus its render nodes over CUSE (`serve`).
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use kfd_sim::cuse::{CuseServer, ServeConfig, TermSignals};
 use kfd_sim::preset::{Preset, BUILTIN};
 
 #[derive(Parser)]
@@ -32,6 +35,130 @@ enum Command {
         /// The directory to write (created if needed).
         dir: PathBuf,
     },
+    /// Serve /dev/kfd and one /dev/dri/renderD<minor> per GPU over CUSE (needs root and
+    /// /dev/cuse) until SIGTERM or SIGINT. Prints a `READY` line when every node exists.
+    Serve {
+        /// A built-in preset (see `kfd-simd presets`).
+        #[arg(long, conflicts_with = "file", required_unless_present = "file")]
+        preset: Option<String>,
+        /// A preset file (TOML, or JSON if it ends in .json).
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// Where to write the sysfs topology tree that clients read (AMDGPU_CR_TOPOLOGY_ROOT).
+        #[arg(long)]
+        topology_dir: PathBuf,
+        /// The CUSE control device.
+        #[arg(long, default_value = "/dev/cuse")]
+        cuse: PathBuf,
+        /// Device name of the KFD node under /dev.
+        #[arg(long, default_value = "kfd")]
+        kfd_name: String,
+        /// Reader threads per device at most.
+        #[arg(long, default_value_t = 32)]
+        max_threads: usize,
+        /// Seconds to wait for the device nodes to appear.
+        #[arg(long, default_value_t = 10)]
+        ready_timeout: u64,
+    },
+}
+
+fn load_preset(preset: Option<String>, file: Option<PathBuf>) -> Result<Preset, String> {
+    match (preset, file) {
+        (Some(name), _) => Preset::by_name(&name),
+        (None, Some(path)) => Preset::load(&path),
+        (None, None) => return Err("give --preset NAME or --file PRESET.toml".into()),
+    }
+    .map_err(|e| e.to_string())
+}
+
+struct Serve {
+    preset: Option<String>,
+    file: Option<PathBuf>,
+    topology_dir: PathBuf,
+    cfg: ServeConfig,
+    ready_timeout: Duration,
+}
+
+fn serve(args: Serve) -> Result<(), String> {
+    let preset = load_preset(args.preset, args.file)?;
+    let topology = preset.to_topology().map_err(|e| e.to_string())?;
+    if !args.cfg.cuse_path.exists() {
+        // Before touching anything: the usual reason on development machines.
+        return Err(kfd_sim::cuse::CuseError::NoCuse {
+            path: args.cfg.cuse_path,
+        }
+        .to_string());
+    }
+    topology::write(&topology, &args.topology_dir).map_err(|e| e.to_string())?;
+    // Block the termination signals before any thread exists, so that only sigwait sees them.
+    let signals = TermSignals::block().map_err(|e| format!("blocking signals: {e}"))?;
+    let server = CuseServer::start(topology, &args.cfg).map_err(|e| e.to_string())?;
+    server
+        .wait_ready(args.ready_timeout)
+        .map_err(|e| e.to_string())?;
+    let devices = server.devices();
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "kfd-simd: preset {} topology in {}",
+        preset.name,
+        args.topology_dir.display()
+    );
+    let _ = writeln!(
+        out,
+        "kfd-simd: clients set AMDGPU_CR_TOPOLOGY_ROOT={}{}",
+        args.topology_dir.display(),
+        devices
+            .first()
+            .filter(|d| d.path != std::path::Path::new("/dev/kfd"))
+            .map(|d| format!(" AMDGPU_CR_KFD_PATH={}", d.path.display()))
+            .unwrap_or_default()
+    );
+    for d in &devices {
+        let _ = writeln!(out, "kfd-simd: serving {}", d.path.display());
+    }
+    let paths: Vec<String> = devices
+        .iter()
+        .map(|d| d.path.display().to_string())
+        .collect();
+    let _ = writeln!(out, "READY pid={} {}", std::process::id(), paths.join(" "));
+    let _ = out.flush();
+    drop(out);
+    let sig = signals
+        .wait()
+        .map_err(|e| format!("waiting for signals: {e}"))?;
+    log::info!("kfd-simd: signal {sig}, stopping");
+    server.shutdown();
+    println!("kfd-simd: stopped");
+    Ok(())
+}
+
+/// Log records to stderr, at the level of `KFD_SIMD_LOG` (error, warn, info, debug, trace;
+/// default warn).
+struct StderrLogger;
+
+impl log::Log for StderrLogger {
+    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+        m.level() <= log::max_level()
+    }
+
+    fn log(&self, r: &log::Record<'_>) {
+        if self.enabled(r.metadata()) {
+            eprintln!("[{}] {}", r.level(), r.args());
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+fn init_log() {
+    let level = std::env::var("KFD_SIMD_LOG")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(log::LevelFilter::Warn);
+    if log::set_logger(&StderrLogger).is_ok() {
+        log::set_max_level(level);
+    }
 }
 
 fn run(cli: Cli) -> Result<(), String> {
@@ -42,13 +169,28 @@ fn run(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
+        Command::Serve {
+            preset,
+            file,
+            topology_dir,
+            cuse,
+            kfd_name,
+            max_threads,
+            ready_timeout,
+        } => serve(Serve {
+            preset,
+            file,
+            topology_dir,
+            cfg: ServeConfig {
+                cuse_path: cuse,
+                kfd_name,
+                max_threads,
+                ..ServeConfig::default()
+            },
+            ready_timeout: Duration::from_secs(ready_timeout),
+        }),
         Command::WriteTopology { preset, file, dir } => {
-            let preset = match (preset, file) {
-                (Some(name), _) => Preset::by_name(&name),
-                (None, Some(path)) => Preset::load(&path),
-                (None, None) => return Err("give --preset NAME or --file PRESET.toml".into()),
-            }
-            .map_err(|e| e.to_string())?;
+            let preset = load_preset(preset, file)?;
             let topology = preset.to_topology().map_err(|e| e.to_string())?;
             topology::write(&topology, &dir).map_err(|e| e.to_string())?;
             println!(
@@ -63,6 +205,7 @@ fn run(cli: Cli) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    init_log();
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

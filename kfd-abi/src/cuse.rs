@@ -1,0 +1,220 @@
+//! The one place that knows a device may be served over CUSE by the simulator (`kfd-simd`).
+//!
+//! A CUSE server answers ioctls with an integer and bytes; it cannot put a file descriptor into
+//! its client. Where the kernel would install an fd in the caller (the dma-bufs of `CRIU_OP`
+//! CHECKPOINT and RESTORE, a PRIME export, the SMI event fd), `kfd-simd` keeps the fd in its own
+//! table and returns that number. This module turns such a number into an fd of ours:
+//! `pidfd_getfd(2)` on the daemon (which needs `PTRACE_MODE_ATTACH_REALCREDS` over it: same user
+//! without restrictions, or root), then [`SIM_CLOSE_FD`] so that the daemon drops its copy.
+//!
+//! A device is known to be CUSE-served when `/sys/dev/char/<major>:<minor>` resolves under
+//! `/sys/devices/virtual/cuse/` (render nodes served by the simulator keep the real DRM numbers,
+//! so the numbers alone do not tell), and the daemon's pid comes from [`SIM_DAEMON_PID`], a
+//! request number that the real drivers reject. A CUSE device that does not answer it is not the
+//! simulator: fds are then adopted as usual.
+//!
+//! Fds passed *into* an ioctl (`ACQUIRE_VM`'s `drm_fd`, imports) need nothing here: the daemon
+//! fetches them from the caller itself.
+
+use std::fmt;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::ioctl::{encode, Dir};
+
+/// `_IOR('K', 0x7f, u32)`: the simulator daemon writes its pid.
+///
+/// Outside KFD's table (0x01..0x23), so real amdkfd answers `EINVAL` (6.1) or `ENOTTY` (later);
+/// in amdgpu's driver range of DRM (0x40..0x9f) where amdgpu has no ioctl 0x3f, so a real render
+/// node answers `EINVAL`.
+pub const SIM_DAEMON_PID: u32 = encode(Dir::Read, b'K', 0x7f, 4);
+
+/// `_IOW('K', 0x7e, u32)`: asks the simulator daemon to close its copy of an fd that an earlier
+/// ioctl of the same caller returned. Rejected by the real drivers as [`SIM_DAEMON_PID`] is.
+pub const SIM_CLOSE_FD: u32 = encode(Dir::Write, b'K', 0x7e, 4);
+
+/// Where sysfs puts the devices of CUSE servers.
+pub const CUSE_SYSFS_DIR: &str = "/sys/devices/virtual/cuse/";
+
+/// A device served by the simulator daemon: how to reach the daemon's fd table.
+pub(crate) struct CuseLink {
+    daemon_pid: u32,
+    pidfd: OwnedFd,
+}
+
+impl fmt::Debug for CuseLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CuseLink")
+            .field("daemon_pid", &self.daemon_pid)
+            .finish()
+    }
+}
+
+/// Whether a resolved `/sys/dev/char/M:m` target is a CUSE device.
+pub fn is_cuse_sysfs_path(resolved: &Path) -> bool {
+    resolved.starts_with(CUSE_SYSFS_DIR)
+}
+
+/// Whether the character device `rdev` is served over CUSE (by any server).
+pub fn is_cuse_device(rdev: u64) -> bool {
+    let link = format!("/sys/dev/char/{}:{}", libc::major(rdev), libc::minor(rdev));
+    std::fs::canonicalize(link).is_ok_and(|p| is_cuse_sysfs_path(&p))
+}
+
+/// Looks at a freshly opened or wrapped device fd: `Some` when the simulator daemon serves it.
+/// Never fails: anything unexpected means "not the simulator" (and is logged).
+pub(crate) fn detect(fd: BorrowedFd<'_>) -> Option<Arc<CuseLink>> {
+    let file = std::fs::File::from(fd.try_clone_to_owned().ok()?);
+    let meta = file.metadata().ok()?;
+    if !meta.file_type().is_char_device() || !is_cuse_device(meta.rdev()) {
+        return None;
+    }
+    let mut pid = 0u32;
+    // SAFETY: `fd` is open for the call; the request's size field is 4 and `pid` is a writable
+    // u32 that lives across the call.
+    let r = unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            libc::c_ulong::from(SIM_DAEMON_PID),
+            std::ptr::addr_of_mut!(pid),
+        )
+    };
+    if r < 0 || pid == 0 {
+        log::debug!(
+            "a CUSE device that is not the simulator (daemon pid query: {})",
+            io::Error::last_os_error()
+        );
+        return None;
+    }
+    match pidfd_open(pid) {
+        Ok(pidfd) => {
+            log::debug!("device served over CUSE by kfd-simd (pid {pid})");
+            Some(Arc::new(CuseLink {
+                daemon_pid: pid,
+                pidfd,
+            }))
+        }
+        Err(e) => {
+            log::warn!("kfd-simd serves this device as pid {pid}, but pidfd_open failed: {e}");
+            None
+        }
+    }
+}
+
+/// Takes the fd that the daemon keeps as `raw` for us: fetches a copy with `pidfd_getfd` and
+/// asks the daemon (through `dev`, the device the ioctl was issued on) to close its own.
+pub(crate) fn adopt(link: &CuseLink, dev: BorrowedFd<'_>, raw: RawFd) -> io::Result<OwnedFd> {
+    let fetched = pidfd_getfd(link.pidfd.as_fd(), raw);
+    let mut arg = u32::try_from(raw).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    // SAFETY: `dev` is open for the call; the request's size field is 4 and `arg` is a u32 that
+    // lives across the call (the daemon only reads it).
+    let r = unsafe {
+        libc::ioctl(
+            dev.as_raw_fd(),
+            libc::c_ulong::from(SIM_CLOSE_FD),
+            std::ptr::addr_of_mut!(arg),
+        )
+    };
+    if r < 0 {
+        log::warn!(
+            "kfd-simd (pid {}) did not close its fd {raw}: {}",
+            link.daemon_pid,
+            io::Error::last_os_error()
+        );
+    }
+    fetched.map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "fetching fd {raw} from kfd-simd (pid {}) with pidfd_getfd: {e} (needs ptrace \
+                 access to the daemon: run as its user or as root)",
+                link.daemon_pid
+            ),
+        )
+    })
+}
+
+/// `pidfd_open(2)` (also used by the daemon on its clients).
+pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: plain syscall with integer arguments; it returns a new fd or -1.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    owned_from_syscall(r)
+}
+
+/// `pidfd_getfd(2)`: a copy (close-on-exec) of fd `raw` of the process behind `pidfd` (also used
+/// by the daemon to resolve the fds its clients pass in).
+pub fn pidfd_getfd(pidfd: BorrowedFd<'_>, raw: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall with integer arguments (`pidfd` is open for the call); it returns a
+    // new fd or -1.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), raw, 0) };
+    owned_from_syscall(r)
+}
+
+fn owned_from_syscall(r: libc::c_long) -> io::Result<OwnedFd> {
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = RawFd::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    // SAFETY: the syscall just returned this new fd, which nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    #[test]
+    fn request_codes_are_outside_both_drivers() {
+        assert_eq!(SIM_DAEMON_PID, 0x8004_4b7f);
+        assert_eq!(SIM_CLOSE_FD, 0x4004_4b7e);
+        assert!(crate::ioctl::kfd::lookup(SIM_DAEMON_PID).is_none());
+        assert!(crate::ioctl::kfd::lookup(SIM_CLOSE_FD).is_none());
+    }
+
+    #[test]
+    fn sysfs_targets_of_cuse_devices_are_recognised() {
+        assert!(is_cuse_sysfs_path(Path::new(
+            "/sys/devices/virtual/cuse/dri!renderD128"
+        )));
+        assert!(is_cuse_sysfs_path(Path::new(
+            "/sys/devices/virtual/cuse/kfd"
+        )));
+        assert!(!is_cuse_sysfs_path(Path::new(
+            "/sys/devices/pci0000:00/0000:00:01.0/drm/renderD128"
+        )));
+        assert!(!is_cuse_sysfs_path(Path::new(
+            "/sys/devices/virtual/kfd/kfd"
+        )));
+        assert!(!is_cuse_sysfs_path(Path::new(
+            "/sys/devices/virtual/cusex/kfd"
+        )));
+    }
+
+    #[test]
+    fn plain_files_and_ordinary_devices_are_not_cuse_served() {
+        let f = std::fs::File::open("/proc/self/status").unwrap();
+        assert!(detect(f.as_fd()).is_none());
+        let null = std::fs::File::open("/dev/null").unwrap();
+        assert!(detect(null.as_fd()).is_none());
+    }
+
+    #[test]
+    fn pidfd_getfd_fetches_the_same_open_file() {
+        // Our own process stands in for the daemon (ptrace access to oneself is always allowed).
+        let pidfd = pidfd_open(std::process::id()).unwrap();
+        let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let copy = pidfd_getfd(pidfd.as_fd(), b.as_raw_fd()).unwrap();
+        drop(b);
+        a.write_all(b"x").unwrap();
+        let mut got = [0u8; 1];
+        std::fs::File::from(copy).read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"x");
+        let e = pidfd_getfd(pidfd.as_fd(), 1 << 20).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EBADF));
+    }
+}

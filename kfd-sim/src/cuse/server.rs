@@ -1,0 +1,1033 @@
+//! The CUSE server: one `/dev/cuse` connection per device, an elastic pool of reader threads per
+//! connection, and the request handlers.
+//!
+//! Threads: every device has its own `/dev/cuse` fd (opened non-blocking). Its reader threads
+//! `poll` it together with the shutdown socket; a thread that takes a request while no other
+//! reader of its device is idle starts one more (up to [`ServeConfig::max_threads`]), and a thread
+//! finding too many idle readers after a request exits. So a client blocked in a long call
+//! (`WAIT_EVENTS`), or a `/dev/kfd` call waiting for a render device to answer the probe
+//! (below), never starves the others. Shutdown writes to the shutdown socket: every reader sees it
+//! readable, returns, and the `/dev/cuse` fds are closed, which removes the devices.
+//!
+//! Processes: the kernel keys KFD processes on the mm; we key them on the caller's thread-group
+//! id, read from `/proc/<tid>/status` (the request header carries the thread id). A per-process
+//! record holds a pidfd (to tell a later process that reuses the pid from the first: an exited
+//! pidfd is readable), the KFD process (kept, like the kernel's, for the life of the process, not
+//! of the open file) and the fds installed for it (see the [`client`](super::client) module). A
+//! reaper thread drops records of exited processes every second.
+//!
+//! Files: FUSE_OPEN creates a simulated open file, registered in the machine under a synthetic
+//! key `(CUSE_FILE_DEV, fh)`, where `fh` is the handle returned to the kernel, which the kernel
+//! sends back with every later request on that open file. FUSE_RELEASE (the last close of the
+//! file in every process) drops it.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use kfd_abi::Errno;
+use topology::Topology;
+
+use super::client::CuseClient;
+use super::os::{self, ProcStatus};
+use super::proto::{self, InHeader, Opcode};
+use super::{CuseError, CUSE_FILE_DEV, SIM_PROBE};
+use crate::machine::{lock, FileKind, MachineInner, OpenFile};
+use crate::process::KfdProcess;
+use crate::render::RenderFile;
+use crate::sys::FileKey;
+
+/// The DRM character major: render nodes are served with their real numbers.
+pub const DRM_MAJOR: u32 = 226;
+
+/// Bytes read from /dev/cuse at once: the kernel wants at least 8 KiB + max_write.
+const READ_BUF: usize = 64 * 1024 + 4096;
+/// Largest read/write we announce (we serve neither; the kernel uses at least 4096).
+const MAX_IO: u32 = 4096;
+/// Idle readers per device beyond which a reader exits.
+const MAX_IDLE: usize = 4;
+/// How long CUSE_INIT may take to arrive after /dev/cuse is opened.
+const INIT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How the server registers its devices.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// The CUSE control device (`/dev/cuse`).
+    pub cuse_path: PathBuf,
+    /// DEVNAME of the KFD node (`kfd`: `/dev/kfd`).
+    pub kfd_name: String,
+    /// Where devtmpfs shows the nodes (`/dev`).
+    pub dev_root: PathBuf,
+    /// Reader threads per device at most.
+    pub max_threads: usize,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            cuse_path: PathBuf::from("/dev/cuse"),
+            kfd_name: "kfd".into(),
+            dev_root: PathBuf::from("/dev"),
+            max_threads: 32,
+        }
+    }
+}
+
+/// What a served device is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceRole {
+    /// `/dev/kfd` (dynamic device numbers).
+    Kfd,
+    /// `/dev/dri/renderD<minor>` of GPU index `index` (numbers 226:minor).
+    Render {
+        /// GPU index in the machine.
+        index: usize,
+        /// Render minor.
+        minor: u32,
+    },
+}
+
+/// A device the server registered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServedDevice {
+    /// KFD or render node.
+    pub role: DeviceRole,
+    /// The CUSE DEVNAME (`kfd`, `dri/renderD128`).
+    pub devname: String,
+    /// The node under the dev root.
+    pub path: PathBuf,
+}
+
+struct Device {
+    cuse: File,
+    info: ServedDevice,
+    idle: AtomicUsize,
+    total: AtomicUsize,
+    dead: AtomicBool,
+}
+
+struct OpenEntry {
+    file: Arc<OpenFile>,
+}
+
+#[derive(Default)]
+struct ProcEntry {
+    pidfd: Option<Arc<OwnedFd>>,
+    kfd: Option<Arc<KfdProcess>>,
+    installed: HashMap<RawFd, OwnedFd>,
+}
+
+/// State shared by every reader thread.
+pub(crate) struct Shared {
+    pub(crate) machine: Arc<MachineInner>,
+    pub(crate) own_pid: u32,
+    files: Mutex<HashMap<u64, OpenEntry>>,
+    next_fh: AtomicU64,
+    procs: Mutex<HashMap<u32, ProcEntry>>,
+    pub(crate) render_rdevs: Vec<u64>,
+    stop_rx: UnixStream,
+    max_threads: usize,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// A running CUSE server: `/dev/kfd` and one render node per GPU, until [`shutdown`] or drop.
+///
+/// [`shutdown`]: CuseServer::shutdown
+pub struct CuseServer {
+    shared: Arc<Shared>,
+    devices: Vec<Arc<Device>>,
+    stop_tx: Option<UnixStream>,
+    reaper: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for CuseServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CuseServer")
+            .field("devices", &self.devices())
+            .finish()
+    }
+}
+
+impl CuseServer {
+    /// Registers `/dev/<kfd_name>` and `/dev/dri/renderD<minor>` for every GPU of `topology`
+    /// and starts serving them. The nodes appear shortly after: see [`wait_ready`].
+    ///
+    /// [`wait_ready`]: CuseServer::wait_ready
+    pub fn start(topology: Topology, cfg: &ServeConfig) -> Result<Self, CuseError> {
+        if !cfg.cuse_path.exists() {
+            return Err(CuseError::NoCuse {
+                path: cfg.cuse_path.clone(),
+            });
+        }
+        Self::start_with(topology, cfg, || open_cuse(cfg))
+    }
+
+    /// [`start`](Self::start) with the connections made by `connect` (one per device, each with
+    /// its CUSE_INIT request pending): `/dev/cuse`, or a fake kernel in tests.
+    fn start_with(
+        topology: Topology,
+        cfg: &ServeConfig,
+        mut connect: impl FnMut() -> Result<File, CuseError>,
+    ) -> Result<Self, CuseError> {
+        let machine = Arc::new(MachineInner::new(topology)?);
+        let mut roles = vec![(DeviceRole::Kfd, cfg.kfd_name.clone())];
+        for (index, d) in machine.devices.iter().enumerate() {
+            roles.push((
+                DeviceRole::Render {
+                    index,
+                    minor: d.render_minor,
+                },
+                format!("dri/renderD{}", d.render_minor),
+            ));
+        }
+        let render_rdevs = machine
+            .devices
+            .iter()
+            .map(|d| libc::makedev(DRM_MAJOR, d.render_minor))
+            .collect();
+        let (stop_tx, stop_rx) = UnixStream::pair().map_err(CuseError::Thread)?;
+        let shared = Arc::new(Shared {
+            machine,
+            own_pid: std::process::id(),
+            files: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            procs: Mutex::new(HashMap::new()),
+            render_rdevs,
+            stop_rx,
+            max_threads: cfg.max_threads.max(2),
+            threads: Mutex::new(Vec::new()),
+        });
+        let mut server = Self {
+            shared: Arc::clone(&shared),
+            devices: Vec::new(),
+            stop_tx: Some(stop_tx),
+            reaper: None,
+        };
+        for (role, devname) in roles {
+            let cuse = register(connect()?, role, &devname)?;
+            let dev = Arc::new(Device {
+                cuse,
+                info: ServedDevice {
+                    role,
+                    path: cfg.dev_root.join(&devname),
+                    devname,
+                },
+                idle: AtomicUsize::new(0),
+                total: AtomicUsize::new(0),
+                dead: AtomicBool::new(false),
+            });
+            spawn_reader(&shared, &dev).map_err(CuseError::Thread)?;
+            server.devices.push(dev);
+        }
+        let reaper_shared = Arc::clone(&shared);
+        server.reaper = Some(
+            std::thread::Builder::new()
+                .name("kfd-simd:reap".into())
+                .spawn(move || reaper(&reaper_shared))
+                .map_err(CuseError::Thread)?,
+        );
+        Ok(server)
+    }
+
+    /// The devices, KFD first.
+    pub fn devices(&self) -> Vec<ServedDevice> {
+        self.devices.iter().map(|d| d.info.clone()).collect()
+    }
+
+    /// Waits until every device node exists as a character device; fails when the kernel
+    /// refused a device or after `timeout`.
+    pub fn wait_ready(&self, timeout: Duration) -> Result<(), CuseError> {
+        let start = Instant::now();
+        loop {
+            if let Some(d) = self.devices.iter().find(|d| d.dead.load(Ordering::SeqCst)) {
+                return Err(CuseError::Register {
+                    devname: d.info.devname.clone(),
+                    what: "the kernel dropped the CUSE connection (are the device numbers or \
+                           the name already taken?)"
+                        .into(),
+                });
+            }
+            let missing: Vec<String> = self
+                .devices
+                .iter()
+                .filter(|d| !is_char_device(&d.info.path))
+                .map(|d| d.info.path.display().to_string())
+                .collect();
+            if missing.is_empty() {
+                return Ok(());
+            }
+            if start.elapsed() > timeout {
+                return Err(CuseError::NotReady {
+                    secs: timeout.as_secs(),
+                    missing: missing.join(", "),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops serving: readers finish their current request, the devices disappear.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        let Some(mut tx) = self.stop_tx.take() else {
+            return;
+        };
+        if let Err(e) = tx.write_all(b"x") {
+            log::error!("kfd-simd: cannot signal the reader threads to stop: {e}");
+        }
+        loop {
+            let batch: Vec<JoinHandle<()>> = std::mem::take(&mut *lock(&self.shared.threads));
+            if batch.is_empty() {
+                break;
+            }
+            for t in batch {
+                if t.join().is_err() {
+                    log::error!("kfd-simd: a reader thread panicked");
+                }
+            }
+        }
+        if let Some(r) = self.reaper.take() {
+            let _ = r.join();
+        }
+        // Dropping the devices closes the /dev/cuse fds: the kernel removes the nodes.
+        self.devices.clear();
+        lock(&self.shared.files).clear();
+        lock(&self.shared.procs).clear();
+        log::info!("kfd-simd: stopped");
+    }
+}
+
+impl Drop for CuseServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn is_char_device(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| m.file_type().is_char_device())
+}
+
+/// Opens /dev/cuse (non-blocking: readers poll it with the shutdown socket).
+fn open_cuse(cfg: &ServeConfig) -> Result<File, CuseError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(&cfg.cuse_path)
+        .map_err(|source| {
+            if source.kind() == io::ErrorKind::NotFound {
+                CuseError::NoCuse {
+                    path: cfg.cuse_path.clone(),
+                }
+            } else {
+                CuseError::Open {
+                    path: cfg.cuse_path.clone(),
+                    source,
+                }
+            }
+        })
+}
+
+/// Answers the CUSE_INIT of one new connection: registers `devname` with the numbers of `role`.
+fn register(file: File, role: DeviceRole, devname: &str) -> Result<File, CuseError> {
+    let reg = |what: String| CuseError::Register {
+        devname: devname.to_owned(),
+        what,
+    };
+    let mut buf = vec![0u8; READ_BUF];
+    let deadline = Instant::now() + INIT_TIMEOUT;
+    let n = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(reg("no CUSE_INIT from the kernel".into()));
+        }
+        match os::poll(&[file.as_fd()], Some(left)) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(reg(format!("poll: {e}"))),
+        }
+        match (&file).read(&mut buf) {
+            Ok(n) => break n,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EINTR)) => {}
+            Err(e) => return Err(reg(format!("reading CUSE_INIT: {e}"))),
+        }
+    };
+    let (h, body) = proto::parse_request(&buf[..n]).map_err(|e| reg(e.to_string()))?;
+    if h.opcode != Opcode::CuseInit {
+        return Err(reg(format!("expected CUSE_INIT, got {:?}", h.opcode)));
+    }
+    let init = proto::CuseInitIn::parse(body).map_err(|e| reg(e.to_string()))?;
+    let minor = proto::negotiate_minor(&init).ok_or_else(|| {
+        reg(format!(
+            "the kernel speaks FUSE {}.{}, we need 7.{}+",
+            init.major,
+            init.minor,
+            proto::CUSE_MIN_MINOR
+        ))
+    })?;
+    if init.flags & proto::CUSE_UNRESTRICTED_IOCTL == 0 {
+        return Err(reg("the kernel does not offer unrestricted ioctls".into()));
+    }
+    let (dev_major, dev_minor) = match role {
+        DeviceRole::Kfd => (0, 0),
+        DeviceRole::Render { minor, .. } => (DRM_MAJOR, minor),
+    };
+    let out = proto::CuseInitOut {
+        minor,
+        flags: proto::CUSE_UNRESTRICTED_IOCTL,
+        max_read: MAX_IO,
+        max_write: MAX_IO,
+        dev_major,
+        dev_minor,
+    };
+    let reply = proto::cuse_init_reply(h.unique, &out, devname).map_err(|e| reg(e.to_string()))?;
+    (&file)
+        .write_all(&reply)
+        .map_err(|e| reg(format!("answering CUSE_INIT: {e}")))?;
+    log::info!("kfd-simd: registered {devname} (FUSE 7.{minor}, unrestricted ioctl)");
+    Ok(file)
+}
+
+fn spawn_reader(shared: &Arc<Shared>, dev: &Arc<Device>) -> io::Result<()> {
+    let name = match dev.info.role {
+        DeviceRole::Kfd => "kfd-simd:kfd".to_owned(),
+        DeviceRole::Render { minor, .. } => format!("kfd-simd:r{minor}"),
+    };
+    dev.total.fetch_add(1, Ordering::SeqCst);
+    let (s, d) = (Arc::clone(shared), Arc::clone(dev));
+    match std::thread::Builder::new()
+        .name(name)
+        .spawn(move || reader(&s, &d))
+    {
+        Ok(h) => {
+            let mut threads = lock(&shared.threads);
+            threads.retain(|t| !t.is_finished());
+            threads.push(h);
+            Ok(())
+        }
+        Err(e) => {
+            dev.total.fetch_sub(1, Ordering::SeqCst);
+            Err(e)
+        }
+    }
+}
+
+/// One reader thread of one device.
+fn reader(shared: &Arc<Shared>, dev: &Arc<Device>) {
+    let mut buf = vec![0u8; READ_BUF];
+    loop {
+        dev.idle.fetch_add(1, Ordering::SeqCst);
+        let ready = os::poll(&[dev.cuse.as_fd(), shared.stop_rx.as_fd()], None);
+        dev.idle.fetch_sub(1, Ordering::SeqCst);
+        let ready = match ready {
+            Ok(r) => r,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                log::error!("kfd-simd: {}: poll: {e}", dev.info.devname);
+                break;
+            }
+        };
+        if ready.get(1).is_some_and(|r| r.readable || r.error) {
+            break;
+        }
+        let n = match (&dev.cuse).read(&mut buf) {
+            Ok(0) => {
+                dead(dev, "end of file");
+                break;
+            }
+            Ok(n) => n,
+            // Another reader took the request, or it was interrupted before we got it.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EAGAIN | libc::EINTR | libc::ENOENT)
+                ) =>
+            {
+                continue
+            }
+            Err(e) => {
+                dead(dev, &e.to_string());
+                break;
+            }
+        };
+        if dev.idle.load(Ordering::SeqCst) == 0
+            && dev.total.load(Ordering::SeqCst) < shared.max_threads
+        {
+            if let Err(e) = spawn_reader(shared, dev) {
+                log::warn!(
+                    "kfd-simd: {}: no extra reader thread: {e}",
+                    dev.info.devname
+                );
+            }
+        }
+        if let Some(reply) = shared.handle(dev, &buf[..n]) {
+            match (&dev.cuse).write(&reply) {
+                Ok(_) => {}
+                // The caller is gone or the request was interrupted: nobody waits for it.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                    log::debug!(
+                        "kfd-simd: {}: reply to a request that is gone",
+                        dev.info.devname
+                    );
+                }
+                Err(e) => log::warn!("kfd-simd: {}: writing a reply: {e}", dev.info.devname),
+            }
+        }
+        if dev.idle.load(Ordering::SeqCst) >= MAX_IDLE {
+            break;
+        }
+    }
+    dev.total.fetch_sub(1, Ordering::SeqCst);
+}
+
+fn dead(dev: &Device, why: &str) {
+    if !dev.dead.swap(true, Ordering::SeqCst) {
+        log::error!(
+            "kfd-simd: {}: the CUSE connection is gone ({why}); the device is no longer served",
+            dev.info.devname
+        );
+    }
+}
+
+/// Drops the records of exited processes, every second until shutdown.
+fn reaper(shared: &Shared) {
+    loop {
+        match os::poll(&[shared.stop_rx.as_fd()], Some(Duration::from_secs(1))) {
+            Ok(r) if r.first().is_some_and(|r| r.readable || r.error) => return,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                log::error!("kfd-simd: reaper: poll: {e}");
+                return;
+            }
+        }
+        shared.reap();
+    }
+}
+
+fn entry_exited(e: &ProcEntry) -> bool {
+    e.pidfd.as_ref().is_none_or(|p| os::pidfd_exited(p.as_fd()))
+}
+
+impl Shared {
+    /// Handles one request; `None` when the kernel wants no reply.
+    fn handle(&self, dev: &Device, req: &[u8]) -> Option<Vec<u8>> {
+        let (h, body) = match proto::parse_request(req) {
+            Ok(r) => r,
+            Err(e) => {
+                log::warn!("kfd-simd: {}: malformed request: {e}", dev.info.devname);
+                // Answer it if the header at least names it, so that the caller is not stuck.
+                let unique = req.get(8..16)?.try_into().ok().map(u64::from_ne_bytes)?;
+                return Some(proto::error_reply(unique, Errno::EIO));
+            }
+        };
+        let reply = match h.opcode {
+            Opcode::Open => self.open(dev, &h, body),
+            Opcode::Ioctl => self.ioctl(dev, &h, body),
+            Opcode::Release => {
+                if let Ok(fh) = proto::fh_of(body) {
+                    self.release(fh);
+                }
+                proto::empty_reply(h.unique)
+            }
+            // Neither /dev/kfd nor our render nodes can be read or written (no DRM events).
+            Opcode::Read | Opcode::Write | Opcode::Fsync => {
+                proto::error_reply(h.unique, Errno::EINVAL)
+            }
+            Opcode::Flush | Opcode::Destroy => proto::empty_reply(h.unique),
+            // ENOSYS: the kernel stops asking and reports the default mask.
+            Opcode::Poll => proto::error_reply(h.unique, Errno::ENOSYS),
+            Opcode::Interrupt => {
+                // Our calls do not sleep for long except WAIT_EVENTS, which ends at its timeout.
+                log::debug!(
+                    "kfd-simd: {}: interrupt of request {:?}",
+                    dev.info.devname,
+                    proto::interrupted_unique(body)
+                );
+                return None;
+            }
+            Opcode::Forget => return None,
+            Opcode::CuseInit | Opcode::Unknown(_) => proto::error_reply(h.unique, Errno::ENOSYS),
+        };
+        Some(reply)
+    }
+
+    fn open(&self, dev: &Device, h: &InHeader, body: &[u8]) -> Vec<u8> {
+        if proto::OpenIn::parse(body).is_err() {
+            return proto::error_reply(h.unique, Errno::EINVAL);
+        }
+        let st = match ProcStatus::read(h.pid) {
+            Ok(st) => st,
+            Err(_) => return proto::error_reply(h.unique, Errno::ESRCH),
+        };
+        let kind = match dev.info.role {
+            DeviceRole::Kfd => match self.kfd_process_of(st.tgid) {
+                Ok(p) => FileKind::Kfd(p),
+                Err(e) => return proto::error_reply(h.unique, e),
+            },
+            DeviceRole::Render { index, .. } => FileKind::Render(RenderFile::new(index)),
+        };
+        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
+        let file = Arc::new(OpenFile {
+            key: cuse_file_key(fh),
+            kind,
+        });
+        self.machine.register_file(&file);
+        lock(&self.files).insert(fh, OpenEntry { file });
+        log::debug!(
+            "kfd-simd: {} opened by pid {} (fh {fh})",
+            dev.info.devname,
+            st.tgid
+        );
+        proto::open_reply(h.unique, fh)
+    }
+
+    fn release(&self, fh: u64) {
+        let gone = lock(&self.files).remove(&fh);
+        log::debug!("kfd-simd: release of fh {fh} ({})", gone.is_some());
+        drop(gone);
+    }
+
+    fn ioctl(&self, dev: &Device, h: &InHeader, body: &[u8]) -> Vec<u8> {
+        let Ok(io) = proto::IoctlIn::parse(body) else {
+            return proto::error_reply(h.unique, Errno::EINVAL);
+        };
+        let file = match lock(&self.files).get(&io.fh) {
+            Some(e) => Arc::clone(&e.file),
+            None => return proto::ioctl_reply(h.unique, Err(Errno::EBADF)),
+        };
+        let st = match ProcStatus::read(h.pid) {
+            Ok(st) => st,
+            Err(_) => return proto::ioctl_reply(h.unique, Err(Errno::ESRCH)),
+        };
+        let client = CuseClient {
+            shared: self,
+            tid: h.pid,
+            status: st,
+            may_probe: dev.info.role == DeviceRole::Kfd,
+        };
+        let r = match io.cmd {
+            kfd_abi::cuse::SIM_DAEMON_PID => {
+                use crate::client::Client;
+                client
+                    .write_user(io.arg, &self.own_pid.to_ne_bytes())
+                    .map(|()| 0)
+            }
+            kfd_abi::cuse::SIM_CLOSE_FD => client.close_installed(io.arg),
+            SIM_PROBE if st.tgid == self.own_pid => i32::try_from(io.fh).map_err(|_| Errno::EBADF),
+            cmd => match &file.kind {
+                FileKind::Kfd(p) => {
+                    crate::dispatch::kfd_ioctl(&self.machine, p, &client, cmd, io.arg)
+                }
+                FileKind::Render(r) => {
+                    crate::render::dispatch(&self.machine, r, &client, cmd, io.arg)
+                }
+            },
+        };
+        proto::ioctl_reply(h.unique, r)
+    }
+
+    /// The KFD process of `tgid`, created on its first open of /dev/kfd and kept until the
+    /// process exits (the kernel keeps it for the life of the mm).
+    fn kfd_process_of(&self, tgid: u32) -> Result<Arc<KfdProcess>, Errno> {
+        let mut stale = None;
+        let r = {
+            let mut procs = lock(&self.procs);
+            let entry = self.live_entry(&mut procs, tgid, &mut stale)?;
+            match &entry.kfd {
+                Some(p) => Ok(Arc::clone(p)),
+                None => {
+                    // Drop a leftover KFD process of an earlier holder of this pid first.
+                    let p = self.machine.kfd_process(tgid)?;
+                    entry.kfd = Some(Arc::clone(&p));
+                    Ok(p)
+                }
+            }
+        };
+        drop(stale);
+        r
+    }
+
+    /// The record of live process `tgid` (a record of an exited process with the same pid is
+    /// moved to `stale`, to be dropped after the lock).
+    fn live_entry<'a>(
+        &self,
+        procs: &'a mut HashMap<u32, ProcEntry>,
+        tgid: u32,
+        stale: &mut Option<ProcEntry>,
+    ) -> Result<&'a mut ProcEntry, Errno> {
+        if procs.get(&tgid).is_some_and(entry_exited) {
+            *stale = procs.remove(&tgid);
+        }
+        match procs.entry(tgid) {
+            std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let pidfd = kfd_abi::cuse::pidfd_open(tgid).map_err(|e| {
+                    log::debug!("kfd-simd: pidfd_open({tgid}): {e}");
+                    Errno::ESRCH
+                })?;
+                Ok(v.insert(ProcEntry {
+                    pidfd: Some(Arc::new(pidfd)),
+                    ..ProcEntry::default()
+                }))
+            }
+        }
+    }
+
+    /// A pidfd of live process `tgid`.
+    pub(crate) fn pidfd_of(&self, tgid: u32) -> Result<Arc<OwnedFd>, Errno> {
+        let mut stale = None;
+        let r = {
+            let mut procs = lock(&self.procs);
+            self.live_entry(&mut procs, tgid, &mut stale)
+                .and_then(|e| e.pidfd.clone().ok_or(Errno::ESRCH))
+        };
+        drop(stale);
+        r
+    }
+
+    /// Keeps `fd` for process `tgid` until it fetches it and asks us to close it.
+    pub(crate) fn install(&self, tgid: u32, fd: OwnedFd) -> Result<i32, Errno> {
+        use std::os::fd::AsRawFd;
+        let mut stale = None;
+        let r = {
+            let mut procs = lock(&self.procs);
+            self.live_entry(&mut procs, tgid, &mut stale).map(|e| {
+                let raw = fd.as_raw_fd();
+                e.installed.insert(raw, fd);
+                raw
+            })
+        };
+        drop(stale);
+        r
+    }
+
+    /// Closes our copy of an fd installed for `tgid`; `false` when there is none.
+    pub(crate) fn uninstall(&self, tgid: u32, raw: RawFd) -> bool {
+        let fd = lock(&self.procs)
+            .get_mut(&tgid)
+            .and_then(|e| e.installed.remove(&raw));
+        fd.is_some()
+    }
+
+    /// Whether `fh` is an open file of ours.
+    pub(crate) fn has_file(&self, fh: u64) -> bool {
+        lock(&self.files).contains_key(&fh)
+    }
+
+    fn reap(&self) {
+        let gone: Vec<(u32, ProcEntry)> = {
+            let mut procs = lock(&self.procs);
+            let dead: Vec<u32> = procs
+                .iter()
+                .filter(|(_, e)| entry_exited(e))
+                .map(|(&pid, _)| pid)
+                .collect();
+            dead.into_iter()
+                .filter_map(|pid| procs.remove(&pid).map(|e| (pid, e)))
+                .collect()
+        };
+        for (pid, e) in gone {
+            log::debug!(
+                "kfd-simd: pid {pid} exited ({} undelivered fds closed)",
+                e.installed.len()
+            );
+        }
+    }
+}
+
+/// The key under which the simulated open file of CUSE handle `fh` is registered.
+pub(crate) fn cuse_file_key(fh: u64) -> FileKey {
+    FileKey {
+        dev: CUSE_FILE_DEV,
+        ino: fh,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The server against a fake kernel: a `SOCK_SEQPACKET` socket plays `/dev/cuse` (one message
+    //! per request and per reply), and this test process plays the client (the header names our
+    //! pid, so the server reads and writes our memory with `process_vm_*`).
+
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+
+    use super::*;
+    use crate::cuse::proto::{FUSE_IOCTL_UNRESTRICTED, IN_HEADER_LEN};
+    use kfd_abi::ioctl::kfd;
+
+    struct FakeKernel {
+        end: UnixStream,
+        unique: u64,
+    }
+
+    fn request(opcode: u32, unique: u64, pid: u32, body: &[u8]) -> Vec<u8> {
+        let len = u32::try_from(IN_HEADER_LEN + body.len()).unwrap();
+        let mut b = Vec::new();
+        b.extend_from_slice(&len.to_ne_bytes());
+        b.extend_from_slice(&opcode.to_ne_bytes());
+        b.extend_from_slice(&unique.to_ne_bytes());
+        b.extend_from_slice(&[0u8; 16]); // nodeid, uid, gid
+        b.extend_from_slice(&pid.to_ne_bytes());
+        b.extend_from_slice(&[0u8; 4]);
+        b.extend_from_slice(body);
+        b
+    }
+
+    fn me() -> u32 {
+        std::process::id()
+    }
+
+    impl FakeKernel {
+        fn new() -> (Self, File) {
+            let (a, b) = os::seqpacket_pair().unwrap();
+            let end = UnixStream::from(a);
+            end.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut k = Self { end, unique: 100 };
+            // CUSE_INIT: 7.38, unrestricted ioctls offered.
+            let body: Vec<u8> = [7u32, 38, 0, 1]
+                .iter()
+                .flat_map(|v| v.to_ne_bytes())
+                .collect();
+            k.send(4096, me(), &body);
+            // As /dev/cuse is opened: non-blocking (readers that lose the race must not block).
+            let server_end = UnixStream::from(b);
+            server_end.set_nonblocking(true).unwrap();
+            (k, File::from(OwnedFd::from(server_end)))
+        }
+
+        fn send(&mut self, opcode: u32, pid: u32, body: &[u8]) -> u64 {
+            self.unique += 2;
+            self.end
+                .write_all(&request(opcode, self.unique, pid, body))
+                .unwrap();
+            self.unique
+        }
+
+        fn recv(&mut self) -> (i32, u64, Vec<u8>) {
+            let mut b = vec![0u8; 8192];
+            let n = self.end.read(&mut b).unwrap();
+            b.truncate(n);
+            assert_eq!(u32::from_ne_bytes(b[..4].try_into().unwrap()) as usize, n);
+            let err = i32::from_ne_bytes(b[4..8].try_into().unwrap());
+            let unique = u64::from_ne_bytes(b[8..16].try_into().unwrap());
+            (err, unique, b[16..].to_vec())
+        }
+
+        fn open(&mut self, pid: u32) -> Result<u64, i32> {
+            let u = self.send(14, pid, &[0u8; 8]);
+            let (err, unique, body) = self.recv();
+            assert_eq!(unique, u);
+            if err != 0 {
+                return Err(err);
+            }
+            Ok(u64::from_ne_bytes(body[..8].try_into().unwrap()))
+        }
+
+        fn ioctl(&mut self, pid: u32, fh: u64, cmd: u32, arg: u64) -> i32 {
+            let mut body = Vec::new();
+            body.extend_from_slice(&fh.to_ne_bytes());
+            body.extend_from_slice(&FUSE_IOCTL_UNRESTRICTED.to_ne_bytes());
+            body.extend_from_slice(&cmd.to_ne_bytes());
+            body.extend_from_slice(&arg.to_ne_bytes());
+            body.extend_from_slice(&[0u8; 8]);
+            let u = self.send(39, pid, &body);
+            let (err, unique, out) = self.recv();
+            assert_eq!((err, unique), (0, u));
+            assert_eq!(out.len(), 16);
+            i32::from_ne_bytes(out[..4].try_into().unwrap())
+        }
+    }
+
+    fn server(n_devices: usize) -> (CuseServer, Vec<FakeKernel>) {
+        let preset = crate::Preset::by_name("mi210x2").unwrap();
+        let mut kernels = Vec::new();
+        let mut files = Vec::new();
+        for _ in 0..n_devices {
+            let (k, f) = FakeKernel::new();
+            kernels.push(k);
+            files.push(f);
+        }
+        files.reverse();
+        let s = CuseServer::start_with(
+            preset.to_topology().unwrap(),
+            &ServeConfig::default(),
+            || Ok(files.pop().unwrap()),
+        )
+        .unwrap();
+        (s, kernels)
+    }
+
+    #[test]
+    fn init_registers_kfd_dynamic_and_render_nodes_with_drm_numbers() {
+        let (s, mut k) = server(3);
+        let names: Vec<String> = s.devices().into_iter().map(|d| d.devname).collect();
+        assert_eq!(names, ["kfd", "dri/renderD128", "dri/renderD129"]);
+        for (i, want) in [
+            (0u32, 0u32, "kfd"),
+            (226, 128, "dri/renderD128"),
+            (226, 129, "dri/renderD129"),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let (err, unique, body) = k[i].recv();
+            assert_eq!((err, unique), (0, 102));
+            let w: Vec<u32> = body[..72]
+                .chunks(4)
+                .map(|c| u32::from_ne_bytes(c.try_into().unwrap()))
+                .collect();
+            assert_eq!(&w[..4], &[7, 31, 0, 1]);
+            assert_eq!((w[6], w[7]), (want.0, want.1));
+            assert_eq!(&body[72..], format!("DEVNAME={}\0", want.2).as_bytes());
+        }
+        s.shutdown();
+        // The server closed its ends: the fake kernel sees end of file.
+        let mut b = [0u8; 16];
+        assert_eq!(k[0].end.read(&mut b).unwrap(), 0);
+    }
+
+    #[test]
+    fn open_ioctl_release_on_kfd() {
+        let (s, mut k) = server(3);
+        for kk in &mut k {
+            kk.recv();
+        }
+        let fh = k[0].open(me()).unwrap();
+        let mut v = kfd_sys::kfd_ioctl_get_version_args::default();
+        let addr = std::ptr::addr_of_mut!(v) as u64;
+        assert_eq!(k[0].ioctl(me(), fh, kfd::GET_VERSION, addr), 0);
+        assert_eq!(v.major_version, 1);
+        assert!(v.minor_version >= 11);
+        // The daemon pid, written into our memory.
+        let mut pid = 0u32;
+        let r = k[0].ioctl(
+            me(),
+            fh,
+            kfd_abi::cuse::SIM_DAEMON_PID,
+            std::ptr::addr_of_mut!(pid) as u64,
+        );
+        assert_eq!((r, pid), (0, me()));
+        // Errors come back as -errno in the result: a wild pointer, an unknown number, a handle
+        // that was never opened, a caller that does not exist.
+        assert_eq!(k[0].ioctl(me(), fh, kfd::GET_VERSION, 0x10), -libc::EFAULT);
+        assert_eq!(k[0].ioctl(me(), fh, 0xdead_beef, addr), -libc::EINVAL);
+        assert_eq!(
+            k[0].ioctl(me(), 999_999, kfd::GET_VERSION, addr),
+            -libc::EBADF
+        );
+        assert_eq!(
+            k[0].ioctl(u32::MAX - 1, fh, kfd::GET_VERSION, addr),
+            -libc::ESRCH
+        );
+        // Another process (init) is not the opener: EBADF, as the driver's caller check.
+        assert_eq!(k[0].ioctl(1, fh, kfd::GET_VERSION, addr), -libc::EBADF);
+        // Release, then the handle is gone.
+        let u = k[0].send(
+            18,
+            me(),
+            &[fh.to_ne_bytes().as_slice(), &[0u8; 16]].concat(),
+        );
+        assert_eq!(k[0].recv(), (0, u, vec![]));
+        assert_eq!(k[0].ioctl(me(), fh, kfd::GET_VERSION, addr), -libc::EBADF);
+        s.shutdown();
+    }
+
+    #[test]
+    fn installed_fds_are_kept_until_the_client_closes_them() {
+        let (s, mut k) = server(3);
+        for kk in &mut k {
+            kk.recv();
+        }
+        let fh = k[0].open(me()).unwrap();
+        let gpu = s.shared.machine.devices[0].gpu_id;
+        let mut a = kfd_sys::kfd_ioctl_smi_events_args {
+            gpuid: gpu,
+            anon_fd: 0,
+        };
+        let addr = std::ptr::addr_of_mut!(a) as u64;
+        assert_eq!(k[0].ioctl(me(), fh, kfd::SMI_EVENTS, addr), 0);
+        let raw = i32::try_from(a.anon_fd).unwrap();
+        // The number is the daemon's (here: ours); the client side fetches it and closes ours.
+        let pidfd = kfd_abi::cuse::pidfd_open(me()).unwrap();
+        let copy = kfd_abi::cuse::pidfd_getfd(pidfd.as_fd(), raw).unwrap();
+        let mut n = raw;
+        let close = |k: &mut FakeKernel, n: &mut i32| {
+            k.ioctl(
+                me(),
+                fh,
+                kfd_abi::cuse::SIM_CLOSE_FD,
+                std::ptr::addr_of_mut!(*n) as u64,
+            )
+        };
+        assert_eq!(close(&mut k[0], &mut n), 0);
+        assert_eq!(close(&mut k[0], &mut n), -libc::EBADF);
+        // Only fds installed for the caller can be closed: not the server's own /dev/cuse fd.
+        n = 0;
+        assert_eq!(close(&mut k[0], &mut n), -libc::EBADF);
+        drop(copy);
+        s.shutdown();
+    }
+
+    #[test]
+    fn probe_answers_the_daemon_only_and_garbage_does_not_hurt() {
+        let (s, mut k) = server(3);
+        for kk in &mut k {
+            kk.recv();
+        }
+        let fh = k[1].open(me()).unwrap();
+        assert_eq!(
+            k[1].ioctl(me(), fh, SIM_PROBE, 0),
+            i32::try_from(fh).unwrap()
+        );
+        assert!(k[1].ioctl(1, fh, SIM_PROBE, 0) < 0);
+        // A truncated request is answered with EIO; an interrupt and a forget get no answer.
+        let mut short = request(39, 77, me(), &[0u8; 8]);
+        short.truncate(44);
+        short[..4].copy_from_slice(&44u32.to_ne_bytes());
+        k[1].end.write_all(&short).unwrap();
+        assert_eq!(k[1].recv(), (-libc::EINVAL, 77, vec![]));
+        k[1].send(36, me(), &5u64.to_ne_bytes());
+        k[1].send(2, me(), &[0u8; 8]);
+        // Unknown opcodes, read, poll.
+        let u = k[1].send(3, me(), &[0u8; 16]);
+        assert_eq!(k[1].recv(), (-libc::ENOSYS, u, vec![]));
+        let u = k[1].send(15, me(), &[0u8; 40]);
+        assert_eq!(k[1].recv(), (-libc::EINVAL, u, vec![]));
+        let u = k[1].send(40, me(), &[0u8; 24]);
+        assert_eq!(k[1].recv(), (-libc::ENOSYS, u, vec![]));
+        // Still serving.
+        assert_eq!(
+            k[1].ioctl(me(), fh, SIM_PROBE, 0),
+            i32::try_from(fh).unwrap()
+        );
+        s.shutdown();
+    }
+
+    #[test]
+    fn a_connection_dropped_by_the_kernel_is_reported() {
+        let (s, mut k) = server(3);
+        for kk in &mut k {
+            kk.recv();
+        }
+        drop(k.remove(2));
+        let err = s.wait_ready(Duration::from_secs(5)).unwrap_err();
+        assert!(
+            matches!(&err, CuseError::Register { devname, .. } if devname == "dri/renderD129"),
+            "{err}"
+        );
+        s.shutdown();
+    }
+}
