@@ -1,5 +1,6 @@
-//! Integration tests across the workspace, and what they share: a transport and a platform that
-//! fail on demand, to inject a driver error at every step of a dump or a restore.
+//! Integration tests across the workspace, and what they share: the backend switch between the
+//! simulator and hardware ([`backend`]), and a transport and a platform that fail on demand, to
+//! inject a driver error at every step of a dump or a restore.
 
 use std::ffi::c_void;
 use std::fmt;
@@ -10,6 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use kfd_abi::{DeviceKind, Errno, IoctlError, Kfd, Platform, RenderNode, Transport};
+
+pub mod backend;
 
 /// Which ioctl to fail: the `fail_at`-th one (counting from 1) issued through any transport of
 /// the plan's platform; 0 never fails.
