@@ -129,7 +129,8 @@ fn serve(args: Serve) -> Result<(), String> {
         .map_err(|e| format!("waiting for signals: {e}"))?;
     log::info!("kfd-simd: signal {sig}, stopping");
     server.shutdown();
-    println!("kfd-simd: stopped");
+    // Whoever read READY may have gone: a closed stdout is no reason to fail now.
+    let _ = writeln!(std::io::stdout(), "kfd-simd: stopped");
     Ok(())
 }
 
