@@ -24,6 +24,21 @@ struct Cli {
 enum Command {
     /// List the built-in topology presets.
     Presets,
+    /// Print a preset as a TOML file, optionally as a variant (other gpu ids, render minors,
+    /// firmware), to edit or to serve with `--file`.
+    Show {
+        /// A built-in preset (see `kfd-simd presets`).
+        name: String,
+        /// Other gpu ids, one per GPU (decimal or 0x hex, comma-separated).
+        #[arg(long, value_delimiter = ',', value_parser = parse_u32)]
+        gpu_ids: Vec<u32>,
+        /// Other render minors, one per GPU (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        render_minors: Vec<u32>,
+        /// One MEC firmware version for every GPU.
+        #[arg(long)]
+        fw_version: Option<u32>,
+    },
     /// Write a preset's /sys/class/kfd/kfd/topology tree into DIR.
     WriteTopology {
         /// A built-in preset (see `kfd-simd presets`).
@@ -162,12 +177,40 @@ fn init_log() {
     }
 }
 
+fn parse_u32(s: &str) -> Result<u32, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    r.map_err(|e| format!("{s:?}: {e}"))
+}
+
 fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
         Command::Presets => {
             for (name, description) in BUILTIN {
                 println!("{name:10} {description}");
             }
+            Ok(())
+        }
+        Command::Show {
+            name,
+            gpu_ids,
+            render_minors,
+            fw_version,
+        } => {
+            let mut p = kfd_sim::Preset::by_name(&name).map_err(|e| e.to_string())?;
+            if !gpu_ids.is_empty() {
+                p = p.with_gpu_ids(&gpu_ids);
+            }
+            if !render_minors.is_empty() {
+                p = p.with_render_minors(&render_minors);
+            }
+            if let Some(fw) = fw_version {
+                p = p.with_fw_version(fw);
+            }
+            p.validate().map_err(|e| e.to_string())?;
+            print!("{}", p.to_toml());
             Ok(())
         }
         Command::Serve {
