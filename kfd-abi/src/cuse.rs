@@ -39,10 +39,13 @@ pub const SIM_CLOSE_FD: u32 = encode(Dir::Write, b'K', 0x7e, 4);
 /// Where sysfs puts the devices of CUSE servers.
 pub const CUSE_SYSFS_DIR: &str = "/sys/devices/virtual/cuse/";
 
-/// A device served by the simulator daemon: how to reach the daemon's fd table.
+/// A device served by the simulator daemon.
+///
+/// It holds no pidfd: a client may be checkpointed at any time, and criu cannot dump a pidfd; the
+/// daemon may also have been restarted (with another pid) since. So the daemon's pid is asked
+/// again, and a pidfd opened, each time an fd is fetched.
 pub(crate) struct CuseLink {
     daemon_pid: u32,
-    pidfd: OwnedFd,
 }
 
 impl fmt::Debug for CuseLink {
@@ -72,6 +75,20 @@ pub(crate) fn detect(fd: BorrowedFd<'_>) -> Option<Arc<CuseLink>> {
     if !meta.file_type().is_char_device() || !is_cuse_device(meta.rdev()) {
         return None;
     }
+    match daemon_pid(fd) {
+        Ok(pid) => {
+            log::debug!("device served over CUSE by kfd-simd (pid {pid})");
+            Some(Arc::new(CuseLink { daemon_pid: pid }))
+        }
+        Err(e) => {
+            log::debug!("a CUSE device that is not the simulator (daemon pid query: {e})");
+            None
+        }
+    }
+}
+
+/// Asks the daemon serving `fd` for its pid (the simulator-only `SIM_DAEMON_PID`).
+fn daemon_pid(fd: BorrowedFd<'_>) -> io::Result<u32> {
     let mut pid = 0u32;
     // SAFETY: `fd` is open for the call; the request's size field is 4 and `pid` is a writable
     // u32 that lives across the call.
@@ -82,32 +99,20 @@ pub(crate) fn detect(fd: BorrowedFd<'_>) -> Option<Arc<CuseLink>> {
             std::ptr::addr_of_mut!(pid),
         )
     };
-    if r < 0 || pid == 0 {
-        log::debug!(
-            "a CUSE device that is not the simulator (daemon pid query: {})",
-            io::Error::last_os_error()
-        );
-        return None;
+    if r < 0 {
+        return Err(io::Error::last_os_error());
     }
-    match pidfd_open(pid) {
-        Ok(pidfd) => {
-            log::debug!("device served over CUSE by kfd-simd (pid {pid})");
-            Some(Arc::new(CuseLink {
-                daemon_pid: pid,
-                pidfd,
-            }))
-        }
-        Err(e) => {
-            log::warn!("kfd-simd serves this device as pid {pid}, but pidfd_open failed: {e}");
-            None
-        }
+    if pid == 0 {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
     }
+    Ok(pid)
 }
 
 /// Takes the fd that the daemon keeps as `raw` for us: fetches a copy with `pidfd_getfd` and
 /// asks the daemon (through `dev`, the device the ioctl was issued on) to close its own.
 pub(crate) fn adopt(link: &CuseLink, dev: BorrowedFd<'_>, raw: RawFd) -> io::Result<OwnedFd> {
-    let fetched = pidfd_getfd(link.pidfd.as_fd(), raw);
+    let pid = daemon_pid(dev).unwrap_or(link.daemon_pid);
+    let fetched = pidfd_open(pid).and_then(|pidfd| pidfd_getfd(pidfd.as_fd(), raw));
     let mut arg = u32::try_from(raw).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
     // SAFETY: `dev` is open for the call; the request's size field is 4 and `arg` is a u32 that
     // lives across the call (the daemon only reads it).
@@ -120,8 +125,7 @@ pub(crate) fn adopt(link: &CuseLink, dev: BorrowedFd<'_>, raw: RawFd) -> io::Res
     };
     if r < 0 {
         log::warn!(
-            "kfd-simd (pid {}) did not close its fd {raw}: {}",
-            link.daemon_pid,
+            "kfd-simd (pid {pid}) did not close its fd {raw}: {}",
             io::Error::last_os_error()
         );
     }
@@ -129,9 +133,8 @@ pub(crate) fn adopt(link: &CuseLink, dev: BorrowedFd<'_>, raw: RawFd) -> io::Res
         io::Error::new(
             e.kind(),
             format!(
-                "fetching fd {raw} from kfd-simd (pid {}) with pidfd_getfd: {e} (needs ptrace \
-                 access to the daemon: run as its user or as root)",
-                link.daemon_pid
+                "fetching fd {raw} from kfd-simd (pid {pid}) with pidfd_getfd: {e} (needs ptrace \
+                 access to the daemon: run as its user or as root)"
             ),
         )
     })

@@ -124,3 +124,17 @@ impl Transport for FdTransport {
         })
     }
 }
+
+/// A close-on-exec duplicate of `fd` at the lowest free number not below `min`
+/// (`fcntl(F_DUPFD_CLOEXEC)`): how fds are moved out of the way of numbers another party (criu
+/// restoring a task's files) is about to use.
+pub fn dup_at_or_above(fd: BorrowedFd<'_>, min: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: fcntl(F_DUPFD_CLOEXEC) only reads the open fd and an integer; on success it returns
+    // a new fd that nothing else owns.
+    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min.max(0)) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `r` was just created by fcntl and is owned by no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(r) })
+}

@@ -1,7 +1,7 @@
 //! The engine behind criu's hooks: one [`Engine`] per criu process (and per restored process,
 //! which inherits it across fork).
 
-use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
@@ -239,6 +239,7 @@ impl<P: Platform> Engine<P> {
             restored.bytes(),
             restored.elapsed.as_secs_f64()
         );
+        let restored = self.keep_out_of_the_way(restored)?;
         let fd = restored
             .kfd
             .as_fd()
@@ -246,6 +247,31 @@ impl<P: Platform> Engine<P> {
             .map_err(|e| failed(Errno::from_io(&e), e))?;
         lock(&self.state).restored.push(restored);
         Ok(Some(fd))
+    }
+
+    /// Moves the files the plugin keeps in the restored task (its `/dev/kfd` and the render nodes
+    /// whose VMs the driver uses) above every fd number the task itself will have, so that criu
+    /// restoring the task's own files never lands on them.
+    fn keep_out_of_the_way(&self, mut r: Restored<P::Device>) -> HookResult<Restored<P::Device>> {
+        let Some(mut next) = crate::shim::unused_fd_of(r.pid) else {
+            return Ok(r);
+        };
+        let io = |e: std::io::Error| failed(Errno::from_io(&e), e);
+        let high = kfd_abi::transport::dup_at_or_above(r.kfd.as_fd(), next).map_err(io)?;
+        next = high.as_raw_fd() + 1;
+        r.kfd = self
+            .platform
+            .kfd_from_fd(high)
+            .map_err(|e| failed(Errno::EIO, e))?;
+        for render in r.renders.values_mut() {
+            let high = kfd_abi::transport::dup_at_or_above(render.as_fd(), next).map_err(io)?;
+            next = high.as_raw_fd() + 1;
+            *render = self
+                .platform
+                .render_from_fd(high)
+                .map_err(|e| failed(Errno::EIO, e))?;
+        }
+        Ok(r)
     }
 
     /// Restores a render-node file as the same open file that the process's KFD restore gave

@@ -217,6 +217,26 @@ pub fn criu_image_dir() -> Option<std::os::fd::RawFd> {
     (fd >= 0).then_some(fd)
 }
 
+/// criu's `find_unused_fd_pid(pid)`: one above the highest fd that restored task `pid` will use,
+/// so that fds the plugin keeps in that task never collide with the task's own. `None` outside
+/// criu.
+pub fn unused_fd_of(pid: u32) -> Option<std::os::fd::RawFd> {
+    let f = lookup_symbol(c"find_unused_fd_pid");
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    if f.is_null() {
+        return None;
+    }
+    // SAFETY: the symbol is criu's `int find_unused_fd_pid(pid_t pid)` (criu/include/files.h, in
+    // every criu since 3.16); a non-null data pointer to a function converts to that function's
+    // pointer.
+    let fd = unsafe {
+        let find =
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(libc::pid_t) -> c_int>(f);
+        find(pid)
+    };
+    (fd > 0).then_some(fd)
+}
+
 /// Runs inside criu's `dlopen`, before criu reads the descriptor (see the module documentation).
 extern "C" fn on_load() {
     trampoline::guard("load", (), || {
