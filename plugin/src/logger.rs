@@ -67,15 +67,21 @@ pub fn criu_level(level: Level) -> c_uint {
     }
 }
 
-/// The line as criu receives it: prefix, message, newline; an interior NUL is shown as `\0`
-/// rather than cutting the line short.
+/// The text as criu receives it: every line of the message prefixed (so that grepping criu's log
+/// for the prefix finds all of a multi-line explanation), ended with a newline; an interior NUL
+/// is shown as `\0` rather than cutting the text short.
 pub fn render(args: &std::fmt::Arguments<'_>) -> CString {
-    let mut line = format!("{PREFIX}{args}");
-    if line.contains('\0') {
-        line = line.replace('\0', "\\0");
+    let message = args.to_string().replace('\0', "\\0");
+    let mut text = String::with_capacity(message.len() + PREFIX.len() + 1);
+    for line in message.lines() {
+        text.push_str(PREFIX);
+        text.push_str(line);
+        text.push('\n');
     }
-    line.push('\n');
-    CString::new(line).unwrap_or_default()
+    if text.is_empty() {
+        text = format!("{PREFIX}\n");
+    }
+    CString::new(text).unwrap_or_default()
 }
 
 impl Log for CriuLogger {
@@ -128,6 +134,8 @@ mod tests {
         assert_eq!(line.as_bytes(), b"amdgpu_plugin: dumped 50% of bo\n");
         let line = render(&format_args!("a{}b", '\0'));
         assert_eq!(line.as_bytes(), b"amdgpu_plugin: a\\0b\n");
+        let lines = render(&format_args!("no mapping:\n  GPU 0x1: fw"));
+        assert_eq!(lines.as_bytes(), b"amdgpu_plugin: no mapping:\namdgpu_plugin:   GPU 0x1: fw\n");
     }
 
     #[test]
