@@ -304,13 +304,11 @@ impl PagesWriter {
                 total: self.total,
             });
         }
-        // Checksum a slice, then write it while it is still in cache.
-        let slice = if self.checksums.is_some() {
-            IO_SLICE
-        } else {
-            data.len().max(1)
-        };
-        for piece in data.chunks(slice) {
+        // Checksum a slice, then write it while it is still in cache. Without checksums the
+        // writes are the same size: the I/O pattern (and so a comparison of the two) stays the
+        // same, and on the bench machine single 8 MiB writes from a staging buffer were not
+        // faster than 256 KiB ones.
+        for piece in data.chunks(IO_SLICE) {
             if let Some((chunker, _, sums)) = &mut self.checksums {
                 let pushed: Result<(), std::convert::Infallible> =
                     chunker.update(piece, |_, sum| {

@@ -235,9 +235,34 @@ impl SharedMap {
     ) -> Result<(), Errno> {
         let len = usize::try_from(len).map_err(|_| Errno::EFAULT)?;
         let off = self.check(offset, len).ok_or(Errno::EFAULT)?;
+        self.populate(off, len);
         // SAFETY: the local range lies inside the live mapping (checked), which the kernel writes;
         // the remote range is only touched by the kernel, which fails cleanly.
         unsafe { vm_transfer(pid, self.ptr.as_ptr().add(off), remote, len, false) }
+    }
+
+    /// Allocates and maps the pages of `[off, off + len)` (checked by the caller) in one call
+    /// (`MADV_POPULATE_WRITE`, Linux 5.14), before a large write into it: a restore writes into
+    /// fresh memfd pages, and taking one page fault per 4 KiB from inside `process_vm_readv` cost
+    /// about a third of the simulated engine's time. Only an optimisation: a kernel without it
+    /// (`EINVAL`) or a failure leaves the pages to be faulted in by the copy as before.
+    fn populate(&self, off: usize, len: usize) {
+        const MIN: usize = 1 << 20;
+        if len < MIN {
+            return;
+        }
+        let page = 4096;
+        let start = off / page * page;
+        let end = (off + len).next_multiple_of(page).min(self.len);
+        // SAFETY: [start, end) lies inside the live mapping (the caller checked [off, off + len),
+        // rounded out to pages within its length); madvise only changes page-table state.
+        unsafe {
+            libc::madvise(
+                self.ptr.as_ptr().add(start).cast(),
+                end - start,
+                libc::MADV_POPULATE_WRITE,
+            )
+        };
     }
 
     /// Writes `len` bytes at `offset` straight into process `pid`'s memory at `remote`
