@@ -114,6 +114,15 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// Bytes of all its buffers (all VRAM or GTT: what a checkpoint saves of this process).
+    pub fn buffer_bytes(&self) -> u64 {
+        self.gpus
+            .iter()
+            .flat_map(|g| &g.buffers)
+            .map(|b| b.size)
+            .sum()
+    }
+
     /// Bytes of patterned buffers (what a checkpoint must carry at least).
     pub fn pattern_bytes(&self) -> u64 {
         self.gpus

@@ -20,6 +20,28 @@ use kfd_abi::render::{VmPageFlags, HW_IP_DMA};
 use kfd_abi::sdma::IbBuilder;
 use kfd_abi::{BoHandle, ContextId, IoctlError, RenderNode, Transport, UserptrBuffer};
 
+/// A running count of bytes copied (both directions), for progress displays. Clones share the
+/// count.
+#[derive(Clone, Debug, Default)]
+pub struct Progress(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl Progress {
+    /// Adds `n` copied bytes.
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Bytes copied so far.
+    pub fn get(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Starts counting from zero again.
+    pub fn reset(&self) {
+        self.0.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Staging geometry per GPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Staging {
@@ -310,6 +332,7 @@ pub fn dump_gpu<T: Transport>(
     render: &RenderNode<T>,
     bos: &[BoSource<'_>],
     staging: Staging,
+    progress: &Progress,
     writer: &mut PagesWriter,
 ) -> Result<u64, CopyError> {
     let total: u64 = bos.iter().map(|b| b.size).sum();
@@ -341,6 +364,7 @@ pub fn dump_gpu<T: Transport>(
                     .map_err(|_| CopyError::ThreadGone("writer"))?;
                 let len = (total - pos).min(buf.len() as u64);
                 dma.copy_range(pos, len, buf.va(), true)?;
+                progress.add(len);
                 #[allow(clippy::cast_possible_truncation)] // len <= buf.len()
                 full_tx
                     .send((buf, len as usize))
@@ -364,6 +388,7 @@ pub fn restore_gpu<T: Transport>(
     render: &RenderNode<T>,
     bos: &[BoSource<'_>],
     staging: Staging,
+    progress: &Progress,
     reader: &mut PagesReader,
 ) -> Result<u64, CopyError> {
     let total: u64 = bos.iter().map(|b| b.size).sum();
@@ -400,6 +425,7 @@ pub fn restore_gpu<T: Transport>(
                     .recv()
                     .map_err(|_| CopyError::ThreadGone("reader"))?;
                 dma.copy_range(pos, len as u64, buf.va(), false)?;
+                progress.add(len as u64);
                 pos += len as u64;
                 // The reader may already be done; a closed channel is fine here.
                 let _ = empty_tx.send(buf);

@@ -16,7 +16,7 @@ use crate::restore::{self, MappedOn, RestoreOptions, Restored};
 use kfd_abi::platform::{DeviceKind, HostPlatform, Platform};
 
 /// The settings that come from the environment (read once, at `init`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Settings {
     /// Staging geometry (`KFD_MAX_BUFFER_SIZE` caps the buffer size).
     pub staging: Staging,
@@ -26,6 +26,8 @@ pub struct Settings {
     pub dump_devices_late: bool,
     /// Whether dumps write per-chunk checksums of the pages files.
     pub checksums: bool,
+    /// Counts the bytes dumps and restores copy (for progress displays).
+    pub progress: crate::copy::Progress,
 }
 
 impl Settings {
@@ -48,6 +50,7 @@ impl Settings {
             checks: topology::CheckOptions::from_lookup(&lookup),
             dump_devices_late,
             checksums: true,
+            progress: crate::copy::Progress::default(),
         }
     }
 }
@@ -230,6 +233,7 @@ impl<P: Platform> Engine<P> {
         let opts = RestoreOptions {
             staging: settings.staging,
             checks: settings.checks,
+            progress: settings.progress,
         };
         let restored = restore::restore_kfd(&self.platform, id, dir, &opts)
             .map_err(|e| HookError::failed(e.errno(), e.to_string()))?
@@ -354,6 +358,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
                 let opts = DumpOptions {
                     staging: settings.staging,
                     checksums: settings.checksums,
+                    progress: settings.progress.clone(),
                 };
                 let unpause = if settings.dump_devices_late {
                     Unpause::Deferred

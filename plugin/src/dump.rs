@@ -15,17 +15,19 @@ use kfd_abi::criu::Checkpoint;
 use kfd_abi::{Errno, IoctlError, Kfd, Transport};
 use topology::Topology;
 
-use crate::copy::{self, BoSource, CopyError, Staging};
+use crate::copy::{self, BoSource, CopyError, Progress, Staging};
 use crate::shm::SharedMem;
 use kfd_abi::platform::Platform;
 
 /// How to dump.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct DumpOptions {
     /// Staging geometry per GPU.
     pub staging: Staging,
     /// Write per-chunk checksums of the pages files (our extension; upstream readers ignore it).
     pub checksums: bool,
+    /// Counts the bytes copied.
+    pub progress: Progress,
 }
 
 impl Default for DumpOptions {
@@ -33,6 +35,7 @@ impl Default for DumpOptions {
         Self {
             staging: Staging::default(),
             checksums: true,
+            progress: Progress::default(),
         }
     }
 }
@@ -308,12 +311,11 @@ fn copy_contents<P: Platform>(
                     let mut writer = PagesWriter::new(dir, which, total, chunk)?;
                     if !bos.is_empty() {
                         let render = platform.open_render(minor)?;
-                        copy::dump_gpu(&render, &bos, opts.staging, &mut writer).map_err(
-                            |source| DumpError::Copy {
+                        copy::dump_gpu(&render, &bos, opts.staging, &opts.progress, &mut writer)
+                            .map_err(|source| DumpError::Copy {
                                 gpu_id: user,
                                 source,
-                            },
-                        )?;
+                            })?;
                     }
                     let sums = writer.finish()?;
                     Ok((

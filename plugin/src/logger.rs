@@ -135,7 +135,10 @@ mod tests {
         let line = render(&format_args!("a{}b", '\0'));
         assert_eq!(line.as_bytes(), b"amdgpu_plugin: a\\0b\n");
         let lines = render(&format_args!("no mapping:\n  GPU 0x1: fw"));
-        assert_eq!(lines.as_bytes(), b"amdgpu_plugin: no mapping:\namdgpu_plugin:   GPU 0x1: fw\n");
+        assert_eq!(
+            lines.as_bytes(),
+            b"amdgpu_plugin: no mapping:\namdgpu_plugin:   GPU 0x1: fw\n"
+        );
     }
 
     #[test]

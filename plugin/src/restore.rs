@@ -18,17 +18,19 @@ use kfd_abi::criu::{RestoreBo, RestoreDevice, RestoredBo};
 use kfd_abi::{AllocFlags, Errno, GpuId, IoctlError, Kfd, RenderNode, Transport};
 use topology::{CheckOptions, Mapping};
 
-use crate::copy::{self, BoSource, CopyError, Staging};
+use crate::copy::{self, BoSource, CopyError, Progress, Staging};
 use crate::shm::SharedMem;
 use kfd_abi::platform::Platform;
 
 /// How to restore.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct RestoreOptions {
     /// Staging geometry per GPU.
     pub staging: Staging,
     /// The `KFD_*_CHECK` rules of the GPU mapping.
     pub checks: CheckOptions,
+    /// Counts the bytes copied.
+    pub progress: Progress,
 }
 
 /// Why a restore failed.
@@ -346,7 +348,7 @@ pub fn restore_kfd<P: Platform>(
     };
     drop(devices);
 
-    let gpus = copy_contents(platform, &mapping, &msg, &restored, readers, opts.staging)?;
+    let gpus = copy_contents(platform, &mapping, &msg, &restored, readers, opts)?;
 
     if msg.shared_mem_size != 0 {
         let shm = SharedMem {
@@ -397,7 +399,7 @@ fn copy_contents<P: Platform>(
     msg: &CriuKfd,
     restored: &[RestoredBo],
     readers: BTreeMap<u32, PagesReader>,
-    staging: Staging,
+    opts: &RestoreOptions,
 ) -> Result<Vec<GpuRestore>, RestoreError> {
     std::thread::scope(|s| {
         let workers: Vec<_> = readers
@@ -427,12 +429,12 @@ fn copy_contents<P: Platform>(
                         what: format!("GPU {gpu:#x} was not mapped"),
                     })?;
                     let render = platform.open_render(m.destination_render_minor)?;
-                    let bytes = copy::restore_gpu(&render, &bos, staging, &mut reader).map_err(
-                        |source| RestoreError::Copy {
-                            gpu_id: gpu,
-                            source,
-                        },
-                    )?;
+                    let bytes =
+                        copy::restore_gpu(&render, &bos, opts.staging, &opts.progress, &mut reader)
+                            .map_err(|source| RestoreError::Copy {
+                                gpu_id: gpu,
+                                source,
+                            })?;
                     Ok(GpuRestore {
                         gpu_id: gpu,
                         actual_gpu_id: m.destination_gpu_id,

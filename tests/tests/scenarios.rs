@@ -43,15 +43,27 @@ fn round_trip(
     let src = SimNode::new(source).unwrap();
     let target = demo::start_target(&src, spec).unwrap();
     let manifest = target.workload.manifest().clone();
+    settings.progress.reset();
     let (ids, _) = demo::checkpoint(&src, &target, dir.path(), settings).unwrap();
     assert_eq!(
         src.machine.queues_paused(target.process.pid()),
         Some(false),
         "the dumped process runs on"
     );
+    assert_eq!(
+        settings.progress.get(),
+        manifest.buffer_bytes(),
+        "progress counts the bytes dumped"
+    );
+    settings.progress.reset();
 
     let dst = SimNode::new(destination).unwrap();
     let (restored, _) = demo::restore(&dst, dir.path(), &ids, settings).unwrap();
+    assert_eq!(
+        settings.progress.get(),
+        manifest.buffer_bytes(),
+        "progress counts the bytes restored"
+    );
     let report = restored.verify(&manifest).unwrap();
     assert_eq!(report.bytes, manifest.pattern_bytes());
     assert_eq!(report.queues, spec.queues as usize * source.gpus.len());

@@ -22,6 +22,7 @@ use kfd_sim::{Machine, SimFile, SimPlatform, SimProcess};
 use serde::Serialize;
 
 use super::{CliError, HumanSize, Outcome, Report, Run};
+use crate::copy::Progress;
 use crate::criu::{Engine, Settings};
 use crate::hooks::{CriuHooks, HookError, Stage};
 
@@ -452,6 +453,54 @@ impl Report for DemoReport {
     }
 }
 
+/// A progress bar on stderr (only when it is a terminal) fed from the engine's byte counter by a
+/// small thread, while a dump or a restore runs.
+struct ProgressBar {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ProgressBar {
+    fn start(label: &'static str, total: u64, progress: &Progress, shown: bool) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        progress.reset();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let bar = if shown {
+            indicatif::ProgressBar::new(total)
+        } else {
+            indicatif::ProgressBar::hidden()
+        };
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{msg:8} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec})",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_message(label);
+        let (s, p) = (std::sync::Arc::clone(&stop), progress.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                bar.set_position(p.get());
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            bar.set_position(p.get());
+            bar.finish_and_clear();
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for ProgressBar {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 fn corrupt_first_pages_file(dir: &Path) -> Result<(), DemoError> {
     use std::os::unix::fs::FileExt;
     let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -489,10 +538,13 @@ pub fn run_demo(args: &DemoArgs) -> Result<DemoReport, DemoError> {
         gtt: mib(&args.gtt_mib),
         ..Spec::default()
     };
+    let progress = Progress::default();
     let settings = Settings {
         checksums: !args.no_checksums,
+        progress: progress.clone(),
         ..Settings::from_env(false)
     };
+    let bars = !args.json;
 
     let temp;
     let dir = match &args.dir {
@@ -512,7 +564,9 @@ pub fn run_demo(args: &DemoArgs) -> Result<DemoReport, DemoError> {
     let src = SimNode::new(&source)?;
     let target = start_target(&src, &spec)?;
     let manifest = target.workload.manifest().clone();
+    let bar = ProgressBar::start("dump", manifest.buffer_bytes(), &progress, bars);
     let (ids, dump_time) = checkpoint(&src, &target, &dir, &settings)?;
+    drop(bar);
     drop(target);
     drop(src);
 
@@ -521,7 +575,9 @@ pub fn run_demo(args: &DemoArgs) -> Result<DemoReport, DemoError> {
     }
 
     let dst = SimNode::new(&destination)?;
+    let bar = ProgressBar::start("restore", manifest.buffer_bytes(), &progress, bars);
     let (restored, restore_time) = restore(&dst, &dir, &ids, &settings)?;
+    drop(bar);
     let verified = restored.verify(&manifest).map_err(|e| e.to_string());
 
     let mut files: Vec<(String, u64)> = std::fs::read_dir(&dir)
