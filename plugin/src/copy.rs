@@ -327,6 +327,52 @@ impl<T: Transport> Drop for Dma<'_, T> {
     }
 }
 
+/// The staging buffers' round trip between the copier and the I/O thread: `full` carries a
+/// buffer and its used length one way, `empty` brings it back.
+struct Ring<'r, T: Transport> {
+    full_tx: mpsc::SyncSender<(UserptrBuffer<'r, T>, usize)>,
+    full_rx: mpsc::Receiver<(UserptrBuffer<'r, T>, usize)>,
+    empty_tx: mpsc::SyncSender<UserptrBuffer<'r, T>>,
+    empty_rx: mpsc::Receiver<UserptrBuffer<'r, T>>,
+}
+
+/// Sets up one GPU's copy: the SDMA context with every BO imported, and the staging buffers,
+/// all of them empty, in the ring. Returns the stream's length too.
+fn prepare<'r, T: Transport>(
+    render: &'r RenderNode<T>,
+    bos: &[BoSource<'_>],
+    staging: Staging,
+) -> Result<(u64, Dma<'r, T>, Ring<'r, T>), CopyError> {
+    let total: u64 = bos.iter().map(|b| b.size).sum();
+    let mut dma = Dma::new(render)?;
+    dma.import_all(bos)?;
+    let buffers = dma.staging(staging)?;
+    let (full_tx, full_rx) = mpsc::sync_channel(buffers.len());
+    let (empty_tx, empty_rx) = mpsc::sync_channel(buffers.len());
+    for b in buffers {
+        let _ = empty_tx.send(b);
+    }
+    Ok((
+        total,
+        dma,
+        Ring {
+            full_tx,
+            full_rx,
+            empty_tx,
+            empty_rx,
+        },
+    ))
+}
+
+/// The result of a copy from its two threads' results: the I/O thread's own error explains a
+/// copier that stopped because the I/O thread went away.
+fn outcome(copied: Result<(), CopyError>, io: Result<(), CopyError>) -> Result<(), CopyError> {
+    match (copied, io) {
+        (Err(CopyError::ThreadGone(_)), Err(e)) | (Ok(()), Err(e)) | (Err(e), _) => Err(e),
+        (Ok(()), Ok(())) => Ok(()),
+    }
+}
+
 /// Copies the BOs of one GPU into `writer`, in order. Returns the bytes written.
 pub fn dump_gpu<T: Transport>(
     render: &RenderNode<T>,
@@ -335,15 +381,16 @@ pub fn dump_gpu<T: Transport>(
     progress: &Progress,
     writer: &mut PagesWriter,
 ) -> Result<u64, CopyError> {
-    let total: u64 = bos.iter().map(|b| b.size).sum();
-    let mut dma = Dma::new(render)?;
-    dma.import_all(bos)?;
-    let buffers = dma.staging(staging)?;
-    let (full_tx, full_rx) = mpsc::sync_channel::<(UserptrBuffer<'_, T>, usize)>(buffers.len());
-    let (empty_tx, empty_rx) = mpsc::sync_channel::<UserptrBuffer<'_, T>>(buffers.len());
-    for b in buffers {
-        let _ = empty_tx.send(b);
-    }
+    let (
+        total,
+        mut dma,
+        Ring {
+            full_tx,
+            full_rx,
+            empty_tx,
+            empty_rx,
+        },
+    ) = prepare(render, bos, staging)?;
 
     std::thread::scope(|s| {
         let io = s.spawn(move || -> Result<(), CopyError> {
@@ -375,11 +422,7 @@ pub fn dump_gpu<T: Transport>(
         })();
         drop(full_tx);
         let written = io.join().unwrap_or(Err(CopyError::ThreadGone("writer")));
-        // The writer's own error explains a copier that stopped because the writer went away.
-        match (copied, written) {
-            (Err(CopyError::ThreadGone(_)), Err(e)) | (Ok(()), Err(e)) | (Err(e), _) => Err(e),
-            (Ok(()), Ok(())) => Ok(total),
-        }
+        outcome(copied, written).map(|()| total)
     })
 }
 
@@ -391,15 +434,16 @@ pub fn restore_gpu<T: Transport>(
     progress: &Progress,
     reader: &mut PagesReader,
 ) -> Result<u64, CopyError> {
-    let total: u64 = bos.iter().map(|b| b.size).sum();
-    let mut dma = Dma::new(render)?;
-    dma.import_all(bos)?;
-    let buffers = dma.staging(staging)?;
-    let (full_tx, full_rx) = mpsc::sync_channel::<(UserptrBuffer<'_, T>, usize)>(buffers.len());
-    let (empty_tx, empty_rx) = mpsc::sync_channel::<UserptrBuffer<'_, T>>(buffers.len());
-    for b in buffers {
-        let _ = empty_tx.send(b);
-    }
+    let (
+        total,
+        mut dma,
+        Ring {
+            full_tx,
+            full_rx,
+            empty_tx,
+            empty_rx,
+        },
+    ) = prepare(render, bos, staging)?;
 
     std::thread::scope(|s| {
         let io = s.spawn(move || -> Result<(), CopyError> {
@@ -435,9 +479,6 @@ pub fn restore_gpu<T: Transport>(
         drop(full_rx);
         drop(empty_tx);
         let read = io.join().unwrap_or(Err(CopyError::ThreadGone("reader")));
-        match (copied, read) {
-            (Err(CopyError::ThreadGone(_)), Err(e)) | (Ok(()), Err(e)) | (Err(e), _) => Err(e),
-            (Ok(()), Ok(())) => Ok(total),
-        }
+        outcome(copied, read).map(|()| total)
     })
 }
