@@ -367,7 +367,15 @@ pub fn dispatch(
         return Err(Errno::EFAULT);
     }
     if let Err(e) = ret {
-        log::debug!("kfd-sim: {} -> {e}", ioctl::name(kcmd));
+        let st = lock(&file.state);
+        log::debug!(
+            "kfd-sim: {} -> {e} (file {:p}: contexts {:?}, {} GEM handles; in {:02x?})",
+            ioctl::name(kcmd),
+            file,
+            st.ctxs.keys().collect::<Vec<_>>(),
+            st.handles.len(),
+            &kdata[..in_size.min(32)]
+        );
     }
     ret
 }

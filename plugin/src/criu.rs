@@ -260,6 +260,7 @@ impl<P: Platform> Engine<P> {
         let Some(mut next) = crate::shim::unused_fd_of(r.pid) else {
             return Ok(r);
         };
+        log::debug!("keeping the restored task's device files from fd {next} up");
         let io = |e: std::io::Error| failed(Errno::from_io(&e), e);
         let high = kfd_abi::transport::dup_at_or_above(r.kfd.as_fd(), next).map_err(io)?;
         next = high.as_raw_fd() + 1;

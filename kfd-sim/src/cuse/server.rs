@@ -584,11 +584,17 @@ impl Shared {
             kind,
         });
         self.machine.register_file(&file);
+        let render_ptr = match &file.kind {
+            FileKind::Render(r) => r as *const RenderFile,
+            FileKind::Kfd(_) => std::ptr::null(),
+        };
         lock(&self.files).insert(fh, OpenEntry { file });
         log::debug!(
-            "kfd-simd: {} opened by pid {} (fh {fh})",
+            "kfd-simd: {} opened by pid {} tid {} (fh {fh}, render file {:p})",
             dev.info.devname,
-            st.tgid
+            st.tgid,
+            h.pid,
+            render_ptr
         );
         proto::open_reply(h.unique, fh)
     }
@@ -617,6 +623,14 @@ impl Shared {
             status: st,
             may_probe: dev.info.role == DeviceRole::Kfd,
         };
+        log::trace!(
+            "kfd-simd: {} {} on fh {} by tid {} (tgid {})",
+            dev.info.devname,
+            kfd_abi::ioctl::name(io.cmd),
+            io.fh,
+            h.pid,
+            client.status.tgid
+        );
         let r = match io.cmd {
             kfd_abi::cuse::SIM_DAEMON_PID => {
                 use crate::client::Client;
