@@ -366,6 +366,13 @@ pub fn dispatch(
     if client.write_user(arg, &kdata[..out_size]).is_err() {
         return Err(Errno::EFAULT);
     }
+    if ret.is_ok() && kcmd == ioctl::drm::AMDGPU_CS {
+        log::debug!(
+            "kfd-sim: AMDGPU_CS ok on file {:p} by pid {}",
+            file,
+            client.pid()
+        );
+    }
     if let Err(e) = ret {
         let st = lock(&file.state);
         log::debug!(
