@@ -65,6 +65,8 @@ struct State<P: Platform> {
     /// At dump: the ids processes use for GPUs (user ids), by the GPU's id now (actual id), from
     /// the KFD files dumped so far.
     user_ids: std::collections::BTreeMap<u32, u32>,
+    /// The local topology, read once per criu run (every device file of a dump needs it).
+    topology: Option<std::sync::Arc<topology::Topology>>,
     /// At dump: render-node images written before the KFD file that names their GPU's user id,
     /// as (image id, actual gpu id).
     pending_renders: Vec<(u32, u32, u32)>,
@@ -75,6 +77,7 @@ impl<P: Platform> Default for State<P> {
         Self {
             paused: Vec::new(),
             restored: Vec::new(),
+            topology: None,
             user_ids: std::collections::BTreeMap::new(),
             pending_renders: Vec::new(),
         }
@@ -155,13 +158,27 @@ impl<P: Platform> Engine<P> {
         }
     }
 
+    /// This machine's topology, parsed on first use in this criu run.
+    fn local_topology(&self) -> HookResult<std::sync::Arc<topology::Topology>> {
+        let mut state = lock(&self.state);
+        if let Some(t) = &state.topology {
+            return Ok(std::sync::Arc::clone(t));
+        }
+        let root = self.platform.topology_root();
+        let t = std::sync::Arc::new(
+            topology::parse(&root)
+                .map_err(|e| failed(Errno::EIO, format!("reading the GPU topology: {e}")))?,
+        );
+        state.topology = Some(std::sync::Arc::clone(&t));
+        Ok(t)
+    }
+
     /// Writes the image of a render-node file. Images record the GPU under the id the process
     /// uses (which differs from the GPU's id after a restore onto other GPUs), so the restore
     /// finds it in the process's mapping; a render node dumped before its process's `/dev/kfd`
     /// is rewritten once that id is known.
     fn dump_render(&self, id: u32, minor: u32) -> HookResult<()> {
-        let topo =
-            topology::parse(&self.platform.topology_root()).map_err(|e| failed(Errno::EIO, e))?;
+        let topo = self.local_topology()?;
         let actual = topo
             .gpus()
             .find(|n| n.render_minor() == minor)
@@ -327,6 +344,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
         self.unpause_all();
         let mut state = lock(&self.state);
         state.restored.clear();
+        state.topology = None;
         state.user_ids.clear();
         state.pending_renders.clear();
         log::debug!("exit {stage:?} ({ret})");
@@ -366,8 +384,10 @@ impl<P: Platform> CriuHooks for Engine<P> {
                 } else {
                     Unpause::AtEnd
                 };
-                let report = dump::dump_kfd(&self.platform, &kfd, id, self.dir()?, &opts, unpause)
-                    .map_err(|e| HookError::failed(e.errno(), e.to_string()))?;
+                let topo = self.local_topology()?;
+                let report =
+                    dump::dump_kfd(&self.platform, &topo, &kfd, id, self.dir()?, &opts, unpause)
+                        .map_err(|e| HookError::failed(e.errno(), e.to_string()))?;
                 log::info!(
                     "dumped pid {}: {} BOs, {} bytes of GPU memory in {:.3}s",
                     report.pid,

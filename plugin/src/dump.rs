@@ -81,9 +81,6 @@ pub enum DumpError {
     /// A KFD call failed.
     #[error(transparent)]
     Kfd(#[from] IoctlError),
-    /// The local topology could not be read.
-    #[error("reading the GPU topology: {0}")]
-    Topology(#[from] topology::ParseError),
     /// The process uses a GPU that the topology does not show.
     #[error(
         "the process uses GPU {gpu_id:#x}, which is not in the topology at {root} \
@@ -172,6 +169,7 @@ pub enum Unpause {
 /// as image `id` into `dir`.
 pub fn dump_kfd<P: Platform>(
     platform: &P,
+    topo: &Topology,
     kfd: &Kfd<P::Device>,
     id: u32,
     dir: BorrowedFd<'_>,
@@ -190,8 +188,6 @@ pub fn dump_kfd<P: Platform>(
         info.priv_data_size
     );
     let checkpoint = kfd.criu_checkpoint(&info)?;
-    let root = platform.topology_root();
-    let topo = topology::parse(&root)?;
 
     // user id -> actual id, as the driver sees the process now.
     let actual: BTreeMap<u32, u32> = checkpoint
@@ -203,13 +199,13 @@ pub fn dump_kfd<P: Platform>(
         if topo.gpu(a).is_none() {
             return Err(DumpError::UnknownGpu {
                 gpu_id: a,
-                root: root.display().to_string(),
+                root: platform.topology_root().display().to_string(),
             });
         }
     }
 
-    let gpus = copy_contents(platform, &topo, &actual, &checkpoint, id, dir, opts)?;
-    let mut msg = image_message(&topo, &actual, &checkpoint, info.pid);
+    let gpus = copy_contents(platform, topo, &actual, &checkpoint, id, dir, opts)?;
+    let mut msg = image_message(topo, &actual, &checkpoint, info.pid);
     msg.pages_checksums = gpus.iter().filter_map(|(_, c)| c.clone()).collect();
     if let Some(shm) = SharedMem::probe(&platform.hsakmt_shm_path()) {
         msg.shared_mem_size = shm.size;
