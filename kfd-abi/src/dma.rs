@@ -9,9 +9,11 @@ use std::fmt;
 use std::ptr::NonNull;
 
 use crate::error::{IoctlError, Result};
-use crate::render::{RenderNode, UserptrFlags, VmPageFlags};
+use std::time::Duration;
+
+use crate::render::{IbSubmit, RenderNode, UserptrFlags, VmPageFlags, HW_IP_DMA};
 use crate::transport::Transport;
-use crate::types::BoHandle;
+use crate::types::{BoHandle, ContextId};
 
 /// The page size assumed for alignment (4 KiB on x86-64; larger pages are multiples of it).
 pub const PAGE_SIZE: usize = 4096;
@@ -172,6 +174,70 @@ impl<T: Transport> Drop for UserptrBuffer<'_, T> {
         }
         if let Err(e) = self.render.gem_close(self.bo) {
             log::warn!("closing a staging buffer: {e}");
+        }
+    }
+}
+
+/// An SDMA queue on one render-node file: a submission context and an indirect buffer (a
+/// [`UserptrBuffer`]) in that file's GPU VM. [`SdmaQueue::run`] writes packets into the IB,
+/// submits them on the DMA ring and waits for their fence.
+#[derive(Debug)]
+pub struct SdmaQueue<'r, T: Transport> {
+    render: &'r RenderNode<T>,
+    ctx: ContextId,
+    ib: UserptrBuffer<'r, T>,
+}
+
+impl<'r, T: Transport> SdmaQueue<'r, T> {
+    /// Allocates a context and an IB of `ib_bytes` mapped at GPU VA `ib_va`.
+    pub fn new(render: &'r RenderNode<T>, ib_va: u64, ib_bytes: usize) -> Result<Self> {
+        let ib = UserptrBuffer::new(render, ib_bytes, ib_va)?;
+        let ctx = render.ctx_alloc()?;
+        Ok(Self { render, ctx, ib })
+    }
+
+    /// How many dwords one submission may hold.
+    pub fn capacity_dwords(&self) -> usize {
+        self.ib.len() / 4
+    }
+
+    /// The render node.
+    pub fn render(&self) -> &'r RenderNode<T> {
+        self.render
+    }
+
+    /// Runs the packets of `ib` (padded, at most [`capacity_dwords`](Self::capacity_dwords)
+    /// dwords) and waits up to `timeout`: `Ok(true)` when they completed, `Ok(false)` when the
+    /// fence did not signal in time. A faulting submission is an error from `AMDGPU_WAIT_CS`.
+    pub fn run(&mut self, ib: &[u32], timeout: Duration) -> Result<bool> {
+        if ib.len() > self.capacity_dwords() {
+            return Err(IoctlError::InvalidArgument {
+                ioctl: "AMDGPU_CS".into(),
+                what: format!("{} dwords in an IB of {}", ib.len(), self.capacity_dwords()),
+            });
+        }
+        for (dst, w) in self.ib.as_mut_slice().chunks_exact_mut(4).zip(ib) {
+            dst.copy_from_slice(&w.to_le_bytes());
+        }
+        let submit = IbSubmit {
+            ctx: self.ctx,
+            bo_list: None,
+            ip_type: HW_IP_DMA,
+            ring: 0,
+            ib_va: self.ib.va(),
+            ib_bytes: u32::try_from(ib.len() * 4).unwrap_or(u32::MAX),
+        };
+        let seq = self.render.cs_submit(&submit)?;
+        let deadline =
+            RenderNode::<T>::deadline_in(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX));
+        self.render.wait_cs(self.ctx, HW_IP_DMA, 0, seq, deadline)
+    }
+}
+
+impl<T: Transport> Drop for SdmaQueue<'_, T> {
+    fn drop(&mut self) {
+        if let Err(e) = self.render.ctx_free(self.ctx) {
+            log::warn!("freeing an SDMA context: {e}");
         }
     }
 }

@@ -14,11 +14,10 @@ use std::collections::BTreeMap;
 use std::os::fd::AsFd;
 
 use kfd_abi::kfd::QueueDesc;
-use kfd_abi::render::{IbSubmit, HW_IP_DMA};
 use kfd_abi::sdma::IbBuilder;
 use kfd_abi::{
-    AllocFlags, ContextId, EventId, EventType, GpuId, HostBuffer, IoctlError, Kfd, MemHandle,
-    QueueId, QueueType, RenderNode, Transport, UserptrBuffer, WaitResult,
+    AllocFlags, EventId, EventType, GpuId, HostBuffer, IoctlError, Kfd, MemHandle, QueueId,
+    QueueType, RenderNode, SdmaQueue, Transport, UserptrBuffer, WaitResult,
 };
 use serde::{Deserialize, Serialize};
 
@@ -182,53 +181,29 @@ const STAGING: usize = 4 << 20;
 const IB_BYTES: usize = 16 << 10;
 /// Where its VA allocator starts (above the 16 KiB GPUVM base, 2 MiB aligned).
 const VA_BASE: u64 = 0x10_0000_0000;
-/// How long one submission may take, in ns.
-const FENCE_NS: u64 = 30_000_000_000;
+/// How long one submission may take.
+const FENCE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The process's SDMA tools on one GPU: an IB and a staging buffer in its render-node VM.
 struct GpuDma<'r, T: Transport> {
     gpu_id: u32,
-    render: &'r RenderNode<T>,
-    ctx: ContextId,
-    ib: UserptrBuffer<'r, T>,
+    queue: SdmaQueue<'r, T>,
     staging: UserptrBuffer<'r, T>,
 }
 
 impl<'r, T: Transport> GpuDma<'r, T> {
     fn new(gpu_id: u32, render: &'r RenderNode<T>, va: &mut u64) -> Result<Self, WorkloadError> {
-        let ib = UserptrBuffer::new(render, IB_BYTES, bump(va, IB_BYTES as u64))?;
+        let queue = SdmaQueue::new(render, bump(va, IB_BYTES as u64), IB_BYTES)?;
         let staging = UserptrBuffer::new(render, STAGING, bump(va, STAGING as u64))?;
-        let ctx = render.ctx_alloc()?;
         Ok(Self {
             gpu_id,
-            render,
-            ctx,
-            ib,
+            queue,
             staging,
         })
     }
 
     fn run(&mut self, ib: IbBuilder) -> Result<(), WorkloadError> {
-        let dwords = ib.finish();
-        for (dst, w) in self.ib.as_mut_slice().chunks_exact_mut(4).zip(&dwords) {
-            dst.copy_from_slice(&w.to_le_bytes());
-        }
-        let submit = IbSubmit {
-            ctx: self.ctx,
-            bo_list: None,
-            ip_type: HW_IP_DMA,
-            ring: 0,
-            ib_va: self.ib.va(),
-            ib_bytes: u32::try_from(dwords.len() * 4).unwrap_or(u32::MAX),
-        };
-        let seq = self.render.cs_submit(&submit)?;
-        if self.render.wait_cs(
-            self.ctx,
-            HW_IP_DMA,
-            0,
-            seq,
-            RenderNode::<T>::deadline_in(FENCE_NS),
-        )? {
+        if self.queue.run(&ib.finish(), FENCE)? {
             Ok(())
         } else {
             Err(WorkloadError::Fence {
@@ -301,12 +276,6 @@ impl<'r, T: Transport> GpuDma<'r, T> {
         self.run(ib)?;
         let s = self.staging.as_slice();
         Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-    }
-}
-
-impl<T: Transport> Drop for GpuDma<'_, T> {
-    fn drop(&mut self) {
-        let _ = self.render.ctx_free(self.ctx);
     }
 }
 

@@ -16,9 +16,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use images::{PagesError, PagesReader, PagesWriter};
-use kfd_abi::render::{VmPageFlags, HW_IP_DMA};
+use kfd_abi::render::VmPageFlags;
 use kfd_abi::sdma::IbBuilder;
-use kfd_abi::{BoHandle, ContextId, IoctlError, RenderNode, Transport, UserptrBuffer};
+use kfd_abi::{BoHandle, IoctlError, RenderNode, SdmaQueue, Transport, UserptrBuffer};
 
 /// A running count of bytes copied (both directions), for progress displays. Clones share the
 /// count.
@@ -147,8 +147,7 @@ struct Imported {
 /// The plugin's SDMA context on one GPU.
 struct Dma<'r, T: Transport> {
     render: &'r RenderNode<T>,
-    ctx: ContextId,
-    ib: UserptrBuffer<'r, T>,
+    queue: SdmaQueue<'r, T>,
     next_va: u64,
     va_end: u64,
     imported: Vec<Imported>,
@@ -166,15 +165,11 @@ impl<'r, T: Transport> Dma<'r, T> {
         let mut next_va = start;
         let ib_va = next_va;
         next_va += (IB_BYTES as u64).next_multiple_of(VA_ALIGN);
-        let ib = UserptrBuffer::new(render, IB_BYTES, ib_va)
-            .map_err(ioctl_err("mapping the SDMA indirect buffer"))?;
-        let ctx = render
-            .ctx_alloc()
-            .map_err(ioctl_err("allocating an SDMA context"))?;
+        let queue = SdmaQueue::new(render, ib_va, IB_BYTES)
+            .map_err(ioctl_err("setting up an SDMA queue"))?;
         Ok(Self {
             render,
-            ctx,
-            ib,
+            queue,
             next_va,
             va_end: info.virtual_address_max,
             imported: Vec::new(),
@@ -235,30 +230,10 @@ impl<'r, T: Transport> Dma<'r, T> {
 
     /// Runs `ib` (already padded) and waits for it.
     fn submit(&mut self, ib: &[u32]) -> Result<(), CopyError> {
-        let bytes = ib.len() * 4;
-        debug_assert!(bytes <= self.ib.len());
-        for (dst, w) in self.ib.as_mut_slice().chunks_exact_mut(4).zip(ib) {
-            dst.copy_from_slice(&w.to_le_bytes());
-        }
-        let submit = kfd_abi::render::IbSubmit {
-            ctx: self.ctx,
-            bo_list: None,
-            ip_type: HW_IP_DMA,
-            ring: 0,
-            ib_va: self.ib.va(),
-            ib_bytes: u32::try_from(bytes).unwrap_or(u32::MAX),
-        };
-        let seq = self
-            .render
-            .cs_submit(&submit)
-            .map_err(ioctl_err("submitting an SDMA copy"))?;
-        let deadline = RenderNode::<T>::deadline_in(
-            u64::try_from(FENCE_TIMEOUT.as_nanos()).unwrap_or(u64::MAX),
-        );
         let done = self
-            .render
-            .wait_cs(self.ctx, HW_IP_DMA, 0, seq, deadline)
-            .map_err(ioctl_err("waiting for an SDMA copy"))?;
+            .queue
+            .run(ib, FENCE_TIMEOUT)
+            .map_err(ioctl_err("running an SDMA copy"))?;
         if done {
             Ok(())
         } else {
@@ -276,7 +251,7 @@ impl<'r, T: Transport> Dma<'r, T> {
         staging_va: u64,
         to_staging: bool,
     ) -> Result<(), CopyError> {
-        let max_dwords = IB_BYTES / 4;
+        let max_dwords = self.queue.capacity_dwords();
         let mut ib = IbBuilder::new();
         let mut bo_start = 0u64;
         let (end, mut done) = (pos + len, 0u64);
@@ -320,9 +295,6 @@ impl<T: Transport> Drop for Dma<'_, T> {
             if let Err(e) = self.render.gem_close(b.bo) {
                 log::warn!("{e}");
             }
-        }
-        if let Err(e) = self.render.ctx_free(self.ctx) {
-            log::warn!("{e}");
         }
     }
 }
