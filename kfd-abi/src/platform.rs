@@ -42,15 +42,8 @@ pub trait Platform: Send + Sync + fmt::Debug {
     /// Wraps a file descriptor that is open on `/dev/kfd` (criu's dup of the target's).
     fn kfd_from_fd(&self, fd: OwnedFd) -> Result<Kfd<Self::Device>, IoctlError>;
 
-    /// Wraps a file descriptor that is open on a render node (the platform may refuse: the
-    /// default does, for platforms whose render files cannot be re-wrapped).
-    fn render_from_fd(&self, fd: OwnedFd) -> Result<RenderNode<Self::Device>, IoctlError> {
-        drop(fd);
-        Err(IoctlError::Open {
-            path: PathBuf::from("render node"),
-            source: io::Error::from_raw_os_error(libc::EOPNOTSUPP),
-        })
-    }
+    /// Wraps a file descriptor that is open on a render node.
+    fn render_from_fd(&self, fd: OwnedFd) -> Result<RenderNode<Self::Device>, IoctlError>;
 
     /// What `fd` is open on.
     fn identify(&self, fd: BorrowedFd<'_>) -> io::Result<DeviceKind>;
