@@ -175,6 +175,17 @@ pub fn pattern(seed: u64, gpu: usize, index: u32, offset: u64, out: &mut [u8]) {
     }
 }
 
+/// Whether `e`, from a tick step (render-node calls only), says that objects the step created (a
+/// context, a GEM handle, a VA mapping) no longer exist in the file: what a render-node file
+/// restored by criu looks like to a step that began before the checkpoint.
+fn lost_render_state(e: &WorkloadError) -> bool {
+    matches!(
+        e,
+        WorkloadError::Ioctl(IoctlError::Failed { errno, .. })
+            if *errno == kfd_abi::Errno::EINVAL || *errno == kfd_abi::Errno::ENOENT
+    )
+}
+
 /// Bytes of the staging buffer the workload fills and reads buffers through.
 const STAGING: usize = 4 << 20;
 /// Bytes of its indirect buffer.
@@ -299,6 +310,7 @@ struct QueueMemory {
 pub struct Workload<T: Transport> {
     kfd: Kfd<T>,
     renders: Vec<RenderNode<T>>,
+    rebuilds: u64,
     manifest: Manifest,
     _queue_memory: Vec<QueueMemory>,
 }
@@ -421,6 +433,7 @@ impl<T: Transport> Workload<T> {
         Ok(Self {
             kfd,
             renders,
+            rebuilds: 0,
             manifest,
             _queue_memory: queue_memory,
         })
@@ -442,17 +455,47 @@ impl<T: Transport> Workload<T> {
     }
 
     /// Advances the generation counter on every GPU by SDMA; returns the new generation.
+    ///
+    /// Each GPU's step builds an SDMA context, IB and staging buffer in the render-node file,
+    /// submits, waits and tears them down. A checkpoint can land inside that step (criu freezes
+    /// the process anywhere), and what the step built lives in the render-node file, which criu
+    /// restores as a new open file whose VM holds the process's KFD buffers but no contexts, GEM
+    /// handles or VA mappings of its own (the 6.1 driver has no way to checkpoint them, and the
+    /// plugin, like upstream's, does not try). The step then fails with `EINVAL` or `ENOENT`
+    /// (WAIT_CS on a context that is gone). Like a libdrm client after a GPU reset, the workload
+    /// rebuilds its tools and runs the step once more: the step writes an absolute value, so
+    /// running it twice is harmless. A second failure is an error. [`Workload::rebuilds`] counts
+    /// the steps run again.
     pub fn tick(&mut self) -> Result<u32, WorkloadError> {
         let generation = self.manifest.generation.wrapping_add(1);
-        let mut va = VA_BASE + (1 << 40);
         for (g, render) in self.manifest.gpus.iter().zip(&self.renders) {
-            let mut dma = GpuDma::new(g.gpu_id, render, &mut va)?;
-            if let Some(c) = g.buffers.iter().find(|b| b.kind == Kind::Counter) {
-                dma.write_counter(c.va, generation)?;
+            let Some(c) = g.buffers.iter().find(|b| b.kind == Kind::Counter) else {
+                continue;
+            };
+            let step = || -> Result<(), WorkloadError> {
+                let mut va = VA_BASE + (1 << 40);
+                GpuDma::new(g.gpu_id, render, &mut va)?.write_counter(c.va, generation)
+            };
+            if let Err(e) = step() {
+                if !lost_render_state(&e) {
+                    return Err(e);
+                }
+                log::warn!(
+                    "GPU {:#x}: {e}: the render-node file lost this step's objects (restored by \
+                     criu mid-step?); rebuilding them and running the step again",
+                    g.gpu_id
+                );
+                self.rebuilds += 1;
+                step()?;
             }
         }
         self.manifest.generation = generation;
         Ok(generation)
+    }
+
+    /// How many tick steps had to rebuild their render-node objects (see [`Workload::tick`]).
+    pub fn rebuilds(&self) -> u64 {
+        self.rebuilds
     }
 
     /// Checks the workload's own state (after criu restored this process).

@@ -7,6 +7,8 @@
 //! SDMA and prints `tick <generation>`. When the file given with `--verify-trigger` appears (a
 //! test creates it after criu restored the process), it verifies every buffer, queue and event and
 //! prints one line, `VERIFY OK ...` or `VERIFY FAIL <what differed>`, then removes the file.
+//! `rebuilds=` in that line counts the tick steps that were checkpointed mid-step and had to run
+//! again on new render-node objects (see `Workload::tick`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -88,8 +90,13 @@ fn verify_line(w: &Workload<kfd_abi::FdTransport>) -> (bool, String) {
         Ok(r) => (
             true,
             format!(
-                "VERIFY OK buffers={} bytes={} queues={} events={} generation={}",
-                r.buffers, r.bytes, r.queues, r.events, r.generation
+                "VERIFY OK buffers={} bytes={} queues={} events={} generation={} rebuilds={}",
+                r.buffers,
+                r.bytes,
+                r.queues,
+                r.events,
+                r.generation,
+                w.rebuilds()
             ),
         ),
         Err(e) => (false, format!("VERIFY FAIL {e}")),
@@ -133,8 +140,17 @@ fn main() -> ExitCode {
                 let _ = std::fs::remove_file(trigger);
             }
         }
+        let rebuilds = w.rebuilds();
         match w.tick() {
-            Ok(g) => println!("tick {g}"),
+            Ok(g) => {
+                if w.rebuilds() > rebuilds {
+                    eprintln!(
+                        "kfd-workload: tick {g}: a step lost its render-node objects (restored \
+                         mid-step) and ran again on new ones"
+                    );
+                }
+                println!("tick {g}");
+            }
             Err(e) => {
                 println!("TICK FAIL {e}");
                 return ExitCode::FAILURE;

@@ -1,0 +1,202 @@
+//! A checkpoint that lands between an SDMA submission and its wait, as criu's freeze can.
+//!
+//! The workload's tick builds a submission context, an IB and a staging buffer in its render-node
+//! file, submits, waits, and tears them down. Here criu's part (dump through the plugin, restore
+//! into a fresh process) runs right when the workload enters AMDGPU_WAIT_CS, and from then on the
+//! workload's fds lead to the restored files, as after `criu restore`: same process memory, new
+//! open files whose VMs hold the KFD buffers but none of the step's objects. The wait fails with
+//! EINVAL as on the 6.1 driver, the workload runs the step again on new objects, and every byte,
+//! queue and event verifies.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::ffi::c_void;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use amdgpu_plugin::cli::demo::{self, SimNode};
+use amdgpu_plugin::criu::Settings;
+use kfd_abi::ioctl::drm::AMDGPU_WAIT_CS;
+use kfd_abi::{Errno, GpuId, Kfd, RenderNode, Transport};
+use kfd_sim::preset::Preset;
+use kfd_sim::workload::{Spec, Workload};
+use kfd_sim::{SimFile, SimProcess};
+
+/// What criu does when it fires: returns the restored files, `/dev/kfd` first, then the render
+/// nodes in the workload's order, and the restored process (kept alive with them).
+type Criu = Box<dyn FnOnce() -> (Vec<SimFile>, SimProcess) + Send>;
+
+/// Shared by the workload's files: fires criu once, on the first AMDGPU_WAIT_CS.
+struct Trap {
+    criu: Mutex<Option<Criu>>,
+    replaced: Vec<Arc<OnceLock<SimFile>>>,
+    restored: OnceLock<SimProcess>,
+    waits_after: AtomicUsize,
+}
+
+impl Trap {
+    fn fire(&self) {
+        let Some(criu) = self.criu.lock().unwrap().take() else {
+            return;
+        };
+        let (files, process) = criu();
+        assert_eq!(files.len(), self.replaced.len());
+        for (slot, file) in self.replaced.iter().zip(files) {
+            slot.set(file).unwrap();
+        }
+        self.restored.set(process).unwrap();
+    }
+
+    fn fired(&self) -> bool {
+        self.restored.get().is_some()
+    }
+}
+
+/// One of the workload's fds: the file it was opened on until criu restores the process, then
+/// the restored file.
+#[derive(Debug)]
+struct Fd {
+    opened: SimFile,
+    restored: Arc<OnceLock<SimFile>>,
+    trap: Arc<Trap>,
+}
+
+impl std::fmt::Debug for Trap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Trap")
+    }
+}
+
+impl Fd {
+    fn current(&self) -> &SimFile {
+        self.restored.get().unwrap_or(&self.opened)
+    }
+}
+
+impl AsFd for Fd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.current().as_fd()
+    }
+}
+
+impl Transport for Fd {
+    unsafe fn ioctl(&self, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
+        if request == AMDGPU_WAIT_CS {
+            if self.trap.fired() {
+                self.trap.waits_after.fetch_add(1, Ordering::SeqCst);
+            }
+            self.trap.fire();
+        }
+        // SAFETY: forwarded unchanged; the caller's contract is the inner transport's.
+        unsafe { self.current().ioctl(request, arg) }
+    }
+
+    unsafe fn adopt_fd(&self, raw: RawFd) -> io::Result<OwnedFd> {
+        // SAFETY: forwarded unchanged; the caller's contract is the inner transport's.
+        unsafe { self.current().adopt_fd(raw) }
+    }
+
+    fn try_clone(&self) -> io::Result<Self> {
+        Ok(Self {
+            opened: self.opened.try_clone()?,
+            restored: Arc::clone(&self.restored),
+            trap: Arc::clone(&self.trap),
+        })
+    }
+}
+
+#[test]
+fn a_checkpoint_between_submit_and_wait_costs_one_rerun_of_the_step() {
+    let preset = Preset::by_name("mi210x2").unwrap();
+    let node = Arc::new(SimNode::new(&preset).unwrap());
+    let process = node.machine.spawn_process();
+    let platform = node.platform_of(&process);
+    let kfd = platform.open_kfd_as(&process).unwrap();
+    let minors = node.machine.render_minors();
+    let renders: Vec<SimFile> = minors
+        .iter()
+        .map(|&m| platform.open_render_as(&process, m).unwrap())
+        .collect();
+
+    // criu's part, with its own handles on the workload's files (as the parasite passes them).
+    let dir = tempfile::tempdir().unwrap();
+    let criu: Criu = {
+        let node = Arc::clone(&node);
+        let process = process.clone();
+        let kfd = Kfd::new(kfd.try_clone().unwrap(), "/dev/kfd");
+        let renders: Vec<RenderNode<SimFile>> = renders
+            .iter()
+            .map(|r| RenderNode::new(r.try_clone().unwrap(), "renderD"))
+            .collect();
+        let dir = dir.path().to_path_buf();
+        Box::new(move || {
+            let settings = Settings::from_lookup(|_| None, false);
+            let refs: Vec<&RenderNode<SimFile>> = renders.iter().collect();
+            let (ids, _) =
+                demo::checkpoint_files(&node, &|p| p, &process, &kfd, &refs, &dir, &settings)
+                    .unwrap();
+            let (restored, _) = demo::restore(&node, &dir, &ids, &settings).unwrap();
+            let mut files = vec![restored.kfd.into_transport()];
+            files.extend(restored.renders.into_iter().map(RenderNode::into_transport));
+            (files, restored.process)
+        })
+    };
+    let trap = Arc::new(Trap {
+        criu: Mutex::new(None),
+        replaced: (0..=renders.len())
+            .map(|_| Arc::new(OnceLock::new()))
+            .collect(),
+        restored: OnceLock::new(),
+        waits_after: AtomicUsize::new(0),
+    });
+    let fd = |opened: SimFile, i: usize| Fd {
+        opened,
+        restored: Arc::clone(&trap.replaced[i]),
+        trap: Arc::clone(&trap),
+    };
+    let wkfd = Kfd::new(fd(kfd, 0), "/dev/kfd");
+    let gpus: Vec<(GpuId, RenderNode<Fd>)> = node
+        .machine
+        .gpu_ids()
+        .into_iter()
+        .zip(renders)
+        .enumerate()
+        .map(|(i, (id, r))| {
+            (
+                GpuId::new(id).unwrap(),
+                RenderNode::new(fd(r, i + 1), format!("renderD{}", minors[i])),
+            )
+        })
+        .collect();
+    let spec = Spec {
+        seed: 9,
+        vram: vec![1 << 20, 4 << 10],
+        gtt: vec![64 << 10],
+        queues: 1,
+        events: 2,
+    };
+    let mut w = Workload::start(wkfd, gpus, &spec).unwrap();
+    assert_eq!(w.tick().unwrap(), 2, "a tick before the checkpoint");
+    assert!(!trap.fired());
+
+    // Arm: criu runs when the next tick's first step waits for its submission.
+    *trap.criu.lock().unwrap() = Some(criu);
+    assert_eq!(w.tick().unwrap(), 3);
+    assert!(trap.fired(), "criu ran inside the tick");
+    assert_eq!(w.rebuilds(), 1, "only the interrupted step ran again");
+    assert_eq!(
+        trap.waits_after.load(Ordering::SeqCst),
+        2,
+        "the step's rerun and the second GPU's step waited on the restored files"
+    );
+
+    assert_eq!(w.tick().unwrap(), 4);
+    assert_eq!(w.rebuilds(), 1);
+    let report = w.verify().unwrap();
+    assert_eq!(report.generation, 4);
+    assert_eq!(report.bytes, w.manifest().pattern_bytes());
+    assert_eq!(report.queues, 2);
+    assert_eq!(report.events, 2);
+}
