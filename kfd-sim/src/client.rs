@@ -42,6 +42,12 @@ pub trait Client {
     /// kernel's `close_fd` on its error path).
     fn uninstall_fd(&self, raw: i32);
 
+    /// `signal_pending(current)`: whether the caller has a signal to handle, which ends an
+    /// interruptible sleep. Over CUSE, the kernel's FUSE_INTERRUPT; in process, never.
+    fn signal_pending(&self) -> bool {
+        false
+    }
+
     /// The caller's memory as an OS process (the `mm` a userptr BO keeps: the SDMA engine reads
     /// and writes userptr memory through it later, whoever submits the copy).
     ///

@@ -731,6 +731,11 @@ fn wait_on_events(cx: &Cx<'_>, a: &sys::kfd_ioctl_wait_events_args) -> Result<u3
         if r != sys::KFD_IOC_WAIT_RESULT_TIMEOUT || a.timeout == 0 {
             break r;
         }
+        // The driver ends the sleep with -ERESTARTSYS; FUSE can only carry EINTR.
+        if cx.c.signal_pending() {
+            cleanup(&mut st, &waiters);
+            return Err(Errno::EINTR);
+        }
         if a.timeout == TIMEOUT_INFINITE {
             st =
                 cx.p.events_cv

@@ -14,6 +14,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::thread::JoinHandleExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -400,6 +401,47 @@ fn garbage_and_killed_clients_do_not_take_the_daemon_down() {
     let c = client(&gpus);
     c.kfd.get_version().expect("still serving");
     drop(c);
+    drop(d);
+}
+
+extern "C" fn on_sigusr1(_: libc::c_int) {}
+
+#[test]
+fn a_signal_ends_a_wait_for_events_as_on_the_driver() {
+    cuse_test!();
+    let d = Daemon::start();
+    let kfd = Kfd::open(Path::new("/dev/kfd")).expect("open /dev/kfd");
+    let ev = kfd
+        .create_event(kfd_abi::EventType::Signal, true, None)
+        .expect("CREATE_EVENT")
+        .event_id;
+    // A handler without SA_RESTART: the interrupted call returns EINTR (the driver's
+    // -ERESTARTSYS; over FUSE, EINTR), which is what criu's freeze of a waiting ROCm process needs.
+    // SAFETY: a zeroed sigaction with a handler that does nothing, installed for SIGUSR1 only.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigusr1 as extern "C" fn(libc::c_int) as usize;
+        assert_eq!(libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut()), 0);
+    }
+    let waiter = {
+        let kfd = kfd.try_clone().expect("dup /dev/kfd");
+        std::thread::spawn(move || kfd.wait_events(&[ev], true, kfd_abi::kfd::WAIT_INFINITE))
+    };
+    // Signal the waiting thread until its call returns (the first may come before the call).
+    let start = Instant::now();
+    while !waiter.is_finished() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "WAIT_EVENTS did not end on a signal"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        // SAFETY: the thread has not been joined, so its pthread_t is valid.
+        unsafe { libc::pthread_kill(waiter.as_pthread_t(), libc::SIGUSR1) };
+    }
+    let r = waiter.join().expect("waiter");
+    assert_eq!(r.map_err(|e| errno(&e)), Err(Some(Errno::EINTR)));
+    kfd.set_event(ev).expect("the event still exists");
+    drop(kfd);
     drop(d);
 }
 

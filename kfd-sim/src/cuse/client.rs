@@ -43,6 +43,8 @@ pub(crate) struct CuseClient<'a> {
     pub(crate) status: ProcStatus,
     /// Whether fds of our render nodes are identified by probing (requests on /dev/kfd only).
     pub(crate) may_probe: bool,
+    /// Set when the kernel interrupts this request (FUSE_INTERRUPT).
+    pub(crate) signal: &'a std::sync::atomic::AtomicBool,
 }
 
 impl CuseClient<'_> {
@@ -69,6 +71,10 @@ impl CuseClient<'_> {
 impl Client for CuseClient<'_> {
     fn pid(&self) -> u32 {
         self.status.tgid
+    }
+
+    fn signal_pending(&self) -> bool {
+        self.signal.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn can_checkpoint_restore(&self) -> bool {

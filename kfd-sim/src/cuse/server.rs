@@ -16,6 +16,12 @@
 //! of the open file) and the fds installed for it (see the [`client`](super::client) module). A
 //! reaper thread drops records of exited processes every second.
 //!
+//! Signals: a caller that gets a signal inside a call (criu freezing it, a handler, SIGKILL)
+//! makes the kernel send FUSE_INTERRUPT for that request. The request's "signal pending" flag is
+//! set and event waiters are woken; `WAIT_EVENTS`, the only call that sleeps, then ends with
+//! `EINTR` as the driver's interruptible wait does. Without this a process blocked in an infinite
+//! wait could be neither frozen nor killed promptly.
+//!
 //! Files: FUSE_OPEN creates a simulated open file, registered in the machine under a synthetic
 //! key `(CUSE_FILE_DEV, fh)`, where `fh` is the handle returned to the kernel, which the kernel
 //! sends back with every later request on that open file. FUSE_RELEASE (the last close of the
@@ -112,6 +118,9 @@ struct Device {
     idle: AtomicUsize,
     total: AtomicUsize,
     dead: AtomicBool,
+    /// The ioctls being served, by request `unique`, each with its "signal pending" flag, which
+    /// FUSE_INTERRUPT sets.
+    inflight: Mutex<HashMap<u64, Arc<AtomicBool>>>,
 }
 
 struct OpenEntry {
@@ -223,6 +232,7 @@ impl CuseServer {
                 idle: AtomicUsize::new(0),
                 total: AtomicUsize::new(0),
                 dead: AtomicBool::new(false),
+                inflight: Mutex::new(HashMap::new()),
             });
             spawn_reader(&shared, &dev).map_err(CuseError::Thread)?;
             server.devices.push(dev);
@@ -534,7 +544,13 @@ impl Shared {
         };
         let reply = match h.opcode {
             Opcode::Open => self.open(dev, &h, body),
-            Opcode::Ioctl => self.ioctl(dev, &h, body),
+            Opcode::Ioctl => {
+                let signal = Arc::new(AtomicBool::new(false));
+                lock(&dev.inflight).insert(h.unique, Arc::clone(&signal));
+                let reply = self.ioctl(dev, &h, body, &signal);
+                lock(&dev.inflight).remove(&h.unique);
+                reply
+            }
             Opcode::Release => {
                 if let Ok(fh) = proto::fh_of(body) {
                     self.release(fh);
@@ -548,15 +564,7 @@ impl Shared {
             Opcode::Flush | Opcode::Destroy => proto::empty_reply(h.unique),
             // ENOSYS: the kernel stops asking and reports the default mask.
             Opcode::Poll => proto::error_reply(h.unique, Errno::ENOSYS),
-            Opcode::Interrupt => {
-                // Our calls do not sleep for long except WAIT_EVENTS, which ends at its timeout.
-                log::debug!(
-                    "kfd-simd: {}: interrupt of request {:?}",
-                    dev.info.devname,
-                    proto::interrupted_unique(body)
-                );
-                return None;
-            }
+            Opcode::Interrupt => return self.interrupt(dev, &h, body),
             Opcode::Forget => return None,
             Opcode::CuseInit | Opcode::Unknown(_) => proto::error_reply(h.unique, Errno::ENOSYS),
         };
@@ -605,7 +613,42 @@ impl Shared {
         drop(gone);
     }
 
-    fn ioctl(&self, dev: &Device, h: &InHeader, body: &[u8]) -> Vec<u8> {
+    /// FUSE_INTERRUPT: the caller of request `unique` has a signal pending (criu freezing it,
+    /// a handler, SIGKILL). Only WAIT_EVENTS sleeps long enough to care; it is woken and answers
+    /// `EINTR` (the driver's `-ERESTARTSYS`, which FUSE cannot carry; libhsakmt retries on
+    /// `EINTR`). An interrupt for a request we have not started yet is answered `EAGAIN`, and the
+    /// kernel sends it again; one for a request already answered needs nothing.
+    fn interrupt(&self, dev: &Device, h: &InHeader, body: &[u8]) -> Option<Vec<u8>> {
+        let Ok(unique) = proto::interrupted_unique(body) else {
+            log::warn!("kfd-simd: {}: malformed interrupt", dev.info.devname);
+            return None;
+        };
+        let Some(signal) = lock(&dev.inflight).get(&unique).cloned() else {
+            log::debug!(
+                "kfd-simd: {}: interrupt of request {unique}, not being served",
+                dev.info.devname
+            );
+            return Some(proto::error_reply(h.unique, Errno::EAGAIN));
+        };
+        log::debug!(
+            "kfd-simd: {}: interrupt of request {unique}",
+            dev.info.devname
+        );
+        signal.store(true, Ordering::SeqCst);
+        // Wake every event waiter; the interrupted one sees its flag, the others sleep again.
+        // Taking each process's lock first orders the wake-up after a waiter's flag check.
+        let procs: Vec<Arc<KfdProcess>> = lock(&self.procs)
+            .values()
+            .filter_map(|e| e.kfd.clone())
+            .collect();
+        for p in procs {
+            let _state = p.lock();
+            p.events_cv.notify_all();
+        }
+        None
+    }
+
+    fn ioctl(&self, dev: &Device, h: &InHeader, body: &[u8], signal: &AtomicBool) -> Vec<u8> {
         let Ok(io) = proto::IoctlIn::parse(body) else {
             return proto::error_reply(h.unique, Errno::EINVAL);
         };
@@ -622,6 +665,7 @@ impl Shared {
             tid: h.pid,
             status: st,
             may_probe: dev.info.role == DeviceRole::Kfd,
+            signal,
         };
         log::trace!(
             "kfd-simd: {} {} on fh {} by tid {} (tgid {})",
@@ -914,6 +958,71 @@ mod tests {
     }
 
     #[test]
+    fn an_interrupt_ends_an_infinite_wait_events_with_eintr() {
+        let (s, mut k) = server(3);
+        for kk in &mut k {
+            kk.recv();
+        }
+        let fh = k[0].open(me()).unwrap();
+        let mut ev = kfd_sys::kfd_ioctl_create_event_args {
+            event_type: kfd_sys::KFD_IOC_EVENT_SIGNAL,
+            ..Default::default()
+        };
+        let addr = std::ptr::addr_of_mut!(ev) as u64;
+        assert_eq!(k[0].ioctl(me(), fh, kfd::CREATE_EVENT, addr), 0);
+        let mut data = kfd_sys::kfd_event_data {
+            event_id: ev.event_id,
+            ..Default::default()
+        };
+        let mut wait = kfd_sys::kfd_ioctl_wait_events_args {
+            events_ptr: std::ptr::addr_of_mut!(data) as u64,
+            num_events: 1,
+            wait_for_all: 1,
+            timeout: u32::MAX,
+            ..Default::default()
+        };
+        let mut body = Vec::new();
+        body.extend_from_slice(&fh.to_ne_bytes());
+        body.extend_from_slice(&FUSE_IOCTL_UNRESTRICTED.to_ne_bytes());
+        body.extend_from_slice(&kfd::WAIT_EVENTS.to_ne_bytes());
+        body.extend_from_slice(&(std::ptr::addr_of_mut!(wait) as u64).to_ne_bytes());
+        body.extend_from_slice(&[0u8; 8]);
+        let waiting = k[0].send(39, me(), &body);
+
+        // An interrupt of a request that is not being served (answered, or not yet read): EAGAIN,
+        // so that the kernel sends it again if the request is still pending.
+        let stray = waiting + 1000;
+        k[0].end
+            .write_all(&request(36, stray | 1, me(), &stray.to_ne_bytes()))
+            .unwrap();
+        assert_eq!(k[0].recv(), (-libc::EAGAIN, stray | 1, Vec::new()));
+
+        // Interrupt the wait, again for as long as the server has not started it.
+        let reply = loop {
+            k[0].end
+                .write_all(&request(36, waiting | 1, me(), &waiting.to_ne_bytes()))
+                .unwrap();
+            let (err, unique, out) = k[0].recv();
+            if unique == waiting | 1 {
+                assert_eq!(err, -libc::EAGAIN);
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            break (err, unique, out);
+        };
+        assert_eq!((reply.0, reply.1), (0, waiting));
+        assert_eq!(
+            i32::from_ne_bytes(reply.2[..4].try_into().unwrap()),
+            -libc::EINTR
+        );
+        // The event is still there and the file still answers.
+        let mut v = kfd_sys::kfd_ioctl_get_version_args::default();
+        let addr = std::ptr::addr_of_mut!(v) as u64;
+        assert_eq!(k[0].ioctl(me(), fh, kfd::GET_VERSION, addr), 0);
+        s.shutdown();
+    }
+
+    #[test]
     fn open_ioctl_release_on_kfd() {
         let (s, mut k) = server(3);
         for kk in &mut k {
@@ -1007,13 +1116,17 @@ mod tests {
             i32::try_from(fh).unwrap()
         );
         assert!(k[1].ioctl(1, fh, SIM_PROBE, 0) < 0);
-        // A truncated request is answered with EIO; an interrupt and a forget get no answer.
+        // A truncated request is answered with EINVAL; an interrupt of a request we are not
+        // serving with EAGAIN (the kernel resends it while the request is pending), a truncated
+        // interrupt and a forget get no answer.
         let mut short = request(39, 77, me(), &[0u8; 8]);
         short.truncate(44);
         short[..4].copy_from_slice(&44u32.to_ne_bytes());
         k[1].end.write_all(&short).unwrap();
         assert_eq!(k[1].recv(), (-libc::EINVAL, 77, vec![]));
-        k[1].send(36, me(), &5u64.to_ne_bytes());
+        let u = k[1].send(36, me(), &5u64.to_ne_bytes());
+        assert_eq!(k[1].recv(), (-libc::EAGAIN, u, vec![]));
+        k[1].send(36, me(), &[0u8; 4]);
         k[1].send(2, me(), &[0u8; 8]);
         // Unknown opcodes, read, poll.
         let u = k[1].send(3, me(), &[0u8; 16]);
