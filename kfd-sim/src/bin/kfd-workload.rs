@@ -7,15 +7,23 @@
 //! SDMA and prints `tick <generation>`. When the file given with `--verify-trigger` appears (a
 //! test creates it after criu restored the process), it verifies every buffer, queue and event and
 //! prints one line, `VERIFY OK ...` or `VERIFY FAIL <what differed>`, then removes the file.
+//! A second thread plays a ROCm runtime's event thread: it sits in an infinite `WAIT_EVENTS` on an
+//! event that every tick sets (so a checkpoint usually finds it inside that call), retrying on
+//! `EINTR`; verification checks that it still wakes up (`wakeups=` in the VERIFY line).
 //! `rebuilds=` in that line counts the tick steps that were checkpointed mid-step and had to run
 //! again on new render-node objects (see `Workload::tick`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use clap::Parser;
-use kfd_abi::{GpuId, HostPlatform, Platform};
+use kfd_abi::{
+    Errno, EventId, EventType, FdTransport, GpuId, HostPlatform, IoctlError, Kfd, Platform,
+    WaitResult,
+};
 use kfd_sim::workload::{Spec, Workload};
 
 #[derive(Parser)]
@@ -85,18 +93,93 @@ fn start(args: &Args) -> Result<Workload<kfd_abi::FdTransport>, String> {
     Workload::start(kfd, gpus, &spec).map_err(|e| e.to_string())
 }
 
-fn verify_line(w: &Workload<kfd_abi::FdTransport>) -> (bool, String) {
+/// The event thread of a ROCm runtime: blocked in an infinite `WAIT_EVENTS` on a signal event of
+/// its own, which every tick sets. It retries on `EINTR` as libhsakmt does, which is also how it
+/// comes back after criu froze it inside the call and restored it.
+struct EventThread {
+    event: EventId,
+    wakeups: Arc<AtomicU64>,
+    failed: Arc<Mutex<Option<String>>>,
+}
+
+impl EventThread {
+    fn start(kfd: &Kfd<FdTransport>) -> Result<Self, String> {
+        let kfd = kfd.try_clone().map_err(|e| e.to_string())?;
+        let event = kfd
+            .create_event(EventType::Signal, true, None)
+            .map_err(|e| e.to_string())?
+            .event_id;
+        let wakeups = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(Mutex::new(None));
+        let (n, f) = (Arc::clone(&wakeups), Arc::clone(&failed));
+        std::thread::Builder::new()
+            .name("events".into())
+            .spawn(move || loop {
+                let why = match kfd.wait_events(&[event], true, kfd_abi::kfd::WAIT_INFINITE) {
+                    Ok(WaitResult::Complete) => {
+                        n.fetch_add(1, Ordering::SeqCst);
+                        continue;
+                    }
+                    Err(IoctlError::Failed { errno, .. }) if errno == Errno::EINTR => continue,
+                    Ok(other) => format!("WAIT_EVENTS returned {other:?}"),
+                    Err(e) => e.to_string(),
+                };
+                *f.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(why);
+                return;
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            event,
+            wakeups,
+            failed,
+        })
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.failed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Sets the event and waits (up to 10 s) until the thread has woken up for it.
+    fn answers(&self, kfd: &Kfd<FdTransport>) -> Result<u64, String> {
+        let before = self.wakeups.load(Ordering::SeqCst);
+        kfd.set_event(self.event).map_err(|e| e.to_string())?;
+        let start = Instant::now();
+        loop {
+            if let Some(why) = self.failure() {
+                return Err(format!("the event thread failed: {why}"));
+            }
+            let now = self.wakeups.load(Ordering::SeqCst);
+            if now > before {
+                return Ok(now);
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                return Err("the event thread did not wake up within 10 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+fn verify_line(w: &Workload<FdTransport>, events: Option<&EventThread>) -> (bool, String) {
+    let wakeups = match events.map(|t| t.answers(w.kfd())).transpose() {
+        Ok(n) => n,
+        Err(e) => return (false, format!("VERIFY FAIL {e}")),
+    };
     match w.verify() {
         Ok(r) => (
             true,
             format!(
-                "VERIFY OK buffers={} bytes={} queues={} events={} generation={} rebuilds={}",
+                "VERIFY OK buffers={} bytes={} queues={} events={} generation={} rebuilds={}{}",
                 r.buffers,
                 r.bytes,
                 r.queues,
                 r.events,
                 r.generation,
-                w.rebuilds()
+                w.rebuilds(),
+                wakeups.map(|n| format!(" wakeups={n}")).unwrap_or_default()
             ),
         ),
         Err(e) => (false, format!("VERIFY FAIL {e}")),
@@ -122,7 +205,7 @@ fn main() -> ExitCode {
         m.events.len()
     );
     if args.once {
-        let (ok, line) = verify_line(&w);
+        let (ok, line) = verify_line(&w, None);
         println!("{line}");
         return if ok {
             ExitCode::SUCCESS
@@ -130,12 +213,19 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         };
     }
+    let events = match EventThread::start(w.kfd()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("kfd-workload: starting the event thread: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let mut ticks = 0u64;
     loop {
         std::thread::sleep(Duration::from_millis(args.tick_ms));
         if let Some(trigger) = &args.verify_trigger {
             if trigger.exists() {
-                let (_, line) = verify_line(&w);
+                let (_, line) = verify_line(&w, Some(&events));
                 println!("{line}");
                 let _ = std::fs::remove_file(trigger);
             }
@@ -148,6 +238,10 @@ fn main() -> ExitCode {
                         "kfd-workload: tick {g}: a step lost its render-node objects (restored \
                          mid-step) and ran again on new ones"
                     );
+                }
+                if let Err(e) = w.kfd().set_event(events.event) {
+                    println!("TICK FAIL setting the event thread's event: {e}");
+                    return ExitCode::FAILURE;
                 }
                 println!("tick {g}");
             }
