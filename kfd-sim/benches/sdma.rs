@@ -1,7 +1,7 @@
 //! SDMA COPY_LINEAR throughput of the simulator between a memfd-backed VRAM BO and a userptr
 //! buffer, against a plain `copy_from_slice` of the same size. The promise (issue 4): such a copy
-//! runs at memcpy speed (one `process_vm_readv`/`writev` straight into or out of the mapping, no
-//! per-byte work, no intermediate copy). A bare `process_vm_readv` of the same size is measured
+//! runs at memcpy speed (no per-byte work: `process_vm_writev` straight out of the mapping, and
+//! `process_vm_readv` through a cache-sized bounce buffer and `pwrite` into the memfd). A bare `process_vm_readv` of the same size is measured
 //! too: that syscall is the floor of any copy that may cross address spaces.
 
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation, missing_docs)] // bench code

@@ -81,6 +81,19 @@ impl Backing {
         self.map.write(offset, buf)
     }
 
+    /// Fills `len` bytes at `offset` from process `pid`'s memory at `remote` (see
+    /// [`SharedMap::read_from_process`]); `EFAULT` when out of range or on a failed transfer.
+    pub fn read_from_process(
+        &self,
+        offset: u64,
+        len: u64,
+        pid: libc::pid_t,
+        remote: u64,
+    ) -> Result<(), kfd_abi::Errno> {
+        self.map
+            .read_from_process(self.memfd.as_fd(), offset, len, pid, remote)
+    }
+
     /// The shared mapping (what the SDMA engine copies into and out of).
     pub fn map(&self) -> &SharedMap {
         &self.map

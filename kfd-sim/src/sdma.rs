@@ -12,9 +12,12 @@
 //!   moves no byte; packets before it have executed, as on hardware;
 //! - resolving clones the `Arc`s of the memory behind each range and releases the VM lock: a
 //!   concurrent `FREE_MEMORY_OF_GPU` or `GEM_CLOSE` cannot free memory the engine is writing;
-//! - VRAM/GTT <-> VRAM/GTT is a `memmove` between the shared mappings; VRAM/GTT <-> userptr is one
-//!   `process_vm_readv`/`writev` straight into or out of the mapping (no intermediate copy);
-//!   userptr <-> userptr goes through a bounded bounce buffer. CONSTANT_FILL likewise.
+//! - VRAM/GTT <-> VRAM/GTT is a `memmove` between the shared mappings; VRAM/GTT -> userptr is one
+//!   `process_vm_writev` straight out of the mapping; userptr -> VRAM/GTT is `process_vm_readv`
+//!   into a small per-thread bounce buffer and `pwrite` into the memfd, which spares fresh pages
+//!   the zeroing and the page faults of a write through the mapping (see
+//!   `SharedMap::read_from_process`); userptr <-> userptr goes through a bounded bounce buffer.
+//!   CONSTANT_FILL likewise.
 //!
 //! Approximations: userptr memory that the owner unmapped is only noticed while moving (the packet
 //! then stops part-way); mappings are always readable (`AMDGPU_VM_PAGE_READABLE` is not enforced,
@@ -180,7 +183,6 @@ fn move_bytes(src: &Piece, si: u64, dst: &Piece, di: u64, n: u64) -> Result<(), 
             }
         }
         (Piece::User { mem, addr, .. }, Piece::Mem { backing, off, .. }) => backing
-            .map()
             .read_from_process(off + di, n, mem.pid(), addr + si)
             .map_err(|_| Fault::UserMemory { addr: addr + si }),
         (Piece::Mem { backing, off, .. }, Piece::User { mem, addr, .. }) => backing
