@@ -186,6 +186,10 @@ fn process_info(cx: &Cx<'_>, a: &mut CriuArgs) -> R {
     // Evict the queues (counted) and mark the process paused.
     st.evictions += 1;
     st.queues_paused = true;
+    log::info!(
+        "kfd-sim: pid {}: queues paused (CRIU PROCESS_INFO)",
+        cx.p.pid
+    );
     a.pid = cx.p.pid;
     let info = object_info(&st);
     a.num_devices = info.num_devices;
@@ -202,6 +206,7 @@ fn unpause(cx: &Cx<'_>) -> R {
     }
     st.evictions = st.evictions.saturating_sub(1);
     st.queues_paused = false;
+    log::info!("kfd-sim: pid {}: queues running (CRIU UNPAUSE)", cx.p.pid);
     Ok(0)
 }
 
@@ -715,5 +720,6 @@ fn resume(cx: &Cx<'_>, a: &CriuArgs) -> R {
     }
     st.restore_pending = false;
     st.evictions = st.evictions.saturating_sub(1);
+    log::info!("kfd-sim: pid {}: queues running (CRIU RESUME)", target.pid);
     Ok(0)
 }
