@@ -81,6 +81,26 @@ pub fn drop_page_cache(file: &File) -> io::Result<()> {
     }
 }
 
+/// Advises the kernel that `file` will be read sequentially (`POSIX_FADV_SEQUENTIAL`: a larger
+/// read-ahead window). Only a hint: errors are ignored.
+pub fn advise_sequential(file: &File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: posix_fadvise reads only the fd number and the range; it touches no memory of ours.
+    let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
+}
+
+/// Starts reading `[offset, offset + len)` of `file` into the page cache in the background
+/// (`POSIX_FADV_WILLNEED`), so that later reads find it there. Only a hint: errors (and ranges
+/// past the end) are ignored.
+pub fn read_ahead(file: &File, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return;
+    };
+    // SAFETY: as in `advise_sequential`.
+    let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), off, len, libc::POSIX_FADV_WILLNEED) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
