@@ -530,6 +530,19 @@ impl Drop for KfdProcess {
             }
         }
         self.machine.forget_process(self.pid);
+        if log::log_enabled!(log::Level::Info) {
+            let used: Vec<String> = self
+                .machine
+                .devices
+                .iter()
+                .map(|d| format!("{:#x}: {}", d.gpu_id, lock(&d.state).vram_used))
+                .collect();
+            log::info!(
+                "kfd-sim: pid {}: KFD process released; VRAM in use: {}",
+                self.pid,
+                used.join(", ")
+            );
+        }
     }
 }
 
