@@ -175,14 +175,17 @@ pub fn pattern(seed: u64, gpu: usize, index: u32, offset: u64, out: &mut [u8]) {
     }
 }
 
-/// Whether `e`, from a tick step (render-node calls only), says that objects the step created (a
-/// context, a GEM handle, a VA mapping) no longer exist in the file: what a render-node file
-/// restored by criu looks like to a step that began before the checkpoint.
+/// Whether `e`, from a tick step (render-node calls only), says that objects the step created no
+/// longer exist in the file: what a render-node file restored by criu looks like to a step that
+/// began before the checkpoint. A context or GEM handle that is gone is `EINVAL` or `ENOENT`; an
+/// IB or buffer whose VA mapping is gone faults the submission, whose fence reports `ETIME` (and
+/// a guilty context refuses more work with `ECANCELED`).
 fn lost_render_state(e: &WorkloadError) -> bool {
+    use kfd_abi::Errno;
     matches!(
         e,
         WorkloadError::Ioctl(IoctlError::Failed { errno, .. })
-            if *errno == kfd_abi::Errno::EINVAL || *errno == kfd_abi::Errno::ENOENT
+            if [Errno::EINVAL, Errno::ENOENT, Errno::ETIME, Errno::ECANCELED].contains(errno)
     )
 }
 
@@ -461,8 +464,9 @@ impl<T: Transport> Workload<T> {
     /// the process anywhere), and what the step built lives in the render-node file, which criu
     /// restores as a new open file whose VM holds the process's KFD buffers but no contexts, GEM
     /// handles or VA mappings of its own (the 6.1 driver has no way to checkpoint them, and the
-    /// plugin, like upstream's, does not try). The step then fails with `EINVAL` or `ENOENT`
-    /// (WAIT_CS on a context that is gone). Like a libdrm client after a GPU reset, the workload
+    /// plugin, like upstream's, does not try). The step then fails: `EINVAL` from WAIT_CS on a
+    /// context that is gone, or `ETIME` from a submission that faulted on an IB mapped only in the
+    /// old file. Like a libdrm client after a GPU reset, the workload
     /// rebuilds its tools and runs the step once more: the step writes an absolute value, so
     /// running it twice is harmless. A second failure is an error. [`Workload::rebuilds`] counts
     /// the steps run again.

@@ -1,12 +1,13 @@
-//! A checkpoint that lands between an SDMA submission and its wait, as criu's freeze can.
+//! A checkpoint that lands inside a step of the workload's tick, as criu's freeze can.
 //!
-//! The workload's tick builds a submission context, an IB and a staging buffer in its render-node
+//! The workload's tick builds an IB, a submission context and a staging buffer in its render-node
 //! file, submits, waits, and tears them down. Here criu's part (dump through the plugin, restore
-//! into a fresh process) runs right when the workload enters AMDGPU_WAIT_CS, and from then on the
+//! into a fresh process) runs right when the workload enters a given ioctl, and from then on the
 //! workload's fds lead to the restored files, as after `criu restore`: same process memory, new
-//! open files whose VMs hold the KFD buffers but none of the step's objects. The wait fails with
-//! EINVAL as on the 6.1 driver, the workload runs the step again on new objects, and every byte,
-//! queue and event verifies.
+//! open files whose VMs hold the KFD buffers but none of the step's objects. The step fails as on
+//! the 6.1 driver (WAIT_CS on a context that is gone: EINVAL; a submission whose IB was mapped in
+//! the old file only: a VM fault, ETIME), the workload runs it again on new objects, and every
+//! byte, queue and event verifies.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -18,29 +19,33 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use amdgpu_plugin::cli::demo::{self, SimNode};
 use amdgpu_plugin::criu::Settings;
-use kfd_abi::ioctl::drm::AMDGPU_WAIT_CS;
 use kfd_abi::{Errno, GpuId, Kfd, RenderNode, Transport};
 use kfd_sim::preset::Preset;
 use kfd_sim::workload::{Spec, Workload};
 use kfd_sim::{SimFile, SimProcess};
+use rstest::rstest;
 
 /// What criu does when it fires: returns the restored files, `/dev/kfd` first, then the render
 /// nodes in the workload's order, and the restored process (kept alive with them).
 type Criu = Box<dyn FnOnce() -> (Vec<SimFile>, SimProcess) + Send>;
 
-/// Shared by the workload's files: fires criu once, on the first AMDGPU_WAIT_CS.
+/// Shared by the workload's files: once armed, fires criu on the `at`-th render-node call.
 struct Trap {
+    at: usize,
+    calls: AtomicUsize,
     criu: Mutex<Option<Criu>>,
     replaced: Vec<Arc<OnceLock<SimFile>>>,
     restored: OnceLock<SimProcess>,
-    waits_after: AtomicUsize,
 }
 
 impl Trap {
-    fn fire(&self) {
-        let Some(criu) = self.criu.lock().unwrap().take() else {
+    fn render_call(&self) {
+        let mut armed = self.criu.lock().unwrap();
+        if armed.is_none() || self.calls.fetch_add(1, Ordering::SeqCst) + 1 != self.at {
             return;
-        };
+        }
+        let criu = armed.take().unwrap();
+        drop(armed);
         let (files, process) = criu();
         assert_eq!(files.len(), self.replaced.len());
         for (slot, file) in self.replaced.iter().zip(files) {
@@ -58,6 +63,7 @@ impl Trap {
 /// the restored file.
 #[derive(Debug)]
 struct Fd {
+    render: bool,
     opened: SimFile,
     restored: Arc<OnceLock<SimFile>>,
     trap: Arc<Trap>,
@@ -83,11 +89,8 @@ impl AsFd for Fd {
 
 impl Transport for Fd {
     unsafe fn ioctl(&self, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
-        if request == AMDGPU_WAIT_CS {
-            if self.trap.fired() {
-                self.trap.waits_after.fetch_add(1, Ordering::SeqCst);
-            }
-            self.trap.fire();
+        if self.render {
+            self.trap.render_call();
         }
         // SAFETY: forwarded unchanged; the caller's contract is the inner transport's.
         unsafe { self.current().ioctl(request, arg) }
@@ -100,6 +103,7 @@ impl Transport for Fd {
 
     fn try_clone(&self) -> io::Result<Self> {
         Ok(Self {
+            render: self.render,
             opened: self.opened.try_clone()?,
             restored: Arc::clone(&self.restored),
             trap: Arc::clone(&self.trap),
@@ -107,8 +111,15 @@ impl Transport for Fd {
     }
 }
 
-#[test]
-fn a_checkpoint_between_submit_and_wait_costs_one_rerun_of_the_step() {
+/// Every render-node call of the first GPU's step, in order: the IB (GEM_USERPTR, GEM_VA), the
+/// context (AMDGPU_CTX), the staging buffer (GEM_USERPTR, GEM_VA), AMDGPU_CS, AMDGPU_WAIT_CS, and
+/// the teardown (AMDGPU_CTX, GEM_VA, GEM_CLOSE, GEM_VA, GEM_CLOSE); then the second GPU's first.
+/// Landing after the IB was mapped and before the submission makes the submission fault on the
+/// restored file (ETIME); after the submission, its wait finds no context (EINVAL).
+#[rstest]
+fn a_checkpoint_inside_a_step_costs_at_most_one_rerun_of_it(
+    #[values(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)] at: usize,
+) {
     let preset = Preset::by_name("mi210x2").unwrap();
     let node = Arc::new(SimNode::new(&preset).unwrap());
     let process = node.machine.spawn_process();
@@ -144,14 +155,16 @@ fn a_checkpoint_between_submit_and_wait_costs_one_rerun_of_the_step() {
         })
     };
     let trap = Arc::new(Trap {
+        at,
+        calls: AtomicUsize::new(0),
         criu: Mutex::new(None),
         replaced: (0..=renders.len())
             .map(|_| Arc::new(OnceLock::new()))
             .collect(),
         restored: OnceLock::new(),
-        waits_after: AtomicUsize::new(0),
     });
     let fd = |opened: SimFile, i: usize| Fd {
+        render: i > 0,
         opened,
         restored: Arc::clone(&trap.replaced[i]),
         trap: Arc::clone(&trap),
@@ -181,19 +194,19 @@ fn a_checkpoint_between_submit_and_wait_costs_one_rerun_of_the_step() {
     assert_eq!(w.tick().unwrap(), 2, "a tick before the checkpoint");
     assert!(!trap.fired());
 
-    // Arm: criu runs when the next tick's first step waits for its submission.
+    // Arm: criu runs at the `at`-th render-node call of the next tick.
     *trap.criu.lock().unwrap() = Some(criu);
     assert_eq!(w.tick().unwrap(), 3);
     assert!(trap.fired(), "criu ran inside the tick");
-    assert_eq!(w.rebuilds(), 1, "only the interrupted step ran again");
-    assert_eq!(
-        trap.waits_after.load(Ordering::SeqCst),
-        2,
-        "the step's rerun and the second GPU's step waited on the restored files"
-    );
+    let rebuilds = w.rebuilds();
+    assert!(rebuilds <= 1, "{rebuilds} steps ran again");
+    // Between the mapping of the IB and the wait, the step cannot finish on the restored file.
+    if (2..=7).contains(&at) {
+        assert_eq!(rebuilds, 1, "the interrupted step ran again");
+    }
 
     assert_eq!(w.tick().unwrap(), 4);
-    assert_eq!(w.rebuilds(), 1);
+    assert_eq!(w.rebuilds(), rebuilds, "later ticks need no rerun");
     let report = w.verify().unwrap();
     assert_eq!(report.generation, 4);
     assert_eq!(report.bytes, w.manifest().pattern_bytes());
