@@ -844,6 +844,17 @@ mod tests {
         b
     }
 
+    /// `fuse_ioctl_in` of an unrestricted ioctl without in/out sizes.
+    fn ioctl_body(fh: u64, cmd: u32, arg: u64) -> Vec<u8> {
+        let mut body = Vec::new();
+        body.extend_from_slice(&fh.to_ne_bytes());
+        body.extend_from_slice(&FUSE_IOCTL_UNRESTRICTED.to_ne_bytes());
+        body.extend_from_slice(&cmd.to_ne_bytes());
+        body.extend_from_slice(&arg.to_ne_bytes());
+        body.extend_from_slice(&[0u8; 8]);
+        body
+    }
+
     fn me() -> u32 {
         std::process::id()
     }
@@ -895,13 +906,7 @@ mod tests {
         }
 
         fn ioctl(&mut self, pid: u32, fh: u64, cmd: u32, arg: u64) -> i32 {
-            let mut body = Vec::new();
-            body.extend_from_slice(&fh.to_ne_bytes());
-            body.extend_from_slice(&FUSE_IOCTL_UNRESTRICTED.to_ne_bytes());
-            body.extend_from_slice(&cmd.to_ne_bytes());
-            body.extend_from_slice(&arg.to_ne_bytes());
-            body.extend_from_slice(&[0u8; 8]);
-            let u = self.send(39, pid, &body);
+            let u = self.send(39, pid, &ioctl_body(fh, cmd, arg));
             let (err, unique, out) = self.recv();
             assert_eq!((err, unique), (0, u));
             assert_eq!(out.len(), 16);
@@ -981,12 +986,7 @@ mod tests {
             timeout: u32::MAX,
             ..Default::default()
         };
-        let mut body = Vec::new();
-        body.extend_from_slice(&fh.to_ne_bytes());
-        body.extend_from_slice(&FUSE_IOCTL_UNRESTRICTED.to_ne_bytes());
-        body.extend_from_slice(&kfd::WAIT_EVENTS.to_ne_bytes());
-        body.extend_from_slice(&(std::ptr::addr_of_mut!(wait) as u64).to_ne_bytes());
-        body.extend_from_slice(&[0u8; 8]);
+        let body = ioctl_body(fh, kfd::WAIT_EVENTS, std::ptr::addr_of_mut!(wait) as u64);
         let waiting = k[0].send(39, me(), &body);
 
         // An interrupt of a request that is not being served (answered, or not yet read): EAGAIN,
