@@ -60,6 +60,33 @@ struct Args {
     /// Stop after this many ticks (default: run until killed).
     #[arg(long)]
     ticks: Option<u64>,
+    /// Fork a child once the GPU state is built: it inherits `/dev/kfd` and the render nodes (the
+    /// same open files) and sleeps, like a worker forked by a ROCm process, and dies with it.
+    #[arg(long)]
+    fork_child: bool,
+}
+
+/// Forks the idle child of `--fork-child`; returns its pid. Called while this process has one
+/// thread, so the child may do anything; it only sleeps.
+fn fork_idle_child() -> std::io::Result<libc::pid_t> {
+    // SAFETY: the process is single-threaded here (the event thread starts later), and the child
+    // runs only async-signal-safe calls (prctl, getppid, pause) before it is killed.
+    match unsafe { libc::fork() } {
+        -1 => Err(std::io::Error::last_os_error()),
+        0 => {
+            // SAFETY: prctl/getppid/pause/_exit take no pointers.
+            unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if libc::getppid() == 1 {
+                    libc::_exit(0);
+                }
+                loop {
+                    libc::pause();
+                }
+            }
+        }
+        pid => Ok(pid),
+    }
 }
 
 fn start(args: &Args) -> Result<Workload<kfd_abi::FdTransport>, String> {
@@ -212,6 +239,15 @@ fn main() -> ExitCode {
         } else {
             ExitCode::FAILURE
         };
+    }
+    if args.fork_child {
+        match fork_idle_child() {
+            Ok(pid) => println!("child pid={pid}"),
+            Err(e) => {
+                eprintln!("kfd-workload: fork: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
     }
     let events = match EventThread::start(w.kfd()) {
         Ok(t) => t,
