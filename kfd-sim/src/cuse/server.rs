@@ -962,6 +962,72 @@ mod tests {
         assert_eq!(k[0].end.read(&mut b).unwrap(), 0);
     }
 
+    /// One request as the kernel could send it, or mangled: any opcode, a length field that may
+    /// lie, any pid, any body; ioctls on open, stale or unknown handles with any command and
+    /// wild arguments.
+    fn any_request(fhs: Vec<u64>) -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let opcode = prop_oneof![
+            prop::sample::select(vec![2u32, 14, 15, 16, 18, 20, 25, 36, 38, 39, 40, 42, 4096]),
+            any::<u32>(),
+        ];
+        let pid = prop_oneof![Just(me()), Just(1u32), Just(0u32), any::<u32>()];
+        let cmd = prop_oneof![
+            prop::sample::select(kfd::TABLE.iter().map(|e| e.cmd).collect::<Vec<_>>()),
+            any::<u32>(),
+        ];
+        let arg = prop_oneof![
+            Just(0u64),
+            Just(8u64),
+            Just(0xffff_8000_0000_0000u64),
+            any::<u64>()
+        ];
+        let fh = prop_oneof![prop::sample::select(fhs), any::<u64>()];
+        let ioctl = (fh, cmd, arg).prop_map(|(fh, cmd, arg)| ioctl_body(fh, cmd, arg));
+        let body = prop_oneof![ioctl, prop::collection::vec(any::<u8>(), 0..96)];
+        (opcode, any::<u64>(), pid, body, any::<Option<u32>>()).prop_map(
+            |(opcode, unique, pid, body, len)| {
+                let mut r = request(opcode, unique, pid, &body);
+                if let Some(len) = len {
+                    r[..4].copy_from_slice(&len.to_ne_bytes());
+                }
+                r
+            },
+        )
+    }
+
+    #[test]
+    fn any_request_is_answered_or_dropped_without_a_panic() {
+        use proptest::prelude::*;
+        let (s, mut k) = server(3);
+        for kk in &mut k {
+            kk.recv();
+        }
+        let fhs: Vec<u64> = (0..3).map(|i| k[i].open(me()).unwrap()).collect();
+        let config = ProptestConfig {
+            cases: 512,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        };
+        proptest!(config, |(dev in 0usize..3, reqs in prop::collection::vec(any_request(fhs.clone()), 1..8))| {
+            for r in &reqs {
+                // Straight into the handler, as a reader thread would, so that a panic fails
+                // the test; a reply must name the request it answers.
+                if let Some(reply) = s.shared.handle(&s.devices[dev], r) {
+                    prop_assert!(reply.len() >= 16);
+                    let len = u32::from_ne_bytes(reply[..4].try_into().unwrap()) as usize;
+                    prop_assert_eq!(len, reply.len());
+                }
+            }
+        });
+        // Still serving, over the connection.
+        let mut v = kfd_sys::kfd_ioctl_get_version_args::default();
+        let addr = std::ptr::addr_of_mut!(v) as u64;
+        let fh = k[0].open(me()).unwrap();
+        assert_eq!(k[0].ioctl(me(), fh, kfd::GET_VERSION, addr), 0);
+        s.shutdown();
+    }
+
     #[test]
     fn an_interrupt_ends_an_infinite_wait_events_with_eintr() {
         let (s, mut k) = server(3);
