@@ -112,7 +112,9 @@ fn daemon_pid(fd: BorrowedFd<'_>) -> io::Result<u32> {
 /// asks the daemon (through `dev`, the device the ioctl was issued on) to close its own.
 pub(crate) fn adopt(link: &CuseLink, dev: BorrowedFd<'_>, raw: RawFd) -> io::Result<OwnedFd> {
     let pid = daemon_pid(dev).unwrap_or(link.daemon_pid);
-    let fetched = pidfd_open(pid).and_then(|pidfd| pidfd_getfd(pidfd.as_fd(), raw));
+    let fetched = pidfd_open(pid)
+        .and_then(|pidfd| pidfd_getfd(pidfd.as_fd(), raw))
+        .and_then(|fd| inherit_close_on_exec(pid, raw, fd));
     let mut arg = u32::try_from(raw).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
     // SAFETY: `dev` is open for the call; the request's size field is 4 and `arg` is a u32 that
     // lives across the call (the daemon only reads it).
@@ -138,6 +140,25 @@ pub(crate) fn adopt(link: &CuseLink, dev: BorrowedFd<'_>, raw: RawFd) -> io::Res
             ),
         )
     })
+}
+
+/// `pidfd_getfd` always makes a close-on-exec copy; the fd the driver would have installed has
+/// the close-on-exec flag the daemon gave its own copy (none for CRIU_OP dma-bufs, the caller's
+/// choice for PRIME), read from `/proc/<daemon>/fdinfo/<raw>` before the daemon closes it.
+fn inherit_close_on_exec(pid: u32, raw: RawFd, fd: OwnedFd) -> io::Result<OwnedFd> {
+    let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{raw}"))?;
+    let flags = info
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no flags in fdinfo"))?;
+    if flags & libc::O_CLOEXEC.unsigned_abs() == 0 {
+        // SAFETY: F_SETFD on an fd we own, with an integer argument.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, 0) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(fd)
 }
 
 /// `pidfd_open(2)` (also used by the daemon on its clients).
@@ -204,6 +225,37 @@ mod tests {
         assert!(detect(f.as_fd()).is_none());
         let null = std::fs::File::open("/dev/null").unwrap();
         assert!(detect(null.as_fd()).is_none());
+    }
+
+    #[test]
+    fn fetched_fds_keep_the_daemons_close_on_exec_flag() {
+        fn cloexec(fd: BorrowedFd<'_>) -> bool {
+            // SAFETY: F_GETFD on an fd borrowed for the call.
+            let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) };
+            assert!(r >= 0);
+            r & libc::FD_CLOEXEC != 0
+        }
+        let me = std::process::id();
+        let pidfd = pidfd_open(me).unwrap();
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        // As the daemon keeps a CRIU_OP dma-buf: not close-on-exec.
+        // SAFETY: dup of an fd we own; the result is owned below.
+        let inheritable = unsafe { OwnedFd::from_raw_fd(libc::dup(a.as_raw_fd())) };
+        assert!(!cloexec(inheritable.as_fd()));
+        let raw = inheritable.as_raw_fd();
+        let copy = pidfd_getfd(pidfd.as_fd(), raw).unwrap();
+        assert!(
+            cloexec(copy.as_fd()),
+            "pidfd_getfd makes close-on-exec copies"
+        );
+        let copy = inherit_close_on_exec(me, raw, copy).unwrap();
+        assert!(!cloexec(copy.as_fd()));
+        // As a PRIME export with DRM_CLOEXEC: stays close-on-exec.
+        let raw = a.as_raw_fd();
+        assert!(cloexec(a.as_fd()));
+        let copy = pidfd_getfd(pidfd.as_fd(), raw).unwrap();
+        let copy = inherit_close_on_exec(me, raw, copy).unwrap();
+        assert!(cloexec(copy.as_fd()));
     }
 
     #[test]

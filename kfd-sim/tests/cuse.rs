@@ -313,6 +313,14 @@ fn checkpoint_of_another_process_hands_over_dmabufs() {
             .dmabuf
             .as_ref()
             .expect("VRAM/GTT BOs come with a dma-buf");
+        // As the driver installs them: not close-on-exec (pidfd_getfd's copy is fixed up).
+        // SAFETY: F_GETFD on an fd borrowed for the call.
+        let fd_flags = unsafe { libc::fcntl(buf.as_raw_fd(), libc::F_GETFD) };
+        assert_eq!(
+            fd_flags & libc::FD_CLOEXEC,
+            0,
+            "dma-buf fd is close-on-exec"
+        );
         let f = File::from(buf.try_clone().expect("dup"));
         assert_eq!(f.metadata().expect("fstat").len(), bo.size);
         // The helper wrote its pattern through the dma-bufs of its own checkpoint.
