@@ -54,6 +54,10 @@ pub trait Platform: Send + Sync + fmt::Debug {
     /// The KFD topology root (`/sys/class/kfd/kfd/topology` on a real machine).
     fn topology_root(&self) -> PathBuf;
 
+    /// The calling process's pid as the driver reports it (PROCESS_INFO's `pid`): at restore, the
+    /// restored process's, which criu keeps from the dump.
+    fn process_id(&self) -> u32;
+
     /// libhsakmt's shared memory file.
     fn hsakmt_shm_path(&self) -> PathBuf {
         PathBuf::from(HSAKMT_SHM_PATH)
@@ -176,6 +180,10 @@ impl Platform for HostPlatform {
 
     fn topology_root(&self) -> PathBuf {
         self.topology_root.clone()
+    }
+
+    fn process_id(&self) -> u32 {
+        std::process::id()
     }
 }
 

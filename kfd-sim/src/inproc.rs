@@ -63,7 +63,17 @@ impl Machine {
     /// A new simulated process (a new mm) with a fresh pid, privileged
     /// (CAP_CHECKPOINT_RESTORE) by default.
     pub fn spawn_process(&self) -> SimProcess {
-        let pid = self.inner.new_pid();
+        self.process_with_pid(self.inner.new_pid())
+    }
+
+    /// A new simulated process with pid `pid`, as criu restores a process under its old pid;
+    /// later fresh pids are above it. The caller makes sure that no live process has it.
+    pub fn spawn_process_as(&self, pid: u32) -> SimProcess {
+        self.inner.reserve_pid(pid);
+        self.process_with_pid(pid)
+    }
+
+    fn process_with_pid(&self, pid: u32) -> SimProcess {
         SimProcess {
             inner: Arc::new(ProcInner {
                 machine: self.clone(),
@@ -465,5 +475,9 @@ impl kfd_abi::Platform for SimPlatform {
 
     fn topology_root(&self) -> PathBuf {
         self.topology_root.clone()
+    }
+
+    fn process_id(&self) -> u32 {
+        self.process.pid()
     }
 }

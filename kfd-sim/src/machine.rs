@@ -229,6 +229,12 @@ impl MachineInner {
         r.next_pid
     }
 
+    /// Makes later [`new_pid`](Self::new_pid)s skip `pid`.
+    pub(crate) fn reserve_pid(&self, pid: u32) {
+        let mut r = lock(&self.reg);
+        r.next_pid = r.next_pid.max(pid);
+    }
+
     /// The KFD process of `pid`, created with pdds for every GPU if it does not exist.
     pub(crate) fn kfd_process(self: &Arc<Self>, pid: u32) -> Result<Arc<KfdProcess>, Errno> {
         let mut r = lock(&self.reg);

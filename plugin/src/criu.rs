@@ -70,6 +70,9 @@ struct State<P: Platform> {
     /// At dump: render-node images written before the KFD file that names their GPU's user id,
     /// as (image id, actual gpu id).
     pending_renders: Vec<(u32, u32, u32)>,
+    /// At restore: render nodes restored before this process's `/dev/kfd` (or in a process
+    /// without one), by the GPU id of their image.
+    preopened: std::collections::BTreeMap<u32, kfd_abi::RenderNode<P::Device>>,
 }
 
 impl<P: Platform> Default for State<P> {
@@ -80,6 +83,7 @@ impl<P: Platform> Default for State<P> {
             topology: None,
             user_ids: std::collections::BTreeMap::new(),
             pending_renders: Vec::new(),
+            preopened: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -252,7 +256,8 @@ impl<P: Platform> Engine<P> {
             checks: settings.checks,
             progress: settings.progress,
         };
-        let restored = restore::restore_kfd(&self.platform, id, dir, &opts)
+        let preopened = std::mem::take(&mut lock(&self.state).preopened);
+        let restored = restore::restore_kfd(&self.platform, id, dir, &opts, preopened)
             .map_err(|e| HookError::failed(e.errno(), e.to_string()))?
             .ok_or(HookError::NotOurs)?;
         log::info!(
@@ -298,31 +303,84 @@ impl<P: Platform> Engine<P> {
 
     /// Restores a render-node file as the same open file that the process's KFD restore gave
     /// the driver for that GPU: its VM is the process's compute VM, as it was before the dump.
-    /// With newer criu, a render node restored before its `/dev/kfd` is retried later.
+    /// A render node restored before its process's `/dev/kfd` (the process opened it first) is
+    /// opened on the GPU the restore will map it to and handed to the KFD restore later; in a
+    /// process without `/dev/kfd` it is the GPU of the same id on this machine.
     fn restore_render(&self, id: u32, msg: &CriuRenderNode) -> HookResult<Option<OwnedFd>> {
-        let state = lock(&self.state);
-        let Some(render) = state
-            .restored
-            .iter()
-            .find_map(|r| r.renders.get(&msg.gpu_id))
-        else {
-            if crate::shim::host().restore_ext_file_retry {
-                return Ok(None);
-            }
-            return Err(failed(
-                Errno::EINVAL,
-                format!(
-                    "render node image {id} (GPU {:#x}) comes before the /dev/kfd it belongs to; \
-                     this criu cannot retry it",
-                    msg.gpu_id
-                ),
-            ));
+        let dup = |r: &kfd_abi::RenderNode<P::Device>| {
+            r.as_fd()
+                .try_clone_to_owned()
+                .map_err(|e| failed(Errno::from_io(&e), e))
         };
-        let fd = render
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(|e| failed(Errno::from_io(&e), e))?;
+        {
+            let state = lock(&self.state);
+            let known = state
+                .restored
+                .iter()
+                .find_map(|r| r.renders.get(&msg.gpu_id))
+                .or_else(|| state.preopened.get(&msg.gpu_id));
+            if let Some(render) = known {
+                return dup(render).map(Some);
+            }
+        }
+        let render = self.open_render_early(id, msg)?;
+        // Kept until the KFD restore: above every fd the task will have, like the KFD's files.
+        let render = match crate::shim::unused_fd_of(self.platform.process_id()) {
+            Some(next) => {
+                let high = kfd_abi::transport::dup_at_or_above(render.as_fd(), next)
+                    .map_err(|e| failed(Errno::from_io(&e), e))?;
+                self.platform
+                    .render_from_fd(high)
+                    .map_err(|e| failed(Errno::EIO, e))?
+            }
+            None => render,
+        };
+        let fd = dup(&render)?;
+        lock(&self.state).preopened.insert(msg.gpu_id, render);
         Ok(Some(fd))
+    }
+
+    /// Opens the render node for render image `id` before any `/dev/kfd` of this process was
+    /// restored.
+    fn open_render_early(
+        &self,
+        id: u32,
+        msg: &CriuRenderNode,
+    ) -> HookResult<kfd_abi::RenderNode<P::Device>> {
+        let dir = self.dir()?;
+        let image = RenderNodeImage::file_name(id);
+        let err = |e: restore::RestoreError| HookError::failed(e.errno(), format!("{image}: {e}"));
+        let local = topology::parse(&self.platform.topology_root())
+            .map_err(|e| err(restore::RestoreError::Topology(e)))?;
+        let kfd_id = restore::kfd_image_of(dir, self.platform.process_id()).map_err(err)?;
+        let checks = self.settings().checks;
+        let minor = restore::render_minor_for(msg.gpu_id, kfd_id, dir, &local, &checks)
+            .map_err(err)?
+            .ok_or_else(|| {
+                let why = match kfd_id {
+                    Some(k) => format!("the process's /dev/kfd image {k} does not map it"),
+                    None => "this machine has no GPU of that id".into(),
+                };
+                failed(
+                    Errno::ENODEV,
+                    format!(
+                        "{image}: renderD{} (GPU {:#x}) at the dump: {why}",
+                        msg.drm_render_minor, msg.gpu_id
+                    ),
+                )
+            })?;
+        log::info!(
+            "{image}: GPU {:#x} opened as renderD{minor} before its process's /dev/kfd{}",
+            msg.gpu_id,
+            if kfd_id.is_some() {
+                " (handed to the KFD restore)"
+            } else {
+                " (the process has none)"
+            }
+        );
+        self.platform
+            .open_render(minor)
+            .map_err(|e| failed(e.errno().unwrap_or(Errno::EIO), e))
     }
 }
 
@@ -347,6 +405,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
         state.topology = None;
         state.user_ids.clear();
         state.pending_renders.clear();
+        state.preopened.clear();
         log::debug!("exit {stage:?} ({ret})");
     }
 

@@ -283,13 +283,65 @@ pub fn plan(
     }))
 }
 
+/// The id of the `/dev/kfd` image of process `pid` in `dir`, if there is one (a process may have
+/// render nodes open and no `/dev/kfd`). Reads every KFD image of the directory: for render
+/// nodes restored before their process's `/dev/kfd` only.
+pub fn kfd_image_of(dir: BorrowedFd<'_>, pid: u32) -> Result<Option<u32>, RestoreError> {
+    let listing = format!("/proc/self/fd/{}", dir.as_raw_fd());
+    let entries = std::fs::read_dir(&listing).map_err(|e| RestoreError::Inconsistent {
+        file: listing.clone(),
+        what: format!("listing the image directory: {e}"),
+    })?;
+    let mut ids: Vec<u32> = entries
+        .filter_map(|e| {
+            let name = e.ok()?.file_name();
+            let name = name.to_str()?;
+            name.strip_prefix("amdgpu-kfd-")?
+                .strip_suffix(".img")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    ids.sort_unstable();
+    for id in ids {
+        if KfdImage::try_read(dir, id)?.is_some_and(|m| m.pid == pid) {
+            return Ok(Some(id));
+        }
+    }
+    Ok(None)
+}
+
+/// The render minor on this machine of GPU `gpu_id` (a user id) of the process whose `/dev/kfd`
+/// image is `kfd_id`, as [`restore_kfd`] will map it; with no `/dev/kfd` image, the GPU of that
+/// id on this machine.
+pub fn render_minor_for(
+    gpu_id: u32,
+    kfd_id: Option<u32>,
+    dir: BorrowedFd<'_>,
+    local: &topology::Topology,
+    checks: &CheckOptions,
+) -> Result<Option<u32>, RestoreError> {
+    let Some(kfd_id) = kfd_id else {
+        return Ok(local
+            .gpus()
+            .find(|n| n.gpu_id == gpu_id)
+            .map(topology::Node::render_minor));
+    };
+    let plan = plan(kfd_id, dir, local, checks)?
+        .ok_or_else(|| inconsistent(kfd_id, "the image disappeared"))?;
+    Ok(plan.mapping.gpu(gpu_id).map(|m| m.destination_render_minor))
+}
+
 /// Restores the KFD state of image `id` from `dir` into the calling process. `Ok(None)`: there is
-/// no KFD image of that id (the object is not ours).
+/// no KFD image of that id (the object is not ours). `preopened` holds render nodes restored
+/// before this `/dev/kfd` (by GPU user id): the driver gets those files, so that they are the
+/// process's compute VMs.
 pub fn restore_kfd<P: Platform>(
     platform: &P,
     id: u32,
     dir: BorrowedFd<'_>,
     opts: &RestoreOptions,
+    mut preopened: BTreeMap<u32, RenderNode<P::Device>>,
 ) -> Result<Option<Restored<P::Device>>, RestoreError> {
     let start = Instant::now();
     let local = topology::parse(&platform.topology_root())?;
@@ -311,7 +363,11 @@ pub fn restore_kfd<P: Platform>(
         let m = mapping
             .gpu(gpu)
             .ok_or_else(|| inconsistent(id, format!("GPU {gpu:#x} was not mapped")))?;
-        renders.insert(gpu, platform.open_render(m.destination_render_minor)?);
+        let render = match preopened.remove(&gpu) {
+            Some(r) => r,
+            None => platform.open_render(m.destination_render_minor)?,
+        };
+        renders.insert(gpu, render);
     }
     let devices = gpu_ids
         .iter()

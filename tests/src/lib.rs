@@ -210,6 +210,10 @@ impl<P: Platform> Platform for FaultyPlatform<P> {
         self.inner.topology_root()
     }
 
+    fn process_id(&self) -> u32 {
+        self.inner.process_id()
+    }
+
     fn hsakmt_shm_path(&self) -> PathBuf {
         self.inner.hsakmt_shm_path()
     }

@@ -148,7 +148,11 @@ fn a_checkpoint_inside_a_step_costs_at_most_one_rerun_of_it(
             let (ids, _) =
                 demo::checkpoint_files(&node, &|p| p, &process, &kfd, &refs, &dir, &settings)
                     .unwrap();
-            let (restored, _) = demo::restore(&node, &dir, &ids, &settings).unwrap();
+            // The dumped process lives on in this test (its memory is the test's), so the
+            // restored one gets another pid on the same node.
+            let fresh = node.machine.spawn_process();
+            let (restored, _) =
+                demo::restore_with(&node, &|p| p, fresh, &dir, &ids, &settings).unwrap();
             let mut files = vec![restored.kfd.into_transport()];
             files.extend(restored.renders.into_iter().map(RenderNode::into_transport));
             (files, restored.process)

@@ -7,9 +7,12 @@
 use amdgpu_plugin::cli::demo::{self, remapped_variant, SimNode};
 use amdgpu_plugin::copy::Staging;
 use amdgpu_plugin::criu::Settings;
+use amdgpu_plugin::hooks::{CriuHooks, Stage};
+use kfd_abi::{DeviceKind, Platform};
 use kfd_sim::preset::Preset;
 use kfd_sim::workload::Spec;
 use rstest::rstest;
+use std::os::fd::AsFd;
 use topology::options::Check;
 
 /// A small workload: a buffer larger than one staging buffer, small ones, GTT, queues, events.
@@ -245,4 +248,63 @@ fn a_process_without_gpu_buffers_restores_as_a_fresh_kfd() {
     let dst = SimNode::new(&remapped_variant(&p)).unwrap();
     let (restored, _) = demo::restore(&dst, dir.path(), &ids, &settings()).unwrap();
     assert_eq!(restored.kfd.get_version().unwrap().minor, 11);
+}
+
+/// A process that opened its render nodes before `/dev/kfd` (criu restores files in fd order):
+/// the render nodes are opened on the GPUs the restore maps them to and become the compute VMs of
+/// the `/dev/kfd` restored after them, with any criu (3.17 cannot retry a file).
+#[rstest]
+#[case::same_gpu_ids(false)]
+#[case::remapped(true)]
+fn render_nodes_restored_before_their_kfd_are_its_compute_vms(#[case] remap: bool) {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let (dir, mut ids, manifest) = dump_only(&p, &settings());
+    ids.renders_first = true;
+    let dst = SimNode::new(&if remap { remapped_variant(&p) } else { p }).unwrap();
+    let (restored, _) = demo::restore(&dst, dir.path(), &ids, &settings()).unwrap();
+    // Verification reads every buffer by SDMA through the restored render nodes: only the files
+    // whose VMs the driver restored the buffers into can.
+    let report = restored.verify(&manifest).unwrap();
+    assert_eq!(report.bytes, manifest.pattern_bytes());
+}
+
+/// A process with a render node open and no `/dev/kfd` gets a render node of the same GPU back;
+/// on a node without that GPU the restore says so.
+#[test]
+fn a_render_node_without_kfd_restores_on_the_same_gpu() {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dirf = std::fs::File::open(dir.path()).unwrap();
+    let src = SimNode::new(&p).unwrap();
+    let process = src.machine.spawn_process();
+    let minor = src.machine.render_minors()[1];
+    let render = src.platform_of(&process).open_render(minor).unwrap();
+    let criu = src.machine.spawn_process();
+    criu.ptrace_attach(&process);
+    let dumper = src.engine(&|p| p, &criu, &dirf, &settings());
+    dumper.init(Stage::Dump).unwrap();
+    dumper.dump_ext_file(render.as_fd(), 7).unwrap();
+    dumper.fini(Stage::Dump, 0);
+
+    let dst = SimNode::new(&p).unwrap();
+    let restored = dst.machine.spawn_process_as(process.pid());
+    let engine = dst.engine(&|p| p, &restored, &dirf, &settings());
+    engine.init(Stage::Restore).unwrap();
+    let fd = engine.restore_file(7).unwrap().unwrap();
+    assert_eq!(
+        dst.platform_of(&restored).identify(fd.as_fd()).unwrap(),
+        DeviceKind::Render { minor }
+    );
+    engine.fini(Stage::Restore, 0);
+
+    let other = SimNode::new(&remapped_variant(&p)).unwrap();
+    let restored = other.machine.spawn_process_as(process.pid());
+    let engine = other.engine(&|p| p, &restored, &dirf, &settings());
+    engine.init(Stage::Restore).unwrap();
+    let err = engine.restore_file(7).unwrap_err().to_string();
+    assert!(
+        err.contains("amdgpu-renderD-7.img") && err.contains("no GPU of that id"),
+        "{err}"
+    );
+    engine.fini(Stage::Restore, -1);
 }

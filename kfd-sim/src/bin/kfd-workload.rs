@@ -64,6 +64,10 @@ struct Args {
     /// same open files) and sleeps, like a worker forked by a ROCm process, and dies with it.
     #[arg(long)]
     fork_child: bool,
+    /// Open the render nodes before `/dev/kfd` (so their fds come first, and criu restores them
+    /// first), as a process that used libdrm before the ROCm runtime does.
+    #[arg(long)]
+    render_first: bool,
 }
 
 /// Forks the idle child of `--fork-child`; returns its pid. Called while this process has one
@@ -92,7 +96,12 @@ fn fork_idle_child() -> std::io::Result<libc::pid_t> {
 fn start(args: &Args) -> Result<Workload<kfd_abi::FdTransport>, String> {
     let platform = HostPlatform::from_env();
     let topo = topology::parse(&platform.topology_root()).map_err(|e| e.to_string())?;
-    let kfd = platform.open_kfd().map_err(|e| e.to_string())?;
+    let open_kfd = || platform.open_kfd().map_err(|e| e.to_string());
+    let early_kfd = if args.render_first {
+        None
+    } else {
+        Some(open_kfd()?)
+    };
     let mut gpus = Vec::new();
     for node in topo.gpus() {
         let id = GpuId::new(node.gpu_id).ok_or("a GPU node with gpu_id 0")?;
@@ -103,6 +112,10 @@ fn start(args: &Args) -> Result<Workload<kfd_abi::FdTransport>, String> {
                 .map_err(|e| e.to_string())?,
         ));
     }
+    let kfd = match early_kfd {
+        Some(k) => k,
+        None => open_kfd()?,
+    };
     if gpus.is_empty() {
         return Err(format!(
             "no GPU in the topology at {}",

@@ -109,7 +109,8 @@ impl SimNode {
         self.platform.topology_root()
     }
 
-    fn engine<P: Platform, W: Fn(SimPlatform) -> P>(
+    /// A plugin engine over `wrap(platform of process)`, with image directory `dir`.
+    pub fn engine<P: Platform, W: Fn(SimPlatform) -> P>(
         &self,
         wrap: &W,
         process: &SimProcess,
@@ -155,6 +156,11 @@ pub fn start_target(node: &SimNode, spec: &Spec) -> Result<Target, DemoError> {
 /// The criu file ids of a checkpoint: `/dev/kfd` first, then one per render node.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ImageIds {
+    /// The checkpointed process (criu restores it under the same pid).
+    pub pid: u32,
+    /// Whether the process opened its render nodes before `/dev/kfd` (criu restores files in
+    /// the order of their fds).
+    pub renders_first: bool,
     /// The `/dev/kfd` file.
     pub kfd: u32,
     /// The render-node files, in the workload's GPU order.
@@ -203,6 +209,8 @@ pub fn checkpoint_files<P: Platform, W: Fn(SimPlatform) -> P>(
     engine.init(Stage::Dump).map_err(hook("init"))?;
     let start = Instant::now();
     let mut ids = ImageIds {
+        pid: process.pid(),
+        renders_first: false,
         kfd: 1,
         renders: Vec::new(),
     };
@@ -262,7 +270,7 @@ pub fn restore(
     restore_with(
         node,
         &|p| p,
-        node.machine.spawn_process(),
+        node.machine.spawn_process_as(ids.pid),
         dir,
         ids,
         settings,
@@ -291,19 +299,31 @@ pub fn restore_with<P: Platform, W: Fn(SimPlatform) -> P>(
                 format!("{what} asked to be retried"),
             ),
         };
+        let restore_renders = || -> Result<Vec<RenderNode<SimFile>>, DemoError> {
+            let mut renders = Vec::new();
+            for &id in &ids.renders {
+                let fd = engine
+                    .restore_file(id)
+                    .map_err(hook("RESTORE_EXT_FILE(render node)"))?
+                    .ok_or_else(|| missing("a render node"))?;
+                renders.push(platform.render_from_fd(fd)?);
+            }
+            Ok(renders)
+        };
+        let early = if ids.renders_first {
+            Some(restore_renders()?)
+        } else {
+            None
+        };
         let kfd_fd: OwnedFd = engine
             .restore_file(ids.kfd)
             .map_err(hook("RESTORE_EXT_FILE(/dev/kfd)"))?
             .ok_or_else(|| missing("/dev/kfd"))?;
         let kfd = platform.kfd_from_fd(kfd_fd)?;
-        let mut renders = Vec::new();
-        for &id in &ids.renders {
-            let fd = engine
-                .restore_file(id)
-                .map_err(hook("RESTORE_EXT_FILE(render node)"))?
-                .ok_or_else(|| missing("a render node"))?;
-            renders.push(platform.render_from_fd(fd)?);
-        }
+        let renders = match early {
+            Some(r) => r,
+            None => restore_renders()?,
+        };
         // criu's master process resumes the restored task's GPU queues.
         let criu = node.machine.spawn_process();
         let master = node.engine(wrap, &criu, &dirf, settings);
