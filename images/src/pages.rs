@@ -23,14 +23,21 @@ use crate::names::PagesFile;
 use crate::proto::{KfdBoEntry, PagesChecksums};
 
 /// Bytes checksummed and then written (or read and then checksummed) at a time: small enough to
-/// stay in the CPU cache between the two passes, large enough for efficient syscalls.
-const IO_SLICE: usize = 256 << 10;
+/// stay in the CPU cache between the two passes, large enough for efficient syscalls. Also the
+/// size of each `write(2)` (with or without checksums): the size of a buffered write decides the
+/// size of the page-cache folios the kernel allocates for it (ext4 allocates large folios, up to
+/// 2 MiB for writes of 2 MiB and more), and on VMs that hand free memory back to the host (free
+/// page reporting reports free blocks of 2 MiB and more) large folios come from memory the host
+/// must fault in again: writes of 2 MiB and more ran at 0.3-1.5 GiB/s there, 256 KiB ones at
+/// 4-5 GiB/s. `amdgpu-cr bench` writes its raw limit in the same size.
+pub const IO_SLICE: usize = 256 << 10;
 
 /// How far ahead of the reader's position the reader keeps asking the kernel to read
 /// (`POSIX_FADV_WILLNEED`), renewed every [`READ_AHEAD`]` / 2` bytes: the disk stays busy while
 /// the reader checksums and the copier moves the previous buffers, instead of waiting for each
-/// read to come back. Page cache, not process memory.
-const READ_AHEAD: u64 = 32 << 20;
+/// read to come back. Page cache, not process memory. `amdgpu-cr bench` reads its raw limit
+/// the same way.
+pub const READ_AHEAD: u64 = 32 << 20;
 
 /// `alloc_flags` bit of a VRAM BO (`KFD_IOC_ALLOC_MEM_FLAGS_VRAM`).
 pub const ALLOC_MEM_FLAGS_VRAM: u32 = 1 << 0;

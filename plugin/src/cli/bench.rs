@@ -4,13 +4,40 @@
 //! Method. A workload of `--size` bytes over `--gpus` GPUs (buffers of `--bo-size`, at most one
 //! GPU's share) is dumped and restored through the plugin's hooks exactly as `amdgpu-cr demo`
 //! does. In the same directory, the same number of bytes is written with plain sequential
-//! `write(2)` calls from memory (8 MiB at a time) and read back with `read(2)`. To keep the order
-//! of the measurements from favouring either side, each raw measurement is taken twice, once
-//! before and once after the phase it is compared with (raw write, dump, raw write; raw read,
-//! restore, raw read), into and from two distinct files, and the faster of the two is the limit.
-//! Every measured phase starts with nothing dirty in the page cache: after each write phase
-//! (untimed) every file of the directory is `fsync`ed, so that no phase pays for the write-back
-//! of another.
+//! `write(2)` calls from memory and read back with `read(2)`, in the same shape as the plugin's
+//! I/O: one file per GPU, each written (read) by its own thread, concurrently, in calls of the
+//! pages writer's size ([`images::pages::IO_SLICE`], 256 KiB), from a buffer written before the
+//! clock starts. To keep the order of the measurements from favouring either side, each raw
+//! measurement is taken twice, once before and once after the phase it is compared with (raw
+//! write, dump, raw write; raw read, restore, raw read), into and from two distinct sets of
+//! files, and the faster of the two is the limit.
+//!
+//! Why the shape matters (the raw write used to be one file written in 8 MiB calls, and ran at
+//! 0.3-1 GiB/s, below `dd`, while the dump wrote the same bytes at 2.4 GiB/s): the size of a
+//! buffered write decides the size of the page-cache folios the kernel allocates for it (ext4
+//! allocates large folios, up to 2 MiB for writes of 2 MiB and more). On a VM with free page
+//! reporting (Firecracker's balloon), free blocks of 2 MiB and more are handed back to the host,
+//! and the first write into them costs a host fault per page: writes of 2 MiB or more into the
+//! page cache ran at 0.3-1.5 GiB/s (87% of the time in the kernel's copy into the new folios),
+//! 256 KiB writes at 4-5 GiB/s, and the plugin writes 256 KiB at a time. A single writer also
+//! used one core where the dump uses both: two 256 KiB writers reach 6.5-7.5 GiB/s into the
+//! page cache where one reaches 4-5.
+//!
+//! Memory state, the same for every phase. Every measured phase starts with nothing dirty in
+//! the page cache: after each write phase (untimed) every file of the directory is `fsync`ed, so
+//! that no phase pays for the write-back of another. And every phase that allocates memory
+//! (a write phase allocates 2 GiB of page cache, the restore 2 GiB of simulated VRAM) starts
+//! right after the previous phase's files left the page cache (`posix_fadvise(DONTNEED)`): on a
+//! VM with free page reporting, only memory the guest freed moments ago is still backed by the
+//! host, and the first touch of any other free page costs a host fault (about 10 us a page, seen
+//! as system time of whoever touches it). Without this the phases drew from a shrinking pool of
+//! backed memory: on the bench VM, 2 GiB writes into the page cache ran at 4-8 GiB/s while the
+//! pool lasted (about 4 GiB) and at 0.2-0.6 GiB/s after, so the raw write after the dump was
+//! 3-8 times slower than the one before; touching and freeing anonymous memory before each
+//! phase (what the bench did before) did not help. With it, five 2 GiB writes in a row all run
+//! at 7.5-8 GiB/s. The first raw write follows an untimed write of the same size (dropped the
+//! same way). Then, for reads from the page cache, each read phase's files are read into it
+//! (untimed) just before the phase.
 //!
 //! Durability and cache policy are the same on both sides. Default: no `fsync` (criu does not
 //! sync the plugin's files; it syncs the image directory itself when asked) and the page cache
@@ -133,6 +160,14 @@ pub struct Detail {
     pub raw_writes: [f64; 2],
     /// Raw read throughputs, before and after the restore.
     pub raw_reads: [f64; 2],
+    /// CPU seconds (user + system, all threads) the process used during the dump.
+    pub cpu_dump: f64,
+    /// CPU seconds of the raw write that used fewer.
+    pub cpu_raw_write: f64,
+    /// CPU seconds during the restore.
+    pub cpu_restore: f64,
+    /// CPU seconds of the raw read that used fewer.
+    pub cpu_raw_read: f64,
     /// Whether writes were synced and caches dropped.
     pub sync: bool,
     /// The directory measured.
@@ -188,6 +223,12 @@ impl Report for BenchReport {
                 "no fsync, reads from the page cache"
             },
             d.dir.display()
+        )?;
+        writeln!(
+            out,
+            "CPU seconds (all threads, the simulated GPU's copies included): dump {:.2} (raw \
+             write {:.2}), restore {:.2} (raw read {:.2})",
+            d.cpu_dump, d.cpu_raw_write, d.cpu_restore, d.cpu_raw_read
         )
     }
 
@@ -272,61 +313,154 @@ fn settle(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// Drops the page cache of every file in `dir` (after [`settle`], so all of it can go).
-fn drop_caches(dir: &Path) -> io::Result<()> {
-    for p in files(dir)? {
-        drop_cache(&p)?;
+/// Drops the page cache of `paths` (after [`settle`], so all of it can go).
+fn drop_caches(paths: &[PathBuf]) -> io::Result<()> {
+    for p in paths {
+        drop_cache(p)?;
     }
     Ok(())
 }
 
-const RAW_CHUNK: usize = 8 << 20;
+/// [`settle`], then drops the page cache of every file in `dir`: the next write phase gets the
+/// memory the previous one just gave back (see the module docs).
+fn settle_and_drop(dir: &Path) -> io::Result<()> {
+    settle(dir)?;
+    drop_caches(&files(dir)?)
+}
 
-/// Writes `bytes` to a new file `path` with sequential write(2) calls, ending with `fsync` when
-/// `sync`; returns the time taken.
-fn raw_write(path: &Path, bytes: u64, sync: bool) -> io::Result<Duration> {
-    let buf = vec![0xa5u8; RAW_CHUNK];
+/// The files of the checkpoint in `dir` (all but the raw files).
+fn image_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    Ok(files(dir)?
+        .into_iter()
+        .filter(|p| {
+            !p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("raw-limit-"))
+        })
+        .collect())
+}
+
+/// Size of each raw `write(2)` and `read(2)`: the pages writer's and reader's (see the module
+/// docs for why the write size matters).
+const RAW_IO: usize = images::pages::IO_SLICE;
+
+/// The raw files of one measurement: one per GPU, as the dump writes one pages file per GPU.
+fn raw_paths(dir: &Path, run: u32, streams: usize) -> Vec<PathBuf> {
+    (0..streams.max(1))
+        .map(|i| dir.join(format!("raw-limit-{run}-{i}.bin")))
+        .collect()
+}
+
+/// Writes `bytes` split evenly over the new files `paths`, each by its own thread with
+/// sequential [`RAW_IO`]-byte write(2) calls from a buffer written beforehand, each ending with
+/// `fsync` when `sync`; returns the time from the first `open` to the last thread's end.
+fn raw_write(paths: &[PathBuf], bytes: u64, sync: bool) -> io::Result<Duration> {
+    let share = bytes / paths.len().max(1) as u64;
+    let mut bufs: Vec<Vec<u8>> = paths.iter().map(|_| vec![0xa5u8; RAW_IO]).collect();
+    for b in &mut bufs {
+        // Written, not only allocated: no page fault inside the timed part.
+        b.fill(0x5a);
+    }
     let start = Instant::now();
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)?;
-    let mut left = bytes;
-    while left > 0 {
-        let n = usize::try_from(left.min(RAW_CHUNK as u64)).unwrap_or(RAW_CHUNK);
-        f.write_all(&buf[..n])?;
-        left -= n as u64;
-    }
-    if sync {
-        f.sync_all()?;
-    }
+    std::thread::scope(|s| {
+        let threads: Vec<_> = paths
+            .iter()
+            .zip(&bufs)
+            .enumerate()
+            .map(|(i, (path, buf))| {
+                // The last file takes the remainder.
+                let len = if i + 1 == paths.len() {
+                    bytes - share * i as u64
+                } else {
+                    share
+                };
+                s.spawn(move || -> io::Result<()> {
+                    let mut f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(0o600)
+                        .open(path)?;
+                    let mut left = len;
+                    while left > 0 {
+                        let n = usize::try_from(left.min(RAW_IO as u64)).unwrap_or(RAW_IO);
+                        f.write_all(&buf[..n])?;
+                        left -= n as u64;
+                    }
+                    if sync {
+                        f.sync_all()?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        threads.into_iter().try_for_each(|t| {
+            t.join()
+                .unwrap_or_else(|_| Err(io::Error::other("raw writer panicked")))
+        })
+    })?;
     Ok(start.elapsed())
 }
 
-/// Reads `path` to the end with sequential read(2) calls; returns the time taken.
-fn raw_read(path: &Path) -> io::Result<Duration> {
-    let mut buf = vec![0u8; RAW_CHUNK];
+/// Reads the files `paths` to the end, each by its own thread with sequential [`RAW_IO`]-byte
+/// read(2) calls into a buffer written beforehand, with the pages reader's read-ahead hints
+/// (`POSIX_FADV_SEQUENTIAL`, and `WILLNEED` kept [`images::pages::READ_AHEAD`] bytes ahead);
+/// returns the time taken.
+fn raw_read(paths: &[PathBuf]) -> io::Result<Duration> {
+    let mut bufs: Vec<Vec<u8>> = paths.iter().map(|_| vec![0xa5u8; RAW_IO]).collect();
     let start = Instant::now();
-    let mut f = File::open(path)?;
-    while f.read(&mut buf)? > 0 {}
+    std::thread::scope(|s| {
+        let threads: Vec<_> = paths
+            .iter()
+            .zip(&mut bufs)
+            .map(|(path, buf)| {
+                s.spawn(move || -> io::Result<()> {
+                    let mut f = File::open(path)?;
+                    images::dir::advise_sequential(&f);
+                    let ahead = images::pages::READ_AHEAD;
+                    let (mut pos, mut ahead_to) = (0u64, 0u64);
+                    loop {
+                        if pos + ahead / 2 >= ahead_to {
+                            images::dir::read_ahead(&f, ahead_to, pos + ahead - ahead_to);
+                            ahead_to = pos + ahead;
+                        }
+                        let n = f.read(buf)?;
+                        if n == 0 {
+                            return Ok(());
+                        }
+                        pos += n as u64;
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().try_for_each(|t| {
+            t.join()
+                .unwrap_or_else(|_| Err(io::Error::other("raw reader panicked")))
+        })
+    })?;
     Ok(start.elapsed())
 }
 
-/// Touches and frees `bytes` of anonymous memory, so that the next phase's page cache and
-/// memfd pages come from memory the hypervisor has backed. On VMs that hand free guest memory
-/// back to the host (virtio-balloon free page reporting, as on Firecracker), the first touch of
-/// a reported page costs a host fault: on such a VM, writes into fresh pages ran up to 10 times
-/// slower, so whichever phase happened to get reported pages lost. Freed pages are reported
-/// after about 2 s, and unreported ones are handed out first, so each measured phase starts
-/// right after this warm-up, the same for the raw runs and ours.
-fn warm_up(bytes: u64) {
-    let n = usize::try_from(bytes).unwrap_or(usize::MAX);
-    let mut v: Vec<u8> = Vec::new();
-    if v.try_reserve_exact(n).is_ok() {
-        v.resize(n, 1);
-        std::hint::black_box(&v);
+/// CPU time (user and system) this process has used so far, its ended threads included
+/// (`getrusage(RUSAGE_SELF)`).
+fn cpu_time() -> Duration {
+    // SAFETY: an all-zero `rusage` is a valid value (integers and timevals), and getrusage only
+    // writes into the struct it is given, which lives for the call.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF is a valid `who` and `u` is a valid, writable rusage.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return Duration::ZERO;
     }
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
+    };
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// Runs `f`; returns its result and the CPU time the process used meanwhile.
+fn with_cpu<T>(f: impl FnOnce() -> T) -> (T, Duration) {
+    let start = cpu_time();
+    let out = f();
+    (out, cpu_time().saturating_sub(start))
 }
 
 /// The file system's limit: the faster of two runs.
@@ -390,7 +524,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<BenchReport, DemoError> {
     }
     .map_err(io_err("creating a directory for the bench"))?;
     let dir = temp.path().to_owned();
-    let (raw1, raw2) = (dir.join("raw-limit-1.bin"), dir.join("raw-limit-2.bin"));
+    let (raw1, raw2) = (raw_paths(&dir, 1, gpus), raw_paths(&dir, 2, gpus));
 
     let src = SimNode::new(&preset)?;
     let target = demo::start_target(&src, &spec)?;
@@ -398,48 +532,63 @@ pub fn run_bench(args: &BenchArgs) -> Result<BenchReport, DemoError> {
     let bytes = manifest.pattern_bytes();
     settle(&dir).map_err(io_err("syncing the bench directory"))?;
 
-    // Write: raw, dump, raw; each from a clean page cache.
-    let warm = bytes + bytes / 4 + settings.staging.bytes() as u64 * gpus as u64;
-    warm_up(warm);
-    let raw_w1 = raw_write(&raw1, bytes, args.sync).map_err(io_err("measuring the raw write"))?;
-    settle(&dir).map_err(io_err("syncing the bench directory"))?;
-    warm_up(warm);
+    // Write: raw, dump, raw; each right after the previous write phase's files were synced and
+    // left the page cache, the first after an untimed write of the same size (a primer).
+    let primer = raw_paths(&dir, 0, gpus);
+    raw_write(&primer, bytes, false).map_err(io_err("writing the primer"))?;
+    settle_and_drop(&dir).map_err(io_err("syncing the bench directory"))?;
+    for p in &primer {
+        std::fs::remove_file(p).map_err(io_err("removing the primer"))?;
+    }
+    let (raw_w1, cpu_w1) = with_cpu(|| raw_write(&raw1, bytes, args.sync));
+    let raw_w1 = raw_w1.map_err(io_err("measuring the raw write"))?;
+    settle_and_drop(&dir).map_err(io_err("syncing the bench directory"))?;
     let before = rss_anon();
     let sampler = AnonSampler::start();
-    let (ids, mut dump_time) = demo::checkpoint(&src, &target, &dir, &settings)?;
-    if args.sync {
-        let start = Instant::now();
-        settle(&dir).map_err(io_err("syncing the image files"))?;
-        dump_time += start.elapsed();
-    }
+    let (dumped, cpu_dump) = with_cpu(|| -> Result<_, DemoError> {
+        let (ids, mut dump_time) = demo::checkpoint(&src, &target, &dir, &settings)?;
+        if args.sync {
+            let start = Instant::now();
+            settle(&dir).map_err(io_err("syncing the image files"))?;
+            dump_time += start.elapsed();
+        }
+        Ok((ids, dump_time))
+    });
+    let (ids, dump_time) = dumped?;
     let dump_peak = sampler.finish().saturating_sub(before);
-    settle(&dir).map_err(io_err("syncing the bench directory"))?;
-    warm_up(warm);
-    let raw_w2 = raw_write(&raw2, bytes, args.sync).map_err(io_err("measuring the raw write"))?;
-    settle(&dir).map_err(io_err("syncing the bench directory"))?;
+    settle_and_drop(&dir).map_err(io_err("syncing the bench directory"))?;
+    let (raw_w2, cpu_w2) = with_cpu(|| raw_write(&raw2, bytes, args.sync));
+    let raw_w2 = raw_w2.map_err(io_err("measuring the raw write"))?;
+    settle_and_drop(&dir).map_err(io_err("syncing the bench directory"))?;
     drop(target);
     drop(src);
 
-    // Read: raw, restore, raw; from the disk with --sync, else from the page cache.
-    let cold = |what| -> Result<(), DemoError> {
+    // Read: raw, restore, raw. With --sync from the disk (every file's page cache dropped
+    // before each). Else from the page cache: each phase's files are read into it first
+    // (untimed), and the restore, which allocates the new VRAM, starts right after the files of
+    // the raw read before it left the page cache.
+    let images = image_files(&dir).map_err(io_err("listing the image files"))?;
+    let prepare = |load: &[PathBuf], done: &[PathBuf]| -> io::Result<()> {
         if args.sync {
-            drop_caches(&dir).map_err(io_err(what))?;
+            drop_caches(&files(&dir)?)
+        } else {
+            raw_read(load)?;
+            drop_caches(done)
         }
-        Ok(())
     };
-    cold("dropping the page cache")?;
-    warm_up(warm);
-    let raw_r1 = raw_read(&raw1).map_err(io_err("measuring the raw read"))?;
+    prepare(&raw1, &[]).map_err(io_err("preparing the raw read"))?;
+    let (raw_r1, cpu_r1) = with_cpu(|| raw_read(&raw1));
+    let raw_r1 = raw_r1.map_err(io_err("measuring the raw read"))?;
     let dst = SimNode::new(&preset)?;
-    cold("dropping the page cache")?;
-    warm_up(warm);
+    prepare(&images, &raw1).map_err(io_err("preparing the restore"))?;
     let before = rss_anon();
     let sampler = AnonSampler::start();
-    let (restored, restore_time) = demo::restore(&dst, &dir, &ids, &settings)?;
+    let (restored, cpu_restore) = with_cpu(|| demo::restore(&dst, &dir, &ids, &settings));
+    let (restored, restore_time) = restored?;
     let restore_peak = sampler.finish().saturating_sub(before);
-    cold("dropping the page cache")?;
-    warm_up(warm);
-    let raw_r2 = raw_read(&raw2).map_err(io_err("measuring the raw read"))?;
+    prepare(&raw2, &images).map_err(io_err("preparing the raw read"))?;
+    let (raw_r2, cpu_r2) = with_cpu(|| raw_read(&raw2));
+    let raw_r2 = raw_r2.map_err(io_err("measuring the raw read"))?;
     restored.verify(&manifest)?;
     drop(restored);
     drop(dst);
@@ -458,6 +607,10 @@ pub fn run_bench(args: &BenchArgs) -> Result<BenchReport, DemoError> {
             bo_size: bo,
             raw_writes: [per_second(bytes, raw_w1), per_second(bytes, raw_w2)],
             raw_reads: [per_second(bytes, raw_r1), per_second(bytes, raw_r2)],
+            cpu_dump: cpu_dump.as_secs_f64(),
+            cpu_raw_write: cpu_w1.min(cpu_w2).as_secs_f64(),
+            cpu_restore: cpu_restore.as_secs_f64(),
+            cpu_raw_read: cpu_r1.min(cpu_r2).as_secs_f64(),
             sync: args.sync,
             dir: args.dir.clone().unwrap_or_else(std::env::temp_dir),
         },
