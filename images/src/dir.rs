@@ -101,6 +101,22 @@ pub fn read_ahead(file: &File, offset: u64, len: u64) {
     let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), off, len, libc::POSIX_FADV_WILLNEED) };
 }
 
+/// Starts writing back `[offset, offset + len)` of `file` (`sync_file_range` with
+/// `SYNC_FILE_RANGE_WRITE`: queues the dirty pages for the disk without waiting for them). Only a
+/// hint: errors are ignored.
+pub fn write_behind(file: &File, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(off), Ok(len)) = (
+        libc::off64_t::try_from(offset),
+        libc::off64_t::try_from(len),
+    ) else {
+        return;
+    };
+    // SAFETY: sync_file_range reads only the fd number, the range and the flags.
+    let _ =
+        unsafe { libc::sync_file_range(file.as_raw_fd(), off, len, libc::SYNC_FILE_RANGE_WRITE) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

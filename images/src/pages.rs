@@ -39,6 +39,10 @@ pub const IO_SLICE: usize = 256 << 10;
 /// the same way.
 pub const READ_AHEAD: u64 = 32 << 20;
 
+/// With write-behind, every this many payload bytes the writer asks the kernel to start writing
+/// them to the disk.
+pub const WRITE_BEHIND: u64 = 32 << 20;
+
 /// `alloc_flags` bit of a VRAM BO (`KFD_IOC_ALLOC_MEM_FLAGS_VRAM`).
 pub const ALLOC_MEM_FLAGS_VRAM: u32 = 1 << 0;
 /// `alloc_flags` bit of a GTT BO (`KFD_IOC_ALLOC_MEM_FLAGS_GTT`).
@@ -243,6 +247,9 @@ pub struct PagesWriter {
     file_key: u32,
     total: u64,
     written: u64,
+    /// Whether written data is handed to the disk as it goes, and how far it was.
+    write_behind: bool,
+    behind: u64,
     checksums: Option<(Chunker, u32, Vec<u64>)>,
 }
 
@@ -286,6 +293,8 @@ impl PagesWriter {
             file_key: which.file_key(),
             total: total_len,
             written: 0,
+            write_behind: false,
+            behind: 0,
             checksums,
         })
     }
@@ -293,6 +302,15 @@ impl PagesWriter {
     /// The file's name in the image directory.
     pub fn file_name(&self) -> &str {
         &self.name
+    }
+
+    /// Write-behind: every [`WRITE_BEHIND`] bytes, start writing them back to the disk
+    /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`) instead of leaving them dirty in the page cache
+    /// until the kernel or a later `fsync` gets to them. The writer then runs at about the disk's
+    /// speed, and an `fsync` after it finds little left to do; without it, writing into the page
+    /// cache is faster as long as memory lasts.
+    pub fn set_write_behind(&mut self, on: bool) {
+        self.write_behind = on;
     }
 
     /// Payload bytes written so far.
@@ -339,6 +357,14 @@ impl PagesWriter {
                     source,
                 })?;
             self.written += piece.len() as u64;
+            if self.write_behind && self.written - self.behind >= WRITE_BEHIND {
+                dir::write_behind(
+                    &self.file,
+                    self.behind + HEADER_LEN,
+                    self.written - self.behind,
+                );
+                self.behind = self.written;
+            }
         }
         Ok(())
     }

@@ -15,6 +15,9 @@ use crate::hooks::{CriuHooks, HookError, HookResult, Stage, VmaUpdate};
 use crate::restore::{self, MappedOn, RestoreOptions, Restored};
 use kfd_abi::platform::{DeviceKind, HostPlatform, Platform};
 
+/// Turns on write-behind of the pages files at dump ([`Settings::write_behind`]).
+pub const WRITE_BEHIND_ENV: &str = "AMDGPU_CR_WRITE_BEHIND";
+
 /// The settings that come from the environment (read once, at `init`).
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -28,6 +31,8 @@ pub struct Settings {
     pub checksums: bool,
     /// Counts the bytes dumps and restores copy (for progress displays).
     pub progress: crate::copy::Progress,
+    /// `AMDGPU_CR_WRITE_BEHIND`: dumps start writing the pages files to the disk as they go.
+    pub write_behind: bool,
 }
 
 impl Settings {
@@ -51,6 +56,12 @@ impl Settings {
             dump_devices_late,
             checksums: true,
             progress: crate::copy::Progress::default(),
+            write_behind: lookup(WRITE_BEHIND_ENV).is_some_and(|v| {
+                topology::options::parse_bool(&v).unwrap_or_else(|| {
+                    log::warn!("ignoring {WRITE_BEHIND_ENV}={v:?}: expected 0, 1, NO or YES");
+                    false
+                })
+            }),
         }
     }
 }
@@ -437,6 +448,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
                     staging: settings.staging,
                     checksums: settings.checksums,
                     progress: settings.progress.clone(),
+                    write_behind: settings.write_behind,
                 };
                 let unpause = if settings.dump_devices_late {
                     Unpause::Deferred
@@ -563,4 +575,23 @@ fn host_has_dump_devices_late() -> bool {
 /// criu's image directory fd.
 fn criu_image_dir() -> Option<RawFd> {
     crate::shim::criu_image_dir()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[rstest::rstest]
+    #[case::unset(None, false)]
+    #[case::on(Some("1"), true)]
+    #[case::yes(Some("YES"), true)]
+    #[case::off(Some("0"), false)]
+    #[case::garbage_is_ignored(Some("sometimes"), false)]
+    fn write_behind_comes_from_the_environment(#[case] value: Option<&str>, #[case] on: bool) {
+        let s = Settings::from_lookup(
+            |k| (k == WRITE_BEHIND_ENV).then(|| value.map(String::from)).flatten(),
+            false,
+        );
+        assert_eq!(s.write_behind, on);
+    }
 }

@@ -28,6 +28,9 @@ pub struct DumpOptions {
     pub checksums: bool,
     /// Counts the bytes copied.
     pub progress: Progress,
+    /// Start writing the pages files back to the disk while dumping
+    /// ([`PagesWriter::set_write_behind`]).
+    pub write_behind: bool,
 }
 
 impl Default for DumpOptions {
@@ -36,6 +39,7 @@ impl Default for DumpOptions {
             staging: Staging::default(),
             checksums: true,
             progress: Progress::default(),
+            write_behind: false,
         }
     }
 }
@@ -305,6 +309,7 @@ fn copy_contents<P: Platform>(
                     let total: u64 = bos.iter().map(|b| b.size).sum();
                     let which = PagesFile::Kfd { id, gpu_id: user };
                     let mut writer = PagesWriter::new(dir, which, total, chunk)?;
+                    writer.set_write_behind(opts.write_behind);
                     if !bos.is_empty() {
                         let render = platform.open_render(minor)?;
                         copy::dump_gpu(&render, &bos, opts.staging, &opts.progress, &mut writer)

@@ -43,8 +43,10 @@
 //! sync the plugin's files; it syncs the image directory itself when asked) and the page cache
 //! kept, so both the restore and the raw read read files that are in the page cache (the
 //! machine's memory permitting). With `--sync`: the dump and the raw write both end with `fsync`
-//! (timed), and the page cache of every file is dropped (`posix_fadvise(DONTNEED)`, after the
-//! `fsync`) before each of the three reads, so they all read from the disk.
+//! (timed), both hand their data to the disk as they write (the plugin's write-behind,
+//! `AMDGPU_CR_WRITE_BEHIND`, and the same `sync_file_range` cadence on the raw side), and the page
+//! cache of every file is dropped (`posix_fadvise(DONTNEED)`, after the `fsync`) before each of
+//! the three reads, so they all read from the disk.
 //!
 //! Memory. The simulated VRAM is shared memory (memfds), which `/proc/self/statm` counts as
 //! `shared`, not anonymous. A thread samples `resident - shared` of `/proc/self/statm` (that is
@@ -379,11 +381,17 @@ fn raw_write(paths: &[PathBuf], bytes: u64, sync: bool) -> io::Result<Duration> 
                         .create_new(true)
                         .mode(0o600)
                         .open(path)?;
-                    let mut left = len;
+                    let (mut left, mut behind, mut done) = (len, 0u64, 0u64);
                     while left > 0 {
                         let n = usize::try_from(left.min(RAW_IO as u64)).unwrap_or(RAW_IO);
                         f.write_all(&buf[..n])?;
                         left -= n as u64;
+                        done += n as u64;
+                        // The dump's write-behind, which --sync turns on, at the same cadence.
+                        if sync && done - behind >= images::pages::WRITE_BEHIND {
+                            images::dir::write_behind(&f, behind, done - behind);
+                            behind = done;
+                        }
                     }
                     if sync {
                         f.sync_all()?;
@@ -513,6 +521,8 @@ pub fn run_bench(args: &BenchArgs) -> Result<BenchReport, DemoError> {
     };
     let settings = Settings {
         checksums: !args.no_checksums,
+        // Durable dumps go to the disk as they are written (AMDGPU_CR_WRITE_BEHIND).
+        write_behind: args.sync,
         ..Settings::from_env(false)
     };
 
