@@ -589,7 +589,11 @@ mod tests {
     #[case::garbage_is_ignored(Some("sometimes"), false)]
     fn write_behind_comes_from_the_environment(#[case] value: Option<&str>, #[case] on: bool) {
         let s = Settings::from_lookup(
-            |k| (k == WRITE_BEHIND_ENV).then(|| value.map(String::from)).flatten(),
+            |k| {
+                (k == WRITE_BEHIND_ENV)
+                    .then(|| value.map(String::from))
+                    .flatten()
+            },
             false,
         );
         assert_eq!(s.write_behind, on);
