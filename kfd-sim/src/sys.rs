@@ -418,23 +418,7 @@ pub fn access_ok(addr: u64, size: u64) -> bool {
 pub fn process_vm_read(pid: libc::pid_t, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
     let mut done = 0usize;
     while done < buf.len() {
-        let remote = addr_at(addr, done, buf.len() - done)?;
-        let rest = &mut buf[done..];
-        let local = libc::iovec {
-            iov_base: rest.as_mut_ptr().cast(),
-            iov_len: rest.len(),
-        };
-        let remote = libc::iovec {
-            iov_base: remote as *mut libc::c_void,
-            iov_len: rest.len(),
-        };
-        // SAFETY: `local` describes our own writable buffer; the remote range is only accessed
-        // by the kernel, which fails cleanly on unmapped memory.
-        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-        match usize::try_from(n) {
-            Ok(0) | Err(_) => return Err(Errno::EFAULT),
-            Ok(n) => done += n,
-        }
+        done += process_vm_read_some(pid, addr, done, &mut buf[done..])?;
     }
     Ok(())
 }

@@ -933,6 +933,15 @@ mod tests {
         (s, kernels)
     }
 
+    /// A server for /dev/kfd and two render nodes, past CUSE_INIT.
+    fn initialised_server() -> (CuseServer, Vec<FakeKernel>) {
+        let (s, mut k) = server(3);
+        for kk in &mut k {
+            kk.recv();
+        }
+        (s, k)
+    }
+
     #[test]
     fn init_registers_kfd_dynamic_and_render_nodes_with_drm_numbers() {
         let (s, mut k) = server(3);
@@ -999,10 +1008,7 @@ mod tests {
     #[test]
     fn any_request_is_answered_or_dropped_without_a_panic() {
         use proptest::prelude::*;
-        let (s, mut k) = server(3);
-        for kk in &mut k {
-            kk.recv();
-        }
+        let (s, mut k) = initialised_server();
         let fhs: Vec<u64> = (0..3).map(|i| k[i].open(me()).unwrap()).collect();
         let config = ProptestConfig {
             cases: 512,
@@ -1030,10 +1036,7 @@ mod tests {
 
     #[test]
     fn an_interrupt_ends_an_infinite_wait_events_with_eintr() {
-        let (s, mut k) = server(3);
-        for kk in &mut k {
-            kk.recv();
-        }
+        let (s, mut k) = initialised_server();
         let fh = k[0].open(me()).unwrap();
         let mut ev = kfd_sys::kfd_ioctl_create_event_args {
             event_type: kfd_sys::KFD_IOC_EVENT_SIGNAL,
@@ -1090,10 +1093,7 @@ mod tests {
 
     #[test]
     fn open_ioctl_release_on_kfd() {
-        let (s, mut k) = server(3);
-        for kk in &mut k {
-            kk.recv();
-        }
+        let (s, mut k) = initialised_server();
         let fh = k[0].open(me()).unwrap();
         let mut v = kfd_sys::kfd_ioctl_get_version_args::default();
         let addr = std::ptr::addr_of_mut!(v) as u64;
@@ -1136,10 +1136,7 @@ mod tests {
 
     #[test]
     fn installed_fds_are_kept_until_the_client_closes_them() {
-        let (s, mut k) = server(3);
-        for kk in &mut k {
-            kk.recv();
-        }
+        let (s, mut k) = initialised_server();
         let fh = k[0].open(me()).unwrap();
         let gpu = s.shared.machine.devices[0].gpu_id;
         let mut a = kfd_sys::kfd_ioctl_smi_events_args {
@@ -1172,10 +1169,7 @@ mod tests {
 
     #[test]
     fn probe_answers_the_daemon_only_and_garbage_does_not_hurt() {
-        let (s, mut k) = server(3);
-        for kk in &mut k {
-            kk.recv();
-        }
+        let (s, mut k) = initialised_server();
         let fh = k[1].open(me()).unwrap();
         assert_eq!(
             k[1].ioctl(me(), fh, SIM_PROBE, 0),
@@ -1211,10 +1205,7 @@ mod tests {
 
     #[test]
     fn a_connection_dropped_by_the_kernel_is_reported() {
-        let (s, mut k) = server(3);
-        for kk in &mut k {
-            kk.recv();
-        }
+        let (s, mut k) = initialised_server();
         drop(k.remove(2));
         let err = s.wait_ready(Duration::from_secs(5)).unwrap_err();
         assert!(
