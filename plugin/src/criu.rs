@@ -84,6 +84,9 @@ struct State<P: Platform> {
     /// At restore: render nodes restored before this process's `/dev/kfd` (or in a process
     /// without one), by the GPU id of their image.
     preopened: std::collections::BTreeMap<u32, kfd_abi::RenderNode<P::Device>>,
+    /// At restore: which `/dev/kfd` image is this process's (`None` inside: it has none), once
+    /// looked up.
+    own_kfd_image: Option<Option<u32>>,
 }
 
 impl<P: Platform> Default for State<P> {
@@ -95,6 +98,7 @@ impl<P: Platform> Default for State<P> {
             user_ids: std::collections::BTreeMap::new(),
             pending_renders: Vec::new(),
             preopened: std::collections::BTreeMap::new(),
+            own_kfd_image: None,
         }
     }
 }
@@ -363,7 +367,15 @@ impl<P: Platform> Engine<P> {
         let err = |e: restore::RestoreError| HookError::failed(e.errno(), format!("{image}: {e}"));
         let local = topology::parse(&self.platform.topology_root())
             .map_err(|e| err(restore::RestoreError::Topology(e)))?;
-        let kfd_id = restore::kfd_image_of(dir, self.platform.process_id()).map_err(err)?;
+        let cached = lock(&self.state).own_kfd_image;
+        let kfd_id = match cached {
+            Some(k) => k,
+            None => {
+                let k = restore::kfd_image_of(dir, self.platform.process_id()).map_err(err)?;
+                lock(&self.state).own_kfd_image = Some(k);
+                k
+            }
+        };
         let checks = self.settings().checks;
         let minor = restore::render_minor_for(msg.gpu_id, kfd_id, dir, &local, &checks)
             .map_err(err)?
@@ -417,6 +429,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
         state.user_ids.clear();
         state.pending_renders.clear();
         state.preopened.clear();
+        state.own_kfd_image = None;
         log::debug!("exit {stage:?} ({ret})");
     }
 
