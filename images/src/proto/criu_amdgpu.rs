@@ -98,8 +98,8 @@ pub struct KfdBoEntry {
 /// it only appears in fields numbered 100 and up.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct PagesChecksums {
-    /// Which file: the gpu_id of amdgpu-pages-<id>-<gpu_id>.img in criu_kfd, or the index of
-    /// amdgpu-drm-pages-<id>-<minor>-<index>.img in criu_render_node.
+    /// Which file: the gpu_id of `amdgpu-pages-<id>-<gpu_id>.img` in criu_kfd, or the index of
+    /// `amdgpu-drm-pages-<id>-<minor>-<index>.img` in criu_render_node.
     #[prost(uint32, required, tag = "1")]
     pub file_key: u32,
     /// Payload bytes of the file (its length header).

@@ -50,7 +50,7 @@ enum Command {
         /// The directory to write (created if needed).
         dir: PathBuf,
     },
-    /// Serve /dev/kfd and one /dev/dri/renderD<minor> per GPU over CUSE (needs root and
+    /// Serve /dev/kfd and one render node (/dev/dri/renderD*) per GPU over CUSE (needs root and
     /// /dev/cuse) until SIGTERM or SIGINT. Prints a `READY` line when every node exists.
     Serve {
         /// A built-in preset (see `kfd-simd presets`).

@@ -7,7 +7,7 @@
 //! - `fuse_out_header` (16): len u32, error i32 (0 or -errno), unique u64.
 //! - `cuse_init_in` (16): major, minor, unused, flags (u32 each).
 //! - `cuse_init_out` (72): major, minor, unused, flags, max_read, max_write, dev_major, dev_minor,
-//!   spare[10] (u32 each), followed by the device info: NUL-terminated `KEY=VALUE` strings.
+//!   `spare[10]` (u32 each), followed by the device info: NUL-terminated `KEY=VALUE` strings.
 //! - `fuse_open_in` (8): flags, open_flags; `fuse_open_out` (16): fh u64, open_flags, padding.
 //! - `fuse_release_in` (24): fh u64, flags, release_flags, lock_owner u64.
 //! - `fuse_ioctl_in` (32): fh u64, flags u32, cmd u32, arg u64, in_size u32, out_size u32;

@@ -7,7 +7,7 @@
 //! DUMP_EXT_FILE (2), RESTORE_EXT_FILE (3), HANDLE_DEVICE_VMA (7), UPDATE_VMA_MAP (8) and
 //! RESUME_DEVICES_LATE (9) are always filled; POST_FORKING (12), RESTORE_INIT (13) and
 //! DUMP_DEVICES_LATE (14) only when the host criu has them; every other slot is null. Each hook
-//! body lives in [`trampoline`], which converts the C arguments, calls
+//! body lives in `trampoline`, which converts the C arguments, calls
 //! [`crate::criu::hooks`], maps the result to criu's convention, logs failures and never lets a
 //! panic unwind into criu (it returns `-EIO`).
 //!
