@@ -17,6 +17,10 @@ offset=$((1024 * 1024 + 17))
 byte=$(od -An -tu1 -j "$offset" -N 1 "$pages" | tr -d ' ')
 printf "$(printf '\\%03o' $((byte ^ 1)))" | dd of="$pages" bs=1 seek="$offset" conv=notrunc status=none
 note "flipped bit 0 of byte $offset of ${pages##*/}"
+# The dumped process's KFD process goes when its files are released; wait for that first, so
+# that the release seen after the restore is the half-restored process's.
+wait_for "kfd-simd to release the dumped process" 15 \
+    grep -q "kfd-sim: pid $WORKLOAD_PID: KFD process released" "$VM_LANE_OUT/simd.err"
 seen=$(wc -l <"$VM_LANE_OUT/simd.err")
 rc=0
 criu_run restore "$IMAGES" -d || rc=$?

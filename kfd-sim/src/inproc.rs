@@ -169,13 +169,20 @@ impl SimProcess {
     /// `open("/dev/kfd")`: the process's KFD process is created on the first open (with a
     /// per-device record for every GPU); later opens share it.
     pub fn open_kfd(&self) -> io::Result<SimFile> {
-        let process = self
-            .inner
-            .machine
-            .inner
-            .kfd_process(self.pid())
-            .map_err(io::Error::from)?;
-        *lock(&self.inner.kfd) = Some(Arc::clone(&process));
+        // One KFD process per simulated process (the kernel's per-mm one): its first open makes
+        // it, even where an earlier process with this pid left one behind.
+        let mut mine = lock(&self.inner.kfd);
+        let process = match &*mine {
+            Some(p) => Arc::clone(p),
+            None => self
+                .inner
+                .machine
+                .inner
+                .new_kfd_process(self.pid())
+                .map_err(io::Error::from)?,
+        };
+        *mine = Some(Arc::clone(&process));
+        drop(mine);
         self.new_file("kfd-sim:/dev/kfd", FileKind::Kfd(process))
     }
 

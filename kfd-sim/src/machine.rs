@@ -250,6 +250,23 @@ impl MachineInner {
         Ok(p)
     }
 
+    /// A new KFD process for a new process `pid`, even if the KFD process of an earlier holder
+    /// of that pid is still alive (its files not all released yet): the kernel keys KFD
+    /// processes on the mm, so a new process never inherits a dead one's. Lookups by pid find
+    /// the new one from now on.
+    pub(crate) fn new_kfd_process(self: &Arc<Self>, pid: u32) -> Result<Arc<KfdProcess>, Errno> {
+        let mut r = lock(&self.reg);
+        if r.locked {
+            return Err(Errno::EAGAIN);
+        }
+        if r.processes.get(&pid).is_some_and(|w| w.strong_count() > 0) {
+            log::debug!("kfd-sim: pid {pid}: a new process while the old one's files linger");
+        }
+        let p = Arc::new(KfdProcess::new(Arc::clone(self), pid));
+        r.processes.insert(pid, Arc::downgrade(&p));
+        Ok(p)
+    }
+
     /// The live KFD process of `pid`, if any.
     pub(crate) fn find_process(&self, pid: u32) -> Option<Arc<KfdProcess>> {
         lock(&self.reg).processes.get(&pid).and_then(Weak::upgrade)
@@ -312,5 +329,27 @@ impl MachineInner {
     pub(crate) fn release_system(&self, size: u64) {
         let mut r = lock(&self.reg);
         r.system_used = r.system_used.saturating_sub(size);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_process_never_inherits_a_dead_holders_kfd_process() {
+        let preset = crate::Preset::by_name("mi210x2").unwrap();
+        let m = Arc::new(MachineInner::new(preset.to_topology().unwrap()).unwrap());
+        // The old holder of pid 77 is gone, but one of its files still holds its KFD process.
+        let old = m.kfd_process(77).unwrap();
+        let new = m.new_kfd_process(77).unwrap();
+        assert!(!Arc::ptr_eq(&old, &new));
+        assert!(Arc::ptr_eq(&m.find_process(77).unwrap(), &new));
+        assert!(Arc::ptr_eq(&m.kfd_process(77).unwrap(), &new));
+        // The old one's last file goes: the new one stays registered.
+        drop(old);
+        assert!(Arc::ptr_eq(&m.find_process(77).unwrap(), &new));
+        drop(new);
+        assert!(m.find_process(77).is_none());
     }
 }

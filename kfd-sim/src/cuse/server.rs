@@ -706,8 +706,9 @@ impl Shared {
             match &entry.kfd {
                 Some(p) => Ok(Arc::clone(p)),
                 None => {
-                    // Drop a leftover KFD process of an earlier holder of this pid first.
-                    let p = self.machine.kfd_process(tgid)?;
+                    // This process's first /dev/kfd: a KFD process of its own, whatever an
+                    // earlier holder of the pid left behind.
+                    let p = self.machine.new_kfd_process(tgid)?;
                     entry.kfd = Some(Arc::clone(&p));
                     Ok(p)
                 }
