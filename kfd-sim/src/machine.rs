@@ -235,22 +235,7 @@ impl MachineInner {
         r.next_pid = r.next_pid.max(pid);
     }
 
-    /// The KFD process of `pid`, created with pdds for every GPU if it does not exist.
-    pub(crate) fn kfd_process(self: &Arc<Self>, pid: u32) -> Result<Arc<KfdProcess>, Errno> {
-        let mut r = lock(&self.reg);
-        if r.locked {
-            return Err(Errno::EAGAIN);
-        }
-        if let Some(p) = r.processes.get(&pid).and_then(Weak::upgrade) {
-            return Ok(p);
-        }
-        // Created under the registry lock (registry -> device is the only order used).
-        let p = Arc::new(KfdProcess::new(Arc::clone(self), pid));
-        r.processes.insert(pid, Arc::downgrade(&p));
-        Ok(p)
-    }
-
-    /// A new KFD process for a new process `pid`, even if the KFD process of an earlier holder
+    /// A new KFD process (pdds on every GPU) for a new process `pid`, even if the KFD process of an earlier holder
     /// of that pid is still alive (its files not all released yet): the kernel keys KFD
     /// processes on the mm, so a new process never inherits a dead one's. Lookups by pid find
     /// the new one from now on.
@@ -341,11 +326,10 @@ mod tests {
         let preset = crate::Preset::by_name("mi210x2").unwrap();
         let m = Arc::new(MachineInner::new(preset.to_topology().unwrap()).unwrap());
         // The old holder of pid 77 is gone, but one of its files still holds its KFD process.
-        let old = m.kfd_process(77).unwrap();
+        let old = m.new_kfd_process(77).unwrap();
         let new = m.new_kfd_process(77).unwrap();
         assert!(!Arc::ptr_eq(&old, &new));
         assert!(Arc::ptr_eq(&m.find_process(77).unwrap(), &new));
-        assert!(Arc::ptr_eq(&m.kfd_process(77).unwrap(), &new));
         // The old one's last file goes: the new one stays registered.
         drop(old);
         assert!(Arc::ptr_eq(&m.find_process(77).unwrap(), &new));
