@@ -380,14 +380,15 @@ impl<P: Platform> Engine<P> {
         let minor = restore::render_minor_for(msg.gpu_id, kfd_id, dir, &local, &checks)
             .map_err(err)?
             .ok_or_else(|| {
-                let why = match kfd_id {
-                    Some(k) => format!("the process's /dev/kfd image {k} does not map it"),
-                    None => "this machine has no GPU of that id".into(),
+                let kfd = match kfd_id {
+                    Some(k) => format!(", and the process's /dev/kfd image {k} does not use it"),
+                    None => String::new(),
                 };
                 failed(
                     Errno::ENODEV,
                     format!(
-                        "{image}: renderD{} (GPU {:#x}) at the dump: {why}",
+                        "{image}: renderD{} (GPU {:#x}) at the dump: this machine has no GPU of \
+                         that id{kfd}",
                         msg.drm_render_minor, msg.gpu_id
                     ),
                 )

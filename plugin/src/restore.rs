@@ -311,9 +311,9 @@ pub fn kfd_image_of(dir: BorrowedFd<'_>, pid: u32) -> Result<Option<u32>, Restor
     Ok(None)
 }
 
-/// The render minor on this machine of GPU `gpu_id` (a user id) of the process whose `/dev/kfd`
-/// image is `kfd_id`, as [`restore_kfd`] will map it; with no `/dev/kfd` image, the GPU of that
-/// id on this machine.
+/// The render minor on this machine of GPU `gpu_id` of the process whose `/dev/kfd` image is
+/// `kfd_id`: where the image maps it, as [`restore_kfd`] will; for a GPU the process's KFD does
+/// not use (or a process without `/dev/kfd`), the GPU of that id on this machine.
 pub fn render_minor_for(
     gpu_id: u32,
     kfd_id: Option<u32>,
@@ -321,15 +321,17 @@ pub fn render_minor_for(
     local: &topology::Topology,
     checks: &CheckOptions,
 ) -> Result<Option<u32>, RestoreError> {
-    let Some(kfd_id) = kfd_id else {
-        return Ok(local
-            .gpus()
-            .find(|n| n.gpu_id == gpu_id)
-            .map(topology::Node::render_minor));
-    };
-    let plan = plan(kfd_id, dir, local, checks)?
-        .ok_or_else(|| inconsistent(kfd_id, "the image disappeared"))?;
-    Ok(plan.mapping.gpu(gpu_id).map(|m| m.destination_render_minor))
+    if let Some(kfd_id) = kfd_id {
+        let plan = plan(kfd_id, dir, local, checks)?
+            .ok_or_else(|| inconsistent(kfd_id, "the image disappeared"))?;
+        if let Some(m) = plan.mapping.gpu(gpu_id) {
+            return Ok(Some(m.destination_render_minor));
+        }
+    }
+    Ok(local
+        .gpus()
+        .find(|n| n.gpu_id == gpu_id)
+        .map(topology::Node::render_minor))
 }
 
 /// Restores the KFD state of image `id` from `dir` into the calling process. `Ok(None)`: there is
