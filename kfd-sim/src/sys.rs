@@ -416,36 +416,15 @@ pub fn access_ok(addr: u64, size: u64) -> bool {
 /// Reads another (or our own) process's memory with `process_vm_readv`. Any failure or short
 /// transfer is `EFAULT`: nothing is ever dereferenced directly.
 pub fn process_vm_read(pid: libc::pid_t, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
-    let mut done = 0usize;
-    while done < buf.len() {
-        done += process_vm_read_some(pid, addr, done, &mut buf[done..])?;
-    }
-    Ok(())
+    // SAFETY: `buf` is ours and writable for the whole call.
+    unsafe { vm_transfer(pid, buf.as_mut_ptr(), addr, buf.len(), false) }
 }
 
 /// Writes into a process's memory with `process_vm_writev`; any failure is `EFAULT`.
 pub fn process_vm_write(pid: libc::pid_t, addr: u64, buf: &[u8]) -> Result<(), Errno> {
-    let mut done = 0usize;
-    while done < buf.len() {
-        let remote = addr_at(addr, done, buf.len() - done)?;
-        let rest = &buf[done..];
-        let local = libc::iovec {
-            iov_base: rest.as_ptr() as *mut libc::c_void,
-            iov_len: rest.len(),
-        };
-        let remote = libc::iovec {
-            iov_base: remote as *mut libc::c_void,
-            iov_len: rest.len(),
-        };
-        // SAFETY: `local` describes our own readable buffer (the kernel only reads it); the remote
-        // range is only accessed by the kernel, which fails cleanly on unmapped memory.
-        let n = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
-        match usize::try_from(n) {
-            Ok(0) | Err(_) => return Err(Errno::EFAULT),
-            Ok(n) => done += n,
-        }
-    }
-    Ok(())
+    // SAFETY: `buf` is ours and readable for the whole call; writing to the remote side, the
+    // kernel only reads the local one.
+    unsafe { vm_transfer(pid, buf.as_ptr().cast_mut(), addr, buf.len(), true) }
 }
 
 fn addr_at(addr: u64, done: usize, len: usize) -> Result<usize, Errno> {
