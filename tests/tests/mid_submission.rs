@@ -59,6 +59,12 @@ impl Trap {
     }
 }
 
+impl std::fmt::Debug for Trap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Trap")
+    }
+}
+
 /// One of the workload's fds: the file it was opened on until criu restores the process, then
 /// the restored file.
 #[derive(Debug)]
@@ -67,12 +73,6 @@ struct Fd {
     opened: SimFile,
     restored: Arc<OnceLock<SimFile>>,
     trap: Arc<Trap>,
-}
-
-impl std::fmt::Debug for Trap {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Trap")
-    }
 }
 
 impl Fd {
