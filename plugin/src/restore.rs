@@ -525,3 +525,29 @@ fn copy_contents<P: Platform>(
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn a_process_finds_its_own_kfd_image_by_pid() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = std::fs::File::open(tmp.path()).unwrap();
+        for (id, pid) in [(8, 100), (12, 200), (30, 300)] {
+            let msg = CriuKfd {
+                pid,
+                ..Default::default()
+            };
+            KfdImage::write(dir.as_fd(), id, &msg).unwrap();
+        }
+        // Other files of the directory are not KFD images.
+        for name in ["amdgpu-kfd-x.img", "amdgpu-pages-12-1e52.img", "core-200.img"] {
+            std::fs::write(tmp.path().join(name), b"not ours").unwrap();
+        }
+        assert_eq!(kfd_image_of(dir.as_fd(), 200).unwrap(), Some(12));
+        assert_eq!(kfd_image_of(dir.as_fd(), 300).unwrap(), Some(30));
+        assert_eq!(kfd_image_of(dir.as_fd(), 400).unwrap(), None);
+    }
+}
