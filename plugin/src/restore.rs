@@ -543,7 +543,11 @@ mod tests {
             KfdImage::write(dir.as_fd(), id, &msg).unwrap();
         }
         // Other files of the directory are not KFD images.
-        for name in ["amdgpu-kfd-x.img", "amdgpu-pages-12-1e52.img", "core-200.img"] {
+        for name in [
+            "amdgpu-kfd-x.img",
+            "amdgpu-pages-12-1e52.img",
+            "core-200.img",
+        ] {
             std::fs::write(tmp.path().join(name), b"not ours").unwrap();
         }
         assert_eq!(kfd_image_of(dir.as_fd(), 200).unwrap(), Some(12));
