@@ -385,24 +385,26 @@ pub fn ioctl_reply(unique: u64, result: Result<i32, Errno>) -> Vec<u8> {
     finish(b)
 }
 
+/// A request as the kernel sends it (uid 1000, gid 100), for tests of the protocol and the server.
+#[cfg(test)]
+pub(crate) fn request(opcode: u32, unique: u64, pid: u32, body: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(IN_HEADER_LEN + body.len()).unwrap_or(u32::MAX);
+    let mut b = Vec::new();
+    b.extend_from_slice(&len.to_ne_bytes());
+    b.extend_from_slice(&opcode.to_ne_bytes());
+    b.extend_from_slice(&unique.to_ne_bytes());
+    b.extend_from_slice(&0u64.to_ne_bytes()); // nodeid
+    b.extend_from_slice(&1000u32.to_ne_bytes()); // uid
+    b.extend_from_slice(&100u32.to_ne_bytes()); // gid
+    b.extend_from_slice(&pid.to_ne_bytes());
+    b.extend_from_slice(&[0u8; 4]);
+    b.extend_from_slice(body);
+    b
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn request(opcode: u32, unique: u64, pid: u32, body: &[u8]) -> Vec<u8> {
-        let len = u32::try_from(IN_HEADER_LEN + body.len()).unwrap();
-        let mut b = Vec::new();
-        b.extend_from_slice(&len.to_ne_bytes());
-        b.extend_from_slice(&opcode.to_ne_bytes());
-        b.extend_from_slice(&unique.to_ne_bytes());
-        b.extend_from_slice(&0u64.to_ne_bytes()); // nodeid
-        b.extend_from_slice(&1000u32.to_ne_bytes()); // uid
-        b.extend_from_slice(&100u32.to_ne_bytes()); // gid
-        b.extend_from_slice(&pid.to_ne_bytes());
-        b.extend_from_slice(&[0u8; 4]);
-        b.extend_from_slice(body);
-        b
-    }
 
     fn words(b: &[u8]) -> Vec<u32> {
         b.chunks(4)

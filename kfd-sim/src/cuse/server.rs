@@ -824,25 +824,12 @@ mod tests {
     use std::os::unix::net::UnixStream;
 
     use super::*;
-    use crate::cuse::proto::{FUSE_IOCTL_UNRESTRICTED, IN_HEADER_LEN};
+    use crate::cuse::proto::{request, FUSE_IOCTL_UNRESTRICTED};
     use kfd_abi::ioctl::kfd;
 
     struct FakeKernel {
         end: UnixStream,
         unique: u64,
-    }
-
-    fn request(opcode: u32, unique: u64, pid: u32, body: &[u8]) -> Vec<u8> {
-        let len = u32::try_from(IN_HEADER_LEN + body.len()).unwrap();
-        let mut b = Vec::new();
-        b.extend_from_slice(&len.to_ne_bytes());
-        b.extend_from_slice(&opcode.to_ne_bytes());
-        b.extend_from_slice(&unique.to_ne_bytes());
-        b.extend_from_slice(&[0u8; 16]); // nodeid, uid, gid
-        b.extend_from_slice(&pid.to_ne_bytes());
-        b.extend_from_slice(&[0u8; 4]);
-        b.extend_from_slice(body);
-        b
     }
 
     /// `fuse_ioctl_in` of an unrestricted ioctl without in/out sizes.
