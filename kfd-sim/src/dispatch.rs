@@ -616,14 +616,20 @@ fn destroy_event(cx: &Cx<'_>, k: &mut [u8]) -> R {
     })
 }
 
+/// The signal event `id` that SET_EVENT and RESET_EVENT act on: `EINVAL` if there is none, or
+/// it is of another type.
+fn signal_event(st: &mut ProcState, id: u32) -> Result<&mut Event, Errno> {
+    let ev = st.events.get_mut(&id).ok_or(Errno::EINVAL)?;
+    if ev.ty != sys::KFD_IOC_EVENT_SIGNAL {
+        return Err(Errno::EINVAL);
+    }
+    Ok(ev)
+}
+
 fn set_event(cx: &Cx<'_>, k: &mut [u8]) -> R {
     args(k, |a: &mut sys::kfd_ioctl_set_event_args| {
         let mut st = cx.p.lock();
-        let ev = st.events.get_mut(&a.event_id).ok_or(Errno::EINVAL)?;
-        if ev.ty != sys::KFD_IOC_EVENT_SIGNAL {
-            return Err(Errno::EINVAL);
-        }
-        ev.set();
+        signal_event(&mut st, a.event_id)?.set();
         cx.p.events_cv.notify_all();
         Ok(0)
     })
@@ -632,11 +638,7 @@ fn set_event(cx: &Cx<'_>, k: &mut [u8]) -> R {
 fn reset_event(cx: &Cx<'_>, k: &mut [u8]) -> R {
     args(k, |a: &mut sys::kfd_ioctl_reset_event_args| {
         let mut st = cx.p.lock();
-        let ev = st.events.get_mut(&a.event_id).ok_or(Errno::EINVAL)?;
-        if ev.ty != sys::KFD_IOC_EVENT_SIGNAL {
-            return Err(Errno::EINVAL);
-        }
-        ev.signaled = false;
+        signal_event(&mut st, a.event_id)?.signaled = false;
         Ok(0)
     })
 }
