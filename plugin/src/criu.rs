@@ -123,6 +123,12 @@ fn failed(errno: Errno, e: impl std::fmt::Display) -> HookError {
     HookError::failed(errno, e.to_string())
 }
 
+/// Another fd on the same open file (what criu gets to install in the task).
+fn dup(fd: BorrowedFd<'_>) -> HookResult<OwnedFd> {
+    fd.try_clone_to_owned()
+        .map_err(|e| failed(Errno::from_io(&e), e))
+}
+
 impl<P: Platform> Engine<P> {
     /// An engine over `platform`; `image_dir` gives criu's image directory fd (criu's
     /// `criu_get_image_dir()`).
@@ -281,11 +287,7 @@ impl<P: Platform> Engine<P> {
             restored.elapsed.as_secs_f64()
         );
         let restored = self.keep_out_of_the_way(restored)?;
-        let fd = restored
-            .kfd
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(|e| failed(Errno::from_io(&e), e))?;
+        let fd = dup(restored.kfd.as_fd())?;
         lock(&self.state).restored.push(restored);
         Ok(Some(fd))
     }
@@ -306,14 +308,23 @@ impl<P: Platform> Engine<P> {
             .kfd_from_fd(high)
             .map_err(|e| failed(Errno::EIO, e))?;
         for render in r.renders.values_mut() {
-            let high = kfd_abi::transport::dup_at_or_above(render.as_fd(), next).map_err(io)?;
-            next = high.as_raw_fd() + 1;
-            *render = self
-                .platform
-                .render_from_fd(high)
-                .map_err(|e| failed(Errno::EIO, e))?;
+            *render = self.render_at_or_above(render, next)?;
+            next = render.as_fd().as_raw_fd() + 1;
         }
         Ok(r)
+    }
+
+    /// `render` moved to the lowest free fd number at or above `next`.
+    fn render_at_or_above(
+        &self,
+        render: &kfd_abi::RenderNode<P::Device>,
+        next: RawFd,
+    ) -> HookResult<kfd_abi::RenderNode<P::Device>> {
+        let high = kfd_abi::transport::dup_at_or_above(render.as_fd(), next)
+            .map_err(|e| failed(Errno::from_io(&e), e))?;
+        self.platform
+            .render_from_fd(high)
+            .map_err(|e| failed(Errno::EIO, e))
     }
 
     /// Restores a render-node file as the same open file that the process's KFD restore gave
@@ -322,11 +333,6 @@ impl<P: Platform> Engine<P> {
     /// opened on the GPU the restore will map it to and handed to the KFD restore later; in a
     /// process without `/dev/kfd` it is the GPU of the same id on this machine.
     fn restore_render(&self, id: u32, msg: &CriuRenderNode) -> HookResult<Option<OwnedFd>> {
-        let dup = |r: &kfd_abi::RenderNode<P::Device>| {
-            r.as_fd()
-                .try_clone_to_owned()
-                .map_err(|e| failed(Errno::from_io(&e), e))
-        };
         {
             let state = lock(&self.state);
             let known = state
@@ -335,22 +341,16 @@ impl<P: Platform> Engine<P> {
                 .find_map(|r| r.renders.get(&msg.gpu_id))
                 .or_else(|| state.preopened.get(&msg.gpu_id));
             if let Some(render) = known {
-                return dup(render).map(Some);
+                return dup(render.as_fd()).map(Some);
             }
         }
         let render = self.open_render_early(id, msg)?;
         // Kept until the KFD restore: above every fd the task will have, like the KFD's files.
         let render = match crate::shim::unused_fd_of(self.platform.process_id()) {
-            Some(next) => {
-                let high = kfd_abi::transport::dup_at_or_above(render.as_fd(), next)
-                    .map_err(|e| failed(Errno::from_io(&e), e))?;
-                self.platform
-                    .render_from_fd(high)
-                    .map_err(|e| failed(Errno::EIO, e))?
-            }
+            Some(next) => self.render_at_or_above(&render, next)?,
             None => render,
         };
-        let fd = dup(&render)?;
+        let fd = dup(render.as_fd())?;
         lock(&self.state).preopened.insert(msg.gpu_id, render);
         Ok(Some(fd))
     }
@@ -451,12 +451,9 @@ impl<P: Platform> CriuHooks for Engine<P> {
             DeviceKind::Render { minor } => self.dump_render(id, minor),
             DeviceKind::Kfd => {
                 let settings = self.settings();
-                let dup = fd
-                    .try_clone_to_owned()
-                    .map_err(|e| failed(Errno::from_io(&e), e))?;
                 let kfd = self
                     .platform
-                    .kfd_from_fd(dup)
+                    .kfd_from_fd(dup(fd)?)
                     .map_err(|e| failed(Errno::EIO, e))?;
                 let opts = DumpOptions {
                     staging: settings.staging,
@@ -519,12 +516,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
                             format!("no render node was restored for GPU {gpu_id:#x}"),
                         )
                     })?;
-                    Some(
-                        render
-                            .as_fd()
-                            .try_clone_to_owned()
-                            .map_err(|e| failed(Errno::from_io(&e), e))?,
-                    )
+                    Some(dup(render.as_fd())?)
                 }
             };
             return Ok(Some(VmaUpdate { new_pgoff, fd }));
