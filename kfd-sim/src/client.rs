@@ -38,6 +38,16 @@ pub trait Client {
     /// `fd_install`: puts `fd` into the caller's table and returns its number.
     fn install_fd(&self, fd: OwnedFd) -> Result<i32, Errno>;
 
+    /// [`install_fd`](Self::install_fd) of an fd whose number the ioctl then writes at `slot`.
+    ///
+    /// A front end that can only install the fd after the call returns (the kernel module of the
+    /// VM lane, `ci/kmod/kfd_bridge`) needs to know where the number goes, to write the real one
+    /// there; the others ignore `slot`.
+    fn install_fd_at(&self, fd: OwnedFd, slot: FdSlot) -> Result<i32, Errno> {
+        let _ = slot;
+        self.install_fd(fd)
+    }
+
     /// Undoes an [`install_fd`](Self::install_fd) on a later failure of the same ioctl (the
     /// kernel's `close_fd` on its error path).
     fn uninstall_fd(&self, raw: i32);
@@ -56,6 +66,16 @@ pub trait Client {
     fn process_memory(&self) -> ProcessMemory {
         ProcessMemory::of_pid(libc::pid_t::try_from(self.pid()).unwrap_or(0))
     }
+}
+
+/// Where the number of an fd the driver installs goes in the caller's memory: a `u32` that the
+/// ioctl fills in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FdSlot {
+    /// A field at this byte offset of the ioctl's argument struct (copied out at its `arg`).
+    ArgField(usize),
+    /// This address (an array the ioctl fills, such as CRIU_OP's BO buckets).
+    User(u64),
 }
 
 /// User memory of a real OS process, through `process_vm_readv` / `process_vm_writev`.

@@ -15,6 +15,7 @@ use kfd_abi::mmap_offset as mo;
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
+use crate::client::FdSlot;
 use crate::dispatch::{
     bind_vm, create_event_locked, create_queue_locked, fd_of, get_u32, get_u64, kmalloc_check,
     kmap_event_page, map_bo_on, new_bo, put_u32, put_u64, svm_apply, xnack_supported, Cx,
@@ -380,7 +381,7 @@ fn checkpoint(cx: &Cx<'_>, a: &CriuArgs) -> R {
     // The last step that can fail: install the dma-bufs and copy the buckets out.
     let mut installed = Vec::new();
     let undo = |installed: &[i32]| installed.iter().for_each(|&fd| cx.c.uninstall_fd(fd));
-    for (bucket, export) in buckets.iter_mut().zip(exports) {
+    for (i, (bucket, export)) in buckets.iter_mut().zip(exports).enumerate() {
         let Some((backing, writable)) = export else {
             continue;
         };
@@ -391,7 +392,7 @@ fn checkpoint(cx: &Cx<'_>, a: &CriuArgs) -> R {
                 return Err(Errno::from_io(&e));
             }
         };
-        match cx.c.install_fd(fd) {
+        match cx.c.install_fd_at(fd, dmabuf_fd_slot(a.bos, i)) {
             Ok(raw) => {
                 installed.push(raw);
                 bucket.dmabuf_fd = u32::from_ne_bytes(raw.to_ne_bytes());
@@ -408,6 +409,15 @@ fn checkpoint(cx: &Cx<'_>, a: &CriuArgs) -> R {
         return Err(Errno::EFAULT);
     }
     Ok(0)
+}
+
+/// Where the dma-buf fd of BO bucket `i` of the array at `bos` is written.
+fn dmabuf_fd_slot(bos: u64, i: usize) -> FdSlot {
+    const BUCKET: usize = std::mem::size_of::<sys::kfd_criu_bo_bucket>();
+    let at = i
+        .saturating_mul(BUCKET)
+        .saturating_add(std::mem::offset_of!(sys::kfd_criu_bo_bucket, dmabuf_fd));
+    FdSlot::User(bos.wrapping_add(u64::try_from(at).unwrap_or(u64::MAX)))
 }
 
 /// Reads priv_data records from user memory with the kernel's bounds checks.
@@ -521,8 +531,13 @@ fn restore(cx: &Cx<'_>, a: &CriuArgs) -> R {
     let privs = rd.take(u(BO_PRIV_SIZE) * nbos)?;
     let mut installed: Vec<i32> = Vec::new();
     let undo = |installed: &[i32]| installed.iter().for_each(|&fd| cx.c.uninstall_fd(fd));
-    for (bucket, rec) in buckets.iter_mut().zip(privs.chunks_exact(BO_PRIV_SIZE)) {
-        if let Err(e) = restore_bo(cx, &mut st, bucket, rec, &mut installed) {
+    for (i, (bucket, rec)) in buckets
+        .iter_mut()
+        .zip(privs.chunks_exact(BO_PRIV_SIZE))
+        .enumerate()
+    {
+        let slot = dmabuf_fd_slot(a.bos, i);
+        if let Err(e) = restore_bo(cx, &mut st, bucket, rec, slot, &mut installed) {
             undo(&installed);
             return Err(e);
         }
@@ -557,6 +572,7 @@ fn restore_bo(
     st: &mut ProcState,
     bucket: &mut sys::kfd_criu_bo_bucket,
     rec: &[u8],
+    slot: FdSlot,
     installed: &mut Vec<i32>,
 ) -> Result<(), Errno> {
     use sys::*;
@@ -604,7 +620,7 @@ fn restore_bo(
     match export {
         Some(b) => {
             let fd = b.export(true).map_err(|e| Errno::from_io(&e))?;
-            let raw = cx.c.install_fd(fd)?;
+            let raw = cx.c.install_fd_at(fd, slot)?;
             installed.push(raw);
             bucket.dmabuf_fd = u32::from_ne_bytes(raw.to_ne_bytes());
         }

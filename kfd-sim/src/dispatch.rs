@@ -1361,7 +1361,11 @@ fn smi_events(cx: &Cx<'_>, k: &mut [u8]) -> R {
             return Err(Errno::EINVAL);
         }
         let fd = crate::sys::memfd("kfd-sim:[kfd_smi_ev]").map_err(|e| Errno::from_io(&e))?;
-        let raw = cx.c.install_fd(fd)?;
+        let slot = crate::client::FdSlot::ArgField(std::mem::offset_of!(
+            sys::kfd_ioctl_smi_events_args,
+            anon_fd
+        ));
+        let raw = cx.c.install_fd_at(fd, slot)?;
         a.anon_fd = u32::from_ne_bytes(raw.to_ne_bytes());
         Ok(0)
     })

@@ -26,7 +26,7 @@ pub mod sdma;
 pub mod sys;
 pub mod workload;
 
-pub use client::{Client, InProcessClient, ProcessMemory};
+pub use client::{Client, FdSlot, InProcessClient, ProcessMemory};
 pub use inproc::{Machine, SimFile, SimPlatform, SimProcess};
 pub use machine::MachineError;
 pub use preset::{GpuModel, PciLocation, Preset, PresetError};
