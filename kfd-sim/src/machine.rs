@@ -18,6 +18,22 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// [`lock`], giving up after `wait` (`None`): for a thread that must not wait for ever on a lock
+/// that another thread may hold while it waits for this one's caller.
+pub(crate) fn lock_within<T>(m: &Mutex<T>, wait: std::time::Duration) -> Option<MutexGuard<'_, T>> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match m.try_lock() {
+            Ok(g) => return Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        }
+    }
+}
+
 /// Why a machine could not be built from a topology.
 #[derive(Debug, thiserror::Error)]
 pub enum MachineError {
@@ -250,6 +266,15 @@ impl MachineInner {
         let p = Arc::new(KfdProcess::new(Arc::clone(self), pid));
         r.processes.insert(pid, Arc::downgrade(&p));
         Ok(p)
+    }
+
+    /// Every live KFD process.
+    pub(crate) fn processes(&self) -> Vec<Arc<KfdProcess>> {
+        lock(&self.reg)
+            .processes
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
     }
 
     /// The live KFD process of `pid`, if any.

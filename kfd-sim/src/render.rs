@@ -297,6 +297,41 @@ impl RenderFile {
     }
 }
 
+/// A GEM object as a CPU mapping at its fake offset sees it (`drm_gem_mmap`).
+#[derive(Debug)]
+pub(crate) struct MmapObject {
+    /// Its memory; `None` for a userptr object.
+    pub backing: Option<Arc<Backing>>,
+    /// Bytes.
+    pub size: u64,
+    /// Created with `AMDGPU_GEM_CREATE_NO_CPU_ACCESS`.
+    pub no_cpu_access: bool,
+}
+
+impl RenderFile {
+    /// The GEM object of one of this file's handles whose fake mmap offset is `offset`. `EAGAIN`
+    /// when the file stays busy for `wait` (the caller of an mmap must not wait for ever).
+    pub(crate) fn mmap_object(
+        &self,
+        offset: u64,
+        wait: std::time::Duration,
+    ) -> Result<Option<MmapObject>, Errno> {
+        let st = crate::machine::lock_within(&self.state, wait).ok_or(Errno::EAGAIN)?;
+        Ok(st
+            .handles
+            .values()
+            .find(|h| h.gem.mmap_offset == offset)
+            .map(|h| MmapObject {
+                backing: match &h.gem.memory {
+                    GemMemory::Backing(b) => Some(Arc::clone(b)),
+                    GemMemory::User { .. } => None,
+                },
+                size: h.gem.size,
+                no_cpu_access: h.gem.flags & u64::from(sys::AMDGPU_GEM_CREATE_NO_CPU_ACCESS) != 0,
+            }))
+    }
+}
+
 type R = Result<i32, Errno>;
 
 /// What one render-node ioctl sees.
@@ -441,7 +476,8 @@ fn prime_handle_to_fd(rx: &Rx<'_>, k: &mut [u8]) -> R {
         .export(flags & rdwr != 0)
         .and_then(|fd| crate::sys::set_cloexec(fd.as_fd(), flags & cloexec != 0).map(|()| fd))
         .map_err(|e| Errno::from_io(&e))?;
-    let raw = rx.c.install_fd(fd)?;
+    let slot = crate::client::FdSlot::ArgField(offset_of!(sys::drm_prime_handle, fd));
+    let raw = rx.c.install_fd_at(fd, slot)?;
     put_u32(k, offset_of!(sys::drm_prime_handle, fd), raw.unsigned_abs());
     Ok(0)
 }

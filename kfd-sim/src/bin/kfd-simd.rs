@@ -74,6 +74,14 @@ enum Command {
         /// Seconds to wait for the device nodes to appear.
         #[arg(long, default_value_t = 10)]
         ready_timeout: u64,
+        /// The control device of the kfd_bridge kernel module (ci/kmod): when it exists, the
+        /// devices are served through the module's proxies, which add mmap and fds installed into
+        /// the caller.
+        #[arg(long, default_value = kfd_sim::cuse::bridge::DEFAULT_PATH)]
+        bridge: PathBuf,
+        /// Plain CUSE even when the kfd_bridge module is loaded.
+        #[arg(long)]
+        no_bridge: bool,
     },
 }
 
@@ -130,7 +138,16 @@ fn serve(args: Serve) -> Result<(), String> {
             .unwrap_or_default()
     );
     for d in &devices {
-        let _ = writeln!(out, "kfd-simd: serving {}", d.path.display());
+        match &d.backend {
+            Some(b) => writeln!(
+                out,
+                "kfd-simd: serving {} (kfd_bridge proxy of {})",
+                d.path.display(),
+                b.display()
+            ),
+            None => writeln!(out, "kfd-simd: serving {}", d.path.display()),
+        }
+        .ok();
     }
     let paths: Vec<String> = devices
         .iter()
@@ -221,6 +238,8 @@ fn run(cli: Cli) -> Result<(), String> {
             kfd_name,
             max_threads,
             ready_timeout,
+            bridge,
+            no_bridge,
         } => serve(Serve {
             preset,
             file,
@@ -229,6 +248,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 cuse_path: cuse,
                 kfd_name,
                 max_threads,
+                bridge_path: (!no_bridge).then_some(bridge),
                 ..ServeConfig::default()
             },
             ready_timeout: Duration::from_secs(ready_timeout),

@@ -19,19 +19,23 @@
 //!   client, so it keeps the fd in a per-process table and returns its own number; the client
 //!   fetches it with `pidfd_getfd` and asks us to close our copy with
 //!   `kfd_abi::cuse::SIM_CLOSE_FD` (only fds installed for that same process can be closed so).
-//!   Fds never fetched are closed when the process exits.
+//!   Fds never fetched are closed when the process exits. With the kernel module
+//!   ([`super::bridge`]) the module installs them instead, at the end of the call.
 //!
 //! [`SIM_PROBE`]: super::SIM_PROBE
 
-use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::sync::Mutex;
 
 use kfd_abi::Errno;
 
+use super::bridge::HandOver;
 use super::os::{self, ProcStatus};
 use super::server::{cuse_file_key, Shared};
 use super::SIM_PROBE;
-use crate::client::{Client, ProcessMemory};
+use crate::client::{Client, FdSlot, ProcessMemory};
+use crate::machine::lock;
 use crate::sys::FileKey;
 
 /// One ioctl's caller.
@@ -45,6 +49,11 @@ pub(crate) struct CuseClient<'a> {
     pub(crate) may_probe: bool,
     /// Set when the kernel interrupts this request (FUSE_INTERRUPT).
     pub(crate) signal: &'a std::sync::atomic::AtomicBool,
+    /// The ioctl's argument (the base of [`FdSlot::ArgField`]).
+    pub(crate) arg: u64,
+    /// With the kernel module (`super::bridge`): the fds to install into the caller when the
+    /// call succeeds, with where their numbers go.
+    pub(crate) handovers: Option<&'a Mutex<Vec<HandOver>>>,
 }
 
 impl CuseClient<'_> {
@@ -132,11 +141,38 @@ impl Client for CuseClient<'_> {
     }
 
     fn install_fd(&self, fd: OwnedFd) -> Result<i32, Errno> {
+        if self.handovers.is_some() {
+            // Every caller in the dispatcher names its slot; one that does not is a bug there.
+            log::error!("kfd-simd: an fd to install without a slot cannot go through the bridge");
+            return Err(Errno::EINVAL);
+        }
         self.shared.install(self.status.tgid, fd)
     }
 
+    /// With the bridge, the fd is kept for the module, and our own number stands in the slot
+    /// until the proxy writes the caller's there.
+    fn install_fd_at(&self, fd: OwnedFd, slot: FdSlot) -> Result<i32, Errno> {
+        let Some(handovers) = self.handovers else {
+            return self.install_fd(fd);
+        };
+        let addr = match slot {
+            FdSlot::ArgField(off) => self
+                .arg
+                .wrapping_add(u64::try_from(off).map_err(|_| Errno::EFAULT)?),
+            FdSlot::User(addr) => addr,
+        };
+        let raw = fd.as_raw_fd();
+        lock(handovers).push(HandOver { fd, addr });
+        Ok(raw)
+    }
+
     fn uninstall_fd(&self, raw: RawFd) {
-        self.shared.uninstall(self.status.tgid, raw);
+        match self.handovers {
+            Some(h) => lock(h).retain(|x| x.fd.as_raw_fd() != raw),
+            None => {
+                self.shared.uninstall(self.status.tgid, raw);
+            }
+        }
     }
 
     fn process_memory(&self) -> ProcessMemory {

@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 use kfd_abi::Errno;
 use topology::Topology;
 
+use super::bridge::{self, Bridge};
 use super::client::CuseClient;
 use super::os::{self, ProcStatus};
 use super::proto::{self, InHeader, Opcode};
@@ -74,6 +75,9 @@ pub struct ServeConfig {
     pub dev_root: PathBuf,
     /// Reader threads per device at most.
     pub max_threads: usize,
+    /// The control device of the kernel module that gives our devices mmap and fd installation
+    /// (`ci/kmod/kfd_bridge`); used when it exists. `None`: plain CUSE even if it does.
+    pub bridge_path: Option<PathBuf>,
 }
 
 impl Default for ServeConfig {
@@ -83,6 +87,7 @@ impl Default for ServeConfig {
             kfd_name: "kfd".into(),
             dev_root: PathBuf::from("/dev"),
             max_threads: 32,
+            bridge_path: Some(PathBuf::from(bridge::DEFAULT_PATH)),
         }
     }
 }
@@ -106,10 +111,12 @@ pub enum DeviceRole {
 pub struct ServedDevice {
     /// KFD or render node.
     pub role: DeviceRole,
-    /// The CUSE DEVNAME (`kfd`, `dri/renderD128`).
+    /// The CUSE DEVNAME (`kfd`, `dri/renderD128`; `kfd-sim/...` behind the bridge).
     pub devname: String,
-    /// The node under the dev root.
+    /// The node clients open, under the dev root.
     pub path: PathBuf,
+    /// Behind the kernel module's proxy at `path`: the CUSE node itself.
+    pub backend: Option<PathBuf>,
 }
 
 struct Device {
@@ -142,6 +149,9 @@ pub(crate) struct Shared {
     next_fh: AtomicU64,
     procs: Mutex<HashMap<u32, ProcEntry>>,
     pub(crate) render_rdevs: Vec<u64>,
+    /// The kernel module's control device, when our devices are served through it (taken out
+    /// at shutdown, which removes the proxies).
+    bridge: Mutex<Option<Arc<Bridge>>>,
     stop_rx: UnixStream,
     max_threads: usize,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -155,6 +165,10 @@ pub struct CuseServer {
     devices: Vec<Arc<Device>>,
     stop_tx: Option<UnixStream>,
     reaper: Option<JoinHandle<()>>,
+    /// The dev root of the public nodes.
+    dev_root: PathBuf,
+    /// Whether the bridge's proxies exist yet (made once the CUSE nodes have appeared).
+    proxies_made: AtomicBool,
 }
 
 impl std::fmt::Debug for CuseServer {
@@ -169,6 +183,10 @@ impl CuseServer {
     /// Registers `/dev/<kfd_name>` and `/dev/dri/renderD<minor>` for every GPU of `topology`
     /// and starts serving them. The nodes appear shortly after: see [`wait_ready`].
     ///
+    /// When the kernel module's control device exists ([`ServeConfig::bridge_path`]), the CUSE
+    /// devices get private names and the module's proxies the public ones (see
+    /// [`bridge`](super::bridge)); [`wait_ready`] makes the proxies.
+    ///
     /// [`wait_ready`]: CuseServer::wait_ready
     pub fn start(topology: Topology, cfg: &ServeConfig) -> Result<Self, CuseError> {
         if !cfg.cuse_path.exists() {
@@ -176,7 +194,11 @@ impl CuseServer {
                 path: cfg.cuse_path.clone(),
             });
         }
-        Self::start_with(topology, cfg, || open_cuse(cfg))
+        let bridge = match cfg.bridge_path.as_deref().filter(|p| p.exists()) {
+            Some(p) => Some(Bridge::open(p)?),
+            None => None,
+        };
+        Self::start_with(topology, cfg, bridge, || open_cuse(cfg))
     }
 
     /// [`start`](Self::start) with the connections made by `connect` (one per device, each with
@@ -184,6 +206,7 @@ impl CuseServer {
     fn start_with(
         topology: Topology,
         cfg: &ServeConfig,
+        bridge: Option<Bridge>,
         mut connect: impl FnMut() -> Result<File, CuseError>,
     ) -> Result<Self, CuseError> {
         let machine = Arc::new(MachineInner::new(topology)?);
@@ -210,6 +233,7 @@ impl CuseServer {
             next_fh: AtomicU64::new(1),
             procs: Mutex::new(HashMap::new()),
             render_rdevs,
+            bridge: Mutex::new(None),
             stop_rx,
             max_threads: cfg.max_threads.max(2),
             threads: Mutex::new(Vec::new()),
@@ -219,14 +243,30 @@ impl CuseServer {
             devices: Vec::new(),
             stop_tx: Some(stop_tx),
             reaper: None,
+            dev_root: cfg.dev_root.clone(),
+            proxies_made: AtomicBool::new(false),
         };
-        for (role, devname) in roles {
-            let cuse = register(connect()?, role, &devname)?;
+        let bridged = bridge.is_some();
+        if let Some(b) = bridge {
+            log::info!(
+                "kfd-simd: serving through the kernel module ({}): mmap and installed fds",
+                b.path().display()
+            );
+            *lock(&shared.bridge) = Some(Arc::new(b));
+        }
+        for (role, public) in roles {
+            let devname = if bridged {
+                bridge::backend_devname(&public)
+            } else {
+                public.clone()
+            };
+            let cuse = register(connect()?, role, &devname, bridged)?;
             let dev = Arc::new(Device {
                 cuse,
                 info: ServedDevice {
                     role,
-                    path: cfg.dev_root.join(&devname),
+                    path: cfg.dev_root.join(&public),
+                    backend: bridged.then(|| cfg.dev_root.join(&devname)),
                     devname,
                 },
                 idle: AtomicUsize::new(0),
@@ -253,9 +293,45 @@ impl CuseServer {
     }
 
     /// Waits until every device node exists as a character device; fails when the kernel
-    /// refused a device or after `timeout`.
+    /// refused a device or after `timeout`. Behind the bridge: waits for the CUSE nodes, puts
+    /// the module's proxies in front of them, then waits for the public nodes.
     pub fn wait_ready(&self, timeout: Duration) -> Result<(), CuseError> {
         let start = Instant::now();
+        let bridge = lock(&self.shared.bridge).clone();
+        if let Some(b) = bridge {
+            if !self.proxies_made.load(Ordering::SeqCst) {
+                self.wait_nodes(start, timeout, |d| d.backend.as_deref())?;
+                for d in &self.devices {
+                    let backend = d.info.backend.as_deref().unwrap_or(&d.info.path);
+                    let public = d
+                        .info
+                        .path
+                        .strip_prefix(&self.dev_root)
+                        .map_or_else(|_| d.info.devname.clone(), |p| p.display().to_string());
+                    let (major, minor) = match d.info.role {
+                        DeviceRole::Kfd => (0, 0),
+                        DeviceRole::Render { minor, .. } => (DRM_MAJOR, minor),
+                    };
+                    let (ma, mi) = b.create(backend, &bridge::proxy_name(&public), major, minor)?;
+                    log::info!(
+                        "kfd-simd: {} ({ma}:{mi}) -> {}",
+                        d.info.path.display(),
+                        backend.display()
+                    );
+                }
+                self.proxies_made.store(true, Ordering::SeqCst);
+            }
+        }
+        self.wait_nodes(start, timeout, |d| Some(&d.path))
+    }
+
+    /// Waits until the `node` of every device is a character device.
+    fn wait_nodes(
+        &self,
+        start: Instant,
+        timeout: Duration,
+        node: impl Fn(&ServedDevice) -> Option<&Path>,
+    ) -> Result<(), CuseError> {
         loop {
             if let Some(d) = self.devices.iter().find(|d| d.dead.load(Ordering::SeqCst)) {
                 return Err(CuseError::Register {
@@ -268,8 +344,9 @@ impl CuseServer {
             let missing: Vec<String> = self
                 .devices
                 .iter()
-                .filter(|d| !is_char_device(&d.info.path))
-                .map(|d| d.info.path.display().to_string())
+                .filter_map(|d| node(&d.info))
+                .filter(|p| !is_char_device(p))
+                .map(|p| p.display().to_string())
                 .collect();
             if missing.is_empty() {
                 return Ok(());
@@ -310,6 +387,9 @@ impl CuseServer {
         if let Some(r) = self.reaper.take() {
             let _ = r.join();
         }
+        // Closing the module's control device removes the proxies (files open through them keep
+        // what they opened, and get errors from here on).
+        drop(lock(&self.shared.bridge).take());
         // Dropping the devices closes the /dev/cuse fds: the kernel removes the nodes.
         self.devices.clear();
         lock(&self.shared.files).clear();
@@ -349,8 +429,9 @@ fn open_cuse(cfg: &ServeConfig) -> Result<File, CuseError> {
         })
 }
 
-/// Answers the CUSE_INIT of one new connection: registers `devname` with the numbers of `role`.
-fn register(file: File, role: DeviceRole, devname: &str) -> Result<File, CuseError> {
+/// Answers the CUSE_INIT of one new connection: registers `devname` with the numbers of `role`
+/// (dynamic ones behind the bridge, whose proxies take the real numbers).
+fn register(file: File, role: DeviceRole, devname: &str, bridged: bool) -> Result<File, CuseError> {
     let reg = |what: String| CuseError::Register {
         devname: devname.to_owned(),
         what,
@@ -390,8 +471,8 @@ fn register(file: File, role: DeviceRole, devname: &str) -> Result<File, CuseErr
         return Err(reg("the kernel does not offer unrestricted ioctls".into()));
     }
     let (dev_major, dev_minor) = match role {
-        DeviceRole::Kfd => (0, 0),
-        DeviceRole::Render { minor, .. } => (DRM_MAJOR, minor),
+        DeviceRole::Render { minor, .. } if !bridged => (DRM_MAJOR, minor),
+        _ => (0, 0),
     };
     let out = proto::CuseInitOut {
         minor,
@@ -660,12 +741,16 @@ impl Shared {
             Ok(st) => st,
             Err(_) => return proto::ioctl_reply(h.unique, Err(Errno::ESRCH)),
         };
+        let bridge = lock(&self.bridge).clone();
+        let handovers = bridge.as_ref().map(|_| Mutex::new(Vec::new()));
         let client = CuseClient {
             shared: self,
             tid: h.pid,
             status: st,
             may_probe: dev.info.role == DeviceRole::Kfd,
             signal,
+            arg: io.arg,
+            handovers: handovers.as_ref(),
         };
         log::trace!(
             "kfd-simd: {} {} on fh {} by tid {} (tgid {})",
@@ -684,6 +769,12 @@ impl Shared {
             }
             kfd_abi::cuse::SIM_CLOSE_FD => client.close_installed(io.arg),
             SIM_PROBE if st.tgid == self.own_pid => i32::try_from(io.fh).map_err(|_| Errno::EBADF),
+            bridge::proto::SIM_MMAP if bridge.is_some() => {
+                let caller = self.kfd_process_if_any(st.tgid);
+                bridge.as_ref().map_or(Err(Errno::EINVAL), |b| {
+                    b.answer_mmap(&self.machine, &file, caller.as_ref(), h.pid, io.arg)
+                })
+            }
             cmd => match &file.kind {
                 FileKind::Kfd(p) => {
                     crate::dispatch::kfd_ioctl(&self.machine, p, &client, cmd, io.arg)
@@ -693,7 +784,25 @@ impl Shared {
                 }
             },
         };
+        // The fds this call installs reach the caller through the module, before our answer.
+        let r = match (r, bridge, handovers) {
+            (Ok(v), Some(b), Some(fds)) => {
+                let fds = fds
+                    .into_inner()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                b.deliver(h.pid, fds).map(|()| v)
+            }
+            (r, ..) => r,
+        };
         proto::ioctl_reply(h.unique, r)
+    }
+
+    /// The KFD process of live process `tgid`, if it has opened /dev/kfd (`kfd_get_process`).
+    fn kfd_process_if_any(&self, tgid: u32) -> Option<Arc<KfdProcess>> {
+        lock(&self.procs)
+            .get(&tgid)
+            .filter(|e| !entry_exited(e))
+            .and_then(|e| e.kfd.clone())
     }
 
     /// The KFD process of `tgid`, created on its first open of /dev/kfd and kept until the
@@ -915,6 +1024,7 @@ mod tests {
         let s = CuseServer::start_with(
             preset.to_topology().unwrap(),
             &ServeConfig::default(),
+            None,
             || Ok(files.pop().unwrap()),
         )
         .unwrap();
