@@ -240,6 +240,21 @@ impl fmt::Debug for SimFile {
     }
 }
 
+/// What the CUSE front end's unit tests look at behind the in-process objects.
+#[cfg(test)]
+impl Machine {
+    pub(crate) fn inner(&self) -> &Arc<MachineInner> {
+        &self.inner
+    }
+}
+
+#[cfg(test)]
+impl SimFile {
+    pub(crate) fn open_file(&self) -> &Arc<OpenFile> {
+        &self.file
+    }
+}
+
 impl SimFile {
     /// The same open file in the hands of another simulated process (an fd passed over a socket
     /// or inherited): ioctls are then issued as that process.

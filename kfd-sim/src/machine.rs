@@ -295,6 +295,15 @@ impl MachineInner {
         r.files.insert(file.key, Arc::downgrade(file));
     }
 
+    /// Every live simulated open file.
+    pub(crate) fn files(&self) -> Vec<Arc<OpenFile>> {
+        lock(&self.reg)
+            .files
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+
     pub(crate) fn file(&self, key: FileKey) -> Option<Arc<OpenFile>> {
         lock(&self.reg).files.get(&key).and_then(Weak::upgrade)
     }

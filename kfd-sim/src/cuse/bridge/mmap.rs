@@ -12,8 +12,8 @@
 //! - Render nodes (`drm_gem_mmap`, `amdgpu_gem_object_mmap`, `ttm_bo_mmap_obj`): the offset must
 //!   be exactly a BO's fake offset on this device and the length at most the BO's size
 //!   (`EINVAL`); the BO must be one of this file's (a KFD BO of a process whose VM is this file,
-//!   or a GEM handle of it), else `EACCES`; userptr and no-CPU-access BOs `EPERM` (KFD VRAM
-//!   without PUBLIC is created no-CPU-access); copy-on-write mappings `EINVAL`, except
+//!   or a GEM object with a handle in it), else `EACCES`; userptr and no-CPU-access BOs `EPERM`
+//!   (KFD VRAM without PUBLIC is created no-CPU-access); copy-on-write mappings `EINVAL`, except
 //!   `PROT_NONE` private ones, which lose `VM_MAYWRITE` instead (amdgpu's workaround for the
 //!   thunk). Flags: `VM_IO | VM_DONTEXPAND | VM_DONTDUMP`, readable through ptrace (TTM's
 //!   `access`), inherited by fork.
@@ -249,15 +249,12 @@ fn render(
     rf: &RenderFile,
     q: &MmapQuery,
 ) -> Result<Target, Errno> {
-    let found = match rf.mmap_object(q.offset, LOCK_WAIT)? {
-        Some(g) => Some(Found {
-            userptr: g.backing.is_none(),
-            backing: g.backing,
-            size: g.size,
-            allowed: true,
-            no_cpu_access: g.no_cpu_access,
-        }),
-        None => kfd_bo(m, file, rf.device, q.offset)?,
+    let found = match gem(rf, q.offset, true)? {
+        Some(f) => Some(f),
+        None => match other_files_gem(m, file, rf.device, q.offset)? {
+            Some(f) => Some(f),
+            None => kfd_bo(m, file, rf.device, q.offset)?,
+        },
     };
     // The offset manager finds a node only where the whole range fits in it.
     let found = found
@@ -284,6 +281,40 @@ fn render(
         offset: 0,
         vma,
     })
+}
+
+/// The GEM object of one of `rf`'s handles at `offset`.
+fn gem(rf: &RenderFile, offset: u64, allowed: bool) -> Result<Option<Found>, Errno> {
+    Ok(rf.mmap_object(offset, LOCK_WAIT)?.map(|g| Found {
+        userptr: g.backing.is_none(),
+        backing: g.backing,
+        size: g.size,
+        allowed,
+        no_cpu_access: g.no_cpu_access,
+    }))
+}
+
+/// A GEM object of another render file of device `dev` at `offset`: the offset exists, but not
+/// for `file` (`drm_vma_node_is_allowed`).
+fn other_files_gem(
+    m: &MachineInner,
+    file: &OpenFile,
+    dev: usize,
+    offset: u64,
+) -> Result<Option<Found>, Errno> {
+    for f in m.files() {
+        if f.key == file.key {
+            continue;
+        }
+        if let FileKind::Render(r) = &f.kind {
+            if r.device == dev {
+                if let Some(found) = gem(r, offset, false)? {
+                    return Ok(Some(found));
+                }
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// The KFD BO on device `dev` whose fake offset is `offset`, in any process (offsets are unique
@@ -318,7 +349,342 @@ fn kfd_bo(
 
 #[cfg(test)]
 mod tests {
+    //! The rules against the in-process simulator: a process with /dev/kfd and both render nodes
+    //! of an MI210x2, its VMs acquired, asking as the module would.
+
+    use std::os::fd::AsFd;
+
+    use kfd_abi::render::GemDomain;
+    use kfd_abi::{AllocFlags, EventType, Kfd, RenderNode};
+    use rstest::rstest;
+
     use super::*;
+    use crate::{Machine, SimFile, SimProcess};
+
+    const VA: u64 = 0x7f00_0000_0000;
+    const RW: u32 = proto::MAP_READ | proto::MAP_WRITE | proto::MAP_MAYWRITE;
+    const SHARED_RW: u32 = proto::MAP_SHARED | RW;
+
+    struct Env {
+        machine: Machine,
+        proc: SimProcess,
+        kfd: Kfd<SimFile>,
+        renders: Vec<RenderNode<SimFile>>,
+        gpus: Vec<u32>,
+        backings: Backings,
+    }
+
+    fn env() -> Env {
+        let machine = Machine::new(&crate::Preset::by_name("mi210x2").unwrap()).unwrap();
+        let proc = machine.spawn_process();
+        let kfd = Kfd::new(proc.open_kfd().unwrap(), "/dev/kfd");
+        let gpus = machine.gpu_ids();
+        let renders: Vec<RenderNode<SimFile>> = machine
+            .render_minors()
+            .into_iter()
+            .map(|m| RenderNode::new(proc.open_render(m).unwrap(), "render"))
+            .collect();
+        for (g, r) in gpus.iter().zip(&renders) {
+            kfd.acquire_vm(kfd_abi::GpuId::new(*g).unwrap(), r.as_fd())
+                .unwrap();
+        }
+        Env {
+            machine,
+            proc,
+            kfd,
+            renders,
+            gpus,
+            backings: Backings::default(),
+        }
+    }
+
+    impl Env {
+        fn caller(&self) -> Arc<KfdProcess> {
+            match &self.kfd.transport().open_file().kind {
+                FileKind::Kfd(p) => Arc::clone(p),
+                FileKind::Render(_) => unreachable!(),
+            }
+        }
+
+        fn gpu(&self, i: usize) -> kfd_abi::GpuId {
+            kfd_abi::GpuId::new(self.gpus[i]).unwrap()
+        }
+
+        fn ask(
+            &self,
+            file: &SimFile,
+            offset: u64,
+            length: u64,
+            flags: u32,
+        ) -> Result<Target, Errno> {
+            let q = MmapQuery {
+                id: 1,
+                offset,
+                length,
+                flags,
+                tid: 0,
+            };
+            let caller = self.caller();
+            resolve(
+                self.machine.inner(),
+                &self.backings,
+                file.open_file(),
+                Some(&caller),
+                &q,
+            )
+        }
+
+        fn kfd_map(&self, offset: u64, length: u64) -> Result<Target, Errno> {
+            self.ask(self.kfd.transport(), offset, length, SHARED_RW)
+        }
+
+        fn render_map(
+            &self,
+            i: usize,
+            offset: u64,
+            length: u64,
+            flags: u32,
+        ) -> Result<Target, Errno> {
+            self.ask(self.renders[i].transport(), offset, length, flags)
+        }
+    }
+
+    fn errno(r: Result<Target, Errno>) -> Errno {
+        r.expect_err("the mapping was expected to fail")
+    }
+
+    #[test]
+    fn doorbells_are_one_slice_per_process_and_gpu() {
+        let e = env();
+        let db = |gpu: u32| mo::TYPE_DOORBELL | mo::gpu_id(gpu);
+        let a = e.kfd_map(db(e.gpus[0]), DOORBELL_SLICE).unwrap();
+        assert_eq!((a.offset, a.backing.size), (0, DOORBELL_SLICE));
+        assert_eq!(a.vma, KFD_VMA);
+        let again = e.kfd_map(db(e.gpus[0]), DOORBELL_SLICE).unwrap();
+        assert!(Arc::ptr_eq(&a.backing, &again.backing), "the same slice");
+        let other_gpu = e.kfd_map(db(e.gpus[1]), DOORBELL_SLICE).unwrap();
+        assert!(!Arc::ptr_eq(&a.backing, &other_gpu.backing));
+        // Another process on the same GPU has its own slice.
+        let e2_kfd = Kfd::new(e.machine.spawn_process().open_kfd().unwrap(), "/dev/kfd");
+        let FileKind::Kfd(p2) = &e2_kfd.transport().open_file().kind else {
+            unreachable!()
+        };
+        let q = MmapQuery {
+            offset: db(e.gpus[0]),
+            length: DOORBELL_SLICE,
+            flags: SHARED_RW,
+            ..MmapQuery::default()
+        };
+        let theirs = resolve(
+            e.machine.inner(),
+            &e.backings,
+            e2_kfd.transport().open_file(),
+            Some(p2),
+            &q,
+        )
+        .unwrap();
+        assert!(!Arc::ptr_eq(&a.backing, &theirs.backing));
+    }
+
+    #[rstest]
+    #[case::doorbell_too_short(mo::TYPE_DOORBELL, true, PAGE_SIZE, Errno::EINVAL)]
+    #[case::doorbell_too_long(mo::TYPE_DOORBELL, true, 4 * PAGE_SIZE, Errno::EINVAL)]
+    #[case::doorbell_without_gpu(mo::TYPE_DOORBELL, false, DOORBELL_SLICE, Errno::ENODEV)]
+    #[case::mmio_two_pages(mo::TYPE_MMIO, true, 2 * PAGE_SIZE, Errno::EINVAL)]
+    #[case::mmio_without_gpu(mo::TYPE_MMIO, false, PAGE_SIZE, Errno::ENODEV)]
+    #[case::cwsr_one_page(mo::TYPE_RESERVED_MEM, true, PAGE_SIZE, Errno::EINVAL)]
+    #[case::cwsr_without_gpu(mo::TYPE_RESERVED_MEM, false, CWSR_SIZE, Errno::ENODEV)]
+    #[case::events_without_a_signal_page(mo::TYPE_EVENTS, false, PAGE_SIZE, Errno::EINVAL)]
+    fn kfd_offsets_fail_with_the_drivers_errno(
+        #[case] ty: u64,
+        #[case] with_gpu: bool,
+        #[case] length: u64,
+        #[case] want: Errno,
+    ) {
+        let e = env();
+        let gpu = if with_gpu { mo::gpu_id(e.gpus[0]) } else { 0 };
+        assert_eq!(errno(e.kfd_map(ty | gpu, length)), want);
+    }
+
+    #[test]
+    fn an_unknown_gpu_id_is_enodev_and_a_process_without_kfd_einval() {
+        let e = env();
+        let unknown = mo::gpu_id(0xfeed);
+        assert_eq!(
+            errno(e.kfd_map(mo::TYPE_DOORBELL | unknown, DOORBELL_SLICE)),
+            Errno::ENODEV
+        );
+        let q = MmapQuery {
+            offset: mo::TYPE_DOORBELL | mo::gpu_id(e.gpus[0]),
+            length: DOORBELL_SLICE,
+            flags: SHARED_RW,
+            ..MmapQuery::default()
+        };
+        let r = resolve(
+            e.machine.inner(),
+            &e.backings,
+            e.kfd.transport().open_file(),
+            None,
+            &q,
+        );
+        assert_eq!(errno(r), Errno::EINVAL);
+    }
+
+    #[test]
+    fn mmio_is_one_page_per_gpu_and_cwsr_fresh_each_time() {
+        let e = env();
+        let mmio = mo::TYPE_MMIO | mo::gpu_id(e.gpus[0]);
+        let a = e.kfd_map(mmio, PAGE_SIZE).unwrap();
+        let b = e.kfd_map(mmio, PAGE_SIZE).unwrap();
+        assert!(Arc::ptr_eq(&a.backing, &b.backing));
+        let cwsr = mo::TYPE_RESERVED_MEM | mo::gpu_id(e.gpus[0]);
+        let c = e.kfd_map(cwsr, CWSR_SIZE).unwrap();
+        let d = e.kfd_map(cwsr, CWSR_SIZE).unwrap();
+        assert!(!Arc::ptr_eq(&c.backing, &d.backing));
+    }
+
+    #[test]
+    fn the_kernels_own_signal_page_is_made_unsignaled_and_kept() {
+        let e = env();
+        let ev = e.kfd.create_event(EventType::Signal, true, None).unwrap();
+        let page = e.kfd_map(mo::TYPE_EVENTS, 8 * PAGE_SIZE).unwrap();
+        assert_eq!(page.backing.size, u64::from(SIGNAL_EVENT_LIMIT) * 8);
+        let mut slot = [0u8; 8];
+        assert!(page.backing.read(u64::from(ev.slot_index) * 8, &mut slot));
+        assert_eq!(slot, [0xff; 8]);
+        // The simulator now writes the slots of new events into it.
+        assert!(page.backing.write(0, &[0; 8]));
+        let again = e.kfd_map(mo::TYPE_EVENTS, PAGE_SIZE).unwrap();
+        assert!(Arc::ptr_eq(&page.backing, &again.backing));
+        assert_eq!(
+            errno(e.kfd_map(mo::TYPE_EVENTS, 9 * PAGE_SIZE)),
+            Errno::EINVAL
+        );
+    }
+
+    #[test]
+    fn a_bo_given_as_event_page_is_what_the_events_mapping_shows() {
+        let e = env();
+        let gtt = AllocFlags::GTT | AllocFlags::WRITABLE;
+        let bo = e.kfd.alloc_memory(VA, PAGE_SIZE, e.gpu(0), gtt).unwrap();
+        e.kfd
+            .create_event(EventType::Signal, false, Some(bo.handle))
+            .unwrap();
+        let page = e.kfd_map(mo::TYPE_EVENTS, PAGE_SIZE).unwrap();
+        assert_eq!(page.backing.size, PAGE_SIZE);
+        // The BO backs one page: a longer mapping has nothing behind it.
+        assert_eq!(
+            errno(e.kfd_map(mo::TYPE_EVENTS, 2 * PAGE_SIZE)),
+            Errno::EINVAL
+        );
+    }
+
+    #[test]
+    fn a_kfd_bo_maps_through_the_render_node_of_its_vm() {
+        let e = env();
+        let gtt = AllocFlags::GTT | AllocFlags::WRITABLE;
+        let bo = e
+            .kfd
+            .alloc_memory(VA, 2 * PAGE_SIZE, e.gpu(0), gtt)
+            .unwrap();
+        let t = e
+            .render_map(0, bo.mmap_offset, 2 * PAGE_SIZE, SHARED_RW)
+            .unwrap();
+        assert_eq!((t.offset, t.vma), (0, RENDER_VMA));
+        assert!(t.backing.write(0, b"same"));
+        let again = e
+            .render_map(0, bo.mmap_offset, PAGE_SIZE, proto::MAP_SHARED)
+            .unwrap();
+        let mut b = [0u8; 4];
+        assert!(again.backing.read(0, &mut b));
+        assert_eq!(&b, b"same");
+    }
+
+    #[rstest]
+    #[case::middle_of_the_bo(PAGE_SIZE, PAGE_SIZE, SHARED_RW, Errno::EINVAL)]
+    #[case::longer_than_the_bo(0, 3 * PAGE_SIZE, SHARED_RW, Errno::EINVAL)]
+    #[case::copy_on_write(0, PAGE_SIZE, RW, Errno::EINVAL)]
+    #[case::private_read_only_that_may_become_writable(
+        0,
+        PAGE_SIZE,
+        proto::MAP_READ | proto::MAP_MAYWRITE,
+        Errno::EINVAL
+    )]
+    fn render_mappings_fail_with_the_drivers_errno(
+        #[case] plus: u64,
+        #[case] length: u64,
+        #[case] flags: u32,
+        #[case] want: Errno,
+    ) {
+        let e = env();
+        let gtt = AllocFlags::GTT | AllocFlags::WRITABLE;
+        let bo = e
+            .kfd
+            .alloc_memory(VA, 2 * PAGE_SIZE, e.gpu(0), gtt)
+            .unwrap();
+        assert_eq!(
+            errno(e.render_map(0, bo.mmap_offset + plus, length, flags)),
+            want
+        );
+    }
+
+    #[test]
+    fn render_mappings_check_the_file_and_the_cpu_access() {
+        let e = env();
+        let gtt = AllocFlags::GTT | AllocFlags::WRITABLE;
+        let bo = e.kfd.alloc_memory(VA, PAGE_SIZE, e.gpu(0), gtt).unwrap();
+        // The other GPU's node: its offsets are its own.
+        assert_eq!(
+            errno(e.render_map(1, bo.mmap_offset, PAGE_SIZE, SHARED_RW)),
+            Errno::EINVAL
+        );
+        // Another file of the same node, not the process's VM.
+        let other = e.proc.open_render(e.machine.render_minors()[0]).unwrap();
+        assert_eq!(
+            errno(e.ask(&other, bo.mmap_offset, PAGE_SIZE, SHARED_RW)),
+            Errno::EACCES
+        );
+        // VRAM without PUBLIC has no CPU access; with PUBLIC it maps.
+        let vram = AllocFlags::VRAM | AllocFlags::WRITABLE;
+        let hidden = e
+            .kfd
+            .alloc_memory(VA + (1 << 30), PAGE_SIZE, e.gpu(0), vram)
+            .unwrap();
+        assert_eq!(
+            errno(e.render_map(0, hidden.mmap_offset, PAGE_SIZE, SHARED_RW)),
+            Errno::EPERM
+        );
+        let public = vram | AllocFlags::PUBLIC;
+        let shown = e
+            .kfd
+            .alloc_memory(VA + (2 << 30), PAGE_SIZE, e.gpu(0), public)
+            .unwrap();
+        e.render_map(0, shown.mmap_offset, PAGE_SIZE, SHARED_RW)
+            .unwrap();
+        // A PROT_NONE private mapping is allowed, without VM_MAYWRITE (amdgpu's workaround).
+        let none = e
+            .render_map(0, bo.mmap_offset, PAGE_SIZE, proto::MAP_MAYWRITE)
+            .unwrap();
+        assert_eq!(none.vma, RENDER_VMA | proto::VMA_NO_MAYWRITE);
+    }
+
+    #[test]
+    fn a_gem_object_maps_through_its_own_file_only() {
+        let e = env();
+        let r = &e.renders[0];
+        let h = r
+            .gem_create(3 * PAGE_SIZE, PAGE_SIZE, GemDomain::GTT, 0)
+            .unwrap();
+        let off = r.gem_mmap_offset(h).unwrap();
+        let t = e.render_map(0, off, 3 * PAGE_SIZE, SHARED_RW).unwrap();
+        assert_eq!(t.backing.size, 3 * PAGE_SIZE);
+        // Not through another file of the node, which has no handle of it.
+        let other = e.proc.open_render(e.machine.render_minors()[0]).unwrap();
+        assert_eq!(
+            errno(e.ask(&other, off, PAGE_SIZE, SHARED_RW)),
+            Errno::EACCES
+        );
+    }
 
     #[test]
     fn order_is_the_kernels_get_order() {
