@@ -378,6 +378,17 @@ impl CuseServer {
             if batch.is_empty() {
                 break;
             }
+            // A reader sleeping in a call (WAIT_EVENTS of a live client) never looks at the stop
+            // signal: its call ends as an interrupted one does (EINTR), until every reader is out.
+            while !batch.iter().all(JoinHandle::is_finished) {
+                for d in &self.devices {
+                    for signal in lock(&d.inflight).values() {
+                        signal.store(true, Ordering::SeqCst);
+                    }
+                }
+                self.shared.wake_event_waiters();
+                std::thread::sleep(Duration::from_millis(20));
+            }
             for t in batch {
                 if t.join().is_err() {
                     log::error!("kfd-simd: a reader thread panicked");
@@ -716,8 +727,13 @@ impl Shared {
             dev.info.devname
         );
         signal.store(true, Ordering::SeqCst);
-        // Wake every event waiter; the interrupted one sees its flag, the others sleep again.
-        // Taking each process's lock first orders the wake-up after a waiter's flag check.
+        self.wake_event_waiters();
+        None
+    }
+
+    /// Wakes every event waiter; the interrupted ones see their flag, the others sleep again.
+    /// Taking each process's lock first orders the wake-up after a waiter's flag check.
+    fn wake_event_waiters(&self) {
         let procs: Vec<Arc<KfdProcess>> = lock(&self.procs)
             .values()
             .filter_map(|e| e.kfd.clone())
@@ -726,7 +742,6 @@ impl Shared {
             let _state = p.lock();
             p.events_cv.notify_all();
         }
-        None
     }
 
     fn ioctl(&self, dev: &Device, h: &InHeader, body: &[u8], signal: &AtomicBool) -> Vec<u8> {
@@ -1187,6 +1202,56 @@ mod tests {
         let addr = std::ptr::addr_of_mut!(v) as u64;
         assert_eq!(k[0].ioctl(me(), fh, kfd::GET_VERSION, addr), 0);
         s.shutdown();
+    }
+
+    #[test]
+    fn shutdown_ends_a_call_that_sleeps_for_ever() {
+        let (s, mut k) = initialised_server();
+        let fh = k[0].open(me()).unwrap();
+        let mut ev = kfd_sys::kfd_ioctl_create_event_args {
+            event_type: kfd_sys::KFD_IOC_EVENT_SIGNAL,
+            ..Default::default()
+        };
+        let addr = std::ptr::addr_of_mut!(ev) as u64;
+        assert_eq!(k[0].ioctl(me(), fh, kfd::CREATE_EVENT, addr), 0);
+        let mut data = kfd_sys::kfd_event_data {
+            event_id: ev.event_id,
+            ..Default::default()
+        };
+        let mut wait = kfd_sys::kfd_ioctl_wait_events_args {
+            events_ptr: std::ptr::addr_of_mut!(data) as u64,
+            num_events: 1,
+            wait_for_all: 1,
+            timeout: u32::MAX,
+            ..Default::default()
+        };
+        let body = ioctl_body(fh, kfd::WAIT_EVENTS, std::ptr::addr_of_mut!(wait) as u64);
+        let waiting = k[0].send(39, me(), &body);
+        let start = Instant::now();
+        while lock(&s.devices[0].inflight).is_empty() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the wait never started"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // A client that waits for ever does not keep the daemon from stopping.
+        let stopping = std::thread::spawn(move || s.shutdown());
+        let start = Instant::now();
+        while !stopping.is_finished() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "shutdown hangs on a sleeping call"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        stopping.join().unwrap();
+        let (err, unique, out) = k[0].recv();
+        assert_eq!((err, unique), (0, waiting));
+        assert_eq!(
+            i32::from_ne_bytes(out[..4].try_into().unwrap()),
+            -libc::EINTR
+        );
     }
 
     #[test]
