@@ -4,8 +4,8 @@
 # in another pid namespace. Loads the module, checks the nodes kfd-simd makes through it, runs
 # kfd-sim's bridge test suite (mappings and their errno, fork, partial munmap, the daemon exiting
 # under live mappings, clients exiting with them), has criu dump a process that holds device
-# mappings, then checks that the kernel logged no oops, BUG or WARNING and that the module unloads
-# once everything is closed.
+# mappings and dump and restore kfd-workload through the proxies, then checks that the kernel
+# logged no oops, BUG or WARNING and that the module unloads once everything is closed.
 #
 # Binaries: kfd-simd from --bin-dir, else the repository's target/debug; the test binary from
 # $KFD_BRIDGE_TEST_BIN, else the newest target/debug/deps/bridge-* (build both with
@@ -75,14 +75,22 @@ grep -E '/dev/(kfd|dri/renderD)' "/proc/$holder/maps" >"$VM_LANE_OUT/holder-maps
 note "device mappings of the holder: $(wc -l <"$VM_LANE_OUT/holder-maps.txt")"
 grep -q '/dev/kfd$' "$VM_LANE_OUT/holder-maps.txt" || fail "no /dev/kfd mapping in /proc/$holder/maps"
 grep -q '/dev/dri/renderD128$' "$VM_LANE_OUT/holder-maps.txt" || fail "no render node mapping in /proc/$holder/maps"
-criu_dump "$holder" "$IMAGES"
-grep -q 'supported via device plugins' "$VM_LANE_OUT/criu/images-dump.log" ||
+criu_dump "$holder" "$VM_LANE_WORK/holder-images"
+grep -q 'supported via device plugins' "$VM_LANE_OUT/criu/holder-images-dump.log" ||
     fail "criu did not hand the device VMAs to the plugin"
-note "$(grep -c 'supported via device plugins' "$VM_LANE_OUT/criu/images-dump.log") device VMAs went to the plugin"
-stop_simd
-check_kernel_log "around criu's dump"
+note "$(grep -c 'supported via device plugins' "$VM_LANE_OUT/criu/holder-images-dump.log") device VMAs went to the plugin"
 
-# 4. With everything closed the module unloads.
+# 4. criu-kfd-same through the proxies: the plugin's dma-bufs (dump and restore) arrive installed
+# by the module, with no pidfd_getfd of the daemon.
+start_workload
+dump_workload
+criu_restore "$IMAGES"
+verify_restored
+! grep -q 'pidfd_getfd' "$VM_LANE_OUT"/criu/*.log || fail "the plugin fetched fds from the daemon"
+stop_simd
+check_kernel_log "around criu"
+
+# 5. With everything closed the module unloads.
 rmmod kfd_bridge || fail "rmmod kfd_bridge failed with everything closed"
 [[ ! -e /dev/kfd-bridge ]] || fail "/dev/kfd-bridge outlived the module"
 check_kernel_log "at unload"
