@@ -82,6 +82,9 @@ impl DumpReport {
 /// Why a dump failed. The process was unpaused in every case.
 #[derive(Debug, thiserror::Error)]
 pub enum DumpError {
+    /// This KFD has no checkpoint/restore interface (checked before anything is paused).
+    #[error(transparent)]
+    Version(#[from] crate::kfd_version::VersionError),
     /// A KFD call failed.
     #[error(transparent)]
     Kfd(#[from] IoctlError),
@@ -118,6 +121,7 @@ impl DumpError {
     pub fn errno(&self) -> Errno {
         match self {
             DumpError::Kfd(e) => e.errno().unwrap_or(Errno::EIO),
+            DumpError::Version(_) => Errno::ENOSYS,
             DumpError::UnknownGpu { .. } => Errno::ENODEV,
             _ => Errno::EIO,
         }
@@ -181,6 +185,7 @@ pub fn dump_kfd<P: Platform>(
     unpause: Unpause,
 ) -> Result<DumpReport, DumpError> {
     let start = Instant::now();
+    crate::kfd_version::check_platform(platform)?;
     let info = kfd.criu_process_info()?;
     let guard = PauseGuard::new(kfd);
     log::info!(

@@ -6,6 +6,8 @@ pub mod copy;
 pub mod criu;
 pub mod dump;
 pub mod hooks;
+pub mod inventory;
+pub mod kfd_version;
 pub mod logger;
 pub mod restore;
 pub mod shim;

@@ -56,6 +56,9 @@ pub enum RestoreError {
     /// No mapping of the image's GPUs onto this machine's exists.
     #[error("the checkpointed GPUs cannot be mapped onto this machine's:\n{0}")]
     Mapping(#[from] topology::MapError),
+    /// This KFD has no checkpoint/restore interface (checked before anything is created).
+    #[error(transparent)]
+    Version(#[from] crate::kfd_version::VersionError),
     /// A KFD or render-node call failed.
     #[error(transparent)]
     Kfd(#[from] IoctlError),
@@ -76,6 +79,7 @@ impl RestoreError {
         match self {
             RestoreError::Kfd(e) => e.errno().unwrap_or(Errno::EIO),
             RestoreError::Mapping(_) => Errno::ENODEV,
+            RestoreError::Version(_) => Errno::ENOSYS,
             RestoreError::Image(_) | RestoreError::Inconsistent { .. } => Errno::EINVAL,
             _ => Errno::EIO,
         }
@@ -360,6 +364,7 @@ pub fn restore_kfd<P: Platform>(
     log::info!("GPU mapping for image {id}:\n{mapping}");
 
     let kfd = platform.open_kfd()?;
+    crate::kfd_version::check(&kfd)?;
     let mut renders = BTreeMap::new();
     for &gpu in &gpu_ids {
         let m = mapping
