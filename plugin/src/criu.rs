@@ -14,7 +14,8 @@ use crate::copy::Staging;
 use crate::dump::{self, DumpOptions, Unpause};
 use crate::hooks::{CriuHooks, HookError, HookResult, Stage, VmaUpdate};
 use crate::inventory::{self, Inventory, NoInventory};
-use crate::restore::{self, MappedOn, RestoreOptions, Restored};
+use crate::restore::{self, RestoreOptions, Restored};
+use crate::vma::{MappedOn, VmaDevice};
 use kfd_abi::platform::{DeviceKind, HostPlatform, Platform};
 
 /// Turns on write-behind of the pages files at dump ([`Settings::write_behind`]).
@@ -546,35 +547,40 @@ impl<P: Platform> CriuHooks for Engine<P> {
     fn update_vma_map(
         &self,
         path: &Path,
-        _addr: u64,
+        addr: u64,
         old_pgoff: u64,
     ) -> HookResult<Option<VmaUpdate>> {
         self.enabled()?;
-        let name = path.to_string_lossy();
-        let is_kfd = name.ends_with("/kfd");
-        if !is_kfd && !name.contains("/renderD") {
-            return Err(HookError::NotOurs);
-        }
+        let device = VmaDevice::from_path(path).ok_or(HookError::NotOurs)?;
         let state = lock(&self.state);
-        for r in &state.restored {
-            let Some((new_pgoff, on)) = r.remap(old_pgoff) else {
-                continue;
-            };
-            let fd = match on {
-                MappedOn::Kfd => None,
-                MappedOn::Render { gpu_id } => {
-                    let render = r.renders.get(&gpu_id).ok_or_else(|| {
-                        failed(
-                            Errno::EINVAL,
-                            format!("no render node was restored for GPU {gpu_id:#x}"),
-                        )
-                    })?;
-                    Some(dup(render.as_fd())?)
-                }
-            };
-            return Ok(Some(VmaUpdate { new_pgoff, fd }));
-        }
-        Ok(None)
+        let Some((r, target)) = state
+            .restored
+            .iter()
+            .find_map(|r| Some((r, r.vmas.find(device, addr, old_pgoff)?)))
+        else {
+            log::info!(
+                "no restored buffer had {} at {addr:#x} with offset {old_pgoff:#x}: the mapping \
+                 stays as criu has it",
+                path.display()
+            );
+            return Ok(None);
+        };
+        let fd = match target.on {
+            MappedOn::Kfd => None,
+            MappedOn::Render { gpu_id } => {
+                let render = r.renders.get(&gpu_id).ok_or_else(|| {
+                    failed(
+                        Errno::EINVAL,
+                        format!("no render node was restored for GPU {gpu_id:#x}"),
+                    )
+                })?;
+                Some(dup(render.as_fd())?)
+            }
+        };
+        Ok(Some(VmaUpdate {
+            new_pgoff: target.new_pgoff,
+            fd,
+        }))
     }
 
     fn resume_devices_late(&self, pid: i32) -> HookResult<()> {

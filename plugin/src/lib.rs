@@ -12,3 +12,4 @@ pub mod logger;
 pub mod restore;
 pub mod shim;
 pub mod shm;
+pub mod vma;

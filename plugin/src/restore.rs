@@ -20,6 +20,7 @@ use topology::{CheckOptions, Mapping};
 
 use crate::copy::{self, BoSource, CopyError, Progress, Staging};
 use crate::shm::SharedMem;
+use crate::vma::VmaRemaps;
 use kfd_abi::platform::Platform;
 
 /// How to restore.
@@ -86,33 +87,6 @@ impl RestoreError {
     }
 }
 
-/// Where a restored BO's CPU mapping lives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MappedOn {
-    /// `/dev/kfd` (doorbells, MMIO remap page).
-    Kfd,
-    /// The render node of image GPU `gpu_id`.
-    Render {
-        /// The GPU (image id).
-        gpu_id: u32,
-    },
-}
-
-/// The offset change of one BO, for UPDATE_VMA_MAP.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OffsetRemap {
-    /// GPU VA of the BO.
-    pub addr: u64,
-    /// Size.
-    pub size: u64,
-    /// The mmap offset at checkpoint.
-    pub old_offset: u64,
-    /// The mmap offset now.
-    pub new_offset: u64,
-    /// Which file it is mapped from.
-    pub on: MappedOn,
-}
-
 /// Per GPU, what a restore did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GpuRestore {
@@ -138,7 +112,7 @@ pub struct Restored<T: Transport> {
     /// The GPU mapping used.
     pub mapping: Mapping,
     /// Offset changes for UPDATE_VMA_MAP.
-    pub remaps: Vec<OffsetRemap>,
+    pub vmas: VmaRemaps,
     /// Per GPU.
     pub gpus: Vec<GpuRestore>,
     /// The pid recorded in the image.
@@ -151,14 +125,6 @@ impl<T: Transport> Restored<T> {
     /// Bytes of BO contents written.
     pub fn bytes(&self) -> u64 {
         self.gpus.iter().map(|g| g.bytes).sum()
-    }
-
-    /// The remap for a CPU mapping that had offset `old_pgoff` (bytes) at checkpoint.
-    pub fn remap(&self, old_pgoff: u64) -> Option<(u64, MappedOn)> {
-        self.remaps.iter().find_map(|r| {
-            let delta = old_pgoff.checked_sub(r.old_offset)?;
-            (delta < r.size.max(1)).then_some((r.new_offset + delta, r.on))
-        })
     }
 }
 
@@ -423,32 +389,14 @@ pub fn restore_kfd<P: Platform>(
         }
     }
 
-    let remaps = msg
-        .bo_entries
-        .iter()
-        .zip(&restored)
-        .map(|(b, r)| {
-            let flags = AllocFlags::from_bits_retain(b.alloc_flags);
-            let on = if flags.intersects(AllocFlags::DOORBELL | AllocFlags::MMIO_REMAP) {
-                MappedOn::Kfd
-            } else {
-                MappedOn::Render { gpu_id: b.gpu_id }
-            };
-            OffsetRemap {
-                addr: b.addr,
-                size: b.size,
-                old_offset: b.offset,
-                new_offset: r.restored_offset,
-                on,
-            }
-        })
-        .collect();
+    let offsets: Vec<u64> = restored.iter().map(|r| r.restored_offset).collect();
+    let vmas = VmaRemaps::new(&msg, &offsets);
 
     Ok(Some(Restored {
         kfd,
         renders,
         mapping,
-        remaps,
+        vmas,
         gpus,
         pid: msg.pid,
         elapsed: start.elapsed(),
