@@ -10,3 +10,4 @@ pub mod logger;
 pub mod restore;
 pub mod shim;
 pub mod shm;
+pub mod topology_image;

@@ -84,7 +84,7 @@ fn write_kfd_image(
 ) {
     let d = File::open(dir).unwrap();
     let gpus: Vec<u32> = t.gpus().map(|g| g.gpu_id).collect();
-    let entries = topology::image::to_device_entries(t);
+    let entries = amdgpu_plugin::topology_image::to_device_entries(t);
     let bo_entries: Vec<KfdBoEntry> = bos
         .iter()
         .enumerate()

@@ -531,7 +531,7 @@ fn check_kfd(dir: &ImageDir, id: u32, local: &Topology, checks: &CheckOptions) -
         .filter(|d| d.gpu_id != 0)
         .map(|d| d.gpu_id)
         .collect();
-    let source = topology::image::from_device_entries(&image.device_entries);
+    let source = crate::topology_image::from_device_entries(&image.device_entries);
     match restore::plan(id, dir.fd(), local, checks) {
         Ok(Some(plan)) => {
             out.mapping = Some(MapOutcome::new(Ok(plan.mapping), &source, local, checks));
