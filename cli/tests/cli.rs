@@ -11,10 +11,10 @@ use std::os::fd::AsFd;
 use std::path::Path;
 use std::process::Command;
 
-use amdgpu_plugin::cli::check::{check_dir, CheckReport, EnvChecks, MapOutcome, MapReport};
-use amdgpu_plugin::cli::inspect::{inspect, PagesStatus};
-use amdgpu_plugin::cli::topo::TopologyReport;
-use amdgpu_plugin::cli::{Format, Outcome, Report};
+use amdgpu_cr::check::{check_dir, CheckReport, EnvChecks, MapOutcome, MapReport};
+use amdgpu_cr::inspect::{inspect, PagesStatus};
+use amdgpu_cr::topo::TopologyReport;
+use amdgpu_cr::{Format, Outcome, Report};
 use images::proto::{CriuDmabufNode, CriuKfd, CriuRenderNode, KfdBoEntry};
 use images::{DmabufImage, ImageFile, KfdImage, PagesFile, PagesWriter, RenderNodeImage};
 use kfd_abi::AllocFlags;
