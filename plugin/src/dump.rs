@@ -247,7 +247,7 @@ fn image_message(
     // The process's GPUs are recorded under its user ids; this is what makes re-checkpointing a
     // process restored onto other GPUs work (the ids it uses are the ids in its image).
     let user_of: BTreeMap<u32, u32> = actual.iter().map(|(&u, &a)| (a, u)).collect();
-    let mut entries = topology::image::to_device_entries(topo);
+    let mut entries = crate::topology_image::to_device_entries(topo);
     for e in &mut entries {
         if let Some(&user) = user_of.get(&e.gpu_id) {
             e.gpu_id = user;

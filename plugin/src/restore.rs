@@ -242,7 +242,7 @@ pub fn plan(
         }
         readers.insert(gpu, PagesReader::open(dir, which, len, sums)?);
     }
-    let source = topology::image::from_device_entries(&image.device_entries);
+    let source = crate::topology_image::from_device_entries(&image.device_entries);
     let mapping = topology::map_gpus(&source, local, checks)?;
     Ok(Some(Plan {
         id,

@@ -9,7 +9,7 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use amdgpu_plugin::cli::demo::{self, SimNode};
+use amdgpu_cr::demo::{self, SimNode};
 use amdgpu_plugin::criu::Settings;
 use amdgpu_plugin::hooks::{CriuHooks, HookError, Stage};
 use amdgpu_plugin::inventory::{Inventory, RecordError, NAME};
