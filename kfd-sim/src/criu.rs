@@ -9,12 +9,14 @@
 //!   then the MQD, then the control stack), events (64 bytes), SVM ranges (24-byte header, then
 //!   `4 + num_devices` attributes of 8 bytes).
 
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use kfd_abi::mmap_offset as mo;
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
+use crate::client::Client;
 use crate::dispatch::{
     bind_vm, create_event_locked, create_queue_locked, fd_of, get_u32, get_u64, kmalloc_check,
     kmap_event_page, map_bo_on, new_bo, put_u32, put_u64, svm_apply, xnack_supported, Cx,
@@ -216,6 +218,44 @@ fn pod_bytes<T: Pod>(v: &T) -> Vec<u8> {
     b
 }
 
+/// The dma-buf fds one CRIU_OP has installed in the caller so far. Dropped before
+/// [`keep`](Self::keep), it closes them again: every failure of the op after its first
+/// `fd_install` takes them back, as the driver closes the fds it installed when CHECKPOINT or
+/// RESTORE fails.
+struct InstalledFds<'a> {
+    client: &'a dyn Client,
+    fds: Vec<i32>,
+}
+
+impl<'a> InstalledFds<'a> {
+    fn new(client: &'a dyn Client) -> Self {
+        Self {
+            client,
+            fds: Vec::new(),
+        }
+    }
+
+    /// `fd_install` of `fd` in the caller; its number as a bucket's `dmabuf_fd` carries it.
+    fn install(&mut self, fd: OwnedFd) -> Result<u32, Errno> {
+        let raw = self.client.install_fd(fd)?;
+        self.fds.push(raw);
+        Ok(u32::from_ne_bytes(raw.to_ne_bytes()))
+    }
+
+    /// The op succeeded: the fds stay with the caller.
+    fn keep(mut self) {
+        self.fds.clear();
+    }
+}
+
+impl Drop for InstalledFds<'_> {
+    fn drop(&mut self) {
+        for &fd in &self.fds {
+            self.client.uninstall_fd(fd);
+        }
+    }
+}
+
 /// Serialises the queue, event and SVM records.
 fn write_objects(st: &ProcState, out: &mut Vec<u8>) {
     for (&qid, qu) in &st.queues {
@@ -378,35 +418,17 @@ fn checkpoint(cx: &Cx<'_>, a: &CriuArgs) -> R {
         .map_err(|_| Errno::EFAULT)?;
 
     // The last step that can fail: install the dma-bufs and copy the buckets out.
-    let mut installed = Vec::new();
-    let undo = |installed: &[i32]| installed.iter().for_each(|&fd| cx.c.uninstall_fd(fd));
+    let mut installed = InstalledFds::new(cx.c);
     for (bucket, export) in buckets.iter_mut().zip(exports) {
         let Some((backing, writable)) = export else {
             continue;
         };
-        let fd = match backing.export(writable) {
-            Ok(fd) => fd,
-            Err(e) => {
-                undo(&installed);
-                return Err(Errno::from_io(&e));
-            }
-        };
-        match cx.c.install_fd(fd) {
-            Ok(raw) => {
-                installed.push(raw);
-                bucket.dmabuf_fd = u32::from_ne_bytes(raw.to_ne_bytes());
-            }
-            Err(e) => {
-                undo(&installed);
-                return Err(e);
-            }
-        }
+        let fd = backing.export(writable).map_err(|e| Errno::from_io(&e))?;
+        bucket.dmabuf_fd = installed.install(fd)?;
     }
     let bytes: Vec<u8> = buckets.iter().flat_map(pod_bytes).collect();
-    if cx.c.write_user(a.bos, &bytes).is_err() {
-        undo(&installed);
-        return Err(Errno::EFAULT);
-    }
+    cx.c.write_user(a.bos, &bytes).map_err(|_| Errno::EFAULT)?;
+    installed.keep();
     Ok(0)
 }
 
@@ -436,6 +458,14 @@ impl PrivReader<'_, '_> {
     }
 }
 
+/// `criu_restore`: process record, devices, BOs, objects, then the size check, each step failing
+/// with the driver's errno.
+///
+/// On failure, nothing outside the restoring process is left changed: the dma-buf fds installed
+/// for its BOs are closed again (in process and over CUSE alike). What the steps before the
+/// failure did to the restoring KFD process itself stays, as in the 6.1 driver, which does not
+/// roll back (recorded user gpu ids, VMs taken from render nodes, BOs, queues and events, the
+/// eviction); it all goes with the process, and VRAM, SDMA slots and doorbells with it.
 fn restore(cx: &Cx<'_>, a: &CriuArgs) -> R {
     if a.bos == 0
         || a.devices == 0
@@ -519,19 +549,13 @@ fn restore(cx: &Cx<'_>, a: &CriuArgs) -> R {
         .filter_map(sys::kfd_criu_bo_bucket::read_from)
         .collect();
     let privs = rd.take(u(BO_PRIV_SIZE) * nbos)?;
-    let mut installed: Vec<i32> = Vec::new();
-    let undo = |installed: &[i32]| installed.iter().for_each(|&fd| cx.c.uninstall_fd(fd));
+    // From the first dma-buf fd on, every failure closes the fds installed so far.
+    let mut installed = InstalledFds::new(cx.c);
     for (bucket, rec) in buckets.iter_mut().zip(privs.chunks_exact(BO_PRIV_SIZE)) {
-        if let Err(e) = restore_bo(cx, &mut st, bucket, rec, &mut installed) {
-            undo(&installed);
-            return Err(e);
-        }
+        restore_bo(cx, &mut st, bucket, rec, &mut installed)?;
     }
     let out: Vec<u8> = buckets.iter().flat_map(pod_bytes).collect();
-    if cx.c.write_user(a.bos, &out).is_err() {
-        undo(&installed);
-        return Err(Errno::EFAULT);
-    }
+    cx.c.write_user(a.bos, &out).map_err(|_| Errno::EFAULT)?;
 
     // Objects.
     for _ in 0..a.num_objects {
@@ -549,6 +573,7 @@ fn restore(cx: &Cx<'_>, a: &CriuArgs) -> R {
     if rd.off != a.priv_data_size {
         return Err(Errno::EINVAL);
     }
+    installed.keep();
     Ok(0)
 }
 
@@ -557,7 +582,7 @@ fn restore_bo(
     st: &mut ProcState,
     bucket: &mut sys::kfd_criu_bo_bucket,
     rec: &[u8],
-    installed: &mut Vec<i32>,
+    installed: &mut InstalledFds<'_>,
 ) -> Result<(), Errno> {
     use sys::*;
     let pi = st.pdd_by_user_id(bucket.gpu_id).ok_or(Errno::ENODEV)?;
@@ -604,9 +629,7 @@ fn restore_bo(
     match export {
         Some(b) => {
             let fd = b.export(true).map_err(|e| Errno::from_io(&e))?;
-            let raw = cx.c.install_fd(fd)?;
-            installed.push(raw);
-            bucket.dmabuf_fd = u32::from_ne_bytes(raw.to_ne_bytes());
+            bucket.dmabuf_fd = installed.install(fd)?;
         }
         None => bucket.dmabuf_fd = KFD_INVALID_FD,
     }
@@ -722,4 +745,72 @@ fn resume(cx: &Cx<'_>, a: &CriuArgs) -> R {
     st.evictions = st.evictions.saturating_sub(1);
     log::info!("kfd-sim: pid {}: queues running (CRIU RESUME)", target.pid);
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::os::fd::{IntoRawFd, RawFd};
+
+    use super::*;
+    use crate::sys::FileKey;
+
+    /// A caller that records which fds were installed for it and which were taken back.
+    #[derive(Default)]
+    struct FdTable {
+        open: RefCell<Vec<RawFd>>,
+    }
+
+    impl Client for FdTable {
+        fn pid(&self) -> u32 {
+            1
+        }
+        fn can_checkpoint_restore(&self) -> bool {
+            true
+        }
+        fn is_ptrace_parent_of(&self, _pid: u32) -> bool {
+            false
+        }
+        fn read_user(&self, _addr: u64, _buf: &mut [u8]) -> Result<(), Errno> {
+            Err(Errno::EFAULT)
+        }
+        fn write_user(&self, _addr: u64, _buf: &[u8]) -> Result<(), Errno> {
+            Err(Errno::EFAULT)
+        }
+        fn resolve_fd(&self, _raw: i32) -> Result<FileKey, Errno> {
+            Err(Errno::EBADF)
+        }
+        fn install_fd(&self, fd: OwnedFd) -> Result<i32, Errno> {
+            let raw = fd.into_raw_fd();
+            self.open.borrow_mut().push(raw);
+            Ok(raw)
+        }
+        fn uninstall_fd(&self, raw: RawFd) {
+            self.open.borrow_mut().retain(|&fd| fd != raw);
+            crate::sys::close_raw(raw);
+        }
+    }
+
+    fn memfd() -> OwnedFd {
+        crate::sys::memfd("kfd-sim:test").unwrap()
+    }
+
+    #[test]
+    fn installed_fds_are_taken_back_unless_the_op_succeeds() {
+        let table = FdTable::default();
+        {
+            let mut failed = InstalledFds::new(&table);
+            let a = failed.install(memfd()).unwrap();
+            let b = failed.install(memfd()).unwrap();
+            assert_ne!(a, b);
+            assert_eq!(table.open.borrow().len(), 2);
+        }
+        assert!(table.open.borrow().is_empty(), "a failed op leaves no fd");
+
+        let mut done = InstalledFds::new(&table);
+        let fd = done.install(memfd()).unwrap();
+        done.keep();
+        assert_eq!(*table.open.borrow(), [i32::from_ne_bytes(fd.to_ne_bytes())]);
+        table.uninstall_fd(i32::from_ne_bytes(fd.to_ne_bytes()));
+    }
 }
