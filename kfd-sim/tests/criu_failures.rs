@@ -71,6 +71,15 @@ fn added(before: &BTreeMap<i32, u64>, now: &BTreeMap<i32, u64>) -> BTreeMap<i32,
         .collect()
 }
 
+/// Of the memory fds opened since `before`, none is a second handle on the same memory: the BOs
+/// that a failed RESTORE leaves in the restoring process keep their memory (one memfd each), and
+/// every dma-buf it installed on that memory is closed again.
+fn assert_no_second_handle(before: &BTreeMap<i32, u64>) {
+    let new = added(before, &memory_fds());
+    let inodes: BTreeSet<u64> = new.values().copied().collect();
+    assert_eq!(inodes.len(), new.len(), "dma-buf fds left open: {new:?}");
+}
+
 /// Offsets of the object records in `c`'s private data, with their types.
 fn objects(c: &Checkpoint) -> Vec<(u32, usize)> {
     let p = &c.priv_data;
@@ -239,11 +248,8 @@ fn a_restore_that_fails_late_closes_the_dmabufs_it_installed(
     let r = Restorer::new(&m);
     let pid = r.proc.pid();
     assert_eq!(r.restore(&c, &p).unwrap_err().errno(), Some(want));
-    // The BOs restored before the failure keep their memory (one memfd each), but no fd is a
-    // second handle on it: the dma-bufs the restore installed are closed again.
-    let new = added(&before, &memory_fds());
-    let inodes: BTreeSet<u64> = new.values().copied().collect();
-    assert_eq!(inodes.len(), new.len(), "dma-buf fds left open: {new:?}");
+    // The BOs restored before the failure keep their memory, but the dma-bufs are closed again.
+    assert_no_second_handle(&before);
 
     // The restoring process ends: its memory goes, and the fd table is as it was.
     drop(r);
@@ -298,9 +304,7 @@ fn a_restore_that_cannot_copy_the_buckets_back_closes_the_dmabufs_it_installed()
     };
     let before = memory_fds();
     assert_eq!(raw(r.kfd.transport(), CRIU_OP, &mut a), Err(Errno::EFAULT));
-    let new = added(&before, &memory_fds());
-    let inodes: BTreeSet<u64> = new.values().copied().collect();
-    assert_eq!(inodes.len(), new.len(), "dma-buf fds left open: {new:?}");
+    assert_no_second_handle(&before);
     drop(r);
     assert_all_released(&m, pid);
     assert_eq!(memory_fds(), before);
