@@ -48,8 +48,8 @@ use crate::machine::{lock, MachineInner};
 use crate::memory::{Backing, Domain};
 use crate::process::limits::{KVMALLOC_MAX, PAGE_SIZE};
 use crate::uaccess::{
-    copy_from_user, copy_in_kdata, copy_out_kdata, fd_from_field, get_u32, get_u64, put_u32,
-    put_u64, IoctlResult,
+    check_user_range, copy_from_user, copy_in_kdata, copy_to_user, fd_from_field, get_u32, get_u64,
+    put_u32, put_u64, IoctlResult,
 };
 
 /// What a GPU virtual address range is backed by.
@@ -361,7 +361,7 @@ pub fn dispatch(
         client,
     };
     let ret = handler(&call, &mut kdata);
-    copy_out_kdata(client, arg, &kdata[..out_size])?;
+    copy_to_user(client, arg, &kdata[..out_size])?;
     if ret.is_ok() && kcmd == ioctl::drm::AMDGPU_CS {
         log::debug!(
             "kfd-sim: AMDGPU_CS ok on file {:p} by pid {}",
@@ -613,10 +613,8 @@ fn gem_userptr(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
         return Err(Errno::EINVAL);
     }
     if flags & sys::AMDGPU_GEM_USERPTR_VALIDATE != 0 {
-        let mut probe = [0u8; 1];
         let last = addr.checked_add(size - 1).ok_or(Errno::EFAULT)?;
-        call.client.read_user(addr, &mut probe)?;
-        call.client.read_user(last, &mut probe)?;
+        check_user_range(call.client, addr, last)?;
     }
     let dev = call
         .machine
@@ -784,9 +782,7 @@ fn gem_op(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
                 gem.domains.load(Ordering::Relaxed),
             );
             put_u64(&mut out, offset_of!(In, domain_flags), gem.flags);
-            call.client
-                .write_user(value, &out)
-                .map_err(|_| Errno::EFAULT)?;
+            copy_to_user(call.client, value, &out)?;
             Ok(0)
         }
         sys::AMDGPU_GEM_OP_SET_PLACEMENT => {
@@ -1142,9 +1138,7 @@ fn info(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     put_u64(&mut d, offset_of!(D, high_va_offset), va::HOLE_END);
     put_u64(&mut d, offset_of!(D, high_va_max), va::HOLE_END | vm_size);
     let n = (size as usize).min(d.len());
-    call.client
-        .write_user(ptr, &d[..n])
-        .map_err(|_| Errno::EFAULT)?;
+    copy_to_user(call.client, ptr, &d[..n])?;
     Ok(0)
 }
 

@@ -30,14 +30,6 @@ pub(crate) fn copy_in_kdata(
     Ok(kdata)
 }
 
-/// Copies `bytes` of the kernel buffer back to the caller's `arg` (`EFAULT` if that fails).
-pub(crate) fn copy_out_kdata(client: &dyn Client, arg: u64, bytes: &[u8]) -> Result<(), Errno> {
-    if bytes.is_empty() {
-        return Ok(());
-    }
-    client.write_user(arg, bytes).map_err(|_| Errno::EFAULT)
-}
-
 /// Runs `f` on the argument struct decoded from the kernel buffer and stores it back (also on
 /// error: the driver copies its buffer out whatever the result).
 pub(crate) fn with_args<T: Pod>(
@@ -117,11 +109,32 @@ pub(crate) fn copy_from_user(client: &dyn Client, addr: u64, len: u64) -> Result
     Ok(out)
 }
 
+/// `copy_to_user` of `bytes` at the caller's `addr` (`EFAULT` if that fails; nothing to copy never
+/// fails). The ioctl's kernel buffer goes back to the caller this way too.
+pub(crate) fn copy_to_user(client: &dyn Client, addr: u64, bytes: &[u8]) -> Result<(), Errno> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    client.write_user(addr, bytes).map_err(|_| Errno::EFAULT)
+}
+
 /// `copy_from_user` of one plain-data struct.
 pub(crate) fn copy_struct_from_user<T: Pod>(client: &dyn Client, addr: u64) -> Result<T, Errno> {
     let mut b = vec![0u8; std::mem::size_of::<T>()];
     client.read_user(addr, &mut b)?;
     T::read_from(&b).ok_or(Errno::EFAULT)
+}
+
+/// `EFAULT` unless the caller's bytes at `first` and `last` are both readable: the simulator's
+/// stand-in for the driver's walk over the VMAs (or pinning of the pages) of `[first, last]`.
+pub(crate) fn check_user_range(client: &dyn Client, first: u64, last: u64) -> Result<(), Errno> {
+    let mut probe = [0u8; 1];
+    for at in [first, last] {
+        client
+            .read_user(at, &mut probe)
+            .map_err(|_| Errno::EFAULT)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

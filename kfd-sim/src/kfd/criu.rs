@@ -28,8 +28,8 @@ use crate::host::Pod;
 use crate::process::limits::*;
 use crate::process::{ProcState, Queue, QueueKind, SvmAccess};
 use crate::uaccess::{
-    copy_from_user, fd_from_field, fd_to_field, get_u32, get_u64, put_u32, put_u64, struct_bytes,
-    IoctlResult,
+    copy_from_user, copy_to_user, fd_from_field, fd_to_field, get_u32, get_u64, put_u32, put_u64,
+    struct_bytes, IoctlResult,
 };
 
 /// `KFD_CRIU_PRIV_VERSION`.
@@ -372,9 +372,7 @@ fn checkpoint(call: &KfdCall<'_>, a: &CriuArgs) -> IoctlResult {
         }));
         priv_data.extend_from_slice(&[0u8; DEVICE_PRIV_SIZE]);
     }
-    call.client
-        .write_user(a.devices, &dev_buckets)
-        .map_err(|_| Errno::EFAULT)?;
+    copy_to_user(call.client, a.devices, &dev_buckets)?;
 
     // BO records (the buckets get their dma-buf fds last).
     let mut buckets = Vec::new();
@@ -426,9 +424,7 @@ fn checkpoint(call: &KfdCall<'_>, a: &CriuArgs) -> IoctlResult {
     }
     write_objects(&st, &mut priv_data);
     drop(st);
-    call.client
-        .write_user(a.priv_data, &priv_data)
-        .map_err(|_| Errno::EFAULT)?;
+    copy_to_user(call.client, a.priv_data, &priv_data)?;
 
     // The last step that can fail: install the dma-bufs and copy the buckets out.
     let mut installed = InstalledFds::new(call.client);
@@ -440,9 +436,7 @@ fn checkpoint(call: &KfdCall<'_>, a: &CriuArgs) -> IoctlResult {
         bucket.dmabuf_fd = installed.install(fd)?;
     }
     let bytes: Vec<u8> = buckets.iter().flat_map(struct_bytes).collect();
-    call.client
-        .write_user(a.bos, &bytes)
-        .map_err(|_| Errno::EFAULT)?;
+    copy_to_user(call.client, a.bos, &bytes)?;
     installed.keep();
     Ok(0)
 }
@@ -464,12 +458,23 @@ impl PrivReader<'_> {
         }
     }
 
-    fn take(&mut self, len: u64) -> Result<Vec<u8>, Errno> {
+    /// The next `len` bytes, without consuming them.
+    fn peek(&self, len: u64) -> Result<Vec<u8>, Errno> {
         self.check(len)?;
         let at = self.base.checked_add(self.off).ok_or(Errno::EFAULT)?;
-        let b = copy_from_user(self.client, at, len).map_err(|_| Errno::EFAULT)?;
+        copy_from_user(self.client, at, len).map_err(|_| Errno::EFAULT)
+    }
+
+    /// The next `len` bytes.
+    fn take(&mut self, len: u64) -> Result<Vec<u8>, Errno> {
+        let b = self.peek(len)?;
         self.off += len;
         Ok(b)
+    }
+
+    /// The type of the object record that comes next (its first `u32`).
+    fn peek_object_type(&self) -> Result<u32, Errno> {
+        Ok(get_u32(&self.peek(4)?, 0))
     }
 }
 
@@ -568,19 +573,11 @@ fn restore(call: &KfdCall<'_>, a: &CriuArgs) -> IoctlResult {
         restore_bo(call, &mut st, bucket, rec, &mut installed)?;
     }
     let out: Vec<u8> = buckets.iter().flat_map(struct_bytes).collect();
-    call.client
-        .write_user(a.bos, &out)
-        .map_err(|_| Errno::EFAULT)?;
+    copy_to_user(call.client, a.bos, &out)?;
 
     // Objects.
     for _ in 0..a.num_objects {
-        rd.check(4)?;
-        let at = a.priv_data.checked_add(rd.off).ok_or(Errno::EFAULT)?;
-        let mut ty = [0u8; 4];
-        call.client
-            .read_user(at, &mut ty)
-            .map_err(|_| Errno::EFAULT)?;
-        match u32::from_le_bytes(ty) {
+        match rd.peek_object_type()? {
             OBJECT_QUEUE => restore_queue(call, &mut st, &mut rd)?,
             OBJECT_EVENT => restore_event(&mut st, &mut rd)?,
             OBJECT_SVM_RANGE => restore_svm(&mut st, &mut rd)?,

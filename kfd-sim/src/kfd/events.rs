@@ -14,7 +14,7 @@ use super::memory::handle_parts;
 use super::{kmalloc_check, KfdCall};
 use crate::process::limits::*;
 use crate::process::{waiter, Event, ProcState, SignalPage};
-use crate::uaccess::{copy_struct_from_user, fd_to_field, with_args, IoctlResult};
+use crate::uaccess::{copy_struct_from_user, copy_to_user, fd_to_field, with_args, IoctlResult};
 
 /// `kfd_kmap_event_page`: the BO behind `handle` becomes the signal page.
 pub(super) fn kmap_event_page(st: &mut ProcState, handle: u64) -> Result<(), Errno> {
@@ -306,9 +306,7 @@ fn wait_on_events(call: &KfdCall<'_>, a: &sys::kfd_ioctl_wait_events_args) -> Re
             };
             if ev.ty == sys::KFD_IOC_EVENT_MEMORY {
                 let addr = a.events_ptr.wrapping_add(i * EVENT_DATA_SIZE);
-                call.client
-                    .write_user(addr, &ev.exception)
-                    .map_err(|_| Errno::EFAULT)?;
+                copy_to_user(call.client, addr, &ev.exception)?;
             }
         }
     }

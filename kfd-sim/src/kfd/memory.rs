@@ -14,7 +14,9 @@ use crate::memory::{Backing, Domain};
 use crate::process::limits::*;
 use crate::process::{align_up, domain_of, vm_unmap_bo, Bo, ProcState};
 use crate::render::{VmMapping, VmTarget};
-use crate::uaccess::{copy_from_user, fd_from_field, get_u32, with_args, IoctlResult};
+use crate::uaccess::{
+    check_user_range, copy_from_user, fd_from_field, get_u32, with_args, IoctlResult,
+};
 
 /// Creates a BO's memory and accounting (`amdgpu_amdkfd_gpuvm_alloc_memory_of_gpu`).
 /// `check_user` validates a userptr's pages (not at CRIU restore).
@@ -65,13 +67,10 @@ pub(super) fn new_bo(
         }
     };
     if userptr && check_user {
-        let mut probe = [0u8; 1];
         let last = user_addr.saturating_add(aligned.saturating_sub(1));
-        if call.client.read_user(user_addr, &mut probe).is_err()
-            || call.client.read_user(last, &mut probe).is_err()
-        {
+        if let Err(e) = check_user_range(call.client, user_addr, last) {
             unreserve();
-            return Err(Errno::EFAULT);
+            return Err(e);
         }
     }
     let backing = match domain {

@@ -35,7 +35,7 @@ use crate::client::Client;
 use crate::machine::MachineInner;
 use crate::process::limits::KMALLOC_MAX;
 use crate::process::KfdProcess;
-use crate::uaccess::{copy_in_kdata, copy_out_kdata, IoctlResult};
+use crate::uaccess::{copy_in_kdata, copy_to_user, IoctlResult};
 
 /// What one `/dev/kfd` ioctl sees: the machine, the file's KFD process, and the caller.
 pub(crate) struct KfdCall<'a> {
@@ -124,7 +124,7 @@ pub(crate) fn kfd_ioctl(
     };
     let ret = handler(&call, &mut kdata);
     if dir.copies_out() {
-        copy_out_kdata(client, arg, &kdata[..usize_])?;
+        copy_to_user(client, arg, &kdata[..usize_])?;
     }
     if let Err(e) = ret {
         log::debug!("kfd-sim: {} -> {e}", desc.name);

@@ -13,7 +13,7 @@ use crate::host::{clock_ns, FileKey, Pod};
 use crate::machine::{lock, FileKind, MachineInner};
 use crate::process::limits::*;
 use crate::process::{DrmBinding, ProcState};
-use crate::uaccess::{fd_from_field, with_args, IoctlResult};
+use crate::uaccess::{copy_to_user, fd_from_field, with_args, IoctlResult};
 
 pub(super) fn get_version(_call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     with_args(kdata, |a: &mut sys::kfd_ioctl_get_version_args| {
@@ -101,9 +101,7 @@ pub(super) fn get_process_apertures_new(call: &KfdCall<'_>, kdata: &mut [u8]) ->
             }
             drop(st);
             a.num_of_nodes = n;
-            call.client
-                .write_user(a.kfd_process_device_apertures_ptr, &bytes)
-                .map_err(|_| Errno::EFAULT)?;
+            copy_to_user(call.client, a.kfd_process_device_apertures_ptr, &bytes)?;
             Ok(0)
         },
     )
@@ -150,24 +148,19 @@ pub(super) fn get_tile_config(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResu
         a.num_ranks = 0;
         // gfx9 keeps 32 tile modes and 16 macro tile modes, all zero.
         a.num_tile_configs = a.num_tile_configs.min(32);
-        if call
-            .client
-            .write_user(
-                a.tile_config_ptr,
-                &vec![0u8; a.num_tile_configs as usize * 4],
-            )
-            .is_err()
+        if copy_to_user(
+            call.client,
+            a.tile_config_ptr,
+            &vec![0u8; a.num_tile_configs as usize * 4],
+        )
+        .is_err()
         {
             a.num_tile_configs = 0;
             return Err(Errno::EFAULT);
         }
         a.num_macro_tile_configs = a.num_macro_tile_configs.min(16);
         let macro_bytes = vec![0u8; a.num_macro_tile_configs as usize * 4];
-        if call
-            .client
-            .write_user(a.macro_tile_config_ptr, &macro_bytes)
-            .is_err()
-        {
+        if copy_to_user(call.client, a.macro_tile_config_ptr, &macro_bytes).is_err() {
             a.num_macro_tile_configs = 0;
             return Err(Errno::EFAULT);
         }

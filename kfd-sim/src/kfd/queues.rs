@@ -11,7 +11,7 @@ use crate::host::access_ok;
 use crate::machine::MachineInner;
 use crate::process::limits::*;
 use crate::process::{mqd_layout, sdma_doorbell_id, ProcState, Queue, QueueKind};
-use crate::uaccess::{copy_from_user, get_u32, with_args, IoctlResult};
+use crate::uaccess::{copy_from_user, copy_to_user, get_u32, with_args, IoctlResult};
 
 /// `set_queue_properties_from_user`: checks and the queue type.
 fn queue_props_from_user(
@@ -259,9 +259,7 @@ pub(super) fn get_queue_wave_state(call: &KfdCall<'_>, kdata: &mut [u8]) -> Ioct
         if q.kind != QueueKind::Compute || queue_active(&st, q) {
             return Err(Errno::EINVAL);
         }
-        call.client
-            .write_user(a.ctl_stack_address, &q.ctl_stack)
-            .map_err(|_| Errno::EFAULT)?;
+        copy_to_user(call.client, a.ctl_stack_address, &q.ctl_stack)?;
         a.ctl_stack_used_size = u32::try_from(q.ctl_stack.len()).unwrap_or(u32::MAX);
         a.save_area_used_size = 0;
         Ok(0)

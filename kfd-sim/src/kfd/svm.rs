@@ -10,7 +10,7 @@ use super::KfdCall;
 use crate::host::access_ok;
 use crate::machine::lock;
 use crate::process::{ProcState, SvmAccess, SvmRange};
-use crate::uaccess::{get_u32, get_u64, put_u32, put_u64, IoctlResult};
+use crate::uaccess::{check_user_range, get_u32, get_u64, put_u32, put_u64, IoctlResult};
 
 /// Byte offsets in `kfd_ioctl_svm_args`, whose attributes follow it in the ioctl buffer.
 const START: usize = offset_of!(sys::kfd_ioctl_svm_args, start_addr);
@@ -44,14 +44,7 @@ pub(super) fn svm_default(st: &ProcState, start: u64, end: u64) -> SvmRange {
 
 /// `svm_range_is_valid`: the range must be mapped in the caller and not overlap a BO mapping.
 fn svm_range_valid(call: &KfdCall<'_>, st: &ProcState, start: u64, end: u64) -> Result<(), Errno> {
-    let mut probe = [0u8; 1];
-    // The first and last byte must be mapped (a simulator approximation of the VMA walk).
-    call.client
-        .read_user(start, &mut probe)
-        .map_err(|_| Errno::EFAULT)?;
-    call.client
-        .read_user(end - 1, &mut probe)
-        .map_err(|_| Errno::EFAULT)?;
+    check_user_range(call.client, start, end - 1)?;
     for pdd in &st.pdds {
         if let Some(drm) = &pdd.drm {
             let vm = lock(&drm.vm);
