@@ -48,7 +48,7 @@ fn memory_fds() -> BTreeMap<i32, u64> {
     for entry in std::fs::read_dir("/proc/self/fd").unwrap() {
         let entry = entry.unwrap();
         let Ok(target) = std::fs::read_link(entry.path()) else {
-            continue; // the directory's own fd, closed by now
+            continue; // closed since the listing
         };
         let target = target.to_string_lossy();
         if !(target.starts_with("/memfd:kfd-sim:vram") || target.starts_with("/memfd:kfd-sim:gtt"))
