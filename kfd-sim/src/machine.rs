@@ -8,10 +8,10 @@ use kfd_abi::Errno;
 use topology::model::keys;
 use topology::Topology;
 
+use crate::host::FileKey;
 use crate::memory::Backing;
 use crate::process::{KfdProcess, QueueKind};
 use crate::render::RenderFile;
-use crate::sys::FileKey;
 
 /// Locks a mutex, ignoring poisoning (the state stays consistent: no handler panics mid-update).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

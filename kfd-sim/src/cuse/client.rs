@@ -32,7 +32,7 @@ use super::os::{self, ProcStatus};
 use super::server::{cuse_file_key, Shared};
 use super::SIM_PROBE;
 use crate::client::{Client, ProcessMemory};
-use crate::sys::FileKey;
+use crate::host::FileKey;
 
 /// One ioctl's caller.
 pub(crate) struct CuseClient<'a> {

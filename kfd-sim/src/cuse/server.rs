@@ -46,10 +46,10 @@ use super::client::CuseClient;
 use super::os::{self, ProcStatus};
 use super::proto::{self, InHeader, Opcode};
 use super::{CuseError, CUSE_FILE_DEV, SIM_PROBE};
+use crate::host::FileKey;
 use crate::machine::{lock, FileKind, MachineInner, OpenFile};
 use crate::process::KfdProcess;
 use crate::render::RenderFile;
-use crate::sys::FileKey;
 
 /// The DRM character major: render nodes are served with their real numbers.
 pub const DRM_MAJOR: u32 = 226;
@@ -691,9 +691,7 @@ impl Shared {
             kfd_abi::cuse::SIM_CLOSE_FD => client.close_installed(io.arg),
             SIM_PROBE if st.tgid == self.own_pid => i32::try_from(io.fh).map_err(|_| Errno::EBADF),
             cmd => match &file.kind {
-                FileKind::Kfd(p) => {
-                    crate::dispatch::kfd_ioctl(&self.machine, p, &client, cmd, io.arg)
-                }
+                FileKind::Kfd(p) => crate::kfd::kfd_ioctl(&self.machine, p, &client, cmd, io.arg),
                 FileKind::Render(r) => {
                     crate::render::dispatch(&self.machine, r, &client, cmd, io.arg)
                 }
