@@ -13,7 +13,7 @@ use std::os::fd::{IntoRawFd, OwnedFd, RawFd};
 
 use kfd_abi::Errno;
 
-use crate::sys::{self, FileKey};
+use crate::host::{self, FileKey};
 
 /// What the dispatcher needs of the calling task.
 pub trait Client {
@@ -93,7 +93,7 @@ impl ProcessMemory {
     /// Our own memory (the in-process front end).
     pub fn own() -> Self {
         Self {
-            pid: sys::own_pid(),
+            pid: host::own_pid(),
         }
     }
 
@@ -104,12 +104,12 @@ impl ProcessMemory {
 
     /// `copy_from_user`.
     pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
-        sys::process_vm_read(self.pid, addr, buf)
+        host::process_vm_read(self.pid, addr, buf)
     }
 
     /// `copy_to_user`.
     pub fn write(&self, addr: u64, buf: &[u8]) -> Result<(), Errno> {
-        sys::process_vm_write(self.pid, addr, buf)
+        host::process_vm_write(self.pid, addr, buf)
     }
 }
 
@@ -145,7 +145,7 @@ impl Client for InProcessClient<'_> {
     }
 
     fn resolve_fd(&self, raw: i32) -> Result<FileKey, Errno> {
-        sys::raw_file_key(raw)
+        host::raw_file_key(raw)
     }
 
     fn install_fd(&self, fd: OwnedFd) -> Result<i32, Errno> {
@@ -154,7 +154,7 @@ impl Client for InProcessClient<'_> {
     }
 
     fn uninstall_fd(&self, raw: RawFd) {
-        sys::close_raw(raw);
+        host::close_raw(raw);
     }
 
     fn process_memory(&self) -> ProcessMemory {

@@ -20,11 +20,11 @@ use kfd_abi::{Errno, Transport};
 use topology::Topology;
 
 use crate::client::{InProcessClient, ProcessMemory};
+use crate::host;
 use crate::machine::{lock, FileKind, MachineError, MachineInner, OpenFile};
 use crate::preset::Preset;
 use crate::process::KfdProcess;
 use crate::render::RenderFile;
-use crate::sys;
 
 /// A simulated machine: GPUs from a topology, and the simulated processes using them.
 #[derive(Clone, Debug)]
@@ -43,6 +43,12 @@ impl Machine {
         Ok(Self {
             inner: Arc::new(MachineInner::new(topology)?),
         })
+    }
+
+    /// Makes GET_VERSION report KFD interface `version` (as an older or newer kernel would); the
+    /// simulated driver is otherwise unchanged (1.11).
+    pub fn set_kfd_version(&self, version: kfd_abi::kfd::Version) {
+        self.inner.set_kfd_version(version);
     }
 
     /// The topology the machine was built from (what its sysfs tree shows).
@@ -88,7 +94,7 @@ impl Machine {
 
     /// The simulated open file that a real fd of this OS process stands for, if any.
     fn file_of(&self, fd: BorrowedFd<'_>) -> Option<Arc<OpenFile>> {
-        self.inner.file(sys::file_key(fd).ok()?)
+        self.inner.file(host::file_key(fd).ok()?)
     }
 
     /// Simulates the KFD lock held during suspend/reset: opens of `/dev/kfd` fail with `EAGAIN`.
@@ -203,8 +209,8 @@ impl SimProcess {
     }
 
     fn new_file(&self, name: &str, kind: FileKind) -> io::Result<SimFile> {
-        let fd = sys::memfd(name)?;
-        let key = sys::file_key(fd.as_fd())?;
+        let fd = host::memfd(name)?;
+        let key = host::file_key(fd.as_fd())?;
         let file = Arc::new(OpenFile { key, kind });
         self.inner.machine.inner.register_file(&file);
         Ok(SimFile {
@@ -291,7 +297,7 @@ impl SimFile {
         };
         match &self.file.kind {
             FileKind::Kfd(p) => {
-                crate::dispatch::kfd_ioctl(&self.machine.inner, p, &client, request, arg)
+                crate::kfd::kfd_ioctl(&self.machine.inner, p, &client, request, arg)
             }
             FileKind::Render(r) => {
                 crate::render::dispatch(&self.machine.inner, r, &client, request, arg)
@@ -468,7 +474,7 @@ impl kfd_abi::Platform for SimPlatform {
     }
 
     fn identify(&self, fd: BorrowedFd<'_>) -> io::Result<kfd_abi::DeviceKind> {
-        sys::file_key(fd)?;
+        host::file_key(fd)?;
         Ok(match self.machine.file_of(fd).as_deref().map(|f| &f.kind) {
             Some(FileKind::Kfd(_)) => kfd_abi::DeviceKind::Kfd,
             Some(FileKind::Render(r)) => {

@@ -44,10 +44,13 @@ use kfd_abi::Errno;
 use kfd_sys as sys;
 
 use crate::client::{Client, ProcessMemory};
-use crate::dispatch::{get_u32, get_u64, put_u32, put_u64, read_user_bytes};
 use crate::machine::{lock, MachineInner};
 use crate::memory::{Backing, Domain};
 use crate::process::limits::{KVMALLOC_MAX, PAGE_SIZE};
+use crate::uaccess::{
+    check_user_range, copy_from_user, copy_in_kdata, copy_to_user, fd_from_field, get_u32, get_u64,
+    put_u32, put_u64, IoctlResult,
+};
 
 /// What a GPU virtual address range is backed by.
 #[derive(Clone, Debug)]
@@ -332,16 +335,14 @@ impl RenderFile {
     }
 }
 
-type R = Result<i32, Errno>;
-
-/// What one render-node ioctl sees.
-struct Rx<'a> {
-    m: &'a Arc<MachineInner>,
-    f: &'a RenderFile,
-    c: &'a dyn Client,
+/// What one render-node ioctl sees: the machine, the open file, and the caller.
+struct RenderCall<'a> {
+    machine: &'a Arc<MachineInner>,
+    file: &'a RenderFile,
+    client: &'a dyn Client,
 }
 
-type Handler = fn(&Rx<'_>, &mut [u8]) -> R;
+type Handler = fn(&RenderCall<'_>, &mut [u8]) -> IoctlResult;
 
 /// The dispatch table: the request code the header defines, and its handler.
 const HANDLERS: [(u32, Handler); 13] = [
@@ -362,7 +363,7 @@ const HANDLERS: [(u32, Handler); 13] = [
 
 /// `drm_ioctl` on a render-node file: one call made by `client`.
 pub fn dispatch(
-    m: &Arc<MachineInner>,
+    machine: &Arc<MachineInner>,
     file: &RenderFile,
     client: &dyn Client,
     cmd: u32,
@@ -388,19 +389,14 @@ pub fn dispatch(
     } else {
         0
     };
-    let mut kdata = vec![0u8; in_size.max(out_size).max(ioctl::size(kcmd))];
-    client
-        .read_user(arg, &mut kdata[..in_size])
-        .map_err(|_| Errno::EFAULT)?;
-    let rx = Rx {
-        m,
-        f: file,
-        c: client,
+    let mut kdata = copy_in_kdata(client, arg, in_size, out_size.max(ioctl::size(kcmd)))?;
+    let call = RenderCall {
+        machine,
+        file,
+        client,
     };
-    let ret = handler(&rx, &mut kdata);
-    if client.write_user(arg, &kdata[..out_size]).is_err() {
-        return Err(Errno::EFAULT);
-    }
+    let ret = handler(&call, &mut kdata);
+    copy_to_user(client, arg, &kdata[..out_size])?;
     if ret.is_ok() && kcmd == ioctl::drm::AMDGPU_CS {
         log::debug!(
             "kfd-sim: AMDGPU_CS ok on file {:p} by pid {}",
@@ -441,27 +437,27 @@ fn unmap_all(vm: &Mutex<Vm>, h: &Handle) {
 }
 
 /// `drm_gem_close_ioctl`: unknown handle `EINVAL`.
-fn gem_close(rx: &Rx<'_>, k: &mut [u8]) -> R {
-    let handle = get_u32(k, offset_of!(sys::drm_gem_close, handle));
-    let h = lock(&rx.f.state)
+fn gem_close(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    let handle = get_u32(kdata, offset_of!(sys::drm_gem_close, handle));
+    let h = lock(&call.file.state)
         .handles
         .remove(&handle)
         .ok_or(Errno::EINVAL)?;
-    unmap_all(&rx.f.vm, &h);
+    unmap_all(&call.file.vm, &h);
     Ok(0)
 }
 
 /// `drm_prime_handle_to_fd_ioctl` + `amdgpu_gem_prime_export`: flags other than `DRM_CLOEXEC |
 /// DRM_RDWR` `EINVAL`; unknown handle `ENOENT`; userptr or VM-always-valid BO `EPERM`.
-fn prime_handle_to_fd(rx: &Rx<'_>, k: &mut [u8]) -> R {
-    let handle = get_u32(k, offset_of!(sys::drm_prime_handle, handle));
-    let flags = get_u32(k, offset_of!(sys::drm_prime_handle, flags));
+fn prime_handle_to_fd(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    let handle = get_u32(kdata, offset_of!(sys::drm_prime_handle, handle));
+    let flags = get_u32(kdata, offset_of!(sys::drm_prime_handle, flags));
     let cloexec = libc::O_CLOEXEC.unsigned_abs();
     let rdwr = libc::O_RDWR.unsigned_abs();
     if flags & !(cloexec | rdwr) != 0 {
         return Err(Errno::EINVAL);
     }
-    let gem = lock(&rx.f.state)
+    let gem = lock(&call.file.state)
         .handles
         .get(&handle)
         .map(|h| Arc::clone(&h.gem))
@@ -474,22 +470,26 @@ fn prime_handle_to_fd(rx: &Rx<'_>, k: &mut [u8]) -> R {
     }
     let fd = b
         .export(flags & rdwr != 0)
-        .and_then(|fd| crate::sys::set_cloexec(fd.as_fd(), flags & cloexec != 0).map(|()| fd))
+        .and_then(|fd| crate::host::set_cloexec(fd.as_fd(), flags & cloexec != 0).map(|()| fd))
         .map_err(|e| Errno::from_io(&e))?;
     let slot = crate::client::FdSlot::ArgField(offset_of!(sys::drm_prime_handle, fd));
-    let raw = rx.c.install_fd_at(fd, slot)?;
-    put_u32(k, offset_of!(sys::drm_prime_handle, fd), raw.unsigned_abs());
+    let raw = call.client.install_fd_at(fd, slot)?;
+    put_u32(
+        kdata,
+        offset_of!(sys::drm_prime_handle, fd),
+        raw.unsigned_abs(),
+    );
     Ok(0)
 }
 
 /// `drm_gem_prime_fd_to_handle` + `amdgpu_gem_prime_import`: a closed fd `EBADF`
 /// (`dma_buf_get`), an fd that is not a dma-buf of this machine `EINVAL`; a dma-buf already
 /// imported into this file gives its existing handle.
-fn prime_fd_to_handle(rx: &Rx<'_>, k: &mut [u8]) -> R {
-    let fd = get_u32(k, offset_of!(sys::drm_prime_handle, fd));
-    let key = rx.c.resolve_fd(i32::from_ne_bytes(fd.to_ne_bytes()))?;
-    let b = rx.m.dmabuf(key).ok_or(Errno::EINVAL)?;
-    let mut st = lock(&rx.f.state);
+fn prime_fd_to_handle(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    let fd = get_u32(kdata, offset_of!(sys::drm_prime_handle, fd));
+    let key = call.client.resolve_fd(fd_from_field(fd))?;
+    let b = call.machine.dmabuf(key).ok_or(Errno::EINVAL)?;
+    let mut st = lock(&call.file.state);
     let existing = st.handles.iter().find_map(|(&id, h)| match &h.gem.memory {
         GemMemory::Backing(g) if Arc::ptr_eq(g, &b) => Some(id),
         _ => None,
@@ -498,9 +498,13 @@ fn prime_fd_to_handle(rx: &Rx<'_>, k: &mut [u8]) -> R {
         Some(id) => id,
         None => {
             let id = free_id(&st.handles, u32::MAX).ok_or(Errno::ENOSPC)?;
-            let dev = rx.m.devices.get(rx.f.device).ok_or(Errno::EINVAL)?;
+            let dev = call
+                .machine
+                .devices
+                .get(call.file.device)
+                .ok_or(Errno::EINVAL)?;
             // A foreign device's memory is attached through the GART, as amdgpu imports it.
-            let domain = if b.device == rx.f.device && b.domain == Domain::Vram {
+            let domain = if b.device == call.file.device && b.domain == Domain::Vram {
                 sys::AMDGPU_GEM_DOMAIN_VRAM
             } else {
                 sys::AMDGPU_GEM_DOMAIN_GTT
@@ -524,18 +528,18 @@ fn prime_fd_to_handle(rx: &Rx<'_>, k: &mut [u8]) -> R {
             id
         }
     };
-    put_u32(k, offset_of!(sys::drm_prime_handle, handle), id);
+    put_u32(kdata, offset_of!(sys::drm_prime_handle, handle), id);
     Ok(0)
 }
 
 /// `amdgpu_gem_create_ioctl`: unknown flags or domain bits, or `ENCRYPTED` without TMZ, `EINVAL`;
 /// out of memory `ENOMEM`. VRAM that does not fit falls back to GTT, as the driver retries.
-fn gem_create(rx: &Rx<'_>, k: &mut [u8]) -> R {
+fn gem_create(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     use sys::drm_amdgpu_gem_create_in as In;
-    let size = get_u64(k, offset_of!(In, bo_size));
-    let alignment = get_u64(k, offset_of!(In, alignment));
-    let domains = get_u64(k, offset_of!(In, domains));
-    let flags = get_u64(k, offset_of!(In, domain_flags));
+    let size = get_u64(kdata, offset_of!(In, bo_size));
+    let alignment = get_u64(kdata, offset_of!(In, alignment));
+    let domains = get_u64(kdata, offset_of!(In, domains));
+    let flags = get_u64(kdata, offset_of!(In, domain_flags));
     let valid = u64::from(
         sys::AMDGPU_GEM_CREATE_CPU_ACCESS_REQUIRED
             | sys::AMDGPU_GEM_CREATE_NO_CPU_ACCESS
@@ -561,8 +565,8 @@ fn gem_create(rx: &Rx<'_>, k: &mut [u8]) -> R {
     if domains & special != 0 || domains & memory == 0 || size == 0 {
         return Err(Errno::EINVAL);
     }
-    let dev_index = rx.f.device;
-    let dev = rx.m.devices.get(dev_index).ok_or(Errno::EINVAL)?;
+    let dev_index = call.file.device;
+    let dev = call.machine.devices.get(dev_index).ok_or(Errno::EINVAL)?;
     let aligned = crate::process::align_up(size);
     let mut vram = domains & u64::from(sys::AMDGPU_GEM_DOMAIN_VRAM) != 0;
     if vram {
@@ -573,10 +577,10 @@ fn gem_create(rx: &Rx<'_>, k: &mut [u8]) -> R {
         }
     }
     if !vram {
-        rx.m.reserve_system(aligned)?;
+        call.machine.reserve_system(aligned)?;
     }
     let charge = Charge {
-        machine: Arc::clone(rx.m),
+        machine: Arc::clone(call.machine),
         device: dev_index,
         vram,
         bytes: aligned,
@@ -592,7 +596,7 @@ fn gem_create(rx: &Rx<'_>, k: &mut [u8]) -> R {
             return Err(Errno::ENOMEM);
         }
     };
-    rx.m.register_dmabuf(&backing);
+    call.machine.register_dmabuf(&backing);
     let gem = Gem {
         memory: GemMemory::Backing(backing),
         size: aligned,
@@ -602,7 +606,7 @@ fn gem_create(rx: &Rx<'_>, k: &mut [u8]) -> R {
         mmap_offset: dev.alloc_mmap_offset(aligned),
         _charge: Some(charge),
     };
-    let mut st = lock(&rx.f.state);
+    let mut st = lock(&call.file.state);
     let id = free_id(&st.handles, u32::MAX).ok_or(Errno::ENOSPC)?;
     st.handles.insert(
         id,
@@ -611,18 +615,22 @@ fn gem_create(rx: &Rx<'_>, k: &mut [u8]) -> R {
             vas: Vec::new(),
         },
     );
-    k.fill(0);
-    put_u32(k, offset_of!(sys::drm_amdgpu_gem_create_out, handle), id);
+    kdata.fill(0);
+    put_u32(
+        kdata,
+        offset_of!(sys::drm_amdgpu_gem_create_out, handle),
+        id,
+    );
     Ok(0)
 }
 
 /// `amdgpu_gem_userptr_ioctl`: address or size not page-aligned, or unknown flags, `EINVAL`;
 /// writable without `REGISTER` `EACCES`; `VALIDATE` of memory that is not there `EFAULT`.
-fn gem_userptr(rx: &Rx<'_>, k: &mut [u8]) -> R {
+fn gem_userptr(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     use sys::drm_amdgpu_gem_userptr as A;
-    let addr = get_u64(k, offset_of!(A, addr));
-    let size = get_u64(k, offset_of!(A, size));
-    let flags = get_u32(k, offset_of!(A, flags));
+    let addr = get_u64(kdata, offset_of!(A, addr));
+    let size = get_u64(kdata, offset_of!(A, size));
+    let flags = get_u32(kdata, offset_of!(A, flags));
     if (addr | size) & (PAGE_SIZE - 1) != 0 {
         return Err(Errno::EINVAL);
     }
@@ -641,16 +649,18 @@ fn gem_userptr(rx: &Rx<'_>, k: &mut [u8]) -> R {
         return Err(Errno::EINVAL);
     }
     if flags & sys::AMDGPU_GEM_USERPTR_VALIDATE != 0 {
-        let mut probe = [0u8; 1];
         let last = addr.checked_add(size - 1).ok_or(Errno::EFAULT)?;
-        rx.c.read_user(addr, &mut probe)?;
-        rx.c.read_user(last, &mut probe)?;
+        check_user_range(call.client, addr, last)?;
     }
-    let dev = rx.m.devices.get(rx.f.device).ok_or(Errno::EINVAL)?;
+    let dev = call
+        .machine
+        .devices
+        .get(call.file.device)
+        .ok_or(Errno::EINVAL)?;
     let gem = Gem {
         memory: GemMemory::User {
             addr,
-            mem: rx.c.process_memory(),
+            mem: call.client.process_memory(),
             readonly,
         },
         size,
@@ -660,7 +670,7 @@ fn gem_userptr(rx: &Rx<'_>, k: &mut [u8]) -> R {
         mmap_offset: dev.alloc_mmap_offset(size),
         _charge: None,
     };
-    let mut st = lock(&rx.f.state);
+    let mut st = lock(&call.file.state);
     let id = free_id(&st.handles, u32::MAX).ok_or(Errno::ENOSPC)?;
     st.handles.insert(
         id,
@@ -669,14 +679,14 @@ fn gem_userptr(rx: &Rx<'_>, k: &mut [u8]) -> R {
             vas: Vec::new(),
         },
     );
-    put_u32(k, offset_of!(A, handle), id);
+    put_u32(kdata, offset_of!(A, handle), id);
     Ok(0)
 }
 
 /// `amdgpu_mode_dumb_mmap`: unknown handle `ENOENT`; userptr or `NO_CPU_ACCESS` `EPERM`.
-fn gem_mmap(rx: &Rx<'_>, k: &mut [u8]) -> R {
-    let handle = get_u32(k, offset_of!(sys::drm_amdgpu_gem_mmap_in, handle));
-    let st = lock(&rx.f.state);
+fn gem_mmap(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    let handle = get_u32(kdata, offset_of!(sys::drm_amdgpu_gem_mmap_in, handle));
+    let st = lock(&call.file.state);
     let gem = &st.handles.get(&handle).ok_or(Errno::ENOENT)?.gem;
     if matches!(gem.memory, GemMemory::User { .. })
         || gem.flags & u64::from(sys::AMDGPU_GEM_CREATE_NO_CPU_ACCESS) != 0
@@ -684,7 +694,7 @@ fn gem_mmap(rx: &Rx<'_>, k: &mut [u8]) -> R {
         return Err(Errno::EPERM);
     }
     put_u64(
-        k,
+        kdata,
         offset_of!(sys::drm_amdgpu_gem_mmap_out, addr_ptr),
         gem.mmap_offset,
     );
@@ -696,14 +706,14 @@ fn gem_mmap(rx: &Rx<'_>, k: &mut [u8]) -> R {
 /// `EINVAL`; unknown operation `EINVAL`; unknown handle `ENOENT`; then for MAP unaligned VA,
 /// offset or size, an empty or wrapping range, a range past the BO, or an overlap `EINVAL`; for
 /// UNMAP no mapping of this BO at the VA `ENOENT`.
-fn gem_va(rx: &Rx<'_>, k: &mut [u8]) -> R {
+fn gem_va(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     use sys::drm_amdgpu_gem_va as A;
-    let handle = get_u32(k, offset_of!(A, handle));
-    let op = get_u32(k, offset_of!(A, operation));
-    let flags = get_u32(k, offset_of!(A, flags));
-    let mut addr = get_u64(k, offset_of!(A, va_address));
-    let offset = get_u64(k, offset_of!(A, offset_in_bo));
-    let size = get_u64(k, offset_of!(A, map_size));
+    let handle = get_u32(kdata, offset_of!(A, handle));
+    let op = get_u32(kdata, offset_of!(A, operation));
+    let flags = get_u32(kdata, offset_of!(A, flags));
+    let mut addr = get_u64(kdata, offset_of!(A, va_address));
+    let offset = get_u64(kdata, offset_of!(A, offset_in_bo));
+    let size = get_u64(kdata, offset_of!(A, map_size));
     if addr < va::RESERVED || (va::HOLE_START..va::HOLE_END).contains(&addr) {
         return Err(Errno::EINVAL);
     }
@@ -735,7 +745,7 @@ fn gem_va(rx: &Rx<'_>, k: &mut [u8]) -> R {
         log::warn!("kfd-sim: GEM_VA CLEAR and PRT mappings are not simulated");
         return Err(Errno::EINVAL);
     }
-    let mut st = lock(&rx.f.state);
+    let mut st = lock(&call.file.state);
     let h = st.handles.get_mut(&handle).ok_or(Errno::ENOENT)?;
     match op {
         sys::AMDGPU_VA_OP_MAP => {
@@ -749,7 +759,7 @@ fn gem_va(rx: &Rx<'_>, k: &mut [u8]) -> R {
             }
             let readonly = matches!(h.gem.memory, GemMemory::User { readonly: true, .. });
             let writable = flags & sys::AMDGPU_VM_PAGE_WRITEABLE != 0 && !readonly;
-            lock(&rx.f.vm).map(
+            lock(&call.file.vm).map(
                 addr,
                 VmMapping {
                     size,
@@ -767,7 +777,7 @@ fn gem_va(rx: &Rx<'_>, k: &mut [u8]) -> R {
                 .position(|&(v, _)| v == addr)
                 .ok_or(Errno::ENOENT)?;
             let (va, size) = h.vas.swap_remove(i);
-            let mut vm = lock(&rx.f.vm);
+            let mut vm = lock(&call.file.vm);
             if vm
                 .lookup(va)
                 .is_some_and(|(s, m)| s == va && m.size == size && h.gem.is_target(&m.target))
@@ -786,12 +796,12 @@ fn gem_va(rx: &Rx<'_>, k: &mut [u8]) -> R {
 /// `amdgpu_gem_op_ioctl`: unknown handle `ENOENT`; GET_GEM_CREATE_INFO writes the creation
 /// parameters (`EFAULT`); SET_PLACEMENT of a userptr `EPERM`, of VRAM for an import `EINVAL`;
 /// unknown op `EINVAL`.
-fn gem_op(rx: &Rx<'_>, k: &mut [u8]) -> R {
+fn gem_op(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     use sys::drm_amdgpu_gem_op as A;
-    let handle = get_u32(k, offset_of!(A, handle));
-    let op = get_u32(k, offset_of!(A, op));
-    let value = get_u64(k, offset_of!(A, value));
-    let gem = lock(&rx.f.state)
+    let handle = get_u32(kdata, offset_of!(A, handle));
+    let op = get_u32(kdata, offset_of!(A, op));
+    let value = get_u64(kdata, offset_of!(A, value));
+    let gem = lock(&call.file.state)
         .handles
         .get(&handle)
         .map(|h| Arc::clone(&h.gem))
@@ -808,7 +818,7 @@ fn gem_op(rx: &Rx<'_>, k: &mut [u8]) -> R {
                 gem.domains.load(Ordering::Relaxed),
             );
             put_u64(&mut out, offset_of!(In, domain_flags), gem.flags);
-            rx.c.write_user(value, &out).map_err(|_| Errno::EFAULT)?;
+            copy_to_user(call.client, value, &out)?;
             Ok(0)
         }
         sys::AMDGPU_GEM_OP_SET_PLACEMENT => {
@@ -832,17 +842,17 @@ fn gem_op(rx: &Rx<'_>, k: &mut [u8]) -> R {
 
 /// `amdgpu_ctx_ioctl`: ALLOC (ids 1..4096, `ENOSPC` past them), FREE (unknown `EINVAL`),
 /// QUERY_STATE and QUERY_STATE2 (unknown `EINVAL`); other ops `EINVAL`.
-fn ctx(rx: &Rx<'_>, k: &mut [u8]) -> R {
+fn ctx(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     use sys::drm_amdgpu_ctx_in as In;
     use sys::drm_amdgpu_ctx_out__bindgen_ty_2 as State;
-    let op = get_u32(k, offset_of!(In, op));
-    let id = get_u32(k, offset_of!(In, ctx_id));
-    let mut st = lock(&rx.f.state);
+    let op = get_u32(kdata, offset_of!(In, op));
+    let id = get_u32(kdata, offset_of!(In, ctx_id));
+    let mut st = lock(&call.file.state);
     match op {
         sys::AMDGPU_CTX_OP_ALLOC_CTX => {
             let id = free_id(&st.ctxs, MAX_CTX).ok_or(Errno::ENOSPC)?;
             st.ctxs.insert(id, Ctx::default());
-            put_u32(k, 0, id);
+            put_u32(kdata, 0, id);
             Ok(0)
         }
         sys::AMDGPU_CTX_OP_FREE_CTX => st.ctxs.remove(&id).map(|_| 0).ok_or(Errno::EINVAL),
@@ -863,9 +873,9 @@ fn ctx(rx: &Rx<'_>, k: &mut [u8]) -> R {
                 ),
                 (_, false) => (0, 0),
             };
-            put_u64(k, offset_of!(State, flags), u64::from(flags));
-            put_u32(k, offset_of!(State, hangs), 0);
-            put_u32(k, offset_of!(State, reset_status), status);
+            put_u64(kdata, offset_of!(State, flags), u64::from(flags));
+            put_u32(kdata, offset_of!(State, hangs), 0);
+            put_u32(kdata, offset_of!(State, reset_status), status);
             Ok(0)
         }
         _ => Err(Errno::EINVAL),
@@ -874,7 +884,12 @@ fn ctx(rx: &Rx<'_>, k: &mut [u8]) -> R {
 
 /// `amdgpu_bo_create_list_entry_array`: reads `bo_number` entries of `bo_info_size` bytes
 /// (`ENOMEM` past kvmalloc, `EFAULT`), returning the handles.
-fn read_bo_entries(rx: &Rx<'_>, ptr: u64, number: u32, info_size: u32) -> Result<Vec<u32>, Errno> {
+fn read_bo_entries(
+    call: &RenderCall<'_>,
+    ptr: u64,
+    number: u32,
+    info_size: u32,
+) -> Result<Vec<u32>, Errno> {
     use sys::drm_amdgpu_bo_list_entry as E;
     let entry = size_of::<E>() as u64;
     if u64::from(number) * entry > KVMALLOC_MAX {
@@ -882,7 +897,7 @@ fn read_bo_entries(rx: &Rx<'_>, ptr: u64, number: u32, info_size: u32) -> Result
     }
     let handle_at = offset_of!(E, bo_handle);
     if u64::from(info_size) == entry {
-        let bytes = read_user_bytes(rx.c, ptr, u64::from(number) * entry)?;
+        let bytes = copy_from_user(call.client, ptr, u64::from(number) * entry)?;
         return Ok(bytes
             .chunks_exact(size_of::<E>())
             .map(|e| get_u32(e, handle_at))
@@ -894,7 +909,7 @@ fn read_bo_entries(rx: &Rx<'_>, ptr: u64, number: u32, info_size: u32) -> Result
             let at = ptr
                 .checked_add(i * u64::from(info_size))
                 .ok_or(Errno::EFAULT)?;
-            let mut e = read_user_bytes(rx.c, at, take)?;
+            let mut e = copy_from_user(call.client, at, take)?;
             e.resize(size_of::<E>(), 0);
             Ok(get_u32(&e, handle_at))
         })
@@ -904,15 +919,15 @@ fn read_bo_entries(rx: &Rx<'_>, ptr: u64, number: u32, info_size: u32) -> Result
 /// `amdgpu_bo_list_ioctl`: the entries are read first (`EFAULT`); CREATE and UPDATE need every
 /// handle (`ENOENT`), UPDATE an existing list (`ENOENT`); DESTROY of an unknown list is silently
 /// fine; other operations `EINVAL`.
-fn bo_list(rx: &Rx<'_>, k: &mut [u8]) -> R {
+fn bo_list(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     use sys::drm_amdgpu_bo_list_in as In;
-    let op = get_u32(k, offset_of!(In, operation));
-    let list = get_u32(k, offset_of!(In, list_handle));
-    let number = get_u32(k, offset_of!(In, bo_number));
-    let info_size = get_u32(k, offset_of!(In, bo_info_size));
-    let ptr = get_u64(k, offset_of!(In, bo_info_ptr));
-    let handles = read_bo_entries(rx, ptr, number, info_size)?;
-    let mut st = lock(&rx.f.state);
+    let op = get_u32(kdata, offset_of!(In, operation));
+    let list = get_u32(kdata, offset_of!(In, list_handle));
+    let number = get_u32(kdata, offset_of!(In, bo_number));
+    let info_size = get_u32(kdata, offset_of!(In, bo_info_size));
+    let ptr = get_u64(kdata, offset_of!(In, bo_info_ptr));
+    let handles = read_bo_entries(call, ptr, number, info_size)?;
+    let mut st = lock(&call.file.state);
     let check = |st: &FileState| {
         if handles.iter().all(|h| st.handles.contains_key(h)) {
             Ok(())
@@ -939,25 +954,30 @@ fn bo_list(rx: &Rx<'_>, k: &mut [u8]) -> R {
         }
         _ => return Err(Errno::EINVAL),
     };
-    k.fill(0);
-    put_u32(k, offset_of!(sys::drm_amdgpu_bo_list_out, list_handle), out);
+    kdata.fill(0);
+    put_u32(
+        kdata,
+        offset_of!(sys::drm_amdgpu_bo_list_out, list_handle),
+        out,
+    );
     Ok(0)
 }
 
 /// The DMA rings of this file's GPU: one per SDMA engine.
-fn dma_rings(rx: &Rx<'_>) -> u32 {
-    rx.m.devices
-        .get(rx.f.device)
+fn dma_rings(call: &RenderCall<'_>) -> u32 {
+    call.machine
+        .devices
+        .get(call.file.device)
         .map_or(0, |d| d.sdma_engines.saturating_add(d.xgmi_sdma_engines))
 }
 
 /// `amdgpu_ctx_get_entity`: an IP past `AMDGPU_HW_IP_NUM`, an instance other than 0, or a ring
 /// the IP does not have, `EINVAL`. Only the DMA IP has rings here.
-fn entity_check(rx: &Rx<'_>, ip: u32, instance: u32, ring: u32) -> Result<(), Errno> {
+fn entity_check(call: &RenderCall<'_>, ip: u32, instance: u32, ring: u32) -> Result<(), Errno> {
     if ip >= sys::AMDGPU_HW_IP_NUM || instance != 0 {
         return Err(Errno::EINVAL);
     }
-    if ip != sys::AMDGPU_HW_IP_DMA || ring >= dma_rings(rx) {
+    if ip != sys::AMDGPU_HW_IP_DMA || ring >= dma_rings(call) {
         return Err(Errno::EINVAL);
     }
     Ok(())
@@ -971,23 +991,25 @@ struct IbChunk {
 }
 
 /// Reads and checks the chunks of a submission (`amdgpu_cs_pass1`).
-fn cs_chunks(rx: &Rx<'_>, chunks: u64, num: u32) -> Result<Vec<IbChunk>, Errno> {
+fn cs_chunks(call: &RenderCall<'_>, chunks: u64, num: u32) -> Result<Vec<IbChunk>, Errno> {
     use sys::drm_amdgpu_cs_chunk as C;
     use sys::drm_amdgpu_cs_chunk_ib as Ib;
     if u64::from(num) * 8 > KVMALLOC_MAX {
         return Err(Errno::ENOMEM);
     }
-    let ptrs = read_user_bytes(rx.c, chunks, u64::from(num) * 8).map_err(|_| Errno::EFAULT)?;
+    let ptrs =
+        copy_from_user(call.client, chunks, u64::from(num) * 8).map_err(|_| Errno::EFAULT)?;
     let mut ibs: Vec<IbChunk> = Vec::new();
     for p in ptrs.chunks_exact(8) {
         let at = get_u64(p, 0);
-        let c = read_user_bytes(rx.c, at, size_of::<C>() as u64).map_err(|_| Errno::EFAULT)?;
+        let c =
+            copy_from_user(call.client, at, size_of::<C>() as u64).map_err(|_| Errno::EFAULT)?;
         let id = get_u32(&c, offset_of!(C, chunk_id));
         let size = u64::from(get_u32(&c, offset_of!(C, length_dw))) * 4;
         if size > KVMALLOC_MAX {
             return Err(Errno::ENOMEM);
         }
-        let data = read_user_bytes(rx.c, get_u64(&c, offset_of!(C, chunk_data)), size)
+        let data = copy_from_user(call.client, get_u64(&c, offset_of!(C, chunk_data)), size)
             .map_err(|_| Errno::EFAULT)?;
         match id {
             sys::AMDGPU_CHUNK_ID_IB => {
@@ -996,7 +1018,7 @@ fn cs_chunks(rx: &Rx<'_>, chunks: u64, num: u32) -> Result<Vec<IbChunk>, Errno> 
                 }
                 let ring = get_u32(&data, offset_of!(Ib, ring));
                 entity_check(
-                    rx,
+                    call,
                     get_u32(&data, offset_of!(Ib, ip_type)),
                     get_u32(&data, offset_of!(Ib, ip_instance)),
                     ring,
@@ -1035,29 +1057,29 @@ fn cs_chunks(rx: &Rx<'_>, chunks: u64, num: u32) -> Result<Vec<IbChunk>, Errno> 
 /// chunk array or chunk unreadable `EFAULT`; an IB chunk too short, an unknown chunk id, a bad
 /// IP/instance/ring, or no IB `EINVAL`; unknown BO list `ENOENT`. Then the IBs run on the SDMA
 /// engine and the fence's sequence number is returned; a fault fails the fence, not the ioctl.
-fn cs(rx: &Rx<'_>, k: &mut [u8]) -> R {
+fn cs(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     use sys::drm_amdgpu_cs_in as In;
-    let ctx_id = get_u32(k, offset_of!(In, ctx_id));
-    let list = get_u32(k, offset_of!(In, bo_list_handle));
-    let num = get_u32(k, offset_of!(In, num_chunks));
-    let chunks = get_u64(k, offset_of!(In, chunks));
+    let ctx_id = get_u32(kdata, offset_of!(In, ctx_id));
+    let list = get_u32(kdata, offset_of!(In, bo_list_handle));
+    let num = get_u32(kdata, offset_of!(In, num_chunks));
+    let chunks = get_u64(kdata, offset_of!(In, chunks));
     if num == 0 {
         return Err(Errno::EINVAL);
     }
     // The file lock is held through execution: submissions on one file run in order and a
     // fence's result is recorded before anyone can wait for it.
-    let mut st = lock(&rx.f.state);
+    let mut st = lock(&call.file.state);
     if st.ctxs.get(&ctx_id).ok_or(Errno::EINVAL)?.guilty {
         return Err(Errno::ECANCELED);
     }
-    let ibs = cs_chunks(rx, chunks, num)?;
+    let ibs = cs_chunks(call, chunks, num)?;
     if list != 0 && !st.bo_lists.contains_key(&list) {
         return Err(Errno::ENOENT);
     }
     let started = Instant::now();
     let result = ibs
         .iter()
-        .try_for_each(|ib| crate::sdma::execute(&rx.f.vm, ib.va, ib.bytes, started));
+        .try_for_each(|ib| crate::sdma::execute(&call.file.vm, ib.va, ib.bytes, started));
     let ring = ibs.first().map_or(0, |ib| ib.ring);
     let ctx = st.ctxs.get_mut(&ctx_id).ok_or(Errno::EINVAL)?;
     let result = result.map_err(|fault| {
@@ -1072,23 +1094,23 @@ fn cs(rx: &Rx<'_>, k: &mut [u8]) -> R {
     while entity.done.len() as u64 > FENCE_WINDOW {
         entity.done.pop_front();
     }
-    put_u64(k, offset_of!(sys::drm_amdgpu_cs_out, handle), seq);
+    put_u64(kdata, offset_of!(sys::drm_amdgpu_cs_out, handle), seq);
     Ok(0)
 }
 
 /// `amdgpu_cs_wait_ioctl`: unknown context or entity `EINVAL`; a sequence number not yet issued
 /// `EINVAL`; a failed fence returns its error; else `status` 0 (signalled). Every fence is
 /// signalled when its CS returns, so the timeout never expires.
-fn wait_cs(rx: &Rx<'_>, k: &mut [u8]) -> R {
+fn wait_cs(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     use sys::drm_amdgpu_wait_cs_in as In;
-    let seq = get_u64(k, offset_of!(In, handle));
-    let ip = get_u32(k, offset_of!(In, ip_type));
-    let instance = get_u32(k, offset_of!(In, ip_instance));
-    let ring = get_u32(k, offset_of!(In, ring));
-    let ctx_id = get_u32(k, offset_of!(In, ctx_id));
-    let st = lock(&rx.f.state);
+    let seq = get_u64(kdata, offset_of!(In, handle));
+    let ip = get_u32(kdata, offset_of!(In, ip_type));
+    let instance = get_u32(kdata, offset_of!(In, ip_instance));
+    let ring = get_u32(kdata, offset_of!(In, ring));
+    let ctx_id = get_u32(kdata, offset_of!(In, ctx_id));
+    let st = lock(&call.file.state);
     let ctx = st.ctxs.get(&ctx_id).ok_or(Errno::EINVAL)?;
-    entity_check(rx, ip, instance, ring)?;
+    entity_check(call, ip, instance, ring)?;
     let (next, result) = match ctx.rings.get(&ring) {
         Some(e) => {
             // u64::MAX asks for the last submission.
@@ -1104,26 +1126,30 @@ fn wait_cs(rx: &Rx<'_>, k: &mut [u8]) -> R {
     if let Some((_, Err(e))) = result {
         return Err(e);
     }
-    k.fill(0);
-    put_u64(k, offset_of!(sys::drm_amdgpu_wait_cs_out, status), 0);
+    kdata.fill(0);
+    put_u64(kdata, offset_of!(sys::drm_amdgpu_wait_cs_out, status), 0);
     Ok(0)
 }
 
 /// `amdgpu_info_ioctl`: a zero `return_size` or `return_pointer` `EINVAL`; DEV_INFO copies
 /// `min(return_size, sizeof)` bytes (`EFAULT`); other queries `EINVAL`.
-fn info(rx: &Rx<'_>, k: &mut [u8]) -> R {
+fn info(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     use sys::drm_amdgpu_info as A;
     use sys::drm_amdgpu_info_device as D;
-    let ptr = get_u64(k, offset_of!(A, return_pointer));
-    let size = get_u32(k, offset_of!(A, return_size));
-    let query = get_u32(k, offset_of!(A, query));
+    let ptr = get_u64(kdata, offset_of!(A, return_pointer));
+    let size = get_u32(kdata, offset_of!(A, return_size));
+    let query = get_u32(kdata, offset_of!(A, query));
     if size == 0 || ptr == 0 {
         return Err(Errno::EINVAL);
     }
     if query != sys::AMDGPU_INFO_DEV_INFO {
         return Err(Errno::EINVAL);
     }
-    let dev = rx.m.devices.get(rx.f.device).ok_or(Errno::EINVAL)?;
+    let dev = call
+        .machine
+        .devices
+        .get(call.file.device)
+        .ok_or(Errno::EINVAL)?;
     let mut d = vec![0u8; size_of::<D>()];
     put_u32(&mut d, offset_of!(D, device_id), dev.device_id);
     let family = if dev.gfx_target_version / 10000 == 9 {
@@ -1148,7 +1174,7 @@ fn info(rx: &Rx<'_>, k: &mut [u8]) -> R {
     put_u64(&mut d, offset_of!(D, high_va_offset), va::HOLE_END);
     put_u64(&mut d, offset_of!(D, high_va_max), va::HOLE_END | vm_size);
     let n = (size as usize).min(d.len());
-    rx.c.write_user(ptr, &d[..n]).map_err(|_| Errno::EFAULT)?;
+    copy_to_user(call.client, ptr, &d[..n])?;
     Ok(0)
 }
 

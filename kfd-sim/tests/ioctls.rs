@@ -299,7 +299,7 @@ fn xnack_is_queried_with_minus_one_and_enabled_on_gfx90a_only() {
 fn smi_events_give_an_fd() {
     let e = env(Preset::mi50x1());
     let fd = e.kfd.smi_events(e.gpus[0]).unwrap();
-    assert!(kfd_sim::sys::file_key(fd.as_fd()).is_ok());
+    assert!(kfd_sim::host::file_key(fd.as_fd()).is_ok());
 }
 
 #[test]

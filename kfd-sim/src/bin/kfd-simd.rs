@@ -82,6 +82,10 @@ enum Command {
         /// Plain CUSE even when the kfd_bridge module is loaded.
         #[arg(long)]
         no_bridge: bool,
+        /// The KFD interface version to report (MAJOR.MINOR, e.g. 1.7 for a kernel without
+        /// checkpoint/restore); default: the simulator's own, 1.11.
+        #[arg(long, value_parser = parse_version)]
+        kfd_version: Option<kfd_abi::kfd::Version>,
     },
 }
 
@@ -194,6 +198,17 @@ fn init_log() {
     }
 }
 
+fn parse_version(s: &str) -> Result<kfd_abi::kfd::Version, String> {
+    let (major, minor) = s
+        .split_once('.')
+        .ok_or_else(|| format!("{s:?}: expected MAJOR.MINOR"))?;
+    let num = |v: &str| v.parse::<u32>().map_err(|e| format!("{s:?}: {e}"));
+    Ok(kfd_abi::kfd::Version {
+        major: num(major)?,
+        minor: num(minor)?,
+    })
+}
+
 fn parse_u32(s: &str) -> Result<u32, String> {
     let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(hex) => u32::from_str_radix(hex, 16),
@@ -240,6 +255,7 @@ fn run(cli: Cli) -> Result<(), String> {
             ready_timeout,
             bridge,
             no_bridge,
+            kfd_version,
         } => serve(Serve {
             preset,
             file,
@@ -249,6 +265,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 kfd_name,
                 max_threads,
                 bridge_path: (!no_bridge).then_some(bridge),
+                kfd_version,
                 ..ServeConfig::default()
             },
             ready_timeout: Duration::from_secs(ready_timeout),

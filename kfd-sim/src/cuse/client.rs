@@ -35,8 +35,8 @@ use super::os::{self, ProcStatus};
 use super::server::{cuse_file_key, Shared};
 use super::SIM_PROBE;
 use crate::client::{Client, FdSlot, ProcessMemory};
+use crate::host::FileKey;
 use crate::machine::lock;
-use crate::sys::FileKey;
 
 /// One ioctl's caller.
 pub(crate) struct CuseClient<'a> {

@@ -47,10 +47,10 @@ use super::client::CuseClient;
 use super::os::{self, ProcStatus};
 use super::proto::{self, InHeader, Opcode};
 use super::{CuseError, CUSE_FILE_DEV, SIM_PROBE};
+use crate::host::FileKey;
 use crate::machine::{lock, FileKind, MachineInner, OpenFile};
 use crate::process::KfdProcess;
 use crate::render::RenderFile;
-use crate::sys::FileKey;
 
 /// The DRM character major: render nodes are served with their real numbers.
 pub const DRM_MAJOR: u32 = 226;
@@ -78,6 +78,8 @@ pub struct ServeConfig {
     /// The control device of the kernel module that gives our devices mmap and fd installation
     /// (`ci/kmod/kfd_bridge`); used when it exists. `None`: plain CUSE even if it does.
     pub bridge_path: Option<PathBuf>,
+    /// The KFD interface version GET_VERSION reports (`None`: the simulator's own, 1.11).
+    pub kfd_version: Option<kfd_abi::kfd::Version>,
 }
 
 impl Default for ServeConfig {
@@ -88,6 +90,7 @@ impl Default for ServeConfig {
             dev_root: PathBuf::from("/dev"),
             max_threads: 32,
             bridge_path: Some(PathBuf::from(bridge::DEFAULT_PATH)),
+            kfd_version: None,
         }
     }
 }
@@ -210,6 +213,9 @@ impl CuseServer {
         mut connect: impl FnMut() -> Result<File, CuseError>,
     ) -> Result<Self, CuseError> {
         let machine = Arc::new(MachineInner::new(topology)?);
+        if let Some(v) = cfg.kfd_version {
+            machine.set_kfd_version(v);
+        }
         let mut roles = vec![(DeviceRole::Kfd, cfg.kfd_name.clone())];
         for (index, d) in machine.devices.iter().enumerate() {
             roles.push((
@@ -791,9 +797,7 @@ impl Shared {
                 })
             }
             cmd => match &file.kind {
-                FileKind::Kfd(p) => {
-                    crate::dispatch::kfd_ioctl(&self.machine, p, &client, cmd, io.arg)
-                }
+                FileKind::Kfd(p) => crate::kfd::kfd_ioctl(&self.machine, p, &client, cmd, io.arg),
                 FileKind::Render(r) => {
                     crate::render::dispatch(&self.machine, r, &client, cmd, io.arg)
                 }

@@ -91,7 +91,7 @@ mod tests {
     fn close_on_exec_is_read_back() {
         let f = std::fs::File::open("/dev/null").unwrap();
         assert!(is_cloexec(f.as_fd()).unwrap(), "std opens close-on-exec");
-        let inheritable = crate::sys::dup_inheritable(f.as_fd()).unwrap();
+        let inheritable = crate::host::dup_inheritable(f.as_fd()).unwrap();
         assert!(!is_cloexec(inheritable.as_fd()).unwrap());
     }
 
