@@ -78,6 +78,17 @@ pub enum FdSlot {
     User(u64),
 }
 
+impl FdSlot {
+    /// The slot's address in the caller's memory, for an ioctl whose argument is at `arg`
+    /// (wrapping: a wild address is the caller's `EFAULT` when the number is written).
+    pub fn address(self, arg: u64) -> u64 {
+        match self {
+            Self::ArgField(off) => arg.wrapping_add(u64::try_from(off).unwrap_or(u64::MAX)),
+            Self::User(addr) => addr,
+        }
+    }
+}
+
 /// User memory of a real OS process, through `process_vm_readv` / `process_vm_writev`.
 #[derive(Clone, Copy, Debug)]
 pub struct ProcessMemory {

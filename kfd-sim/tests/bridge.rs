@@ -125,6 +125,34 @@ impl Daemon {
         self.child.try_wait().expect("try_wait").is_none()
     }
 
+    /// Whether the daemon holds two fds on one BO's memory (its VRAM/GTT memfds, and dma-bufs
+    /// of them): "none twice", or the inodes it does.
+    fn bo_memory_handles(&self) -> String {
+        let mut seen = std::collections::BTreeMap::<u64, usize>::new();
+        for e in std::fs::read_dir(format!("/proc/{}/fd", self.pid)).expect("daemon fds") {
+            let Ok(e) = e else { continue };
+            let Ok(target) = std::fs::read_link(e.path()) else {
+                continue; // closed since the listing
+            };
+            let t = target.to_string_lossy();
+            if t.starts_with("/memfd:kfd-sim:vram") || t.starts_with("/memfd:kfd-sim:gtt") {
+                if let Ok(m) = std::fs::metadata(e.path()) {
+                    *seen.entry(m.ino()).or_default() += 1;
+                }
+            }
+        }
+        let twice: Vec<String> = seen
+            .iter()
+            .filter(|(_, &n)| n > 1)
+            .map(|(ino, n)| format!("inode {ino} x{n}"))
+            .collect();
+        if twice.is_empty() {
+            "none twice".into()
+        } else {
+            twice.join(", ")
+        }
+    }
+
     fn open_fds(&self) -> usize {
         std::fs::read_dir(format!("/proc/{}/fd", self.pid))
             .map(|d| d.count())
@@ -793,6 +821,14 @@ fn criu_dmabufs_and_the_smi_fd_arrive_installed_in_the_caller() {
     drop(m);
     let _ = (vram, gtt);
 
+    // A RESTORE that fails after it has made the dma-bufs (bytes left over after the last
+    // record): none reaches the caller, and the daemon keeps no second handle on any BO.
+    let (mut child, mut out) = spawn_helper("restore-fails", &[dir.path().to_str().expect("path")]);
+    assert_eq!(read_helper_line(&mut out), "failed, no fd installed");
+    assert_eq!(d.bo_memory_handles(), "none twice");
+    drop(child.stdin.take());
+    assert!(child.wait().expect("wait").success());
+
     let (mut child, mut out) = spawn_helper("restore", &[dir.path().to_str().expect("path")]);
     assert_eq!(read_helper_line(&mut out), "restored");
     drop(child.stdin.take());
@@ -917,6 +953,7 @@ fn helper_process_entry() {
     let arg = std::env::var("KFD_BRIDGE_HELPER_ARG").unwrap_or_default();
     match role.as_str() {
         "restore" => helper_restore(Path::new(&arg)),
+        "restore-fails" => helper_restore_fails(Path::new(&arg)),
         "own-checkpoint" => {
             let c = client();
             let bo = c
@@ -1041,10 +1078,16 @@ fn helper_process_entry() {
     std::process::exit(0);
 }
 
-/// Restores the checkpoint saved in `dir` into this fresh process (as the plugin does in a
-/// restored task): RESTORE, then fills the BOs through the installed dma-bufs and reads them back
-/// through a render-node mapping at the restored offset.
-fn helper_restore(dir: &Path) {
+/// A checkpoint as the test saved it for a helper: its BOs, (user, actual) gpu ids, object
+/// count and private data.
+struct SavedCheckpoint {
+    bos: Vec<RestoreBo>,
+    devs: Vec<(u32, u32)>,
+    objects: u32,
+    priv_data: Vec<u8>,
+}
+
+fn read_checkpoint(dir: &Path) -> SavedCheckpoint {
     let image = std::fs::read_to_string(dir.join("image")).expect("image");
     let priv_data = std::fs::read(dir.join("priv")).expect("priv");
     let num = |s: &str| s.parse::<u64>().expect("number");
@@ -1069,25 +1112,92 @@ fn helper_restore(dir: &Path) {
             _ => panic!("bad image line {l}"),
         }
     }
-    let kfd = Kfd::open(Path::new("/dev/kfd")).expect("open /dev/kfd");
-    let mut renders = Vec::new();
-    for (_, actual) in &devs {
-        let minor = gpus()
-            .iter()
-            .find(|(g, _)| g.get() == *actual)
-            .map(|(_, m)| *m)
-            .expect("the GPU");
-        renders.push(RenderNode::open(&render_path(minor)).expect("render"));
+    SavedCheckpoint {
+        bos,
+        devs,
+        objects,
+        priv_data,
     }
-    let devices: Vec<RestoreDevice<'_>> = devs
-        .iter()
-        .zip(&renders)
+}
+
+/// This process's open fds.
+fn own_fds() -> Vec<String> {
+    let mut fds: Vec<String> = std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    fds.sort();
+    fds
+}
+
+/// A RESTORE of the checkpoint in `dir` with bytes left over after its last record: it fails
+/// (EINVAL) after the driver has made every dma-buf, and this process gets none of them, neither
+/// with the failed call nor with its next one.
+fn helper_restore_fails(dir: &Path) {
+    let SavedCheckpoint {
+        bos,
+        devs,
+        objects,
+        mut priv_data,
+    } = read_checkpoint(dir);
+    priv_data.extend_from_slice(&[0; 8]);
+    let kfd = Kfd::open(Path::new("/dev/kfd")).expect("open /dev/kfd");
+    let renders = open_renders(&devs);
+    let devices = restore_devices(&devs, &renders);
+    // (Each listing also holds its own directory fd, at the lowest free number: the same one
+    // each time unless the call installed something.)
+    let before = own_fds();
+    let err = kfd
+        .criu_restore(&devices, &bos, &priv_data, objects)
+        .expect_err("a RESTORE with bytes left over");
+    assert_eq!(err.errno(), Some(Errno::EINVAL), "{err}");
+    assert_eq!(own_fds(), before, "a failed RESTORE installed fds");
+    kfd.get_version().expect("GET_VERSION");
+    assert_eq!(own_fds(), before, "fds of the failed RESTORE arrived later");
+    say("failed, no fd installed");
+    let mut rest = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut rest);
+}
+
+/// The render node of each restored device's actual GPU.
+fn open_renders(devs: &[(u32, u32)]) -> Vec<RenderNode> {
+    devs.iter()
+        .map(|(_, actual)| {
+            let minor = gpus()
+                .iter()
+                .find(|(g, _)| g.get() == *actual)
+                .map(|(_, m)| *m)
+                .expect("the GPU");
+            RenderNode::open(&render_path(minor)).expect("render")
+        })
+        .collect()
+}
+
+fn restore_devices<'a>(devs: &[(u32, u32)], renders: &'a [RenderNode]) -> Vec<RestoreDevice<'a>> {
+    devs.iter()
+        .zip(renders)
         .map(|((user, actual), r)| RestoreDevice {
             user_gpu_id: GpuId::new(*user).expect("id"),
             actual_gpu_id: GpuId::new(*actual).expect("id"),
             drm: r.transport().as_fd(),
         })
-        .collect();
+        .collect()
+}
+
+/// Restores the checkpoint saved in `dir` into this fresh process (as the plugin does in a
+/// restored task): RESTORE, then fills the BOs through the installed dma-bufs and reads them back
+/// through a render-node mapping at the restored offset.
+fn helper_restore(dir: &Path) {
+    let SavedCheckpoint {
+        bos,
+        devs,
+        objects,
+        priv_data,
+    } = read_checkpoint(dir);
+    let kfd = Kfd::open(Path::new("/dev/kfd")).expect("open /dev/kfd");
+    let renders = open_renders(&devs);
+    let devices = restore_devices(&devs, &renders);
     let restored = kfd
         .criu_restore(&devices, &bos, &priv_data, objects)
         .expect("RESTORE");

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use kfd_abi::Errno;
 use topology::Topology;
 
-use super::bridge::{self, Bridge};
+use super::bridge::{self, Bridge, HandOvers};
 use super::client::CuseClient;
 use super::os::{self, ProcStatus};
 use super::proto::{self, InHeader, Opcode};
@@ -365,6 +365,12 @@ impl CuseServer {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The state the reader threads share.
+    #[cfg(test)]
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
     }
 
     /// Stops serving: readers finish their current request, the devices disappear.
@@ -763,7 +769,7 @@ impl Shared {
             Err(_) => return proto::ioctl_reply(h.unique, Err(Errno::ESRCH)),
         };
         let bridge = lock(&self.bridge).clone();
-        let handovers = bridge.as_ref().map(|_| Mutex::new(Vec::new()));
+        let handovers = bridge.as_ref().map(|_| HandOvers::default());
         let client = CuseClient {
             shared: self,
             tid: h.pid,
@@ -805,12 +811,7 @@ impl Shared {
         };
         // The fds this call installs reach the caller through the module, before our answer.
         let r = match (r, bridge, handovers) {
-            (Ok(v), Some(b), Some(fds)) => {
-                let fds = fds
-                    .into_inner()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                b.deliver(h.pid, fds).map(|()| v)
-            }
+            (Ok(v), Some(b), Some(fds)) => b.deliver(h.pid, fds.into_inner()).map(|()| v),
             (r, ..) => r,
         };
         proto::ioctl_reply(h.unique, r)
@@ -908,6 +909,14 @@ impl Shared {
         fd.is_some()
     }
 
+    /// How many fds installed for `tgid` wait to be fetched.
+    #[cfg(test)]
+    pub(crate) fn installed_count(&self, tgid: u32) -> usize {
+        lock(&self.procs)
+            .get(&tgid)
+            .map_or(0, |e| e.installed.len())
+    }
+
     /// Whether `fh` is an open file of ours.
     pub(crate) fn has_file(&self, fh: u64) -> bool {
         lock(&self.files).contains_key(&fh)
@@ -943,7 +952,7 @@ pub(crate) fn cuse_file_key(fh: u64) -> FileKey {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! The server against a fake kernel: a `SOCK_SEQPACKET` socket plays `/dev/cuse` (one message
     //! per request and per reply), and this test process plays the client (the header names our
     //! pid, so the server reads and writes our memory with `process_vm_*`).
@@ -955,7 +964,7 @@ mod tests {
     use crate::cuse::proto::{request, FUSE_IOCTL_UNRESTRICTED};
     use kfd_abi::ioctl::kfd;
 
-    struct FakeKernel {
+    pub(crate) struct FakeKernel {
         end: UnixStream,
         unique: u64,
     }
@@ -1051,7 +1060,7 @@ mod tests {
     }
 
     /// A server for /dev/kfd and two render nodes, past CUSE_INIT.
-    fn initialised_server() -> (CuseServer, Vec<FakeKernel>) {
+    pub(crate) fn initialised_server() -> (CuseServer, Vec<FakeKernel>) {
         let (s, mut k) = server(3);
         for kk in &mut k {
             kk.recv();

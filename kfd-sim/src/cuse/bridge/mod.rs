@@ -22,14 +22,14 @@ mod sys;
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use kfd_abi::Errno;
 
-use crate::machine::{MachineInner, OpenFile};
+use crate::machine::{lock, MachineInner, OpenFile};
 use crate::process::KfdProcess;
 
 pub(crate) use mmap::Backings;
@@ -113,6 +113,43 @@ pub(crate) struct HandOver {
     pub fd: OwnedFd,
     /// Where the number goes in the caller's memory.
     pub addr: u64,
+}
+
+/// The fds one call would install into its caller, collected while the dispatcher serves it.
+///
+/// Nothing leaves this list before the call has succeeded: the server hands its contents to the
+/// module ([`Bridge::deliver`]) only then, and drops them otherwise. A step of the call that
+/// fails after an install withdraws the fd at once ([`Client::uninstall_fd`], e.g. the guard of
+/// CRIU_OP's dma-bufs), so the list holds exactly what the caller is to get.
+///
+/// [`Client::uninstall_fd`]: crate::client::Client::uninstall_fd
+#[derive(Debug, Default)]
+pub(crate) struct HandOvers(Mutex<Vec<HandOver>>);
+
+impl HandOvers {
+    /// Keeps `fd` for the caller, its number to be written at `addr`. Returns our own number,
+    /// which stands where the call writes the number until the module writes the caller's.
+    pub(crate) fn hold(&self, fd: OwnedFd, addr: u64) -> RawFd {
+        let raw = fd.as_raw_fd();
+        lock(&self.0).push(HandOver { fd, addr });
+        raw
+    }
+
+    /// Drops (closes) the held fd whose number [`hold`](Self::hold) returned; `false` when no
+    /// such fd is held.
+    pub(crate) fn withdraw(&self, raw: RawFd) -> bool {
+        let mut held = lock(&self.0);
+        let before = held.len();
+        held.retain(|h| h.fd.as_raw_fd() != raw);
+        held.len() != before
+    }
+
+    /// What the call hands over, in the order it was held.
+    pub(crate) fn into_inner(self) -> Vec<HandOver> {
+        self.0
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 impl Bridge {
@@ -219,7 +256,7 @@ impl Bridge {
             .backing
             .export(true)
             .map_err(|e| Errno::from_io(&e))?;
-        let fd_num = std::os::fd::AsRawFd::as_raw_fd(&fd);
+        let fd_num = fd.as_raw_fd();
         let a = proto::MmapAnswer {
             id,
             fd: fd_num,
@@ -251,7 +288,7 @@ impl Bridge {
         for h in &fds {
             let cloexec = sys::is_cloexec(h.fd.as_fd()).map_err(|e| Errno::from_io(&e))?;
             entries.push(proto::PushFd {
-                fd: std::os::fd::AsRawFd::as_raw_fd(&h.fd),
+                fd: h.fd.as_raw_fd(),
                 flags: if cloexec {
                     libc::O_CLOEXEC.unsigned_abs()
                 } else {
