@@ -174,6 +174,9 @@ pub struct Asic {
     pub vram_size: u64,
     /// Whether the whole VRAM is CPU-visible through the BAR (large BAR).
     pub large_bar: bool,
+    /// Global data share bytes (`gfx_v9_0_set_gds_init`: Vega 20 64 KiB, Arcturus 4 KiB,
+    /// Aldebaran none).
+    pub gds_size: u32,
     /// Firmware versions.
     pub firmware: Firmware,
     /// MEC firmware (the topology's `fw_version`).
@@ -221,7 +224,14 @@ fn model(device_id: u16) -> Option<Model> {
         max_mclk_mhz,
     };
     Some(match device_id {
-        0x66a1 => m(Chip::Vega20, 0x02, 0x0834, "AMD Instinct MI60 / MI50", 0, 1000),
+        0x66a1 => m(
+            Chip::Vega20,
+            0x02,
+            0x0834,
+            "AMD Instinct MI60 / MI50",
+            0,
+            1000,
+        ),
         0x66a0 => m(Chip::Vega20, 0x00, 0x0834, "AMD Radeon Instinct", 0, 1000),
         0x738c => m(Chip::Arcturus, 0x01, 0x0c34, "AMD Instinct MI100", 1, 1200),
         0x740f => m(Chip::Aldebaran, 0x02, 0x0c34, "AMD Instinct MI210", 1, 1600),
@@ -233,7 +243,14 @@ fn model(device_id: u16) -> Option<Model> {
             1,
             1600,
         ),
-        0x7408 => m(Chip::Aldebaran, 0x00, 0x0b0c, "AMD Instinct MI250X", 1, 1600),
+        0x7408 => m(
+            Chip::Aldebaran,
+            0x00,
+            0x0b0c,
+            "AMD Instinct MI250X",
+            1,
+            1600,
+        ),
         _ => return None,
     })
 }
@@ -394,6 +411,11 @@ impl Asic {
             vram_bit_width: 4096,
             vram_size,
             large_bar,
+            gds_size: match chip {
+                Chip::Vega20 => 0x1_0000,
+                Chip::Arcturus => 0x1000,
+                Chip::Aldebaran => 0,
+            },
             firmware,
             mec_fw: u32_of(n.prop(keys::FW_VERSION)),
             sdma_fw: u32_of(n.prop(keys::SDMA_FW_VERSION)),

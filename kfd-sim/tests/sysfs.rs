@@ -3,7 +3,7 @@
 //! `drmParsePciBusInfo`, `drmParsePciDeviceInfo`), libhsakmt's topology path and rocminfo's
 //! module check, for every preset.
 
-#![allow(clippy::unwrap_used)] // tests panic on failure
+#![allow(clippy::unwrap_used, clippy::cast_possible_truncation)] // tests panic on failure
 
 use std::fmt::Write as _;
 use std::fs;
@@ -75,9 +75,15 @@ fn libdrm_finds_each_render_node_a_pci_amdgpu_device(
         let config = fs::read(dev.join("config")).unwrap();
         assert_eq!(u16::from_le_bytes([config[2], config[3]]), device as u16);
         assert_eq!(u32::from(config[8]), revision);
-        assert_eq!(u16::from_le_bytes([config[46], config[47]]), subsystem as u16);
+        assert_eq!(
+            u16::from_le_bytes([config[46], config[47]]),
+            subsystem as u16
+        );
         // The driver is amdgpu, as the module knows.
-        assert_eq!(uevent(&dev.join("uevent"), "DRIVER").as_deref(), Some("amdgpu"));
+        assert_eq!(
+            uevent(&dev.join("uevent"), "DRIVER").as_deref(),
+            Some("amdgpu")
+        );
         assert!(root
             .join("module/amdgpu/drivers/pci:amdgpu")
             .join(&slot)
@@ -148,8 +154,11 @@ fn numa_nodes_of_the_pci_functions_follow_the_topology() {
         .gpus()
         .map(|n| {
             let m = n.render_minor();
-            fs::read_to_string(dir.path().join(format!("dev/char/226:{m}/device/numa_node")))
-                .unwrap()
+            fs::read_to_string(
+                dir.path()
+                    .join(format!("dev/char/226:{m}/device/numa_node")),
+            )
+            .unwrap()
         })
         .collect();
     assert_eq!(numa, ["0\n", "0\n", "1\n", "1\n"]);
