@@ -268,8 +268,16 @@ pub fn entries(topology: &Topology, opts: SysfsOptions) -> Vec<Entry> {
         ));
         let up = up_to_root(&d.join("x"));
         out.push(link(d.join("subsystem"), &format!("{up}bus/pci")));
-        out.push(link(d.join("driver"), &format!("{up}{}", drivers.display())));
-        drm_minor(&gpu, &format!("card{}", gpu.card_minor), gpu.card_minor, &mut out);
+        out.push(link(
+            d.join("driver"),
+            &format!("{up}{}", drivers.display()),
+        ));
+        drm_minor(
+            &gpu,
+            &format!("card{}", gpu.card_minor),
+            gpu.card_minor,
+            &mut out,
+        );
         drm_minor(
             &gpu,
             &format!("renderD{}", gpu.render_minor),
@@ -291,7 +299,10 @@ pub fn entries(topology: &Topology, opts: SysfsOptions) -> Vec<Entry> {
     let module = Path::new("module/amdgpu");
     out.push(text(module.join("initstate"), "live\n"));
     out.push(text(module.join("refcnt"), "0\n"));
-    out.push(text(module.join("coresize"), format!("{AMDGPU_CORESIZE}\n")));
+    out.push(text(
+        module.join("coresize"),
+        format!("{AMDGPU_CORESIZE}\n"),
+    ));
     out.push(text(module.join("taint"), "\n"));
     out.push(Entry::Dir(module.join("holders")));
     out.push(link(

@@ -295,7 +295,11 @@ fn run(cli: Cli) -> Result<(), String> {
                 cuse_render_nodes: cuse,
             };
             kfd_sim::sysfs::write(&topology, &dir, opts).map_err(|e| e.to_string())?;
-            println!("wrote the sysfs slice of {} to {}", preset.name, dir.display());
+            println!(
+                "wrote the sysfs slice of {} to {}",
+                preset.name,
+                dir.display()
+            );
             Ok(())
         }
         Command::WriteTopology { preset, file, dir } => {
