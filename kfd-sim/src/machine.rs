@@ -357,11 +357,17 @@ impl MachineInner {
     /// first time on this machine it is logged as a warning, later only at debug level, so that
     /// what AMD's userspace asks for and does not get shows once in the daemon's log.
     pub(crate) fn unanswered(&self, what: &str) {
-        let first = lock(&self.unanswered).insert(what.to_owned());
+        self.log_once(what, &format!("not simulated: {what}"));
+    }
+
+    /// Logs `message` as a warning the first time `key` is seen on this machine, later at debug
+    /// level.
+    pub(crate) fn log_once(&self, key: &str, message: &str) {
+        let first = lock(&self.unanswered).insert(key.to_owned());
         if first {
-            log::warn!("kfd-sim: not simulated: {what} (logged once)");
+            log::warn!("kfd-sim: {message} (logged once)");
         } else {
-            log::debug!("kfd-sim: not simulated: {what}");
+            log::debug!("kfd-sim: {message}");
         }
     }
 }
