@@ -58,7 +58,7 @@ pub const MAX_CALLS: usize = 64;
 
 /// Every errno the 6.1 amdkfd driver answers on `/dev/kfd` ioctls
 /// (`shared/reference/kfd-abi.md`, section 6), plus `EIO`: `WAIT_EVENTS` whose result is
-/// `KFD_IOC_WAIT_RESULT_FAIL`.
+/// `KFD_IOC_WAIT_RESULT_FAIL`, and `ENOTTY`: an ioctl number outside the table (6.1.y stable).
 pub const KFD_ERRNOS: &[Errno] = &[
     Errno::EFAULT,
     Errno::EINVAL,
@@ -74,6 +74,7 @@ pub const KFD_ERRNOS: &[Errno] = &[
     Errno::ENOTSUPP,
     Errno::EOPNOTSUPP,
     Errno::EIO,
+    Errno::ENOTTY,
 ];
 
 /// Every errno the amdgpu DRM driver answers on the render-node ioctls the simulator serves:
@@ -215,7 +216,25 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// The DRM ioctls the simulator serves, in the order render-node `nr` values below 13 name them.
+/// The render-node ioctls that small `nr` values of an input name, in a fixed order, so that
+/// inputs (and the seeds) keep their meaning as the DRM tables grow.
+const RENDER_SHORTHANDS: [u32; 13] = [
+    ioctl::drm::GEM_CLOSE,
+    ioctl::drm::PRIME_HANDLE_TO_FD,
+    ioctl::drm::PRIME_FD_TO_HANDLE,
+    ioctl::drm::AMDGPU_GEM_CREATE,
+    ioctl::drm::AMDGPU_GEM_MMAP,
+    ioctl::drm::AMDGPU_CTX,
+    ioctl::drm::AMDGPU_BO_LIST,
+    ioctl::drm::AMDGPU_CS,
+    ioctl::drm::AMDGPU_INFO,
+    ioctl::drm::AMDGPU_GEM_VA,
+    ioctl::drm::AMDGPU_WAIT_CS,
+    ioctl::drm::AMDGPU_GEM_OP,
+    ioctl::drm::AMDGPU_GEM_USERPTR,
+];
+
+/// The DRM ioctls the simulator serves.
 fn render_table() -> impl Iterator<Item = &'static ioctl::IoctlDesc> {
     ioctl::drm::CORE_TABLE
         .iter()
@@ -360,9 +379,9 @@ impl Run<'_> {
         let (file, node) = &w.files[usize::from(head & 15) % w.files.len()];
         let (file, node) = (file, *node);
         let nr = match node {
-            Node::Render if nr < 13 => render_table()
-                .nth(usize::from(nr))
-                .map_or(nr, |d| ioctl::nr(d.cmd)),
+            Node::Render => RENDER_SHORTHANDS
+                .get(usize::from(nr))
+                .map_or(nr, |&cmd| ioctl::nr(cmd)),
             _ => nr,
         };
         let known = match node {

@@ -18,7 +18,11 @@
 //! - `CRIU_OP` with `priv_data` in the kernel's version-1 layout ([`criu`]).
 //! - [`preset`]: topology presets (`mi50x1`, `mi100x4`, `mi210x2`, `mi250x8`) and their
 //!   variants, as values or TOML/JSON files; [`SimPlatform`] writes their sysfs tree.
+//! - [`asic`]: what the amdgpu driver knows of each GPU beyond its topology node (PCI identity,
+//!   IP and firmware versions, clocks, shader layout); [`sysfs`]: the PCI, DRM and module
+//!   entries of sysfs that AMD's userspace reads, written like the kernel lays them out.
 
+pub mod asic;
 pub mod client;
 pub mod cuse;
 pub mod host;
@@ -30,6 +34,7 @@ pub mod preset;
 pub mod process;
 pub mod render;
 pub mod sdma;
+pub mod sysfs;
 mod uaccess;
 pub mod workload;
 

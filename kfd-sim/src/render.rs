@@ -7,13 +7,14 @@
 //!
 //! [`dispatch`] is written like `drm_ioctl` + the amdgpu driver (6.1):
 //!
-//! - the type byte must be `'d'` (`ENOTTY`); `_IOC_NR` selects the row of one table (the core
-//!   ioctls `GEM_CLOSE` 0x09, `PRIME_HANDLE_TO_FD` 0x2d, `PRIME_FD_TO_HANDLE` 0x2e and the amdgpu
-//!   ones from 0x40); a number without a row is `EINVAL`, as the DRM core answers for numbers
-//!   past its tables or without a handler;
+//! - the type byte must be `'d'` (`ENOTTY`); `_IOC_NR` selects the row of the kernel's core or
+//!   amdgpu table (`core`: every number 6.1 defines, with its flags); a number without a row is
+//!   `EINVAL`, as the DRM core answers for holes and numbers past its tables;
 //! - sizes as the DRM core: bytes are copied in only if both the caller's and the table's code have
 //!   the write bit, copied out only if both have the read bit, the kernel buffer is the largest of
 //!   the three sizes, zero-filled past what was copied in, and copied out also on failure;
+//! - then `drm_ioctl_permit` as for a render client: what is not render-allowed (`GET_CLIENT`,
+//!   `GET_MAGIC`, `SET_CLIENT_CAP`, mode setting, ...) or needs the master is `EACCES`;
 //! - no caller check: the DRM core lets any process holding the fd issue ioctls (unlike
 //!   `/dev/kfd`); userptr memory belongs to the process that registered it;
 //! - one function per ioctl, named after it, with the driver's checks in its order and its errno
@@ -29,8 +30,16 @@
 //! mappings are refused with `EINVAL`); CS chunks other than IB are refused with `EINVAL`; GDS, GWS
 //! and OA domains, empty domain masks and zero sizes are `EINVAL`; context priorities are accepted
 //! and ignored; an imported BO gets its own fake mmap offset; a dma-buf whose BO no longer exists
-//! anywhere is not recognised any more (the simulator does not track fd lifetimes); only
-//! `AMDGPU_INFO_DEV_INFO` is answered, with the fields checkpoint/restore reads (others zero).
+//! anywhere is not recognised any more (the simulator does not track fd lifetimes). The DRM core
+//! ioctls `VERSION` and `GET_CAP` and the `AMDGPU_INFO` queries are answered as amdgpu answers
+//! them for the GPU's model (`info`, from [`crate::asic`]); the render-allowed ioctls the
+//! simulator does not run (sync objects, GEM metadata, fence waits and conversions, VMID
+//! reservation) are logged once by name and answered `EINVAL`.
+
+mod core;
+mod info;
+
+pub use self::core::{DRIVER_DATE, DRIVER_DESC, DRIVER_MAJOR, DRIVER_MINOR, DRIVER_NAME};
 
 use std::collections::{BTreeMap, VecDeque};
 use std::mem::{offset_of, size_of};
@@ -344,23 +353,6 @@ struct RenderCall<'a> {
 
 type Handler = fn(&RenderCall<'_>, &mut [u8]) -> IoctlResult;
 
-/// The dispatch table: the request code the header defines, and its handler.
-const HANDLERS: [(u32, Handler); 13] = [
-    (codes::GEM_CLOSE, gem_close),
-    (codes::PRIME_HANDLE_TO_FD, prime_handle_to_fd),
-    (codes::PRIME_FD_TO_HANDLE, prime_fd_to_handle),
-    (codes::AMDGPU_GEM_CREATE, gem_create),
-    (codes::AMDGPU_GEM_MMAP, gem_mmap),
-    (codes::AMDGPU_CTX, ctx),
-    (codes::AMDGPU_BO_LIST, bo_list),
-    (codes::AMDGPU_CS, cs),
-    (codes::AMDGPU_INFO, info),
-    (codes::AMDGPU_GEM_VA, gem_va),
-    (codes::AMDGPU_WAIT_CS, wait_cs),
-    (codes::AMDGPU_GEM_OP, gem_op),
-    (codes::AMDGPU_GEM_USERPTR, gem_userptr),
-];
-
 /// `drm_ioctl` on a render-node file: one call made by `client`.
 pub fn dispatch(
     machine: &Arc<MachineInner>,
@@ -373,10 +365,12 @@ pub fn dispatch(
         return Err(Errno::ENOTTY);
     }
     let nr = ioctl::nr(cmd);
-    let Some(&(kcmd, handler)) = HANDLERS.iter().find(|(c, _)| ioctl::nr(*c) == nr) else {
-        log::warn!("kfd-sim: render node ioctl nr {nr:#x} is not simulated");
+    // A number without a row (no function): EINVAL before anything is copied.
+    let Some(row) = core::lookup(nr) else {
+        log::debug!("kfd-sim: render node ioctl nr {nr:#x} is not in the 6.1 DRM tables");
         return Err(Errno::EINVAL);
     };
+    let kcmd = row.cmd;
     let (udir, kdir) = (ioctl::dir(cmd), ioctl::dir(kcmd));
     let usize_ = ioctl::size(cmd);
     let in_size = if udir.copies_in() && kdir.copies_in() {
@@ -395,7 +389,15 @@ pub fn dispatch(
         file,
         client,
     };
-    let ret = handler(&call, &mut kdata);
+    // drm_ioctl_kernel: the permission check, then the function.
+    let ret =
+        core::permit(row.flags, client.can_checkpoint_restore()).and_then(|()| match row.handler {
+            Some(handler) => handler(&call, &mut kdata),
+            None => {
+                machine.unanswered(&format!("DRM_IOCTL_{}", row.name));
+                Err(Errno::EINVAL)
+            }
+        });
     copy_to_user(client, arg, &kdata[..out_size])?;
     if ret.is_ok() && kcmd == ioctl::drm::AMDGPU_CS {
         log::debug!(
@@ -407,8 +409,8 @@ pub fn dispatch(
     if let Err(e) = ret {
         let st = lock(&file.state);
         log::debug!(
-            "kfd-sim: {} -> {e} (file {:p}: contexts {:?}, {} GEM handles; in {:02x?})",
-            ioctl::name(kcmd),
+            "kfd-sim: DRM_IOCTL_{} -> {e} (file {:p}: contexts {:?}, {} GEM handles; in {:02x?})",
+            row.name,
             file,
             st.ctxs.keys().collect::<Vec<_>>(),
             st.handles.len(),
@@ -416,6 +418,11 @@ pub fn dispatch(
         );
     }
     ret
+}
+
+/// Whether `handle` is a GEM handle of the call's file (`drm_gem_object_lookup`).
+fn has_handle(call: &RenderCall<'_>, handle: u32) -> bool {
+    lock(&call.file.state).handles.contains_key(&handle)
 }
 
 /// Lowest free id from 1 in `map` (`idr_alloc(.., 1, 0)`), below `limit`.
@@ -1131,53 +1138,6 @@ fn wait_cs(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     Ok(0)
 }
 
-/// `amdgpu_info_ioctl`: a zero `return_size` or `return_pointer` `EINVAL`; DEV_INFO copies
-/// `min(return_size, sizeof)` bytes (`EFAULT`); other queries `EINVAL`.
-fn info(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
-    use sys::drm_amdgpu_info as A;
-    use sys::drm_amdgpu_info_device as D;
-    let ptr = get_u64(kdata, offset_of!(A, return_pointer));
-    let size = get_u32(kdata, offset_of!(A, return_size));
-    let query = get_u32(kdata, offset_of!(A, query));
-    if size == 0 || ptr == 0 {
-        return Err(Errno::EINVAL);
-    }
-    if query != sys::AMDGPU_INFO_DEV_INFO {
-        return Err(Errno::EINVAL);
-    }
-    let dev = call
-        .machine
-        .devices
-        .get(call.file.device)
-        .ok_or(Errno::EINVAL)?;
-    let mut d = vec![0u8; size_of::<D>()];
-    put_u32(&mut d, offset_of!(D, device_id), dev.device_id);
-    let family = if dev.gfx_target_version / 10000 == 9 {
-        sys::AMDGPU_FAMILY_AI
-    } else {
-        0
-    };
-    put_u32(&mut d, offset_of!(D, family), family);
-    let vm_size = va::VM_SIZE - va::RESERVED;
-    put_u64(&mut d, offset_of!(D, virtual_address_offset), va::RESERVED);
-    put_u64(
-        &mut d,
-        offset_of!(D, virtual_address_max),
-        vm_size.min(va::HOLE_START),
-    );
-    #[allow(clippy::cast_possible_truncation)] // 4 KiB
-    let page = PAGE_SIZE as u32;
-    put_u32(&mut d, offset_of!(D, virtual_address_alignment), page);
-    put_u32(&mut d, offset_of!(D, pte_fragment_size), 2 << 20);
-    put_u32(&mut d, offset_of!(D, gart_page_size), page);
-    put_u32(&mut d, offset_of!(D, wave_front_size), 64);
-    put_u64(&mut d, offset_of!(D, high_va_offset), va::HOLE_END);
-    put_u64(&mut d, offset_of!(D, high_va_max), va::HOLE_END | vm_size);
-    let n = (size as usize).min(d.len());
-    copy_to_user(call.client, ptr, &d[..n])?;
-    Ok(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1204,13 +1164,10 @@ mod tests {
     }
 
     #[test]
-    fn the_table_holds_each_number_once_with_the_header_codes() {
-        let mut nrs: Vec<u8> = HANDLERS.iter().map(|(c, _)| ioctl::nr(*c)).collect();
-        nrs.sort_unstable();
-        nrs.dedup();
-        assert_eq!(nrs.len(), HANDLERS.len());
-        for (c, _) in HANDLERS {
-            assert!(codes::lookup(c).is_some_and(|d| d.cmd == c));
+    fn every_request_of_kfd_abi_has_its_row() {
+        for d in codes::CORE_TABLE.iter().chain(codes::AMDGPU_TABLE) {
+            let row = core::lookup(d.nr).unwrap_or_else(|| panic!("{}", d.name));
+            assert_eq!(row.cmd, d.cmd, "{}", d.name);
         }
     }
 }

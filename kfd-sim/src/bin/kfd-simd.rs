@@ -50,6 +50,22 @@ enum Command {
         /// The directory to write (created if needed).
         dir: PathBuf,
     },
+    /// Write the sysfs slice AMD's userspace reads (the KFD topology, the GPUs' PCI functions with
+    /// their DRM minors, the amdgpu module), laid out like /sys, into DIR.
+    WriteSysfs {
+        /// A built-in preset (see `kfd-simd presets`).
+        #[arg(long, conflicts_with = "file", required_unless_present = "file")]
+        preset: Option<String>,
+        /// A preset file (TOML, or JSON if it ends in .json).
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// Also give each CUSE-served render node (devices/virtual/cuse/dri!renderD*) the device
+        /// link of a DRM minor.
+        #[arg(long)]
+        cuse: bool,
+        /// The directory to write (created if needed), standing for /sys.
+        dir: PathBuf,
+    },
     /// Serve /dev/kfd and one render node (/dev/dri/renderD*) per GPU over CUSE (needs root and
     /// /dev/cuse) until SIGTERM or SIGINT. Prints a `READY` line when every node exists.
     Serve {
@@ -62,6 +78,11 @@ enum Command {
         /// Where to write the sysfs topology tree that clients read (AMDGPU_CR_TOPOLOGY_ROOT).
         #[arg(long)]
         topology_dir: PathBuf,
+        /// Also write the sysfs slice AMD's userspace reads, laid out like /sys, into this
+        /// directory (see `write-sysfs`; the CUSE render nodes get their device links), for
+        /// ci/vm-lane.d/kfd.inc's mount_sim_sysfs to mount over /sys.
+        #[arg(long)]
+        sysfs_dir: Option<PathBuf>,
         /// The CUSE control device.
         #[arg(long, default_value = "/dev/cuse")]
         cuse: PathBuf,
@@ -102,6 +123,7 @@ struct Serve {
     preset: Option<String>,
     file: Option<PathBuf>,
     topology_dir: PathBuf,
+    sysfs_dir: Option<PathBuf>,
     cfg: ServeConfig,
     ready_timeout: Duration,
 }
@@ -117,6 +139,12 @@ fn serve(args: Serve) -> Result<(), String> {
         .to_string());
     }
     topology::write(&topology, &args.topology_dir).map_err(|e| e.to_string())?;
+    if let Some(dir) = &args.sysfs_dir {
+        let opts = kfd_sim::sysfs::SysfsOptions {
+            cuse_render_nodes: true,
+        };
+        kfd_sim::sysfs::write(&topology, dir, opts).map_err(|e| e.to_string())?;
+    }
     // Block the termination signals before any thread exists, so that only sigwait sees them.
     let signals = TermSignals::block().map_err(|e| format!("blocking signals: {e}"))?;
     let server = CuseServer::start(topology, &args.cfg).map_err(|e| e.to_string())?;
@@ -141,6 +169,9 @@ fn serve(args: Serve) -> Result<(), String> {
             .map(|d| format!(" AMDGPU_CR_KFD_PATH={}", d.path.display()))
             .unwrap_or_default()
     );
+    if let Some(dir) = &args.sysfs_dir {
+        let _ = writeln!(out, "kfd-simd: sysfs slice in {}", dir.display());
+    }
     for d in &devices {
         match &d.backend {
             Some(b) => writeln!(
@@ -249,6 +280,7 @@ fn run(cli: Cli) -> Result<(), String> {
             preset,
             file,
             topology_dir,
+            sysfs_dir,
             cuse,
             kfd_name,
             max_threads,
@@ -260,6 +292,7 @@ fn run(cli: Cli) -> Result<(), String> {
             preset,
             file,
             topology_dir,
+            sysfs_dir,
             cfg: ServeConfig {
                 cuse_path: cuse,
                 kfd_name,
@@ -270,6 +303,25 @@ fn run(cli: Cli) -> Result<(), String> {
             },
             ready_timeout: Duration::from_secs(ready_timeout),
         }),
+        Command::WriteSysfs {
+            preset,
+            file,
+            cuse,
+            dir,
+        } => {
+            let preset = load_preset(preset, file)?;
+            let topology = preset.to_topology().map_err(|e| e.to_string())?;
+            let opts = kfd_sim::sysfs::SysfsOptions {
+                cuse_render_nodes: cuse,
+            };
+            kfd_sim::sysfs::write(&topology, &dir, opts).map_err(|e| e.to_string())?;
+            println!(
+                "wrote the sysfs slice of {} to {}",
+                preset.name,
+                dir.display()
+            );
+            Ok(())
+        }
         Command::WriteTopology { preset, file, dir } => {
             let preset = load_preset(preset, file)?;
             let topology = preset.to_topology().map_err(|e| e.to_string())?;
