@@ -251,14 +251,25 @@ pub struct NumaGroup {
     pub gpus: Vec<u32>,
 }
 
+/// A group of destination GPUs joined by xGMI links, judged for one hive of the image.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LocalHive {
+    /// Its GPUs.
+    pub gpus: Vec<GpuRef>,
+    /// How many of them can take one of the image hive's GPUs.
+    pub fitting: usize,
+    /// The others, each with why it cannot take the hive's first GPU.
+    pub rejected: Vec<Rejection>,
+}
+
 /// Why the source GPUs cannot be mapped onto the destination's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum MapError {
-    /// Different numbers of GPUs.
+    /// Fewer GPUs here than in the image.
     #[error(
-        "the image was taken with {image_gpus} GPU(s) but this node has {local_gpus}; restore \
-         needs the same number (inside a container, check which GPUs are visible)"
+        "the image was taken with {image_gpus} GPU(s) but this node has only {local_gpus}; \
+         restore needs at least as many (inside a container, check which GPUs it may use)"
     )]
     GpuCount {
         /// GPUs in the image.
@@ -281,6 +292,16 @@ pub enum MapError {
         destinations: Vec<u32>,
         /// For each competing source GPU, why the other destinations are ruled out.
         unplaced: Vec<Unplaced>,
+    },
+    /// A hive of the image needs that many GPUs of one hive here that can take its GPUs, and no
+    /// hive here has them (e.g. one GPU of each hive has older firmware).
+    #[error("{}", display_no_hive_fits(image_hive, local_hives))]
+    NoHiveFits {
+        /// The image's GPUs joined by xGMI links.
+        image_hive: Vec<GpuRef>,
+        /// Each group of GPUs joined by xGMI links here, with how many of them can take one of
+        /// the image hive's GPUs and why the others cannot.
+        local_hives: Vec<LocalHive>,
     },
     /// The GPUs fit individually but not with their NUMA placement kept.
     #[error("{}", display_numa(image, local))]
@@ -372,6 +393,29 @@ fn display_contention(sources: &[u32], destinations: &[u32], unplaced: &[Unplace
     );
     for (gpus, lines) in grouped(unplaced) {
         let _ = write!(out, "\n  image {} cannot use:{lines}", gpu_list(&gpus));
+    }
+    out
+}
+
+fn display_no_hive_fits(image_hive: &[GpuRef], local_hives: &[LocalHive]) -> String {
+    let k = image_hive.len();
+    let mut out = format!(
+        "the image's {} form an xGMI hive of {k}, which must go into one xGMI hive here; no hive \
+         here has {k} GPUs that can take its GPUs:",
+        gpu_list(image_hive)
+    );
+    for h in local_hives {
+        let _ = write!(
+            out,
+            "\n  the hive of {}, {}: {} can{}",
+            h.gpus.len(),
+            gpu_list(&h.gpus),
+            h.fitting,
+            if h.rejected.is_empty() { "" } else { "; not:" }
+        );
+        for line in rejection_lines(&h.rejected).lines().filter(|l| !l.is_empty()) {
+            let _ = write!(out, "\n  {line}");
+        }
     }
     out
 }
