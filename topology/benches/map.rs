@@ -111,14 +111,26 @@ fn bench_subsets(c: &mut Criterion) {
     let numa_off = on.with(topology::Check::Numa, false);
     let sixteen = gcds(16, 8, 0xc000);
     for (name, src, options) in [
-        ("8 GCDs in a hive onto 16 in two hives of 8", gcds(8, 8, 0x100), on),
+        (
+            "8 GCDs in a hive onto 16 in two hives of 8",
+            gcds(8, 8, 0x100),
+            on,
+        ),
         (
             "8 GCDs in a hive onto 16 in two hives of 8, KFD_NUMA_CHECK=0",
             gcds(8, 8, 0x100),
             numa_off,
         ),
-        ("8 GCDs in four hives of 2 onto 16 in two hives of 8", gcds(8, 2, 0x100), on),
-        ("2 GCDs in a hive onto 16 in two hives of 8", gcds(2, 2, 0x100), on),
+        (
+            "8 GCDs in four hives of 2 onto 16 in two hives of 8",
+            gcds(8, 2, 0x100),
+            on,
+        ),
+        (
+            "2 GCDs in a hive onto 16 in two hives of 8",
+            gcds(2, 2, 0x100),
+            on,
+        ),
     ] {
         let m = map_gpus(&src, &sixteen, &options).unwrap();
         assert_eq!(m.unused.len(), 16 - src.gpus().count());
@@ -149,9 +161,12 @@ fn bench_subsets(c: &mut Criterion) {
     }
     let src = gcds(8, 8, 0x100);
     assert!(map_gpus(&src, &dst, &on).is_err());
-    c.bench_function("subset: refuse a hive of 8 onto two hives of 8 with 7 fitting each", |b| {
-        b.iter(|| map_gpus(black_box(&src), black_box(&dst), &on));
-    });
+    c.bench_function(
+        "subset: refuse a hive of 8 onto two hives of 8 with 7 fitting each",
+        |b| {
+            b.iter(|| map_gpus(black_box(&src), black_box(&dst), &on));
+        },
+    );
 }
 
 criterion_group!(benches, bench, bench_subsets);

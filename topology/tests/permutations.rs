@@ -39,21 +39,17 @@ fn machine(cpus: usize, genes: &[GpuGene]) -> Topology {
 }
 
 fn case() -> impl Strategy<Value = (Topology, Vec<u32>, Vec<u32>)> {
-    (
-        1usize..=3,
-        prop::collection::vec(gene(), 1..=10),
-    )
-        .prop_flat_map(|(cpus, genes)| {
-            let t = machine(cpus, &genes);
-            let ids: Vec<u32> = t.nodes.iter().map(|n| n.id).collect();
-            let n_gpus = genes.len();
-            (
-                Just(t),
-                Just(ids).prop_shuffle(),
-                prop::collection::hash_set(1u32..=0xffff, n_gpus)
-                    .prop_map(|s| s.into_iter().collect::<Vec<u32>>()),
-            )
-        })
+    (1usize..=3, prop::collection::vec(gene(), 1..=10)).prop_flat_map(|(cpus, genes)| {
+        let t = machine(cpus, &genes);
+        let ids: Vec<u32> = t.nodes.iter().map(|n| n.id).collect();
+        let n_gpus = genes.len();
+        (
+            Just(t),
+            Just(ids).prop_shuffle(),
+            prop::collection::hash_set(1u32..=0xffff, n_gpus)
+                .prop_map(|s| s.into_iter().collect::<Vec<u32>>()),
+        )
+    })
 }
 
 fn gene() -> impl Strategy<Value = GpuGene> {

@@ -327,8 +327,12 @@ fn eight_in_one_hive_onto_sixteen_in_two_hives() {
     set_on(&mut older, 3, keys::FW_VERSION, 10);
     let m = map_gpus(&src, &older, &CheckOptions::default()).unwrap();
     assert_eq!(chosen(&m, &older), (8..16).collect::<Vec<_>>());
-    assert!(map_gpus(&src, &older, &CheckOptions::default().with(Check::FwVersion, false))
-        .is_ok_and(|m| chosen(&m, &older) == (0..8).collect::<Vec<_>>()));
+    assert!(map_gpus(
+        &src,
+        &older,
+        &CheckOptions::default().with(Check::FwVersion, false)
+    )
+    .is_ok_and(|m| chosen(&m, &older) == (0..8).collect::<Vec<_>>()));
 }
 
 // ---- refusals ------------------------------------------------------------------------------

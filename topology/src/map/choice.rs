@@ -146,7 +146,11 @@ impl Display for Preference {
                  is off, so it is only a preference)",
             ),
             Preference::Properties { differing } => {
-                write!(f, "this GPU's {} differ from the image's", differing.join(", "))
+                write!(
+                    f,
+                    "this GPU's {} differ from the image's",
+                    differing.join(", ")
+                )
             }
             Preference::NodeOrder => f.write_str("both fit equally; that GPU's node id is lower"),
             Preference::Placement { reason } => write!(f, "this GPU: {reason}"),

@@ -413,7 +413,10 @@ fn display_no_hive_fits(image_hive: &[GpuRef], local_hives: &[LocalHive]) -> Str
             h.fitting,
             if h.rejected.is_empty() { "" } else { "; not:" }
         );
-        for line in rejection_lines(&h.rejected).lines().filter(|l| !l.is_empty()) {
+        for line in rejection_lines(&h.rejected)
+            .lines()
+            .filter(|l| !l.is_empty())
+        {
             let _ = write!(out, "\n  {line}");
         }
     }

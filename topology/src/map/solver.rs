@@ -275,10 +275,10 @@ impl Solver<'_> {
         let (image_gpu, r) = closest
             .map(|sg| (sg.r.gpu_id, rejection(sg, dg, options)))
             .unwrap_or_default();
-        let (reason, lifted_by) = r.map_or(
-            (Reason::Starves { source_gpu: None }, Vec::new()),
-            |r| (r.reason, r.lifted_by),
-        );
+        let (reason, lifted_by) = r
+            .map_or((Reason::Starves { source_gpu: None }, Vec::new()), |r| {
+                (r.reason, r.lifted_by)
+            });
         Unused::Unfit {
             image_gpu,
             reason,
@@ -301,7 +301,14 @@ impl Solver<'_> {
         let (chosen, this) = (self.fit(s, c), self.fit(s, d));
         let (sg, cg, dg) = (&self.src.gpus[s], &self.dst.gpus[c], &self.dst.gpus[d]);
         // The first field of the fit (in the order of preference) where the two differ.
-        let fields = |f: Fit| [usize::from(f.other_id), f.hive_gap, f.numa_breaks, f.differing];
+        let fields = |f: Fit| {
+            [
+                usize::from(f.other_id),
+                f.hive_gap,
+                f.numa_breaks,
+                f.differing,
+            ]
+        };
         let (fc, fd) = (fields(chosen), fields(this));
         let first = (0..fc.len()).find(|&i| fc[i] != fd[i]);
         let because = match first {
@@ -500,9 +507,7 @@ fn solve_inner(
         return Ok(solution(src, dst, &solver.state, options.numa, unused));
     }
 
-    if options.numa
-        && solve_inner(src, dst, &options.with(Check::Numa, false), stats).is_ok()
-    {
+    if options.numa && solve_inner(src, dst, &options.with(Check::Numa, false), stats).is_ok() {
         return Err(MapError::NumaPlacement {
             image: src.numa_groups(),
             local: dst.numa_groups(),
@@ -660,13 +665,7 @@ fn contention(
     }
 }
 
-fn solution(
-    src: &Side,
-    dst: &Side,
-    state: &State,
-    numa: bool,
-    unused: Vec<UnusedGpu>,
-) -> Mapping {
+fn solution(src: &Side, dst: &Side, state: &State, numa: bool, unused: Vec<UnusedGpu>) -> Mapping {
     let gpus = src
         .gpus
         .iter()
@@ -736,11 +735,8 @@ mod tests {
     }
 
     fn nodes(src: &Topology, dst: &Topology) -> (bool, usize) {
-        let (result, stats) = solve_counting(
-            &Side::new(src),
-            &Side::new(dst),
-            &CheckOptions::default(),
-        );
+        let (result, stats) =
+            solve_counting(&Side::new(src), &Side::new(dst), &CheckOptions::default());
         (result.is_ok(), stats.nodes)
     }
 
@@ -758,10 +754,7 @@ mod tests {
     fn a_hive_short_of_fitting_gpus_is_refused_without_a_search() {
         let mut dst = other_ids(gcds(16, 8));
         for id in [0xc003, 0xc00c] {
-            dst.gpu_mut(id)
-                .unwrap()
-                .properties
-                .set(keys::FW_VERSION, 1);
+            dst.gpu_mut(id).unwrap().properties.set(keys::FW_VERSION, 1);
         }
         assert_eq!(nodes(&gcds(8, 8), &dst), (false, 0));
     }
