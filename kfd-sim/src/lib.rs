@@ -9,8 +9,8 @@
 //!   make the simulator dereference a wild pointer, panic or hang.
 //! - VRAM and GTT buffer objects are memfds; exported dma-bufs are real fds on the same inode.
 //! - `CRIU_OP` with `priv_data` in the kernel's version-1 layout ([`criu`]).
-//! - [`preset`]: topology presets (`mi50x1`, `mi100x4`, `mi210x2`, `mi250x8`) and their
-//!   variants, as values or TOML/JSON files; [`SimPlatform`] writes their sysfs tree.
+//! - [`preset`]: topology presets (`mi50x1`, `mi100x4`, `mi210x2`, `mi250x8`, `mi250x16`) and
+//!   their variants, as values or TOML/JSON files; [`SimPlatform`] writes their sysfs tree.
 
 pub mod client;
 pub mod criu;
