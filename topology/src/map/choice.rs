@@ -145,15 +145,18 @@ impl Display for Preference {
                 "that GPU keeps the image's NUMA placement, this one would not (KFD_NUMA_CHECK \
                  is off, so it is only a preference)",
             ),
-            Preference::Properties { differing } => {
-                write!(
-                    f,
-                    "this GPU's {} differ from the image's",
-                    differing.join(", ")
-                )
-            }
+            Preference::Properties { differing } => write!(
+                f,
+                "its {} {} from the image's",
+                differing.join(", "),
+                if differing.len() == 1 {
+                    "differs"
+                } else {
+                    "differ"
+                }
+            ),
             Preference::NodeOrder => f.write_str("both fit equally; that GPU's node id is lower"),
-            Preference::Placement { reason } => write!(f, "this GPU: {reason}"),
+            Preference::Placement { reason } => write!(f, "{reason}"),
             Preference::OthersNeedIt => {
                 f.write_str("with this GPU the image's other GPUs could not all be placed")
             }
@@ -200,10 +203,46 @@ impl Display for UnusedGpu {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "GPU {:#06x} (node {}, renderD{}): ",
-            self.gpu.gpu_id, self.gpu.node_id, self.render_minor
-        )?;
-        match &self.why {
+            "GPU {:#06x} (node {}, renderD{}): {}",
+            self.gpu.gpu_id, self.gpu.node_id, self.render_minor, self.why
+        )
+    }
+}
+
+/// One line per distinct explanation, naming every GPU it applies to, in the order of each
+/// explanation's first GPU: "GPUs 0xc004, 0xc005 (nodes 8, 9; renderD132, renderD133): ...".
+#[must_use]
+pub fn unused_lines(unused: &[UnusedGpu]) -> Vec<String> {
+    let mut groups: Vec<(String, Vec<&UnusedGpu>)> = Vec::new();
+    for u in unused {
+        let why = u.why.to_string();
+        match groups.iter_mut().find(|(w, _)| *w == why) {
+            Some((_, gpus)) => gpus.push(u),
+            None => groups.push((why, vec![u])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(why, gpus)| match gpus.as_slice() {
+            [one] => one.to_string(),
+            _ => {
+                let join = |f: &dyn Fn(&UnusedGpu) -> String| {
+                    gpus.iter().map(|g| f(g)).collect::<Vec<_>>().join(", ")
+                };
+                format!(
+                    "GPUs {} (nodes {}; {}): {why}",
+                    join(&|g| format!("{:#06x}", g.gpu.gpu_id)),
+                    join(&|g| g.gpu.node_id.to_string()),
+                    join(&|g| format!("renderD{}", g.render_minor)),
+                )
+            }
+        })
+        .collect()
+}
+
+impl Display for Unused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Unused::Unfit {
                 image_gpu,
                 reason,

@@ -195,8 +195,9 @@ impl Display for Reason {
                 destination_cpus,
             } => write!(
                 f,
-                "hangs off CPU node(s) {destination_cpus:?}, but the image's CPU node \
-                 {source_cpu} is already mapped to CPU node {to}"
+                "hangs off {}, but the image GPU's CPU node {source_cpu} already went to CPU \
+                 node {to}",
+                cpu_nodes(destination_cpus)
             ),
             Reason::NumaConflict {
                 source_cpu,
@@ -204,8 +205,8 @@ impl Display for Reason {
                 destination_cpus,
             } => write!(
                 f,
-                "hangs off CPU node(s) {destination_cpus:?}, already taken by CPU nodes of the \
-                 image other than {source_cpu}"
+                "hangs off {}, already taken by CPU nodes of the image other than {source_cpu}",
+                cpu_nodes(destination_cpus)
             ),
             Reason::Starves {
                 source_gpu: Some(gpu),
@@ -457,7 +458,21 @@ fn display_no_consistent(partial: &[(u32, u32)], stuck: &Unplaced) -> String {
     out
 }
 
-fn hex_list(ids: &[u32]) -> String {
+/// "CPU node 1" or "CPU nodes 1, 2".
+fn cpu_nodes(ids: &[u32]) -> String {
+    let list = ids
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if ids.len() == 1 {
+        format!("CPU node {list}")
+    } else {
+        format!("CPU nodes {list}")
+    }
+}
+
+pub(super) fn hex_list(ids: &[u32]) -> String {
     ids.iter()
         .map(|id| format!("{id:#06x}"))
         .collect::<Vec<_>>()

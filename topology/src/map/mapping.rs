@@ -5,7 +5,7 @@ use std::fmt::{self, Display};
 
 use serde::Serialize;
 
-use super::choice::{UnusedGpu, PREFERENCE_ORDER};
+use super::choice::{unused_lines, UnusedGpu, PREFERENCE_ORDER};
 
 /// One mapped GPU.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -99,8 +99,8 @@ impl Display for Mapping {
                 self.gpus.len(),
                 self.gpus.len() + self.unused.len()
             )?;
-            for u in &self.unused {
-                writeln!(f, "  {u}")?;
+            for line in unused_lines(&self.unused) {
+                writeln!(f, "  {line}")?;
             }
         }
         Ok(())

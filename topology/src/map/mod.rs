@@ -47,7 +47,7 @@ mod solver;
 use crate::model::{keys, Topology};
 use crate::options::CheckOptions;
 
-pub use choice::{Preference, Unused, UnusedGpu, PREFERENCE_ORDER};
+pub use choice::{unused_lines, Preference, Unused, UnusedGpu, PREFERENCE_ORDER};
 pub use explain::{GpuRef, LocalHive, MapError, NumaGroup, Reason, Rejection, Unplaced};
 pub use mapping::{GpuMapping, Mapping};
 
