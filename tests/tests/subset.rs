@@ -204,3 +204,48 @@ fn too_few_fitting_gpus_refuse_the_restore_with_the_reason() {
     lenient.checks.set(topology::Check::FwVersion, false);
     demo::restore(&node, dir.path(), &ids, &lenient).unwrap();
 }
+
+/// An SVM range keeps its access on the image's GPUs, and the GPUs the image did not have get
+/// none: the restore adds their attributes to the range's record (the 6.1 driver reads one per
+/// GPU of the restoring process).
+#[test]
+fn svm_ranges_keep_their_access_and_the_other_gpus_get_none() {
+    use kfd_abi::kfd::SvmAttribute;
+    use kfd_sys::{KFD_IOCTL_SVM_ATTR_ACCESS, KFD_IOCTL_SVM_ATTR_NO_ACCESS};
+
+    let small = mi250x2([0x1111, 0x2222]);
+    let src = SimNode::new(&small).unwrap();
+    let target = demo::start_target(&src, &spec()).unwrap();
+    // A page of this process's memory (the in-process simulator's user memory).
+    let buffer = vec![0u8; 3 * 4096];
+    let page = (buffer.as_ptr() as u64 + 4095) & !4095;
+    let access = |gpu: u32| SvmAttribute {
+        ty: KFD_IOCTL_SVM_ATTR_ACCESS,
+        value: gpu,
+    };
+    target
+        .workload
+        .kfd()
+        .svm_set_attr(page, 4096, &[access(0x1111)])
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings()).unwrap();
+    let manifest = target.workload.manifest().clone();
+
+    let big = Preset::mi250x8();
+    let node = SimNode::new(&big).unwrap();
+    let (restored, _) = demo::restore(&node, dir.path(), &ids, &settings()).unwrap();
+    restored.verify(&manifest).unwrap();
+    let spares = ids_at(&big, 2..8);
+    let mut query: Vec<SvmAttribute> = [0x1111, 0x2222]
+        .into_iter()
+        .chain(spares.iter().copied())
+        .map(access)
+        .collect();
+    restored.kfd.svm_get_attr(page, 4096, &mut query).unwrap();
+    let types: Vec<u32> = query.iter().map(|a| a.ty).collect();
+    let mut expected = vec![KFD_IOCTL_SVM_ATTR_ACCESS];
+    expected.extend([KFD_IOCTL_SVM_ATTR_NO_ACCESS; 7]);
+    assert_eq!(types, expected);
+    drop(buffer);
+}
