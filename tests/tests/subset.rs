@@ -101,11 +101,13 @@ fn an_eight_gcd_image_restores_onto_one_hive_of_a_sixteen_gcd_node() {
 }
 
 /// 2 of 8: one MI250X's two GCDs restore onto two GCDs of an MI250x8 node that share a hive and
-/// a NUMA node (GCDs 0 and 1).
-#[test]
-fn two_gcds_restore_onto_a_pair_of_an_eight_gcd_node() {
+/// a NUMA node (GCDs 0 and 1), also when criu restores the render nodes before `/dev/kfd`
+/// (they are opened on the GPUs the mapping chooses).
+#[rstest::rstest]
+fn two_gcds_restore_onto_a_pair_of_an_eight_gcd_node(#[values(false, true)] renders_first: bool) {
     let big = Preset::mi250x8();
-    let (dir, ids, manifest) = dump(&mi250x2([0x1111, 0x2222]));
+    let (dir, mut ids, manifest) = dump(&mi250x2([0x1111, 0x2222]));
+    ids.renders_first = renders_first;
     let node = SimNode::new(&big).unwrap();
     let (restored, _) = demo::restore(&node, dir.path(), &ids, &settings()).unwrap();
     restored.verify(&manifest).unwrap();
