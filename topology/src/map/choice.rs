@@ -41,8 +41,8 @@ pub(super) struct Fit {
     pub(super) differing: usize,
 }
 
-/// The checked properties (those of the `KFD_*_CHECK` switches) that differ between `s` and `d`.
-pub(super) fn differing(s: &Gpu, d: &Gpu) -> Vec<&'static str> {
+/// The checked properties (those of the `KFD_*_CHECK` switches) of `s` and `d`, by name.
+fn checked(s: &Gpu, d: &Gpu) -> [(&'static str, u64, u64); 6] {
     [
         (keys::FW_VERSION, s.fw, d.fw),
         (keys::SDMA_FW_VERSION, s.sdma_fw, d.sdma_fw),
@@ -51,10 +51,15 @@ pub(super) fn differing(s: &Gpu, d: &Gpu) -> Vec<&'static str> {
         (VRAM_SIZE, s.vram_size, d.vram_size),
         (keys::CAPABILITY, s.capability, d.capability),
     ]
-    .into_iter()
-    .filter(|(_, a, b)| a != b)
-    .map(|(k, _, _)| k)
-    .collect()
+}
+
+/// The checked properties that differ between `s` and `d`.
+pub(super) fn differing(s: &Gpu, d: &Gpu) -> Vec<&'static str> {
+    checked(s, d)
+        .into_iter()
+        .filter(|(_, a, b)| a != b)
+        .map(|(k, _, _)| k)
+        .collect()
 }
 
 /// The part of [`Fit`] that does not depend on where the other GPUs went.
@@ -63,7 +68,7 @@ pub(super) fn static_fit(s: &Gpu, d: &Gpu) -> Fit {
         other_id: s.r.gpu_id != d.r.gpu_id,
         hive_gap: s.hive_size.abs_diff(d.hive_size),
         numa_breaks: 0,
-        differing: differing(s, d).len(),
+        differing: checked(s, d).iter().filter(|(_, a, b)| a != b).count(),
     }
 }
 
