@@ -16,8 +16,8 @@
 //!   VRAM and GTT buffer objects are memfds ([`memory`]); exported dma-bufs are real fds on the
 //!   same inode. [`host`] is the glue to the host OS.
 //! - `CRIU_OP` with `priv_data` in the kernel's version-1 layout ([`criu`]).
-//! - [`preset`]: topology presets (`mi50x1`, `mi100x4`, `mi210x2`, `mi250x8`) and their
-//!   variants, as values or TOML/JSON files; [`SimPlatform`] writes their sysfs tree.
+//! - [`preset`]: topology presets (`mi50x1`, `mi100x4`, `mi210x2`, `mi250x8`, `mi250x16`) and
+//!   their variants, as values or TOML/JSON files; [`SimPlatform`] writes their sysfs tree.
 //! - [`asic`]: what the amdgpu driver knows of each GPU beyond its topology node (PCI identity,
 //!   IP and firmware versions, clocks, shader layout); [`sysfs`]: the PCI, DRM and module
 //!   entries of sysfs that AMD's userspace reads, written like the kernel lays them out.
