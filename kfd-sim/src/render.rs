@@ -903,22 +903,30 @@ fn read_bo_entries(
         return Err(Errno::ENOMEM);
     }
     let handle_at = offset_of!(E, bo_handle);
-    if u64::from(info_size) == entry {
-        let bytes = copy_from_user(call.client, ptr, u64::from(number) * entry)?;
-        return Ok(bytes
-            .chunks_exact(size_of::<E>())
-            .map(|e| get_u32(e, handle_at))
-            .collect());
+    let stride = u64::from(info_size);
+    let handle = |e: &[u8]| {
+        let mut full = [0u8; size_of::<E>()];
+        full[..e.len()].copy_from_slice(e);
+        get_u32(&full, handle_at)
+    };
+    if stride <= entry {
+        // The entries are contiguous (an entry shorter than ours is zero-extended, as the
+        // driver's per-entry copy leaves it): one copy of them all faults where the driver's
+        // copies would. An empty entry reads nothing, and every handle is then 0.
+        if stride == 0 {
+            return Ok(vec![0; usize::try_from(number).map_err(|_| Errno::ENOMEM)?]);
+        }
+        let bytes = copy_from_user(call.client, ptr, u64::from(number) * stride)?;
+        let stride = usize::try_from(stride).map_err(|_| Errno::ENOMEM)?;
+        return Ok(bytes.chunks_exact(stride).map(handle).collect());
     }
-    let take = u64::from(info_size).min(entry);
+    // Longer entries than ours: the driver copies the head of each, one at a time.
+    let mut e = [0u8; size_of::<E>()];
     (0..u64::from(number))
         .map(|i| {
-            let at = ptr
-                .checked_add(i * u64::from(info_size))
-                .ok_or(Errno::EFAULT)?;
-            let mut e = copy_from_user(call.client, at, take)?;
-            e.resize(size_of::<E>(), 0);
-            Ok(get_u32(&e, handle_at))
+            let at = ptr.checked_add(i * stride).ok_or(Errno::EFAULT)?;
+            call.client.read_user(at, &mut e)?;
+            Ok(handle(&e))
         })
         .collect()
 }

@@ -215,6 +215,120 @@ fn events_signal_wait_reset_and_wake_a_blocked_waiter() {
     assert_eq!(errno(e.kfd.free_memory(page.handle)), Some(Errno::EPERM));
 }
 
+/// WAIT_EVENTS with the caller's event array as `count` elements from `at`.
+fn wait_raw(e: &Env, at: u64, count: u32) -> Result<i32, Errno> {
+    let mut a = sys::kfd_ioctl_wait_events_args {
+        events_ptr: at,
+        num_events: count,
+        wait_for_all: 0,
+        timeout: 0,
+        wait_result: 0,
+    };
+    raw(e.kfd.transport(), codes::WAIT_EVENTS, &mut a)
+}
+
+/// Two pages of which only the first is mapped.
+struct GuardedPage {
+    base: *mut libc::c_void,
+}
+
+impl GuardedPage {
+    const PAGE: usize = 4096;
+
+    fn new() -> Self {
+        // SAFETY: an anonymous private mapping of two fresh pages, then the second unmapped;
+        // nothing else refers to them.
+        let base = unsafe {
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                2 * Self::PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(base, libc::MAP_FAILED);
+            assert_eq!(
+                libc::munmap(base.cast::<u8>().add(Self::PAGE).cast(), Self::PAGE),
+                0
+            );
+            base
+        };
+        Self { base }
+    }
+
+    /// Writes `events` so that they end where the mapped page ends; returns their address.
+    fn events_at_end(&self, events: &[sys::kfd_event_data]) -> u64 {
+        let bytes = std::mem::size_of_val(events);
+        let at = self.base as usize + Self::PAGE - bytes;
+        // SAFETY: `[at, at + bytes)` lies inside the mapped first page, owned by `self`;
+        // kfd_event_data is plain data.
+        unsafe {
+            std::ptr::copy_nonoverlapping(events.as_ptr().cast::<u8>(), at as *mut u8, bytes);
+        }
+        at as u64
+    }
+}
+
+impl Drop for GuardedPage {
+    fn drop(&mut self) {
+        // SAFETY: the first page was mapped by `new` and is unmapped once.
+        unsafe { libc::munmap(self.base, Self::PAGE) };
+    }
+}
+
+fn event_data(id: EventId) -> sys::kfd_event_data {
+    sys::kfd_event_data {
+        event_id: id.get(),
+        ..Default::default()
+    }
+}
+
+/// The driver reads the event array one element at a time and stops at the first it cannot
+/// use: an unknown event before an element it cannot read answers EINVAL, an element it cannot
+/// read before an unknown event EFAULT. A long array of one event ends like a short one and
+/// leaves the event as it was.
+#[test]
+fn wait_events_reads_the_caller_array_in_order() {
+    let e = env(Preset::mi50x1());
+    let ev = e
+        .kfd
+        .create_event(EventType::NodeChange, false, None)
+        .unwrap()
+        .event_id;
+    let guard = GuardedPage::new();
+    let unknown = event_data(EventId(77));
+    let known = event_data(ev);
+
+    let at = guard.events_at_end(&[known, known, unknown]);
+    assert_eq!(wait_raw(&e, at, 3).err(), Some(Errno::EINVAL));
+    assert_eq!(
+        wait_raw(&e, at, 4).err(),
+        Some(Errno::EINVAL),
+        "unknown before unreadable"
+    );
+    let at = guard.events_at_end(&[known, known]);
+    assert_eq!(
+        wait_raw(&e, at, 3).err(),
+        Some(Errno::EFAULT),
+        "unreadable before unknown"
+    );
+    assert_eq!(wait_raw(&e, at, 2000).err(), Some(Errno::EFAULT));
+
+    let mut many = vec![known; 70_000];
+    assert_eq!(
+        wait_raw(&e, many.as_ptr() as u64, 70_000),
+        Ok(0),
+        "a timeout of 0 with nothing signalled"
+    );
+    many.push(unknown);
+    assert_eq!(
+        wait_raw(&e, many.as_ptr() as u64, 70_001).err(),
+        Some(Errno::EINVAL)
+    );
+    e.kfd.destroy_event(ev).unwrap();
+}
+
 #[test]
 fn svm_attributes_are_set_and_queried_per_range() {
     let e = env(Preset::mi210x2());

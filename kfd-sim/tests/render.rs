@@ -760,3 +760,36 @@ fn a_freed_kfd_bo_is_gone_from_the_vm() {
     fill.const_fill(KFD_VA, 0, 4);
     assert_eq!(errno(dma.run(fill)), Some(Errno::ETIME));
 }
+
+/// BO_LIST with `bo_info_size` other than the driver's entry: shorter entries are read back to
+/// back and zero-extended (a 4-byte entry is the handle alone); an empty entry reads nothing
+/// and names handle 0, which never exists; longer entries are read by their heads, one stride
+/// apart. The entries are read before the operation is looked at.
+#[rstest]
+#[case::handles_only(4, sys::AMDGPU_BO_LIST_OP_CREATE, Ok(()))]
+#[case::longer_entries(12, sys::AMDGPU_BO_LIST_OP_CREATE, Ok(()))]
+#[case::empty_entries(0, sys::AMDGPU_BO_LIST_OP_CREATE, Err(Errno::ENOENT))]
+#[case::empty_entries_bad_op(0, 7, Err(Errno::EINVAL))]
+fn bo_list_entries_of_other_sizes(
+    #[case] info_size: u32,
+    #[case] op: u32,
+    #[case] expected: Result<(), Errno>,
+) {
+    let e = env(Preset::mi50x1());
+    let r = node(&e, 0);
+    let a = r.gem_create(4096, 0, GemDomain::GTT, 0).unwrap();
+    let b = r.gem_create(4096, 0, GemDomain::GTT, 0).unwrap();
+    let stride = info_size.max(4) as usize;
+    let mut entries = vec![0u8; 2 * stride];
+    if info_size != 0 {
+        entries[..4].copy_from_slice(&a.get().to_ne_bytes());
+        entries[stride..stride + 4].copy_from_slice(&b.get().to_ne_bytes());
+    }
+    let mut args = sys::drm_amdgpu_bo_list::default();
+    args.in_.operation = op;
+    args.in_.bo_number = if info_size == 0 { 1 << 20 } else { 2 };
+    args.in_.bo_info_size = info_size;
+    args.in_.bo_info_ptr = entries.as_ptr() as u64;
+    let got = raw(&e.renders[0], codes::AMDGPU_BO_LIST, &mut args).map(|_| ());
+    assert_eq!(got, expected);
+}

@@ -2,6 +2,7 @@
 //! slots, the signal page, setting and resetting, waiting (interruptibly, with the driver's
 //! results); and the SMI event fd (`kfd_smi_events.c`).
 
+use std::collections::{BTreeSet, HashSet};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,10 +13,13 @@ use kfd_sys as sys;
 
 use super::memory::handle_parts;
 use super::{kmalloc_check, KfdCall};
-use crate::client::FdSlot;
+use crate::client::{Client, FdSlot};
+use crate::host::Pod;
 use crate::process::limits::*;
 use crate::process::{waiter, Event, ProcState, SignalPage};
-use crate::uaccess::{copy_struct_from_user, copy_to_user, fd_to_field, with_args, IoctlResult};
+use crate::uaccess::{
+    copy_from_user, copy_struct_from_user, copy_to_user, fd_to_field, with_args, IoctlResult,
+};
 
 /// `kfd_kmap_event_page`: the BO behind `handle` becomes the signal page.
 pub(super) fn kmap_event_page(st: &mut ProcState, handle: u64) -> Result<(), Errno> {
@@ -202,27 +206,74 @@ pub(super) fn wait_events(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     })
 }
 
+/// The caller's array of `kfd_event_data`, read a batch at a time where the driver copies one
+/// element at a time: the same outcome for fewer copies. A batch that faults is given up for a
+/// copy of the one element asked for, so the first element that faults fails where the
+/// driver's copy does.
+struct EventSlots<'c> {
+    client: &'c dyn Client,
+    base: u64,
+    first: u64,
+    batch: Vec<u8>,
+}
+
+impl<'c> EventSlots<'c> {
+    const BATCH: u64 = 1024;
+
+    fn new(client: &'c dyn Client, base: u64) -> Self {
+        Self {
+            client,
+            base,
+            first: 0,
+            batch: Vec::new(),
+        }
+    }
+
+    /// Element `i` of `n`.
+    fn get(&mut self, i: u64, n: u64) -> Result<sys::kfd_event_data, Errno> {
+        let size = std::mem::size_of::<sys::kfd_event_data>();
+        let held = (self.batch.len() / size) as u64;
+        if !(self.first..self.first + held).contains(&i) {
+            let count = (n - i).min(Self::BATCH);
+            let addr = self
+                .base
+                .checked_add(i * EVENT_DATA_SIZE)
+                .ok_or(Errno::EFAULT)?;
+            self.first = i;
+            self.batch.clear();
+            if let Ok(bytes) = copy_from_user(self.client, addr, count * EVENT_DATA_SIZE) {
+                self.batch = bytes;
+            } else {
+                return copy_struct_from_user(self.client, addr);
+            }
+        }
+        let at = usize::try_from(i - self.first).map_err(|_| Errno::EFAULT)? * size;
+        sys::kfd_event_data::read_from(&self.batch[at..at + size]).ok_or(Errno::EFAULT)
+    }
+}
+
+/// Takes `waiters` off their events' wait lists (the driver's `free_waiters`): once per event,
+/// so that a wait on many slots of one event costs linear time, not quadratic.
+fn forget_waiters(st: &mut ProcState, waiters: &[(u32, Arc<AtomicU8>)]) {
+    let mine: HashSet<*const AtomicU8> = waiters.iter().map(|(_, w)| Arc::as_ptr(w)).collect();
+    let ids: BTreeSet<u32> = waiters.iter().map(|&(id, _)| id).collect();
+    for id in ids {
+        if let Some(ev) = st.events.get_mut(&id) {
+            ev.waiters.retain(|x| !mine.contains(&Arc::as_ptr(x)));
+        }
+    }
+}
+
 fn wait_on_events(call: &KfdCall<'_>, a: &sys::kfd_ioctl_wait_events_args) -> Result<u32, Errno> {
     let n = u64::from(a.num_events);
     kmalloc_check(n * WAITER_SIZE)?;
     let all = a.wait_for_all != 0;
     let mut st = call.process.lock();
     let mut waiters: Vec<(u32, Arc<AtomicU8>)> = Vec::new();
-    let cleanup = |st: &mut ProcState, waiters: &[(u32, Arc<AtomicU8>)]| {
-        for (id, w) in waiters {
-            if let Some(ev) = st.events.get_mut(id) {
-                ev.waiters.retain(|x| !Arc::ptr_eq(x, w));
-            }
-        }
-    };
+    let cleanup = forget_waiters;
+    let mut slots = EventSlots::new(call.client, a.events_ptr);
     for i in 0..n {
-        let addr = a
-            .events_ptr
-            .checked_add(i * EVENT_DATA_SIZE)
-            .ok_or(Errno::EFAULT);
-        let data = match addr
-            .and_then(|addr| copy_struct_from_user::<sys::kfd_event_data>(call.client, addr))
-        {
+        let data = match slots.get(i, n) {
             Ok(d) => d,
             Err(_) => {
                 cleanup(&mut st, &waiters);
