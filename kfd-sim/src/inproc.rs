@@ -8,6 +8,7 @@
 //! resolves through the caller, as the kernel's `fget` does. All simulated processes share this
 //! OS process's fd table and memory.
 
+use std::collections::BTreeSet;
 use std::ffi::c_void;
 use std::fmt;
 use std::io;
@@ -86,6 +87,7 @@ impl Machine {
                 caller: Arc::new(Caller {
                     pid,
                     capable: AtomicBool::new(true),
+                    devices: Mutex::new(None),
                 }),
                 kfd: Mutex::new(None),
             }),
@@ -127,6 +129,17 @@ impl Machine {
 struct Caller {
     pid: u32,
     capable: AtomicBool,
+    /// The render minors its device cgroup lets it use; `None`: every device.
+    devices: Mutex<Option<BTreeSet<u32>>>,
+}
+
+impl Caller {
+    /// `devcgroup_check_permission` of read and write access to render node `minor`.
+    fn may_use(&self, minor: u32) -> bool {
+        lock(&self.devices)
+            .as_ref()
+            .is_none_or(|allowed| allowed.contains(&minor))
+    }
 }
 
 /// A simulated process (one mm): opens simulated device files. Clones are the same process.
@@ -159,6 +172,15 @@ impl SimProcess {
         self.inner.caller.capable.store(capable, Ordering::SeqCst);
     }
 
+    /// Puts the process in a device cgroup that lets it use only the render nodes `minors` (a
+    /// container's `--device` list), or lifts the limit (`None`). As the kernel applies it: the
+    /// other render nodes fail to open with `EPERM`, and a KFD process created from now on has
+    /// no per-device record for their GPUs (`kfd_init_apertures` skips them), so no ioctl can
+    /// name them. `/dev/kfd` itself stays open to it.
+    pub fn set_device_cgroup(&self, minors: Option<&[u32]>) {
+        *lock(&self.inner.caller.devices) = minors.map(|m| m.iter().copied().collect());
+    }
+
     /// Makes this process the ptrace parent of `tracee` (as criu is of the dumped task).
     pub fn ptrace_attach(&self, tracee: &SimProcess) {
         self.inner
@@ -173,7 +195,7 @@ impl SimProcess {
     }
 
     /// `open("/dev/kfd")`: the process's KFD process is created on the first open (with a
-    /// per-device record for every GPU); later opens share it.
+    /// per-device record for every GPU its device cgroup allows); later opens share it.
     pub fn open_kfd(&self) -> io::Result<SimFile> {
         // One KFD process per simulated process (the kernel's per-mm one): its first open makes
         // it, even where an earlier process with this pid left one behind.
@@ -184,7 +206,7 @@ impl SimProcess {
                 .inner
                 .machine
                 .inner
-                .new_kfd_process(self.pid())
+                .new_kfd_process(self.pid(), &|minor| self.inner.caller.may_use(minor))
                 .map_err(io::Error::from)?,
         };
         *mine = Some(Arc::clone(&process));
@@ -192,8 +214,12 @@ impl SimProcess {
         self.new_file("kfd-sim:/dev/kfd", FileKind::Kfd(process))
     }
 
-    /// `open("/dev/dri/renderD<minor>")`: a render-node file with its own GPU VM.
+    /// `open("/dev/dri/renderD<minor>")`: a render-node file with its own GPU VM; `EPERM` where
+    /// the process's device cgroup does not allow the node.
     pub fn open_render(&self, minor: u32) -> io::Result<SimFile> {
+        if !self.inner.caller.may_use(minor) {
+            return Err(io::Error::from_raw_os_error(libc::EPERM));
+        }
         let dev = self
             .inner
             .machine

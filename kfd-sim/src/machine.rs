@@ -278,11 +278,16 @@ impl MachineInner {
         r.next_pid = r.next_pid.max(pid);
     }
 
-    /// A new KFD process (pdds on every GPU) for a new process `pid`, even if the KFD process of an earlier holder
+    /// A new KFD process (pdds on every GPU whose render minor `may_use` allows: the caller's
+    /// device cgroup) for a new process `pid`, even if the KFD process of an earlier holder
     /// of that pid is still alive (its files not all released yet): the kernel keys KFD
     /// processes on the mm, so a new process never inherits a dead one's. Lookups by pid find
     /// the new one from now on.
-    pub(crate) fn new_kfd_process(self: &Arc<Self>, pid: u32) -> Result<Arc<KfdProcess>, Errno> {
+    pub(crate) fn new_kfd_process(
+        self: &Arc<Self>,
+        pid: u32,
+        may_use: &dyn Fn(u32) -> bool,
+    ) -> Result<Arc<KfdProcess>, Errno> {
         let mut r = lock(&self.reg);
         if r.locked {
             return Err(Errno::EAGAIN);
@@ -290,7 +295,7 @@ impl MachineInner {
         if r.processes.get(&pid).is_some_and(|w| w.strong_count() > 0) {
             log::debug!("kfd-sim: pid {pid}: a new process while the old one's files linger");
         }
-        let p = Arc::new(KfdProcess::new(Arc::clone(self), pid));
+        let p = Arc::new(KfdProcess::new(Arc::clone(self), pid, may_use));
         r.processes.insert(pid, Arc::downgrade(&p));
         Ok(p)
     }
@@ -415,8 +420,8 @@ mod tests {
         let preset = crate::Preset::by_name("mi210x2").unwrap();
         let m = Arc::new(MachineInner::new(preset.to_topology().unwrap()).unwrap());
         // The old holder of pid 77 is gone, but one of its files still holds its KFD process.
-        let old = m.new_kfd_process(77).unwrap();
-        let new = m.new_kfd_process(77).unwrap();
+        let old = m.new_kfd_process(77, &|_| true).unwrap();
+        let new = m.new_kfd_process(77, &|_| true).unwrap();
         assert!(!Arc::ptr_eq(&old, &new));
         assert!(Arc::ptr_eq(&m.find_process(77).unwrap(), &new));
         // The old one's last file goes: the new one stays registered.

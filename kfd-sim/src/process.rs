@@ -412,9 +412,12 @@ pub struct KfdProcess {
 }
 
 impl KfdProcess {
-    pub(crate) fn new(machine: Arc<MachineInner>, pid: u32) -> Self {
+    pub(crate) fn new(machine: Arc<MachineInner>, pid: u32, may_use: &dyn Fn(u32) -> bool) -> Self {
         let mut pdds = Vec::new();
         for (i, dev) in machine.devices.iter().enumerate() {
+            if !may_use(dev.render_minor) {
+                continue;
+            }
             let doorbell_index = dev.alloc_doorbell_slice();
             let doorbells = (0..DOORBELLS_PER_PROCESS).map(doorbell_reserved).collect();
             pdds.push(Pdd {

@@ -937,3 +937,36 @@ fn scenario(name: &str) -> Option<Errno> {
 fn bad_input_gets_the_kernels_errno(#[case] name: &str, #[case] want: Errno) {
     assert_eq!(scenario(name), Some(want), "{name}");
 }
+
+/// A process in a device cgroup that allows one render node of two (a container's `--device`)
+/// sees one GPU, as the driver's `kfd_init_apertures` leaves it: its `/dev/kfd` has no record
+/// of the other (apertures list one GPU, an ioctl naming the other is `EINVAL`), and the other
+/// render node does not open (`EPERM`).
+#[test]
+fn a_device_cgroup_limits_the_gpus_a_process_has() {
+    let machine = kfd_sim::Machine::new(&Preset::mi210x2()).unwrap();
+    let (gpus, minors) = (machine.gpu_ids(), machine.render_minors());
+    let proc = machine.spawn_process();
+    proc.set_device_cgroup(Some(&minors[1..]));
+    let err = proc.open_render(minors[0]).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EPERM));
+    let render = proc.open_render(minors[1]).unwrap();
+    let kfd = kfd_abi::Kfd::new(proc.open_kfd().unwrap(), "/dev/kfd");
+    let own: Vec<u32> = kfd
+        .get_process_apertures_new()
+        .unwrap()
+        .iter()
+        .map(|a| a.gpu_id)
+        .collect();
+    assert_eq!(own, vec![gpus[1]]);
+    assert_eq!(
+        errno(kfd.alloc_memory(VA, 4096, gpu(gpus[0]), VRAM_W)),
+        Some(Errno::EINVAL)
+    );
+    assert_eq!(
+        errno(kfd.acquire_vm(gpu(gpus[0]), render.as_fd())),
+        Some(Errno::EINVAL)
+    );
+    kfd.acquire_vm(gpu(gpus[1]), render.as_fd()).unwrap();
+    kfd.alloc_memory(VA, 4096, gpu(gpus[1]), VRAM_W).unwrap();
+}

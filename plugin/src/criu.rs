@@ -406,6 +406,7 @@ impl<P: Platform> Engine<P> {
         let err = |e: restore::RestoreError| HookError::failed(e.errno(), format!("{image}: {e}"));
         let local = topology::parse(&self.platform.topology_root())
             .map_err(|e| err(restore::RestoreError::Topology(e)))?;
+        let local = restore::usable_topology(&self.platform, &local);
         let cached = lock(&self.state).own_kfd_image;
         let kfd_id = match cached {
             Some(k) => k,

@@ -334,6 +334,43 @@ pub fn render_minor_for(
         .map(topology::Node::render_minor))
 }
 
+/// The GPUs of this node that the restoring process may use, as it sees them.
+///
+/// Its device cgroup decides (a container's `--device` list): the kernel hides the other GPUs'
+/// topology from it (the parser leaves those nodes out) and refuses to open their render nodes
+/// (`EPERM`). criu calls the restore hooks in the restored task itself, so what it can open here
+/// is what the container allows; a GPU whose render node it cannot open is left out of the
+/// mapping, so that a container given 2 of 8 GPUs is restored onto those 2 and no others.
+pub fn usable_topology<P: Platform>(
+    platform: &P,
+    local: &topology::Topology,
+) -> topology::Topology {
+    let refused: Vec<u32> = local
+        .gpus()
+        .filter_map(|n| {
+            let minor = n.render_minor();
+            match platform.open_render(minor) {
+                Ok(_) => None,
+                Err(e) => match e.errno() {
+                    Some(Errno::EPERM | Errno::EACCES | Errno::ENOENT) => {
+                        log::info!(
+                            "GPU {:#x} (renderD{minor}) is not for this process: {e}",
+                            n.gpu_id
+                        );
+                        Some(n.gpu_id)
+                    }
+                    // Not a question of access: the restore reports it if it needs the GPU.
+                    _ => None,
+                },
+            }
+        })
+        .collect();
+    if refused.is_empty() {
+        return local.clone();
+    }
+    local.restricted_to(|n| !refused.contains(&n.gpu_id))
+}
+
 /// Restores the KFD state of image `id` from `dir` into the calling process. `Ok(None)`: there is
 /// no KFD image of that id (the object is not ours). `preopened` holds render nodes restored
 /// before this `/dev/kfd` (by GPU user id): the driver gets those files, so that they are the
@@ -346,7 +383,7 @@ pub fn restore_kfd<P: Platform>(
     mut preopened: BTreeMap<u32, RenderNode<P::Device>>,
 ) -> Result<Option<Restored<P::Device>>, RestoreError> {
     let start = Instant::now();
-    let local = topology::parse(&platform.topology_root())?;
+    let local = usable_topology(platform, &topology::parse(&platform.topology_root())?);
     let Some(Plan {
         image: msg,
         gpu_ids,

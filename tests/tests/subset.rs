@@ -251,3 +251,57 @@ fn svm_ranges_keep_their_access_and_the_other_gpus_get_none() {
     assert_eq!(types, expected);
     drop(buffer);
 }
+
+/// The render minors of `node`'s GPUs at these indices.
+fn minors_at(node: &SimNode, indices: impl IntoIterator<Item = usize>) -> Vec<u32> {
+    let minors = node.machine.render_minors();
+    indices.into_iter().map(|i| minors[i]).collect()
+}
+
+/// A container given GCDs 4 and 5 of an MI250x8 node (its device cgroup) is restored onto those
+/// two, not onto the pair the node would offer a process without limits (GCDs 0 and 1): the
+/// plugin reads which GPUs the restored task may use from what it can open. Its `/dev/kfd` has
+/// only those two, so there are no spare GPUs to give records to.
+#[rstest::rstest]
+fn a_container_is_restored_onto_the_gpus_its_device_cgroup_allows(
+    #[values(false, true)] renders_first: bool,
+) {
+    let big = Preset::mi250x8();
+    let (dir, mut ids, manifest) = dump(&mi250x2([0x1111, 0x2222]));
+    ids.renders_first = renders_first;
+    let node = SimNode::new(&big).unwrap();
+    let process = node.machine.spawn_process_as(ids.pid);
+    process.set_device_cgroup(Some(&minors_at(&node, 4..6)));
+    let (restored, _) =
+        demo::restore_with(&node, &|p| p, process, dir.path(), &ids, &settings()).unwrap();
+    restored.verify(&manifest).unwrap();
+    let used: Vec<u32> = restored
+        .mapping
+        .iter()
+        .map(|m| m.destination_gpu_id)
+        .collect();
+    assert_eq!(used, ids_at(&big, 4..6));
+    assert_eq!(process_gpus(&restored), vec![0x1111, 0x2222]);
+    for gpu in ids_at(&big, (0..4).chain(6..8)) {
+        assert_eq!(node.machine.vram_used(gpu), Some(0), "GPU {gpu:#x}");
+    }
+}
+
+/// A container given fewer GPUs than its image had is refused with the reason, and nothing is
+/// left on any GPU.
+#[test]
+fn a_container_given_too_few_gpus_is_refused() {
+    let big = Preset::mi250x8();
+    let (dir, ids, _) = dump(&mi250x2([0x1111, 0x2222]));
+    let node = SimNode::new(&big).unwrap();
+    let process = node.machine.spawn_process_as(ids.pid);
+    process.set_device_cgroup(Some(&minors_at(&node, [6])));
+    let err = demo::restore_with(&node, &|p| p, process, dir.path(), &ids, &settings())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("taken with 2 GPU(s)"), "{err}");
+    assert!(err.contains("has only 1"), "{err}");
+    for gpu in ids_at(&big, 0..8) {
+        assert_eq!(node.machine.vram_used(gpu), Some(0), "GPU {gpu:#x}");
+    }
+}

@@ -837,7 +837,10 @@ impl Shared {
                 None => {
                     // This process's first /dev/kfd: a KFD process of its own, whatever an
                     // earlier holder of the pid left behind.
-                    let p = self.machine.new_kfd_process(tgid)?;
+                    // Over CUSE the daemon cannot ask the kernel about the caller's device
+                    // cgroup: every GPU gets a record (the render nodes' own opens are checked
+                    // by the kernel, through the bridge's proxies at 226:minor).
+                    let p = self.machine.new_kfd_process(tgid, &|_| true)?;
                     entry.kfd = Some(Arc::clone(&p));
                     Ok(p)
                 }
