@@ -113,6 +113,17 @@ impl Machine {
         self.inner.find_process(pid).map(|p| p.lock().queues_paused)
     }
 
+    /// The doorbell at byte `offset` of the doorbell slice of simulated process `pid` on GPU
+    /// `gpu_id`, as the GPU sees it (the last value written through a mapping of the slice);
+    /// `None` when the process has no KFD process or never mapped that slice.
+    pub fn doorbell(&self, pid: u32, gpu_id: u32, offset: u64) -> Option<u64> {
+        let p = self.inner.find_process(pid)?;
+        let dev = self.inner.device_by_gpu_id(gpu_id)?;
+        let page = self.inner.device_pages.mapped_doorbell(&p, dev)?;
+        let mut b = [0u8; 8];
+        page.read(offset, &mut b).then(|| u64::from_le_bytes(b))
+    }
+
     /// VRAM in use on the GPU `gpu_id` (bytes), for tests.
     pub fn vram_used(&self, gpu_id: u32) -> Option<u64> {
         let d = self
@@ -333,6 +344,60 @@ impl Transport for SimFile {
             fd: self.fd.try_clone()?,
             caller: Arc::clone(&self.caller),
         })
+    }
+
+    /// The driver model decides what backs the offset ([`crate::mmap`]); the mapping is of that
+    /// memory itself, shared with the simulated GPU both ways. The VMA flags that userspace can
+    /// express are applied: KFD pages are not inherited by fork (`VM_DONTCOPY`), no device
+    /// mapping is in a core dump (`VM_DONTDUMP`), and a private `PROT_NONE` render mapping that
+    /// lost `VM_MAYWRITE` is made from a read-only file, so it can never become writable.
+    fn mmap(
+        &self,
+        offset: u64,
+        len: usize,
+        prot: kfd_abi::Prot,
+        share: kfd_abi::Share,
+    ) -> Result<kfd_abi::Mapping, Errno> {
+        use crate::mmap as m;
+        use kfd_abi::{Advice, Mapping, Prot, Share};
+        // The kernel refuses these before any driver sees them.
+        if len == 0 || offset % crate::process::limits::PAGE_SIZE != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let length = u64::try_from(len).map_err(|_| Errno::ENOMEM)?;
+        let length = crate::process::align_up(length);
+        let mut flags = m::MAP_MAYWRITE;
+        for (p, f) in [
+            (Prot::READ, m::MAP_READ),
+            (Prot::WRITE, m::MAP_WRITE),
+            (Prot::EXEC, m::MAP_EXEC),
+        ] {
+            if prot.contains(p) {
+                flags |= f;
+            }
+        }
+        if share == Share::Shared {
+            flags |= m::MAP_SHARED;
+        }
+        let caller = self.machine.inner.find_process(self.caller.pid);
+        let req = m::MmapRequest {
+            offset,
+            length,
+            flags,
+        };
+        let target = m::resolve(&self.machine.inner, &self.file, caller.as_ref(), &req)?;
+        let no_maywrite = target.vma & m::VMA_NO_MAYWRITE != 0;
+        let fd = target
+            .backing
+            .export(!no_maywrite)
+            .map_err(|e| Errno::from_io(&e))?;
+        let share = if no_maywrite { Share::Shared } else { share };
+        let mapping = Mapping::map_fd(fd.as_fd(), target.offset, len, prot, share)?;
+        mapping.advise(Advice {
+            dont_fork: target.vma & m::VMA_DONTCOPY != 0,
+            dont_dump: target.vma & m::VMA_DONTDUMP != 0,
+        })?;
+        Ok(mapping)
     }
 }
 

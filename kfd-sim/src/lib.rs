@@ -30,6 +30,7 @@ mod inproc;
 mod kfd;
 pub mod machine;
 pub mod memory;
+mod mmap;
 pub mod preset;
 pub mod process;
 pub mod render;

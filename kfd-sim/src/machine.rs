@@ -181,6 +181,8 @@ pub struct MachineInner {
     gtt_size: u64,
     /// The client requests the simulator does not answer that it has logged (once each).
     unanswered: Mutex<BTreeSet<String>>,
+    /// The doorbell and MMIO pages that KFD mappings show.
+    pub(crate) device_pages: crate::kfd::mmap::DevicePages,
     reg: Mutex<Registry>,
 }
 
@@ -235,6 +237,7 @@ impl MachineInner {
             system_limit,
             gtt_size,
             unanswered: Mutex::new(BTreeSet::new()),
+            device_pages: crate::kfd::mmap::DevicePages::default(),
             kfd_version: std::sync::atomic::AtomicU64::new(
                 u64::from(kfd_sys::KFD_IOCTL_MAJOR_VERSION) << 32
                     | u64::from(kfd_sys::KFD_IOCTL_MINOR_VERSION),

@@ -109,6 +109,16 @@ impl Transport for Fd {
             trap: Arc::clone(&self.trap),
         })
     }
+
+    fn mmap(
+        &self,
+        offset: u64,
+        len: usize,
+        prot: kfd_abi::Prot,
+        share: kfd_abi::Share,
+    ) -> Result<kfd_abi::Mapping, Errno> {
+        self.current().mmap(offset, len, prot, share)
+    }
 }
 
 /// Every render-node call of the first GPU's step, in order: the IB (GEM_USERPTR, GEM_VA), the
