@@ -152,6 +152,21 @@ pub(crate) trait DeviceFile {
             .map_err(|errno| failed(what, label, errno))
     }
 
+    /// [`map`](Self::map) over `at` ([`Transport::mmap_at`]).
+    fn map_at(
+        &self,
+        what: &'static str,
+        at: Mapping,
+        offset: u64,
+        prot: Prot,
+        share: Share,
+    ) -> Result<Mapping> {
+        let (transport, label) = self.parts();
+        transport
+            .mmap_at(at, offset, prot, share)
+            .map_err(|errno| failed(what, label, errno))
+    }
+
     /// Takes ownership of the fd `raw` that the driver installed for the call `what` names.
     ///
     /// # Safety

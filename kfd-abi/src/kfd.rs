@@ -302,6 +302,21 @@ impl<T: Transport> Kfd<T> {
         self.map("mmap", offset, len, prot, share)
     }
 
+    /// [`map_offset`](Self::map_offset) over the reservation `at`, at its address.
+    ///
+    /// # Errors
+    ///
+    /// The driver's errno for the offset and length.
+    pub fn map_offset_at(
+        &self,
+        at: Mapping,
+        offset: u64,
+        prot: Prot,
+        share: Share,
+    ) -> Result<Mapping> {
+        self.map_at("mmap", at, offset, prot, share)
+    }
+
     /// The KFD ioctl interface version (`GET_VERSION`).
     pub fn get_version(&self) -> Result<Version> {
         let a = self.read(req::GET_VERSION)?;

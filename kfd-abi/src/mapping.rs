@@ -106,28 +106,94 @@ impl Mapping {
         prot: Prot,
         share: Share,
     ) -> Result<Self, Errno> {
-        let off = libc::off_t::try_from(offset).map_err(|_| Errno::EINVAL)?;
+        Self::map_fd_in(None, fd, offset, len, prot, share)
+    }
+
+    /// Reserves `len` bytes of address space (an anonymous `PROT_NONE` mapping), as ROCm
+    /// reserves its GPU virtual address range before it maps buffers into it at their GPU
+    /// addresses ([`map_fd_at`](Self::map_fd_at)).
+    ///
+    /// # Errors
+    ///
+    /// The errno of `mmap(2)`.
+    pub fn reserve(len: usize) -> Result<Self, Errno> {
         if len == 0 {
             return Err(Errno::EINVAL);
         }
-        let flags = match share {
-            Share::Shared => libc::MAP_SHARED,
-            Share::Private => libc::MAP_PRIVATE,
-        };
-        // SAFETY: a NULL hint lets the kernel choose an address that overlaps nothing of ours;
-        // the fd is open for the call; the result is checked before use.
+        // SAFETY: a NULL hint and an anonymous private mapping: new address space that overlaps
+        // nothing; the result is checked before use.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
-                prot.to_libc(),
-                flags,
-                fd.as_raw_fd(),
-                off,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
             )
         };
         if p == libc::MAP_FAILED {
             return Err(Errno::last());
+        }
+        let ptr = NonNull::new(p).ok_or(Errno::ENOMEM)?;
+        Ok(Self {
+            ptr,
+            len,
+            prot: Prot::empty(),
+        })
+    }
+
+    /// `mmap(at, at.len(), prot, share | MAP_FIXED, fd, offset)`: the mapping replaces the
+    /// whole of `at` (a reservation, or any mapping this process owns), at its address.
+    ///
+    /// # Errors
+    ///
+    /// The errno of `mmap(2)`; the range is then unmapped.
+    pub fn map_fd_at(
+        at: Mapping,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        prot: Prot,
+        share: Share,
+    ) -> Result<Self, Errno> {
+        let len = at.len;
+        Self::map_fd_in(Some(at), fd, offset, len, prot, share)
+    }
+
+    fn map_fd_in(
+        at: Option<Mapping>,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        prot: Prot,
+        share: Share,
+    ) -> Result<Self, Errno> {
+        let off = libc::off_t::try_from(offset).map_err(|_| Errno::EINVAL)?;
+        if len == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let mut flags = match share {
+            Share::Shared => libc::MAP_SHARED,
+            Share::Private => libc::MAP_PRIVATE,
+        };
+        let hint = match &at {
+            Some(r) => {
+                flags |= libc::MAP_FIXED;
+                r.ptr.as_ptr()
+            }
+            None => std::ptr::null_mut(),
+        };
+        // SAFETY: with no hint the kernel chooses an address that overlaps nothing of ours; with
+        // MAP_FIXED the range is exactly `at`, a mapping we own and give up here (nothing else
+        // references it); the fd is open for the call; the result is checked before use.
+        let p = unsafe { libc::mmap(hint, len, prot.to_libc(), flags, fd.as_raw_fd(), off) };
+        if p == libc::MAP_FAILED {
+            // `at` is dropped (unmapped) with whatever the failed call left there.
+            return Err(Errno::last());
+        }
+        if let Some(r) = at {
+            // The new mapping took its place: it must not be unmapped twice.
+            std::mem::forget(r);
         }
         let ptr = NonNull::new(p).ok_or(Errno::ENOMEM)?;
         Ok(Self { ptr, len, prot })
@@ -299,6 +365,19 @@ mod tests {
         assert_eq!(ro.read_u64(4), None, "unaligned");
         let none = Mapping::map_fd(f.as_fd(), 0, 4096, Prot::empty(), Share::Private).unwrap();
         assert!(!none.read(0, &mut [0u8; 1]));
+    }
+
+    #[test]
+    fn a_reservation_is_replaced_at_its_address() {
+        let f = file(&[9u8; 8192]);
+        let r = Mapping::reserve(8192).unwrap();
+        let addr = r.addr();
+        assert!(!r.read(0, &mut [0u8; 1]), "PROT_NONE");
+        let m = Mapping::map_fd_at(r, f.as_fd(), 4096, Prot::READ, Share::Shared).unwrap();
+        assert_eq!((m.addr(), m.len()), (addr, 8192));
+        let mut b = [0u8; 1];
+        assert!(m.read(0, &mut b));
+        assert_eq!(b, [9]);
     }
 
     #[test]

@@ -216,6 +216,16 @@ impl<T: Transport> RenderNode<T> {
         self.map("mmap", offset, len, prot, share)
     }
 
+    /// [`map_bo`](Self::map_bo) over the reservation `at`, at its address (ROCm maps a buffer
+    /// at its GPU virtual address).
+    ///
+    /// # Errors
+    ///
+    /// As for [`map_bo`](Self::map_bo).
+    pub fn map_bo_at(&self, at: Mapping, offset: u64, prot: Prot, share: Share) -> Result<Mapping> {
+        self.map_at("mmap", at, offset, prot, share)
+    }
+
     /// Creates a GEM BO of `size` bytes in `domains` (`AMDGPU_GEM_CREATE`).
     pub fn gem_create(
         &self,

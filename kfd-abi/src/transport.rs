@@ -62,6 +62,24 @@ pub trait Transport: AsFd + fmt::Debug + Send + Sync {
         let _ = (offset, len, prot, share);
         Err(Errno::ENODEV)
     }
+
+    /// [`mmap`](Self::mmap) with `MAP_FIXED` over `at` (a [`Mapping::reserve`] reservation or
+    /// another mapping of ours), which it replaces whole: how ROCm puts a buffer's CPU mapping
+    /// at the buffer's GPU virtual address.
+    ///
+    /// # Errors
+    ///
+    /// As for [`mmap`](Self::mmap); the range of `at` is then unmapped.
+    fn mmap_at(
+        &self,
+        at: Mapping,
+        offset: u64,
+        prot: Prot,
+        share: Share,
+    ) -> Result<Mapping, Errno> {
+        drop((at, offset, prot, share));
+        Err(Errno::ENODEV)
+    }
 }
 
 /// A device file opened with `open(2)`: real hardware, or a simulator served over CUSE.
@@ -144,6 +162,16 @@ impl Transport for FdTransport {
         // The driver (or the kfd_bridge module in front of a CUSE device) decides; the VMA flags
         // are the kernel's business.
         Mapping::map_fd(self.fd.as_fd(), offset, len, prot, share)
+    }
+
+    fn mmap_at(
+        &self,
+        at: Mapping,
+        offset: u64,
+        prot: Prot,
+        share: Share,
+    ) -> Result<Mapping, Errno> {
+        Mapping::map_fd_at(at, self.fd.as_fd(), offset, prot, share)
     }
 }
 

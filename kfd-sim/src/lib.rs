@@ -41,7 +41,7 @@ pub mod workload;
 
 pub use client::{Client, FdSlot, InProcessClient, ProcessMemory};
 pub use host::FileKey;
-pub use inproc::{Machine, SimFile, SimPlatform, SimProcess};
+pub use inproc::{DeviceVma, Machine, SimFile, SimPlatform, SimProcess, SIM_KFD_MAJOR};
 pub use kfd::criu;
 pub use machine::MachineError;
 pub use preset::{GpuModel, PciLocation, Preset, PresetError};
