@@ -354,8 +354,8 @@ impl Transport for SimFile {
         })
     }
 
-    /// The driver model decides what backs the offset ([`crate::mmap`]); the mapping is of that
-    /// memory itself, shared with the simulated GPU both ways (see [`SimFile::map`]).
+    /// The driver model decides what backs the offset (the simulator's `mmap` module); the
+    /// mapping is of that memory itself, shared with the simulated GPU both ways.
     fn mmap(
         &self,
         offset: u64,

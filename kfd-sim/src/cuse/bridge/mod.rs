@@ -8,8 +8,9 @@
 //! - A proxy forwards open, ioctl, poll, read, write and release to the CUSE device in the
 //!   caller's context, so requests arrive as before, with the caller's pid.
 //! - mmap: the module sends [`proto::SIM_MMAP`] with a query id through the CUSE device; we read
-//!   the query from the control device, decide what backs it (the driver model's [`crate::mmap`]: the
-//!   drivers' rules and errno, as for in-process mappings) and answer with one of our memfds; the ioctl's result is the mmap's.
+//!   the query from the control device, decide what backs it (the driver model's `mmap` module:
+//!   the drivers' rules and errno, as for in-process mappings) and answer with one of our memfds;
+//!   the ioctl's result is the mmap's.
 //! - Fds the driver installs (CRIU_OP's dma-bufs, the SMI event fd, PRIME exports): the dispatcher
 //!   names where each number goes ([`FdSlot`](crate::client::FdSlot)); before answering the ioctl
 //!   we hand the fds and those addresses to the module (`Bridge::deliver`), and the proxy
