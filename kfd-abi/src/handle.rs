@@ -12,6 +12,7 @@ use kfd_sys as sys;
 
 use crate::error::{failed, IoctlError, Result};
 use crate::ioctl::{self, Direction, Ioctl, Read, ReadWrite, Write};
+use crate::mapping::{Mapping, Prot, Share};
 use crate::transport::Transport;
 
 /// Argument structs that hold no pointers: the driver reads and writes only the struct itself, so
@@ -133,6 +134,37 @@ pub(crate) trait DeviceFile {
     fn read_write<A: Plain>(&self, req: Ioctl<A, ReadWrite>, arg: &mut A) -> Result<()> {
         // SAFETY: `A: Plain` holds no pointers the driver dereferences.
         unsafe { self.call(req, arg) }
+    }
+
+    /// `mmap(2)` of the device at `offset` through the transport; a failure names `what` (for
+    /// example `mmap(DOORBELL)`), the node and the errno.
+    fn map(
+        &self,
+        what: &'static str,
+        offset: u64,
+        len: usize,
+        prot: Prot,
+        share: Share,
+    ) -> Result<Mapping> {
+        let (transport, label) = self.parts();
+        transport
+            .mmap(offset, len, prot, share)
+            .map_err(|errno| failed(what, label, errno))
+    }
+
+    /// [`map`](Self::map) over `at` ([`Transport::mmap_at`]).
+    fn map_at(
+        &self,
+        what: &'static str,
+        at: Mapping,
+        offset: u64,
+        prot: Prot,
+        share: Share,
+    ) -> Result<Mapping> {
+        let (transport, label) = self.parts();
+        transport
+            .mmap_at(at, offset, prot, share)
+            .map_err(|errno| failed(what, label, errno))
     }
 
     /// Takes ownership of the fd `raw` that the driver installed for the call `what` names.

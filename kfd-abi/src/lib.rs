@@ -7,6 +7,7 @@
 //!   `CRIU_OP` state machine as a typed API.
 //! - [`RenderNode`]: the amdgpu render-node subset that checkpoint/restore uses.
 //! - [`sdma`]: SDMA v4 packet encoding and decoding.
+//! - [`Mapping`]: a CPU mapping of a device file ([`Transport::mmap`]), unmapped on drop.
 //! - [`cuse`]: the simulator-over-CUSE fd quirk (fds returned by ioctls live in the daemon).
 //!
 //! Every failure is an [`IoctlError`] that names the ioctl, the node and the errno.
@@ -19,6 +20,7 @@ pub mod error;
 mod handle;
 pub mod ioctl;
 pub mod kfd;
+pub mod mapping;
 pub mod platform;
 pub mod render;
 pub mod sdma;
@@ -29,6 +31,7 @@ pub use dma::{HostBuffer, SdmaQueue, UserptrBuffer};
 pub use errno::Errno;
 pub use error::{IoctlError, Result};
 pub use kfd::{Kfd, KFD_PATH};
+pub use mapping::{Advice, Mapping, Prot, Share};
 pub use platform::{DeviceKind, HostPlatform, Platform};
 pub use render::{render_node_path, RenderNode};
 pub use transport::{FdTransport, Transport};

@@ -12,6 +12,7 @@ use kfd_sys as sys;
 use crate::error::{bad_reply, IoctlError, Result};
 use crate::handle::DeviceFile;
 use crate::ioctl::{self, drm::req};
+use crate::mapping::{Mapping, Prot, Share};
 use crate::transport::Transport;
 use crate::types::{BoHandle, BoListHandle, ContextId};
 
@@ -202,6 +203,27 @@ crate::handle::device_handle!(
 impl<T: Transport> RenderNode<T> {
     fn handle(&self, what: &'static str, raw: u32) -> Result<BoHandle> {
         BoHandle::new(raw).ok_or_else(|| bad_reply(what, &self.label, "GEM handle 0"))
+    }
+
+    /// Maps `len` bytes of the buffer whose fake mmap offset is `offset` (`GEM_MMAP`'s answer,
+    /// or a KFD BO's `mmap_offset` on the render node of its GPU's VM).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` not a buffer's offset on this node, longer than the buffer, or copy-on-write;
+    /// `EACCES` a buffer of another file; `EPERM` userptr or VRAM without CPU access.
+    pub fn map_bo(&self, offset: u64, len: usize, prot: Prot, share: Share) -> Result<Mapping> {
+        self.map("mmap", offset, len, prot, share)
+    }
+
+    /// [`map_bo`](Self::map_bo) over the reservation `at`, at its address (ROCm maps a buffer
+    /// at its GPU virtual address).
+    ///
+    /// # Errors
+    ///
+    /// As for [`map_bo`](Self::map_bo).
+    pub fn map_bo_at(&self, at: Mapping, offset: u64, prot: Prot, share: Share) -> Result<Mapping> {
+        self.map_at("mmap", at, offset, prot, share)
     }
 
     /// Creates a GEM BO of `size` bytes in `domains` (`AMDGPU_GEM_CREATE`).

@@ -115,6 +115,17 @@ impl Machine {
         self.inner.find_process(pid).map(|p| p.lock().queues_paused)
     }
 
+    /// The doorbell at byte `offset` of the doorbell slice of simulated process `pid` on GPU
+    /// `gpu_id`, as the GPU sees it (the last value written through a mapping of the slice);
+    /// `None` when the process has no KFD process or never mapped that slice.
+    pub fn doorbell(&self, pid: u32, gpu_id: u32, offset: u64) -> Option<u64> {
+        let p = self.inner.find_process(pid)?;
+        let dev = self.inner.device_by_gpu_id(gpu_id)?;
+        let page = self.inner.device_pages.mapped_doorbell(&p, dev)?;
+        let mut b = [0u8; 8];
+        page.read(offset, &mut b).then(|| u64::from_le_bytes(b))
+    }
+
     /// VRAM in use on the GPU `gpu_id` (bytes), for tests.
     pub fn vram_used(&self, gpu_id: u32) -> Option<u64> {
         let d = self
@@ -187,6 +198,14 @@ impl SimProcess {
             .machine
             .inner
             .set_tracer(tracee.pid(), Some(self.pid()));
+    }
+
+    /// The device mappings of this process that are still mapped, in address order, as criu
+    /// enumerates them (`/proc/PID/maps`): each recorded mapping whose range still maps its
+    /// device memory in this OS process (all simulated processes share its address space), so
+    /// what was unmapped or replaced is gone.
+    pub fn device_vmas(&self) -> Vec<DeviceVma> {
+        self.inner.machine.inner.device_vmas(self.pid())
     }
 
     /// Ends a ptrace relation started with [`ptrace_attach`](Self::ptrace_attach).
@@ -360,6 +379,143 @@ impl Transport for SimFile {
             caller: Arc::clone(&self.caller),
         })
     }
+
+    /// The driver model decides what backs the offset (the simulator's `mmap` module); the
+    /// mapping is of that memory itself, shared with the simulated GPU both ways.
+    fn mmap(
+        &self,
+        offset: u64,
+        len: usize,
+        prot: kfd_abi::Prot,
+        share: kfd_abi::Share,
+    ) -> Result<kfd_abi::Mapping, Errno> {
+        self.map(None, offset, len, prot, share)
+    }
+
+    fn mmap_at(
+        &self,
+        at: kfd_abi::Mapping,
+        offset: u64,
+        prot: kfd_abi::Prot,
+        share: kfd_abi::Share,
+    ) -> Result<kfd_abi::Mapping, Errno> {
+        let len = at.len();
+        self.map(Some(at), offset, len, prot, share)
+    }
+}
+
+/// The device number of the simulated `/dev/kfd` in process: the driver registers a dynamic
+/// character major, and the first dynamic majors the kernel hands out are counted down from
+/// 511; what a process would see in `/proc/PID/maps` and `stat`.
+pub const SIM_KFD_MAJOR: u32 = 511;
+
+/// A device mapping of a simulated process, as criu reads it from `/proc/PID/maps` and
+/// `/proc/PID/map_files`: address range, file offset, path and device number of the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceVma {
+    /// Start address.
+    pub start: u64,
+    /// End address (exclusive).
+    pub end: u64,
+    /// The file offset of `start` in bytes (`vm_pgoff << PAGE_SHIFT`).
+    pub pgoff: u64,
+    /// `/dev/kfd` or `/dev/dri/renderD<minor>`.
+    pub path: PathBuf,
+    /// `st_rdev` of the file.
+    pub rdev: u64,
+}
+
+impl SimFile {
+    /// The path and device number of this file, as `stat` of it would show.
+    fn dev_path(&self) -> (PathBuf, u64) {
+        match &self.file.kind {
+            FileKind::Kfd(_) => (PathBuf::from("/dev/kfd"), libc::makedev(SIM_KFD_MAJOR, 0)),
+            FileKind::Render(r) => {
+                let minor = self
+                    .machine
+                    .inner
+                    .devices
+                    .get(r.device)
+                    .map_or(0, |d| d.render_minor);
+                (
+                    PathBuf::from(format!("/dev/dri/renderD{minor}")),
+                    libc::makedev(DRM_MAJOR, minor),
+                )
+            }
+        }
+    }
+
+    /// mmap as the driver does it, in process: the driver model decides what backs the offset
+    /// ([`crate::mmap`]) and the mapping is of that memory itself. The VMA flags that userspace
+    /// can express are applied: KFD pages are not inherited by fork (`VM_DONTCOPY`), no device
+    /// mapping is in a core dump (`VM_DONTDUMP`), and a private `PROT_NONE` render mapping that
+    /// lost `VM_MAYWRITE` is made from a read-only file, so it can never become writable. The
+    /// mapping is recorded as a device VMA of the calling process ([`SimProcess::device_vmas`]).
+    fn map(
+        &self,
+        at: Option<kfd_abi::Mapping>,
+        offset: u64,
+        len: usize,
+        prot: kfd_abi::Prot,
+        share: kfd_abi::Share,
+    ) -> Result<kfd_abi::Mapping, Errno> {
+        use crate::mmap as m;
+        use kfd_abi::{Advice, Mapping, Prot, Share};
+        // The kernel refuses these before any driver sees them.
+        if len == 0 || offset % crate::process::limits::PAGE_SIZE != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let length = u64::try_from(len).map_err(|_| Errno::ENOMEM)?;
+        let length = crate::process::align_up(length);
+        let mut flags = m::MAP_MAYWRITE;
+        for (p, f) in [
+            (Prot::READ, m::MAP_READ),
+            (Prot::WRITE, m::MAP_WRITE),
+            (Prot::EXEC, m::MAP_EXEC),
+        ] {
+            if prot.contains(p) {
+                flags |= f;
+            }
+        }
+        if share == Share::Shared {
+            flags |= m::MAP_SHARED;
+        }
+        let caller = self.machine.inner.find_process(self.caller.pid);
+        let req = m::MmapRequest {
+            offset,
+            length,
+            flags,
+        };
+        let target = m::resolve(&self.machine.inner, &self.file, caller.as_ref(), &req)?;
+        let no_maywrite = target.vma & m::VMA_NO_MAYWRITE != 0;
+        let fd = target
+            .backing
+            .export(!no_maywrite)
+            .map_err(|e| Errno::from_io(&e))?;
+        let share = if no_maywrite { Share::Shared } else { share };
+        let mapping = match at {
+            Some(at) => Mapping::map_fd_at(at, fd.as_fd(), target.offset, prot, share)?,
+            None => Mapping::map_fd(fd.as_fd(), target.offset, len, prot, share)?,
+        };
+        mapping.advise(Advice {
+            dont_fork: target.vma & m::VMA_DONTCOPY != 0,
+            dont_dump: target.vma & m::VMA_DONTDUMP != 0,
+        })?;
+        let (path, rdev) = self.dev_path();
+        self.machine.inner.record_vma(crate::machine::VmaRecord {
+            pid: self.caller.pid,
+            vma: DeviceVma {
+                start: mapping.addr(),
+                end: mapping.addr() + length,
+                pgoff: offset,
+                path,
+                rdev,
+            },
+            backing: target.backing.key(),
+            backing_offset: target.offset,
+        });
+        Ok(mapping)
+    }
 }
 
 /// The platform of the in-process simulator: opens its device files as one simulated process
@@ -522,6 +678,8 @@ impl kfd_abi::Platform for SimPlatform {
         let (major, minor) = (libc::major(rdev), libc::minor(rdev));
         if major == DRM_MAJOR && self.machine.render_minors().contains(&minor) {
             kfd_abi::DeviceKind::Render { minor }
+        } else if major == SIM_KFD_MAJOR && minor == 0 {
+            kfd_abi::DeviceKind::Kfd
         } else {
             kfd_abi::DeviceKind::Other
         }

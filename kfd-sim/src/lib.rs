@@ -30,6 +30,7 @@ mod inproc;
 mod kfd;
 pub mod machine;
 pub mod memory;
+mod mmap;
 pub mod preset;
 pub mod process;
 pub mod render;
@@ -40,7 +41,7 @@ pub mod workload;
 
 pub use client::{Client, FdSlot, InProcessClient, ProcessMemory};
 pub use host::FileKey;
-pub use inproc::{Machine, SimFile, SimPlatform, SimProcess};
+pub use inproc::{DeviceVma, Machine, SimFile, SimPlatform, SimProcess, SIM_KFD_MAJOR};
 pub use kfd::criu;
 pub use machine::MachineError;
 pub use preset::{GpuModel, PciLocation, Preset, PresetError};

@@ -181,7 +181,42 @@ pub struct MachineInner {
     gtt_size: u64,
     /// The client requests the simulator does not answer that it has logged (once each).
     unanswered: Mutex<BTreeSet<String>>,
+    /// The doorbell and MMIO pages that KFD mappings show.
+    pub(crate) device_pages: crate::kfd::mmap::DevicePages,
+    /// The device mappings made in process (see [`crate::SimProcess::device_vmas`]).
+    vmas: Mutex<Vec<VmaRecord>>,
     reg: Mutex<Registry>,
+}
+
+/// One in-process device mapping: whose, where, and which memory backs it.
+#[derive(Clone, Debug)]
+pub(crate) struct VmaRecord {
+    pub pid: u32,
+    pub vma: crate::inproc::DeviceVma,
+    pub backing: FileKey,
+    pub backing_offset: u64,
+}
+
+/// The ranges of this OS process that map files: `(start, end, offset, st_dev, st_ino)` from
+/// `/proc/self/maps`.
+fn file_ranges() -> Vec<(u64, u64, u64, u64, u64)> {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    maps.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (start, end) = f.next()?.split_once('-')?;
+            let _perms = f.next()?;
+            let off = f.next()?;
+            let (maj, min) = f.next()?.split_once(':')?;
+            let ino = f.next()?.parse().ok()?;
+            let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+            let dev = libc::makedev(
+                u32::try_from(hex(maj)?).ok()?,
+                u32::try_from(hex(min)?).ok()?,
+            );
+            Some((hex(start)?, hex(end)?, hex(off)?, dev, ino))
+        })
+        .collect()
 }
 
 impl MachineInner {
@@ -235,6 +270,8 @@ impl MachineInner {
             system_limit,
             gtt_size,
             unanswered: Mutex::new(BTreeSet::new()),
+            device_pages: crate::kfd::mmap::DevicePages::default(),
+            vmas: Mutex::new(Vec::new()),
             kfd_version: std::sync::atomic::AtomicU64::new(
                 u64::from(kfd_sys::KFD_IOCTL_MAJOR_VERSION) << 32
                     | u64::from(kfd_sys::KFD_IOCTL_MINOR_VERSION),
@@ -319,6 +356,35 @@ impl MachineInner {
         if r.processes.get(&pid).is_some_and(|w| w.strong_count() == 0) {
             r.processes.remove(&pid);
         }
+    }
+
+    /// Records an in-process device mapping.
+    pub(crate) fn record_vma(&self, r: VmaRecord) {
+        let mut all = lock(&self.vmas);
+        // A mapping at the same place replaced whatever was recorded there.
+        all.retain(|o| o.vma.end <= r.vma.start || o.vma.start >= r.vma.end);
+        all.push(r);
+    }
+
+    /// The recorded device mappings of `pid` that still map their memory, in address order.
+    pub(crate) fn device_vmas(&self, pid: u32) -> Vec<crate::inproc::DeviceVma> {
+        let live = file_ranges();
+        let mut all = lock(&self.vmas);
+        all.retain(|r| {
+            live.iter().any(|&(s, e, off, dev, ino)| {
+                s == r.vma.start
+                    && e == r.vma.end
+                    && off == r.backing_offset
+                    && FileKey { dev, ino } == r.backing
+            })
+        });
+        let mut mine: Vec<_> = all
+            .iter()
+            .filter(|r| r.pid == pid)
+            .map(|r| r.vma.clone())
+            .collect();
+        mine.sort_by_key(|v| v.start);
+        mine
     }
 
     pub(crate) fn register_file(&self, file: &Arc<OpenFile>) {

@@ -38,6 +38,7 @@
 
 mod core;
 mod info;
+pub(crate) mod mmap;
 
 pub use self::core::{DRIVER_DATE, DRIVER_DESC, DRIVER_MAJOR, DRIVER_MINOR, DRIVER_NAME};
 

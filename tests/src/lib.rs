@@ -132,6 +132,26 @@ impl<T: Transport> Transport for Faulty<T> {
             plan: Arc::clone(&self.plan),
         })
     }
+
+    fn mmap(
+        &self,
+        offset: u64,
+        len: usize,
+        prot: kfd_abi::Prot,
+        share: kfd_abi::Share,
+    ) -> Result<kfd_abi::Mapping, Errno> {
+        self.inner.mmap(offset, len, prot, share)
+    }
+
+    fn mmap_at(
+        &self,
+        at: kfd_abi::Mapping,
+        offset: u64,
+        prot: kfd_abi::Prot,
+        share: kfd_abi::Share,
+    ) -> Result<kfd_abi::Mapping, Errno> {
+        self.inner.mmap_at(at, offset, prot, share)
+    }
 }
 
 /// A platform whose device files fail where the plan says.

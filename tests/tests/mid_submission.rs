@@ -109,6 +109,26 @@ impl Transport for Fd {
             trap: Arc::clone(&self.trap),
         })
     }
+
+    fn mmap(
+        &self,
+        offset: u64,
+        len: usize,
+        prot: kfd_abi::Prot,
+        share: kfd_abi::Share,
+    ) -> Result<kfd_abi::Mapping, Errno> {
+        self.current().mmap(offset, len, prot, share)
+    }
+
+    fn mmap_at(
+        &self,
+        at: kfd_abi::Mapping,
+        offset: u64,
+        prot: kfd_abi::Prot,
+        share: kfd_abi::Share,
+    ) -> Result<kfd_abi::Mapping, Errno> {
+        self.current().mmap_at(at, offset, prot, share)
+    }
 }
 
 /// Every render-node call of the first GPU's step, in order: the IB (GEM_USERPTR, GEM_VA), the

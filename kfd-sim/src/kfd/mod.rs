@@ -22,6 +22,7 @@
 pub mod criu;
 mod events;
 mod memory;
+pub(crate) mod mmap;
 mod process;
 mod queues;
 mod svm;

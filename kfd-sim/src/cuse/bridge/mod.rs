@@ -8,15 +8,15 @@
 //! - A proxy forwards open, ioctl, poll, read, write and release to the CUSE device in the
 //!   caller's context, so requests arrive as before, with the caller's pid.
 //! - mmap: the module sends [`proto::SIM_MMAP`] with a query id through the CUSE device; we read
-//!   the query from the control device, decide what backs it (the `mmap` module: the drivers'
-//!   rules and errno) and answer with one of our memfds; the ioctl's result is the mmap's.
+//!   the query from the control device, decide what backs it (the driver model's `mmap` module:
+//!   the drivers' rules and errno, as for in-process mappings) and answer with one of our memfds;
+//!   the ioctl's result is the mmap's.
 //! - Fds the driver installs (CRIU_OP's dma-bufs, the SMI event fd, PRIME exports): the dispatcher
 //!   names where each number goes ([`FdSlot`](crate::client::FdSlot)); before answering the ioctl
 //!   we hand the fds and those addresses to the module (`Bridge::deliver`), and the proxy
 //!   installs them into the caller, in the caller's context, when the call returns. No
 //!   `pidfd_getfd` is involved, so it works in any pid namespace.
 
-mod mmap;
 pub mod proto;
 mod sys;
 
@@ -31,8 +31,6 @@ use kfd_abi::Errno;
 
 use crate::machine::{lock, MachineInner, OpenFile};
 use crate::process::KfdProcess;
-
-pub(crate) use mmap::Backings;
 
 /// Where the module's control device appears.
 pub const DEFAULT_PATH: &str = "/dev/kfd-bridge";
@@ -102,7 +100,6 @@ pub fn proxy_name(public: &str) -> String {
 pub struct Bridge {
     ctl: File,
     path: PathBuf,
-    backings: Backings,
 }
 
 /// An fd the driver would install into the caller of the ioctl being served, kept until the
@@ -174,7 +171,6 @@ impl Bridge {
         Ok(Self {
             ctl,
             path: path.to_owned(),
-            backings: Backings::default(),
         })
     }
 
@@ -244,7 +240,12 @@ impl Bridge {
             );
             return Err(Errno::EINVAL);
         }
-        let target = mmap::resolve(machine, &self.backings, file, caller, &q).inspect_err(|e| {
+        let req = crate::mmap::MmapRequest {
+            offset: q.offset,
+            length: q.length,
+            flags: map_flags(q.flags),
+        };
+        let target = crate::mmap::resolve(machine, file, caller, &req).inspect_err(|e| {
             log::debug!(
                 "kfd-simd: tid {tid}: mmap of {:#x}+{:#x} (flags {:#x}): {e}",
                 q.offset,
@@ -260,7 +261,7 @@ impl Bridge {
         let a = proto::MmapAnswer {
             id,
             fd: fd_num,
-            flags: target.vma,
+            flags: vma_flags(target.vma),
             offset: target.offset,
         };
         sys::mmap_answer(self.ctl.as_fd(), &a).map_err(|e| {
@@ -307,9 +308,48 @@ impl Bridge {
     }
 }
 
+/// The module's `MAP_*` bits as the driver model's.
+fn map_flags(module: u32) -> u32 {
+    use crate::mmap as m;
+    [
+        (proto::MAP_SHARED, m::MAP_SHARED),
+        (proto::MAP_READ, m::MAP_READ),
+        (proto::MAP_WRITE, m::MAP_WRITE),
+        (proto::MAP_EXEC, m::MAP_EXEC),
+        (proto::MAP_MAYWRITE, m::MAP_MAYWRITE),
+    ]
+    .into_iter()
+    .filter(|(p, _)| module & p != 0)
+    .fold(0, |acc, (_, ours)| acc | ours)
+}
+
+/// The driver model's `VMA_*` bits as the module's.
+fn vma_flags(ours: u32) -> u32 {
+    use crate::mmap as m;
+    [
+        (m::VMA_IO, proto::VMA_IO),
+        (m::VMA_DONTCOPY, proto::VMA_DONTCOPY),
+        (m::VMA_NORESERVE, proto::VMA_NORESERVE),
+        (m::VMA_DONTDUMP, proto::VMA_DONTDUMP),
+        (m::VMA_ACCESS, proto::VMA_ACCESS),
+        (m::VMA_NO_MAYWRITE, proto::VMA_NO_MAYWRITE),
+    ]
+    .into_iter()
+    .filter(|(o, _)| ours & o != 0)
+    .fold(0, |acc, (_, p)| acc | p)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_flag_crosses_the_module_boundary() {
+        assert_eq!(map_flags(0x1f), 0x1f);
+        assert_eq!(map_flags(proto::MAP_MAYWRITE), crate::mmap::MAP_MAYWRITE);
+        assert_eq!(vma_flags(0x3f), 0x3f);
+        assert_eq!(vma_flags(crate::mmap::VMA_DONTCOPY), proto::VMA_DONTCOPY);
+    }
 
     #[test]
     fn private_and_proxy_names() {

@@ -1,0 +1,396 @@
+//! CPU mappings of device files: what `mmap(2)` of `/dev/kfd` or a render node returns, owned.
+//!
+//! A [`Mapping`] is one `mmap` result; dropping it unmaps it ([`Mapping::unmap`] reports the
+//! error instead). [`Transport::mmap`](crate::Transport::mmap) makes them: on a real fd with
+//! `mmap(2)` at the device offset; the in-process simulator maps the memory that backs the
+//! device offset, so what the CPU writes through the mapping the simulated GPU reads, and the
+//! other way round.
+//!
+//! The mapping is addressed by the process's own pointers, so reads and writes through it are
+//! checked against its length and protection and never fault on a well-formed mapping.
+
+use std::ffi::c_void;
+use std::fmt;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::ptr::NonNull;
+
+use bitflags::bitflags;
+
+use crate::errno::Errno;
+
+bitflags! {
+    /// `PROT_*` of a mapping.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct Prot: u32 {
+        /// `PROT_READ`.
+        const READ = 1 << 0;
+        /// `PROT_WRITE`.
+        const WRITE = 1 << 1;
+        /// `PROT_EXEC`.
+        const EXEC = 1 << 2;
+    }
+}
+
+impl Prot {
+    /// Read and write.
+    pub const RW: Self = Self::READ.union(Self::WRITE);
+
+    fn to_libc(self) -> i32 {
+        let mut p = libc::PROT_NONE;
+        if self.contains(Self::READ) {
+            p |= libc::PROT_READ;
+        }
+        if self.contains(Self::WRITE) {
+            p |= libc::PROT_WRITE;
+        }
+        if self.contains(Self::EXEC) {
+            p |= libc::PROT_EXEC;
+        }
+        p
+    }
+}
+
+/// `MAP_SHARED` or `MAP_PRIVATE`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Share {
+    /// `MAP_SHARED`: writes reach the device (what ROCm maps).
+    Shared,
+    /// `MAP_PRIVATE`: copy-on-write, which the drivers refuse unless nothing can write.
+    Private,
+}
+
+/// How a mapping is inherited and dumped, as the driver's VMA flags decide.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Advice {
+    /// `VM_DONTCOPY`: a forked child does not get it (`MADV_DONTFORK`).
+    pub dont_fork: bool,
+    /// `VM_DONTDUMP`: not in core dumps (`MADV_DONTDUMP`).
+    pub dont_dump: bool,
+}
+
+/// One CPU mapping of a device file (or of the memory that simulates it); unmapped on drop.
+pub struct Mapping {
+    ptr: NonNull<c_void>,
+    len: usize,
+    prot: Prot,
+}
+
+// SAFETY: the mapping is plain shared memory owned by this value; reads and writes through it go
+// through `&self` methods that copy bytes, which is what any thread may do with shared memory.
+unsafe impl Send for Mapping {}
+// SAFETY: as for Send; no method hands out a reference into the mapping.
+unsafe impl Sync for Mapping {}
+
+impl fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mapping")
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len", &format_args!("{:#x}", self.len))
+            .field("prot", &self.prot)
+            .finish()
+    }
+}
+
+impl Mapping {
+    /// `mmap(NULL, len, prot, share, fd, offset)`: a new mapping wherever the kernel puts it.
+    ///
+    /// # Errors
+    ///
+    /// The errno of `mmap(2)` (the driver's, for a device file); `EINVAL` for a zero length or
+    /// an offset beyond `off_t`.
+    pub fn map_fd(
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        prot: Prot,
+        share: Share,
+    ) -> Result<Self, Errno> {
+        Self::map_fd_in(None, fd, offset, len, prot, share)
+    }
+
+    /// Reserves `len` bytes of address space (an anonymous `PROT_NONE` mapping), as ROCm
+    /// reserves its GPU virtual address range before it maps buffers into it at their GPU
+    /// addresses ([`map_fd_at`](Self::map_fd_at)).
+    ///
+    /// # Errors
+    ///
+    /// The errno of `mmap(2)`.
+    pub fn reserve(len: usize) -> Result<Self, Errno> {
+        if len == 0 {
+            return Err(Errno::EINVAL);
+        }
+        // SAFETY: a NULL hint and an anonymous private mapping: new address space that overlaps
+        // nothing; the result is checked before use.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Errno::last());
+        }
+        let ptr = NonNull::new(p).ok_or(Errno::ENOMEM)?;
+        Ok(Self {
+            ptr,
+            len,
+            prot: Prot::empty(),
+        })
+    }
+
+    /// `mmap(at, at.len(), prot, share | MAP_FIXED, fd, offset)`: the mapping replaces the
+    /// whole of `at` (a reservation, or any mapping this process owns), at its address.
+    ///
+    /// # Errors
+    ///
+    /// The errno of `mmap(2)`; the range is then unmapped.
+    pub fn map_fd_at(
+        at: Mapping,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        prot: Prot,
+        share: Share,
+    ) -> Result<Self, Errno> {
+        let len = at.len;
+        Self::map_fd_in(Some(at), fd, offset, len, prot, share)
+    }
+
+    fn map_fd_in(
+        at: Option<Mapping>,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        prot: Prot,
+        share: Share,
+    ) -> Result<Self, Errno> {
+        let off = libc::off_t::try_from(offset).map_err(|_| Errno::EINVAL)?;
+        if len == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let mut flags = match share {
+            Share::Shared => libc::MAP_SHARED,
+            Share::Private => libc::MAP_PRIVATE,
+        };
+        let hint = match &at {
+            Some(r) => {
+                flags |= libc::MAP_FIXED;
+                r.ptr.as_ptr()
+            }
+            None => std::ptr::null_mut(),
+        };
+        // SAFETY: with no hint the kernel chooses an address that overlaps nothing of ours; with
+        // MAP_FIXED the range is exactly `at`, a mapping we own and give up here (nothing else
+        // references it); the fd is open for the call; the result is checked before use.
+        let p = unsafe { libc::mmap(hint, len, prot.to_libc(), flags, fd.as_raw_fd(), off) };
+        if p == libc::MAP_FAILED {
+            // `at` is dropped (unmapped) with whatever the failed call left there.
+            return Err(Errno::last());
+        }
+        if let Some(r) = at {
+            // The new mapping took its place: it must not be unmapped twice.
+            std::mem::forget(r);
+        }
+        let ptr = NonNull::new(p).ok_or(Errno::ENOMEM)?;
+        Ok(Self { ptr, len, prot })
+    }
+
+    /// Applies the driver's VMA flags that userspace can express (`madvise`).
+    ///
+    /// # Errors
+    ///
+    /// The errno of `madvise(2)`.
+    pub fn advise(&self, advice: Advice) -> Result<(), Errno> {
+        let mut calls = Vec::with_capacity(2);
+        if advice.dont_fork {
+            calls.push(libc::MADV_DONTFORK);
+        }
+        if advice.dont_dump {
+            calls.push(libc::MADV_DONTDUMP);
+        }
+        for c in calls {
+            // SAFETY: the range is exactly this mapping, which we own; these advices change
+            // only inheritance and core-dump inclusion, not the contents.
+            if unsafe { libc::madvise(self.ptr.as_ptr(), self.len, c) } < 0 {
+                return Err(Errno::last());
+            }
+        }
+        Ok(())
+    }
+
+    /// The start address.
+    pub fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as usize as u64
+    }
+
+    /// The length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty (never: `mmap` refuses a zero length).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The protection it was made with.
+    pub fn prot(&self) -> Prot {
+        self.prot
+    }
+
+    fn range(&self, offset: usize, n: usize, need: Prot) -> Option<*mut u8> {
+        if !self.prot.contains(need) || offset.checked_add(n)? > self.len {
+            return None;
+        }
+        // SAFETY: offset + n <= len, so the pointer stays inside the mapping.
+        Some(unsafe { self.ptr.as_ptr().cast::<u8>().add(offset) })
+    }
+
+    /// Copies bytes out at `offset`; `false` when the range is outside or the mapping is not
+    /// readable.
+    pub fn read(&self, offset: usize, buf: &mut [u8]) -> bool {
+        let Some(src) = self.range(offset, buf.len(), Prot::READ) else {
+            return false;
+        };
+        // SAFETY: `src..src+len` is inside a readable mapping we own; `buf` is a distinct Rust
+        // buffer. Another party (the device) may write concurrently: bytes, not typed values,
+        // are copied.
+        unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len()) };
+        true
+    }
+
+    /// Copies bytes in at `offset`; `false` when the range is outside or the mapping is not
+    /// writable.
+    pub fn write(&self, offset: usize, buf: &[u8]) -> bool {
+        let Some(dst) = self.range(offset, buf.len(), Prot::WRITE) else {
+            return false;
+        };
+        // SAFETY: `dst..dst+len` is inside a writable mapping we own; `buf` is a distinct buffer.
+        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), dst, buf.len()) };
+        true
+    }
+
+    /// Reads a little-endian `u64` at `offset` with one 8-byte access (a doorbell, a signal
+    /// slot); `None` when outside, unaligned or not readable.
+    pub fn read_u64(&self, offset: usize) -> Option<u64> {
+        if offset % 8 != 0 {
+            return None;
+        }
+        let p = self.range(offset, 8, Prot::READ)?;
+        // SAFETY: aligned, inside a readable mapping; volatile because the device writes it.
+        Some(u64::from_le(unsafe { p.cast::<u64>().read_volatile() }))
+    }
+
+    /// Writes a little-endian `u64` at `offset` with one 8-byte access (ringing a doorbell);
+    /// `false` when outside, unaligned or not writable.
+    pub fn write_u64(&self, offset: usize, value: u64) -> bool {
+        if offset % 8 != 0 {
+            return false;
+        }
+        let Some(p) = self.range(offset, 8, Prot::WRITE) else {
+            return false;
+        };
+        // SAFETY: aligned, inside a writable mapping; volatile because the device reads it.
+        unsafe { p.cast::<u64>().write_volatile(value.to_le()) };
+        true
+    }
+
+    /// Leaves the memory mapped for good (a process that keeps its device mappings until it
+    /// exits, as ROCm does) and returns its address and length.
+    pub fn leak(self) -> (u64, usize) {
+        let r = (self.addr(), self.len);
+        std::mem::forget(self);
+        r
+    }
+
+    /// `munmap(2)`, reporting its error.
+    ///
+    /// # Errors
+    ///
+    /// The errno of `munmap(2)`.
+    pub fn unmap(self) -> io::Result<()> {
+        let (ptr, len) = (self.ptr, self.len);
+        std::mem::forget(self);
+        // SAFETY: the range is a mapping this value owned and nothing references it any more.
+        if unsafe { libc::munmap(ptr.as_ptr(), len) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the range is a mapping this value owns; nothing references it after drop.
+        unsafe { libc::munmap(self.ptr.as_ptr(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+    use std::os::fd::AsFd;
+
+    fn file(bytes: &[u8]) -> std::fs::File {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(bytes).unwrap();
+        f
+    }
+
+    #[test]
+    fn a_shared_mapping_reads_and_writes_the_file() {
+        let f = file(&[7u8; 4096]);
+        let m = Mapping::map_fd(f.as_fd(), 0, 4096, Prot::RW, Share::Shared).unwrap();
+        let mut b = [0u8; 2];
+        assert!(m.read(10, &mut b));
+        assert_eq!(b, [7, 7]);
+        assert!(m.write_u64(8, 0x1122_3344_5566_7788));
+        assert_eq!(m.read_u64(8), Some(0x1122_3344_5566_7788));
+        let again = Mapping::map_fd(f.as_fd(), 0, 4096, Prot::READ, Share::Shared).unwrap();
+        assert_eq!(again.read_u64(8), Some(0x1122_3344_5566_7788));
+        m.unmap().unwrap();
+    }
+
+    #[test]
+    fn accesses_outside_or_against_the_protection_are_refused() {
+        let f = file(&[0u8; 4096]);
+        let ro = Mapping::map_fd(f.as_fd(), 0, 4096, Prot::READ, Share::Shared).unwrap();
+        assert!(!ro.write(0, b"x"), "read-only");
+        assert!(!ro.read(4095, &mut [0u8; 2]), "past the end");
+        assert_eq!(ro.read_u64(4), None, "unaligned");
+        let none = Mapping::map_fd(f.as_fd(), 0, 4096, Prot::empty(), Share::Private).unwrap();
+        assert!(!none.read(0, &mut [0u8; 1]));
+    }
+
+    #[test]
+    fn a_reservation_is_replaced_at_its_address() {
+        let f = file(&[9u8; 8192]);
+        let r = Mapping::reserve(8192).unwrap();
+        let addr = r.addr();
+        assert!(!r.read(0, &mut [0u8; 1]), "PROT_NONE");
+        let m = Mapping::map_fd_at(r, f.as_fd(), 4096, Prot::READ, Share::Shared).unwrap();
+        assert_eq!((m.addr(), m.len()), (addr, 8192));
+        let mut b = [0u8; 1];
+        assert!(m.read(0, &mut b));
+        assert_eq!(b, [9]);
+    }
+
+    #[test]
+    fn mmap_errors_are_the_kernels() {
+        let f = file(&[0u8; 16]);
+        assert_eq!(
+            Mapping::map_fd(f.as_fd(), 0, 0, Prot::READ, Share::Shared).unwrap_err(),
+            Errno::EINVAL
+        );
+        assert_eq!(
+            Mapping::map_fd(f.as_fd(), 1, 4096, Prot::READ, Share::Shared).unwrap_err(),
+            Errno::EINVAL,
+            "unaligned offset"
+        );
+    }
+}
