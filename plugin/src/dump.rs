@@ -336,25 +336,6 @@ fn copy_contents<P: Platform>(
                 })
             })
             .collect();
-        let mut out = Vec::new();
-        let mut first_err = None;
-        for w in workers {
-            match w.join() {
-                Ok(Ok(r)) => out.push(r),
-                Ok(Err(e)) => {
-                    first_err.get_or_insert(e);
-                }
-                Err(_) => {
-                    first_err.get_or_insert(DumpError::Copy {
-                        gpu_id: 0,
-                        source: CopyError::ThreadGone("per-GPU copy"),
-                    });
-                }
-            }
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
+        copy::join_all(workers, |source| DumpError::Copy { gpu_id: 0, source })
     })
 }

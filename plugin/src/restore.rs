@@ -456,26 +456,7 @@ fn copy_contents<P: Platform>(
                 })
             })
             .collect();
-        let mut out = Vec::new();
-        let mut first_err = None;
-        for w in workers {
-            match w.join() {
-                Ok(Ok(g)) => out.push(g),
-                Ok(Err(e)) => {
-                    first_err.get_or_insert(e);
-                }
-                Err(_) => {
-                    first_err.get_or_insert(RestoreError::Copy {
-                        gpu_id: 0,
-                        source: CopyError::ThreadGone("per-GPU copy"),
-                    });
-                }
-            }
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
+        copy::join_all(workers, |source| RestoreError::Copy { gpu_id: 0, source })
     })
 }
 
