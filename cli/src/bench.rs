@@ -518,6 +518,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<BenchReport, DemoError> {
         gtt: Vec::new(),
         queues: 1,
         events: 2,
+        untouched_permille: 0,
     };
     let settings = Settings {
         checksums: !args.no_checksums,

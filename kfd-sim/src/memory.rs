@@ -94,6 +94,26 @@ impl Backing {
             .read_from_process(self.memfd.as_fd(), offset, len, pid, remote)
     }
 
+    /// Fills `len` bytes at `offset` with `pattern` repeated from byte `phase` of it; `false` if
+    /// out of range. A fill with zeros punches the whole pages of the range out of the memfd
+    /// (they read as zeros and hold no memory, as a fresh BO's) and writes only the partial pages
+    /// at its ends; where punching is refused, it writes every byte.
+    pub fn fill(&self, offset: u64, len: u64, pattern: [u8; 4], phase: usize) -> bool {
+        let page = crate::process::limits::PAGE_SIZE;
+        let Some(end) = offset.checked_add(len).filter(|&e| e <= self.size) else {
+            return false;
+        };
+        let (first, last) = (offset.next_multiple_of(page), end / page * page);
+        if pattern != [0; 4] || first >= last {
+            return self.map.fill(offset, len, pattern, phase);
+        }
+        if sys::punch_hole(self.memfd.as_fd(), first, last - first).is_err() {
+            return self.map.fill(offset, len, pattern, phase);
+        }
+        self.map.fill(offset, first - offset, pattern, phase)
+            && self.map.fill(last, end - last, pattern, phase)
+    }
+
     /// The shared mapping (what the SDMA engine copies into and out of).
     pub fn map(&self) -> &SharedMap {
         &self.map
@@ -104,6 +124,7 @@ impl Backing {
 mod tests {
     use super::*;
     use std::io::{Read, Seek, SeekFrom, Write};
+    use std::os::unix::fs::MetadataExt;
 
     #[test]
     fn dmabuf_is_the_same_inode_and_sees_the_same_bytes() {
@@ -121,6 +142,33 @@ mod tests {
         let mut back = [0u8; 2];
         assert!(b.read(0, &mut back));
         assert_eq!(&back, b"xy");
+    }
+
+    #[test]
+    fn a_zero_fill_frees_the_pages_it_covers_and_writes_the_edges() {
+        let b = Backing::new(8 * 4096, Domain::Vram, 0, true).unwrap();
+        assert!(b.write(0, &[0xab; 8 * 4096]));
+        let blocks = |b: &Backing| {
+            std::fs::File::from(b.export(true).unwrap())
+                .metadata()
+                .unwrap()
+                .blocks()
+        };
+        assert_eq!(blocks(&b) * 512, 8 * 4096);
+        assert!(b.fill(10, 8 * 4096 - 20, [0; 4], 0));
+        // Only the two edge pages still hold memory (until something reads the others through
+        // the shared mapping, which allocates them again).
+        assert_eq!(blocks(&b) * 512, 2 * 4096);
+        let mut got = vec![0u8; 8 * 4096];
+        assert!(b.read(0, &mut got));
+        assert!(got[..10].iter().all(|&x| x == 0xab));
+        assert!(got[10..8 * 4096 - 10].iter().all(|&x| x == 0));
+        assert!(got[8 * 4096 - 10..].iter().all(|&x| x == 0xab));
+        // Other patterns, and ranges out of bounds, as before.
+        assert!(b.fill(4096, 8, [1, 2, 3, 4], 1));
+        assert!(b.read(4096, &mut got[..8]));
+        assert_eq!(&got[..8], &[2, 3, 4, 1, 2, 3, 4, 1]);
+        assert!(!b.fill(8 * 4096 - 4, 8, [0; 4], 0));
     }
 
     #[test]

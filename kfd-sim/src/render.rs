@@ -1019,9 +1019,10 @@ fn cs(rx: &Rx<'_>, k: &mut [u8]) -> R {
         return Err(Errno::ENOENT);
     }
     let started = Instant::now();
-    let result = ibs
-        .iter()
-        .try_for_each(|ib| crate::sdma::execute(&rx.f.vm, ib.va, ib.bytes, started));
+    let result = rx.m.engine.run(|| {
+        ibs.iter()
+            .try_for_each(|ib| crate::sdma::execute(&rx.f.vm, ib.va, ib.bytes, started))
+    });
     let ring = ibs.first().map_or(0, |ib| ib.ring);
     let ctx = st.ctxs.get_mut(&ctx_id).ok_or(Errno::EINVAL)?;
     let result = result.map_err(|fault| {

@@ -436,6 +436,14 @@ fn addr_at(addr: u64, done: usize, len: usize) -> Result<usize, Errno> {
     usize::try_from(start).map_err(|_| Errno::EFAULT)
 }
 
+/// Frees `[offset, offset + len)` of `fd`'s storage, keeping its size
+/// (`fallocate(PUNCH_HOLE | KEEP_SIZE)`): the range reads as zeros afterwards, also through
+/// shared mappings of it.
+pub fn punch_hole(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
+    let flags = rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE;
+    rustix::fs::fallocate(fd, flags, offset, len).map_err(io::Error::from)
+}
+
 /// Nanoseconds of a clock (`CLOCK_MONOTONIC_RAW`, `CLOCK_BOOTTIME`).
 pub fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
