@@ -11,13 +11,13 @@
 //! the order of the measurements from favouring either side, each raw measurement is taken
 //! twice, once before and once after the phase it is compared with (raw write, dump, raw write;
 //! raw read, restore, raw read), and the faster of the two is the limit. The first raw write's
-//! files are deleted once it is measured (the disk holds the image, one set of raw files and the
-//! upstream model's files at most); both raw reads read the second raw write's files.
+//! files are deleted once it is measured, and both raw reads read the second raw write's files:
+//! the disk holds two sets of files at most (the image and the raw files; then upstream's).
 //!
-//! Upstream's strategy ([`crate::upstream`]) dumps the same process and restores it onto a third
-//! node of the same GPUs, after our phases, under the same memory and cache policy (its dump
-//! after the second raw write, its restore after the second raw read); its time, throughput and
-//! peak extra memory are reported beside ours, and our speedup over it (its seconds over ours).
+//! Upstream's strategy ([`crate::upstream`]) then dumps the same process (kept running for it)
+//! and restores it onto a third node of the same GPUs, once the raw files and our pages files
+//! are deleted, under the same memory and cache policy; its time, throughput and peak extra
+//! memory are reported beside ours, and our speedup over it (its seconds over ours).
 //! It is skipped (`upstream: null` in the JSON) with `--no-upstream`, or when its host buffers
 //! (each GPU's largest buffer) would take more than half of the memory available then
 //! (`MemAvailable`): with one 8 GiB buffer it needs 8 GiB of anonymous memory, the failure
@@ -828,30 +828,21 @@ pub fn run_bench(args: &BenchArgs) -> Result<BenchReport, DemoError> {
             )
         })
     };
-    let up_dump = match upstream_skipped {
-        Some(_) => None,
-        None => {
-            let m = measure(&src.machine, || -> Result<_, DemoError> {
-                let mut took = upstream::dump(&src, &target, &up_dir, ids.kfd, max_buffer)?;
-                if args.sync {
-                    let start = Instant::now();
-                    settle(&up_dir).map_err(io_err("syncing upstream's files"))?;
-                    took += start.elapsed();
-                }
-                Ok(took)
-            });
-            settle_both().map_err(io_err("syncing the bench directory"))?;
-            Some((m.out?, m.peak))
+    // The source stays for upstream's dump, which comes last (so that the disk holds two sets
+    // of files at most).
+    let source = match upstream_skipped {
+        Some(_) => {
+            drop(target);
+            drop(src);
+            None
         }
+        None => Some((src, target)),
     };
-    drop(target);
-    drop(src);
 
-    // Read: raw, restore, raw, upstream's restore. With --sync from the disk (every file's page
-    // cache dropped before each). Else from the page cache: each phase's files are read into it
-    // first (untimed), and each phase that allocates new VRAM starts right after the files of
-    // the phase before it left the page cache.
-    let up_files = files(&up_dir).map_err(io_err("listing upstream's files"))?;
+    // Read: raw, restore, raw. With --sync from the disk (every file's page cache dropped
+    // before each). Else from the page cache: each phase's files are read into it first
+    // (untimed), and each phase that allocates new VRAM starts right after the files of the
+    // phase before it left the page cache.
     let prepare = |load: &[PathBuf], done: &[PathBuf]| -> io::Result<()> {
         if args.sync {
             drop_caches(&files(&dir)?)?;
@@ -874,17 +865,48 @@ pub fn run_bench(args: &BenchArgs) -> Result<BenchReport, DemoError> {
     target_back.verify(&manifest)?;
     drop(target_back);
     drop(dst);
-    let up_restore = match up_dump {
+
+    // Upstream's dump and restore, after the raw files and our pages files are gone (its
+    // restore reads our KFD image, which names the same buffers).
+    let upstream_run = match source {
         None => None,
-        Some(_) => {
+        Some((src, target)) => {
+            remove(&raw2).map_err(io_err("removing the raw files"))?;
+            let pages: Vec<PathBuf> = images
+                .iter()
+                .filter(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("amdgpu-pages-"))
+                })
+                .cloned()
+                .collect();
+            remove(&pages).map_err(io_err("removing the pages files"))?;
+            settle_both().map_err(io_err("syncing the bench directory"))?;
+            let dumped = measure(&src.machine, || -> Result<_, DemoError> {
+                let mut took = upstream::dump(&src, &target, &up_dir, ids.kfd, max_buffer)?;
+                if args.sync {
+                    let start = Instant::now();
+                    settle(&up_dir).map_err(io_err("syncing upstream's files"))?;
+                    took += start.elapsed();
+                }
+                Ok(took)
+            });
+            let dump_took = dumped.out?;
+            settle_both().map_err(io_err("syncing the bench directory"))?;
+            drop(target);
+            drop(src);
+            let up_files = files(&up_dir).map_err(io_err("listing upstream's files"))?;
             let node = SimNode::new(&preset)?;
-            prepare(&up_files, &raw2).map_err(io_err("preparing upstream's restore"))?;
-            let m = measure(&node.machine, || {
+            prepare(&up_files, &[]).map_err(io_err("preparing upstream's restore"))?;
+            let restored = measure(&node.machine, || {
                 upstream::restore(&node, &dir, &up_dir, &ids, max_buffer)
             });
-            let (back, took) = m.out?;
+            let (back, restore_took) = restored.out?;
             back.verify(&manifest)?;
-            Some((took, m.peak))
+            Some(Upstream {
+                dump: UpstreamPhase::new(bytes, dump_took, dumped.peak),
+                restore: UpstreamPhase::new(bytes, restore_took, restored.peak),
+            })
         }
     };
     drop(temp);
@@ -895,19 +917,10 @@ pub fn run_bench(args: &BenchArgs) -> Result<BenchReport, DemoError> {
         ..Phase::new(bytes, dump_time, best(raw_w1, raw_w2))
     };
     let restore = Phase::new(bytes, restore_time, best(raw_r1, raw_r2));
-    let (upstream, speedup) = match (up_dump, up_restore) {
-        (Some((ud, ud_peak)), Some((ur, ur_peak))) => (
-            Some(Upstream {
-                dump: UpstreamPhase::new(bytes, ud, ud_peak),
-                restore: UpstreamPhase::new(bytes, ur, ur_peak),
-            }),
-            Some(Speedup {
-                dump: ud.as_secs_f64() / dump.seconds,
-                restore: ur.as_secs_f64() / restore.seconds,
-            }),
-        ),
-        _ => (None, None),
-    };
+    let speedup = upstream_run.as_ref().map(|u| Speedup {
+        dump: u.dump.seconds / dump.seconds,
+        restore: u.restore.seconds / restore.seconds,
+    });
     let plugin = |m_cpu: Duration, engine: Duration| m_cpu.saturating_sub(engine).as_secs_f64();
     let cpu = Cpu {
         dump: CpuPhase {
@@ -927,7 +940,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<BenchReport, DemoError> {
         peak_extra_anon_bytes: dumped.peak.max(restored.peak),
         staging_bytes: staging,
         checksums: settings.checksums,
-        upstream,
+        upstream: upstream_run,
         speedup,
         cpu,
         detail: Detail {

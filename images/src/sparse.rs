@@ -24,6 +24,39 @@ pub fn is_zero(data: &[u8]) -> bool {
         .all(|block| block.iter().fold(0u8, |acc, &b| acc | b) == 0)
 }
 
+/// File-system block size assumed for holes (4 KiB; larger blocks are multiples).
+const BLOCK: u64 = 4096;
+
+/// The part of `data` (which lands at file offset `file_offset`) that must be written for the
+/// file to read back as `data` when the rest is left as holes: from the start of the first
+/// file-system block holding a byte that is not zero to the end of the last one (clipped to
+/// `data`); `None` when every byte is zero. Data costs two 4 KiB checks (the first and the last
+/// block); zero blocks are each scanned once.
+pub fn nonzero_span(data: &[u8], file_offset: u64) -> Option<std::ops::Range<usize>> {
+    #[allow(clippy::cast_possible_truncation)] // 4096
+    let block_len = BLOCK as usize;
+    // Bytes up to the first block boundary in the file (a whole block when it starts on one).
+    #[allow(clippy::cast_possible_truncation)] // <= BLOCK
+    let head = (BLOCK - file_offset % BLOCK) as usize;
+    let block = |i: usize| -> std::ops::Range<usize> {
+        let (start, end) = match i {
+            0 => (0, head),
+            _ => (head + (i - 1) * block_len, head + i * block_len),
+        };
+        start.min(data.len())..end.min(data.len())
+    };
+    let count = match data.len() {
+        0 => 0,
+        n => 1 + n.saturating_sub(head).div_ceil(block_len),
+    };
+    let first = (0..count).find(|&i| !is_zero(&data[block(i)]))?;
+    let last = (first..count)
+        .rev()
+        .find(|&i| !is_zero(&data[block(i)]))
+        .unwrap_or(first);
+    Some(block(first).start..block(last).end)
+}
+
 /// The longest stretch of data inside a range that [`Extents::is_zero`] reads to check it (the
 /// partial blocks at a hole's ends are at most one file-system block each; 64 KiB covers every
 /// block size Linux file systems use on 4 KiB-page machines).
@@ -127,6 +160,27 @@ mod tests {
             assert!(!is_zero(&data), "byte {at}");
             data[at] = 0;
         }
+    }
+
+    #[test]
+    fn the_span_to_write_is_whole_blocks_around_the_data() {
+        let mut data = vec![0u8; 64 << 10];
+        assert_eq!(nonzero_span(&data, 0), None);
+        assert_eq!(nonzero_span(&data, 8), None);
+        assert_eq!(nonzero_span(&[], 8), None);
+        data[5000] = 1;
+        assert_eq!(nonzero_span(&data, 0), Some(4096..8192));
+        data[20_000] = 1;
+        assert_eq!(nonzero_span(&data, 0), Some(4096..20_480));
+        // Landing 8 bytes into a block: block boundaries are at 4088, 8184, ... of `data`.
+        assert_eq!(nonzero_span(&data, 8), Some(4088..20_472));
+        data[0] = 1;
+        assert_eq!(nonzero_span(&data, 8), Some(0..20_472));
+        let last = data.len() - 1;
+        data[last] = 1;
+        assert_eq!(nonzero_span(&data, 8), Some(0..data.len()));
+        assert_eq!(nonzero_span(&[0, 0, 3], 4094), Some(2..3));
+        assert_eq!(nonzero_span(&[0, 3, 0], 4094), Some(0..2));
     }
 
     /// A file of `len` bytes with data only at `data` (offset, length) stretches.

@@ -44,7 +44,14 @@ fn write(d: &Dir, data: &[u8], checksums: bool) -> Option<PagesChecksums> {
     for piece in data.chunks(3 * M) {
         w.write_chunk(piece).unwrap();
     }
-    assert_eq!(w.zero_bytes(), (ZERO_CHUNKS.len() * M) as u64);
+    // Zero blocks are holes; the block at each end of a zero run also holds data (the payload
+    // starts 8 bytes into the file), so up to a block per run is written.
+    let zeros = (ZERO_CHUNKS.len() * M) as u64;
+    assert!(
+        (zeros - 3 * 4096..=zeros).contains(&w.zero_bytes()),
+        "{} zero bytes not written",
+        w.zero_bytes()
+    );
     w.finish().unwrap()
 }
 
