@@ -114,6 +114,37 @@ impl Backing {
             && self.map.fill(last, end - last, pattern, phase)
     }
 
+    /// Writes `len` bytes at `offset` into process `pid`'s memory at `remote` (see
+    /// [`SharedMap::write_to_process`]). Ranges of the memfd that were never written (its holes)
+    /// are sent as zeros without being read: a read of a hole through the shared mapping would
+    /// allocate and clear memory for it, which VRAM that nobody wrote does not cost on hardware.
+    /// `EFAULT` when out of range or on a failed transfer.
+    pub fn write_to_process(
+        &self,
+        offset: u64,
+        len: u64,
+        pid: libc::pid_t,
+        remote: u64,
+    ) -> Result<(), kfd_abi::Errno> {
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= self.size)
+            .ok_or(kfd_abi::Errno::EFAULT)?;
+        let mut at = offset;
+        while at < end {
+            let (extent_end, data) = sys::extent_at(self.memfd.as_fd(), at, self.size);
+            let stop = extent_end.clamp(at + 1, end);
+            let to = remote + (at - offset);
+            if data {
+                self.map.write_to_process(at, stop - at, pid, to)?;
+            } else {
+                sys::process_vm_write_zeros(pid, to, stop - at)?;
+            }
+            at = stop;
+        }
+        Ok(())
+    }
+
     /// The shared mapping (what the SDMA engine copies into and out of).
     pub fn map(&self) -> &SharedMap {
         &self.map
@@ -169,6 +200,35 @@ mod tests {
         assert!(b.read(4096, &mut got[..8]));
         assert_eq!(&got[..8], &[2, 3, 4, 1, 2, 3, 4, 1]);
         assert!(!b.fill(8 * 4096 - 4, 8, [0; 4], 0));
+    }
+
+    #[test]
+    fn copies_out_of_holes_are_zeros_and_allocate_nothing() {
+        let b = Backing::new(16 * 4096, Domain::Vram, 0, true).unwrap();
+        // Data in pages 1 and 2 (from the middle of page 1), holes elsewhere.
+        assert!(b.write(4096 + 100, &[0x5a; 8000]));
+        let blocks = |b: &Backing| {
+            std::fs::File::from(b.export(true).unwrap())
+                .metadata()
+                .unwrap()
+                .blocks()
+        };
+        let before = blocks(&b);
+        let mut out = vec![0xeeu8; 16 * 4096 - 50];
+        b.write_to_process(
+            50,
+            out.len() as u64,
+            sys::own_pid(),
+            out.as_mut_ptr() as u64,
+        )
+        .unwrap();
+        let mut want = vec![0u8; 16 * 4096];
+        want[4096 + 100..4096 + 8100].fill(0x5a);
+        assert!(out == want[50..]);
+        assert_eq!(blocks(&b), before, "no page of a hole was allocated");
+        assert!(b
+            .write_to_process(1, 16 * 4096, sys::own_pid(), out.as_mut_ptr() as u64)
+            .is_err());
     }
 
     #[test]

@@ -20,7 +20,9 @@
 //!   CONSTANT_FILL likewise, except that a fill of VRAM/GTT with zeros punches the whole pages
 //!   out of the memfd (`fallocate(PUNCH_HOLE)`; they read as zeros, as after the fill) and writes
 //!   only the partial pages at its ends: on hardware a fill costs the CPU nothing, and here it
-//!   costs neither CPU nor memory for the pages it zeroes (see [`Backing::fill`]).
+//!   costs neither CPU nor memory for the pages it zeroes (see [`Backing::fill`]). Likewise a
+//!   copy out of VRAM/GTT that was never written (a hole of the memfd) writes zeros to the
+//!   destination without reading the hole, which would allocate it ([`Backing::write_to_process`]).
 //!
 //! The CPU time the engine spends (per-thread CPU clock around each submission, on the thread
 //! that submitted, since execution is synchronous) is summed per machine in [`EngineTime`], so a
@@ -217,7 +219,6 @@ fn move_bytes(src: &Piece, si: u64, dst: &Piece, di: u64, n: u64) -> Result<(), 
             .read_from_process(off + di, n, mem.pid(), addr + si)
             .map_err(|_| Fault::UserMemory { addr: addr + si }),
         (Piece::Mem { backing, off, .. }, Piece::User { mem, addr, .. }) => backing
-            .map()
             .write_to_process(off + si, n, mem.pid(), addr + di)
             .map_err(|_| Fault::UserMemory { addr: addr + di }),
         (

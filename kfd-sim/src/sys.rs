@@ -444,6 +444,37 @@ pub fn punch_hole(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
     rustix::fs::fallocate(fd, flags, offset, len).map_err(io::Error::from)
 }
 
+/// The extent of `fd` (of `size` bytes) holding offset `at`: where it ends and whether it is data
+/// (`lseek(SEEK_DATA / SEEK_HOLE)`). Where the file system does not tell, everything is data.
+pub fn extent_at(fd: BorrowedFd<'_>, at: u64, size: u64) -> (u64, bool) {
+    use rustix::fs::{seek, SeekFrom};
+    match seek(fd, SeekFrom::Data(at)) {
+        Ok(next) if next > at => (next.min(size), false),
+        Ok(_) => (
+            seek(fd, SeekFrom::Hole(at)).map_or(size, |h| h.min(size)),
+            true,
+        ),
+        Err(rustix::io::Errno::NXIO) => (size, false),
+        Err(_) => (size, true),
+    }
+}
+
+/// Zeros that are never written: pages of it that are read map the kernel's shared zero page.
+static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
+
+/// Writes `len` zero bytes into process `pid`'s memory at `addr` (`process_vm_writev` out of a
+/// static zero buffer); any failure is `EFAULT`.
+pub fn process_vm_write_zeros(pid: libc::pid_t, addr: u64, len: u64) -> Result<(), Errno> {
+    let mut done = 0u64;
+    while done < len {
+        let n = usize::try_from(len - done).map_or(ZEROS.len(), |l| l.min(ZEROS.len()));
+        let at = addr.checked_add(done).ok_or(Errno::EFAULT)?;
+        process_vm_write(pid, at, &ZEROS[..n])?;
+        done += n as u64;
+    }
+    Ok(())
+}
+
 /// Nanoseconds of a clock (`CLOCK_MONOTONIC_RAW`, `CLOCK_BOOTTIME`).
 pub fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
