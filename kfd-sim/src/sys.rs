@@ -444,18 +444,15 @@ pub fn punch_hole(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
     rustix::fs::fallocate(fd, flags, offset, len).map_err(io::Error::from)
 }
 
-/// The extent of `fd` (of `size` bytes) holding offset `at`: where it ends and whether it is data
-/// (`lseek(SEEK_DATA / SEEK_HOLE)`). Where the file system does not tell, everything is data.
-pub fn extent_at(fd: BorrowedFd<'_>, at: u64, size: u64) -> (u64, bool) {
-    use rustix::fs::{seek, SeekFrom};
-    match seek(fd, SeekFrom::Data(at)) {
-        Ok(next) if next > at => (next.min(size), false),
-        Ok(_) => (
-            seek(fd, SeekFrom::Hole(at)).map_or(size, |h| h.min(size)),
-            true,
-        ),
-        Err(rustix::io::Errno::NXIO) => (size, false),
-        Err(_) => (size, true),
+/// Where the next data of `fd` at or after offset `at` starts (`lseek(SEEK_DATA)`): `None` when
+/// only a hole follows. Where the file system does not tell, `Some(at)`: everything is data.
+/// Cheap: for shmem it returns at once when `at` holds data and skips holes by the page cache's
+/// tree (`SEEK_HOLE`, by contrast, walks every page of data up to the hole).
+pub fn next_data(fd: BorrowedFd<'_>, at: u64) -> Option<u64> {
+    match rustix::fs::seek(fd, rustix::fs::SeekFrom::Data(at)) {
+        Ok(next) => Some(next.max(at)),
+        Err(rustix::io::Errno::NXIO) => None,
+        Err(_) => Some(at),
     }
 }
 
