@@ -451,7 +451,7 @@ impl AnonSampler {
                 p.fetch_max(rss_anon(), Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(1));
             }
-            Duration::from_nanos(kfd_sim::sys::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID))
+            Duration::from_nanos(kfd_sim::host::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID))
         });
         Self {
             stop,

@@ -6,7 +6,7 @@
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 
-use crate::sys::{self, FileKey, SharedMap};
+use crate::host::{self, FileKey, SharedMap};
 
 /// Bytes a copy out of a BO moves between two looks for a hole ([`Backing::write_to_process`]).
 const DATA_STEP: u64 = 1 << 20;
@@ -43,9 +43,9 @@ impl Backing {
             Domain::Vram => "kfd-sim:vram",
             Domain::Gtt => "kfd-sim:gtt",
         };
-        let memfd = sys::memfd(name)?;
+        let memfd = host::memfd(name)?;
         let map = SharedMap::new(memfd.as_fd(), size)?;
-        let key = sys::file_key(memfd.as_fd())?;
+        let key = host::file_key(memfd.as_fd())?;
         Ok(Self {
             memfd,
             map,
@@ -66,11 +66,11 @@ impl Backing {
     /// Not close-on-exec, as the kernel installs it.
     pub fn export(&self, writable: bool) -> io::Result<OwnedFd> {
         if writable {
-            sys::dup_inheritable(self.memfd.as_fd())
+            host::dup_inheritable(self.memfd.as_fd())
         } else {
-            let ro = sys::reopen_readonly(self.memfd.as_fd())?;
+            let ro = host::reopen_readonly(self.memfd.as_fd())?;
             // The reopen is close-on-exec from std; make an inheritable copy as fd_install would.
-            sys::dup_inheritable(ro.as_fd())
+            host::dup_inheritable(ro.as_fd())
         }
     }
 
@@ -110,7 +110,7 @@ impl Backing {
         if pattern != [0; 4] || first >= last {
             return self.map.fill(offset, len, pattern, phase);
         }
-        if sys::punch_hole(self.memfd.as_fd(), first, last - first).is_err() {
+        if host::punch_hole(self.memfd.as_fd(), first, last - first).is_err() {
             return self.map.fill(offset, len, pattern, phase);
         }
         self.map.fill(offset, first - offset, pattern, phase)
@@ -136,7 +136,7 @@ impl Backing {
         let mut at = offset;
         while at < end {
             let to = remote + (at - offset);
-            match sys::next_data(self.memfd.as_fd(), at) {
+            match host::next_data(self.memfd.as_fd(), at) {
                 // Data here: copied a step at a time, so that a hole right after it is read
                 // (and allocated) for at most one step.
                 Some(next) if next == at => {
@@ -146,7 +146,7 @@ impl Backing {
                 }
                 hole_to => {
                     let stop = hole_to.map_or(end, |n| n.min(end));
-                    sys::process_vm_write_zeros(pid, to, stop - at)?;
+                    host::process_vm_write_zeros(pid, to, stop - at)?;
                     at = stop;
                 }
             }
@@ -171,7 +171,7 @@ mod tests {
         let b = Backing::new(8192, Domain::Vram, 0, true).unwrap();
         assert!(b.write(4096, b"hello"));
         let fd = b.export(true).unwrap();
-        assert_eq!(sys::file_key(fd.as_fd()).unwrap(), b.key());
+        assert_eq!(host::file_key(fd.as_fd()).unwrap(), b.key());
         let mut f = std::fs::File::from(fd);
         f.seek(SeekFrom::Start(4096)).unwrap();
         let mut s = [0u8; 5];
@@ -230,7 +230,7 @@ mod tests {
         b.write_to_process(
             50,
             out.len() as u64,
-            sys::own_pid(),
+            host::own_pid(),
             out.as_mut_ptr() as u64,
         )
         .unwrap();
@@ -245,7 +245,7 @@ mod tests {
             "{before} -> {after} bytes held"
         );
         assert!(b
-            .write_to_process(1, SIZE as u64, sys::own_pid(), out.as_mut_ptr() as u64)
+            .write_to_process(1, SIZE as u64, host::own_pid(), out.as_mut_ptr() as u64)
             .is_err());
     }
 
@@ -253,7 +253,7 @@ mod tests {
     fn read_only_export_refuses_writes() {
         let b = Backing::new(4096, Domain::Gtt, 0, true).unwrap();
         let fd = b.export(false).unwrap();
-        assert_eq!(sys::file_key(fd.as_fd()).unwrap(), b.key());
+        assert_eq!(host::file_key(fd.as_fd()).unwrap(), b.key());
         let mut f = std::fs::File::from(fd);
         assert!(f.write_all(b"x").is_err());
     }

@@ -42,10 +42,10 @@ use kfd_abi::sdma::{DecodeError, Decoder, Packet};
 use kfd_abi::Errno;
 
 use crate::client::ProcessMemory;
+use crate::host::{self, pattern_chunk};
 use crate::machine::lock;
 use crate::memory::Backing;
 use crate::render::{Vm, VmTarget};
-use crate::sys::{self, pattern_chunk};
 
 /// CPU time the engine has used, summed over every thread that ran a submission.
 #[derive(Debug, Default)]
@@ -57,9 +57,9 @@ impl EngineTime {
     /// Runs `f` (a submission's execution) and adds the CPU time the calling thread spent in it
     /// (`CLOCK_THREAD_CPUTIME_ID`).
     pub fn run<R>(&self, f: impl FnOnce() -> R) -> R {
-        let start = sys::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+        let start = host::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
         let out = f();
-        let spent = sys::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).saturating_sub(start);
+        let spent = host::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).saturating_sub(start);
         self.cpu_ns.fetch_add(spent, Ordering::Relaxed);
         out
     }
