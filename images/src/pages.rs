@@ -12,7 +12,7 @@
 //! returning any data, that the file's size, its length header, the BO sizes and the checksum
 //! list all agree; it then verifies each chunk as the chunk's last byte is read.
 //!
-//! Zeros cost nothing (see [`sparse`](crate::sparse)): the writer does not write
+//! Zeros cost nothing (see [`sparse`]): the writer does not write
 //! [`IO_SLICE`]-sized pieces that are all zero, so they stay holes of the file (same length, same
 //! bytes when read, fewer blocks on the disk), and checksums them without hashing. The reader
 //! ([`PagesReader::read_skipping_holes`]) does not read a whole chunk the file holds as a hole:
@@ -610,7 +610,7 @@ impl PagesReader {
     /// writes zeros there its own way (the plugin: an SDMA constant fill).
     ///
     /// A chunk is skipped only when it lies wholly in this read and is a hole of the file except
-    /// for short stretches that read as zeros (see [`sparse`](crate::sparse)); with checksums,
+    /// for short stretches that read as zeros (see [`sparse`]); with checksums,
     /// only when its recorded checksum is the checksum of zeros, so it is verified too.
     /// Chunks are those of the checksum list, or of [`checksum::DEFAULT_CHUNK_SIZE`] without one.
     ///

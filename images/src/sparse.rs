@@ -9,7 +9,7 @@
 //!
 //! The payload starts 8 bytes into the file (the length header), so a zero range of the payload
 //! is a hole only between the file-system blocks it fully covers: the block at each end also
-//! holds bytes of its neighbours and is on the disk. [`Extents::is_zero`] therefore accepts a
+//! holds bytes of its neighbours and is on the disk. `Extents::is_zero` therefore accepts a
 //! range as zero when everything in it is a hole except short stretches of data (at most
 //! [`EDGE_BYTES`] each), which it reads and checks.
 
@@ -57,7 +57,7 @@ pub fn nonzero_span(data: &[u8], file_offset: u64) -> Option<std::ops::Range<usi
     Some(block(first).start..block(last).end)
 }
 
-/// The longest stretch of data inside a range that [`Extents::is_zero`] reads to check it (the
+/// The longest stretch of data inside a range that `Extents::is_zero` reads to check it (the
 /// partial blocks at a hole's ends are at most one file-system block each; 64 KiB covers every
 /// block size Linux file systems use on 4 KiB-page machines).
 pub const EDGE_BYTES: u64 = 64 << 10;
