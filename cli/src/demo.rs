@@ -50,6 +50,9 @@ pub enum DemoError {
     /// A device call outside the plugin failed.
     #[error(transparent)]
     Ioctl(#[from] kfd_abi::IoctlError),
+    /// The model of the upstream plugin's data path failed (`amdgpu-cr bench`).
+    #[error("upstream's data path: {0}")]
+    Upstream(#[from] crate::upstream::UpstreamError),
     /// A plugin hook failed, as criu would report it.
     #[error("{hook} failed: {source}")]
     Hook {

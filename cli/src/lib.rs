@@ -26,6 +26,7 @@ pub mod imagedir;
 pub mod inspect;
 pub mod table;
 pub mod topo;
+pub mod upstream;
 
 /// Exit status for usage and I/O errors (clap also exits with 2 on bad arguments).
 pub const EXIT_ERROR: u8 = 2;

@@ -111,6 +111,7 @@ pub fn spec() -> Spec {
         gtt: vec![4 << 10],
         queues: 1,
         events: 2,
+        untouched_permille: 0,
     }
 }
 

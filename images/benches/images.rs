@@ -1,5 +1,6 @@
 //! Throughput of the pages writer and reader with and without checksums, of the checksum alone,
-//! and of kfd image encode/decode. Files go to $IMAGES_BENCH_DIR (default /dev/shm when it
+//! of a pages file that is three quarters zeros (holes at write, skipped at read), and of kfd
+//! image encode/decode. Files go to $IMAGES_BENCH_DIR (default /dev/shm when it
 //! exists, so the numbers show our CPU cost rather than the disk's).
 //!
 //! `cargo bench -p images`
@@ -76,6 +77,52 @@ fn pages(c: &mut Criterion) {
     g.finish();
 }
 
+/// A 64 MiB payload whose every 4 MiB piece but one in four is zeros (a caching allocator's
+/// untouched pool): the writer leaves holes for the zeros, the reader finds them without reading
+/// (`read_skipping_holes`). Against `pages_64MiB`, this is what the zeros cost.
+fn zeros(c: &mut Criterion) {
+    let tmp = bench_dir();
+    let dir = File::open(tmp.path()).expect("open bench dir");
+    let (piece, zero) = (data(), vec![0u8; PIECE]);
+    let pieces = FILE_LEN / PIECE;
+    let mut g = c.benchmark_group("pages_64MiB_three_quarters_zero");
+    g.throughput(Throughput::Bytes(FILE_LEN as u64));
+    g.sample_size(10).measurement_time(Duration::from_secs(4));
+    for (label, chunk) in [("plain", None), ("crc32c", Some(DEFAULT_CHUNK_SIZE))] {
+        let mut sums = None;
+        g.bench_function(BenchmarkId::new("write", label), |b| {
+            b.iter(|| {
+                let mut w =
+                    PagesWriter::new(dir.as_fd(), WHICH, FILE_LEN as u64, chunk).expect("create");
+                for i in 0..pieces {
+                    w.write_chunk(if i % 4 == 0 { &piece } else { &zero })
+                        .expect("write");
+                }
+                sums = w.finish().expect("finish");
+            })
+        });
+        let mut buf = vec![0u8; PIECE];
+        g.bench_function(BenchmarkId::new("read_skipping_holes", label), |b| {
+            b.iter(|| {
+                let mut r = PagesReader::open(dir.as_fd(), WHICH, FILE_LEN as u64, sums.as_ref())
+                    .expect("open");
+                let mut skipped = 0;
+                for _ in 0..pieces {
+                    skipped += r
+                        .read_skipping_holes(&mut buf)
+                        .expect("read")
+                        .iter()
+                        .map(|z| z.len())
+                        .sum::<usize>();
+                }
+                // Holes are found where the file system keeps them (not on every file system).
+                black_box(skipped)
+            })
+        });
+    }
+    g.finish();
+}
+
 fn kfd_image() -> CriuKfd {
     let dev = KfdDeviceEntry {
         gpu_id: 0xc1a5,
@@ -128,5 +175,5 @@ fn kfd(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, checksum, pages, kfd);
+criterion_group!(benches, checksum, pages, zeros, kfd);
 criterion_main!(benches);

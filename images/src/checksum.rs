@@ -50,15 +50,61 @@ pub fn chunk_checksum(algorithm: ChecksumAlgorithm, data: &[u8]) -> u64 {
     }
 }
 
+/// Checksum of `len` zero bytes, computed once per length and kept: zero runs (holes of a pages
+/// file) are checksummed without touching any data.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ZeroSums {
+    /// (length, CRC-32C of that many zeros); a handful of lengths occur per file (the I/O slice,
+    /// the chunk size, the last chunk's).
+    known: Vec<(u64, u32)>,
+}
+
+/// Bytes of zeros hashed at a time when a new length is first asked for.
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+
+/// At most this many lengths are kept; beyond it the oldest goes.
+const ZERO_SUMS_KEPT: usize = 8;
+
+impl ZeroSums {
+    /// CRC-32C of `len` zero bytes.
+    pub(crate) fn crc32c(&mut self, len: u64) -> u32 {
+        if let Some(&(_, sum)) = self.known.iter().find(|(l, _)| *l == len) {
+            return sum;
+        }
+        let mut sum = 0;
+        let mut left = len;
+        while left > 0 {
+            let n = usize::try_from(left).map_or(ZEROS.len(), |l| l.min(ZEROS.len()));
+            sum = crc32c::crc32c_append(sum, &ZEROS[..n]);
+            left -= n as u64;
+        }
+        if self.known.len() == ZERO_SUMS_KEPT {
+            self.known.remove(0);
+        }
+        self.known.push((len, sum));
+        sum
+    }
+}
+
 /// Streaming checksummer: takes the payload in pieces of any size, in order, and reports each
 /// chunk's checksum when the chunk completes. Holds no data, only the running state.
+///
+/// Runs of zeros ([`Chunker::update_zeros`]) cost no hashing: they are counted, and folded into
+/// the running checksum with `crc32c_combine` only where data follows them inside a chunk; a
+/// chunk that is all zeros gets the cached checksum of its length.
 #[derive(Debug, Clone)]
 pub(crate) struct Chunker {
     algorithm: ChecksumAlgorithm,
     chunk_size: u64,
     total: u64,
     pos: u64,
+    /// Checksum of the chunk's bytes before the pending zeros.
     state: u32,
+    /// Whether `state` covers any byte of the current chunk.
+    started: bool,
+    /// Zero bytes at the end of the current chunk not yet folded into `state`.
+    zeros: u64,
+    zero_sums: ZeroSums,
 }
 
 impl Chunker {
@@ -69,7 +115,65 @@ impl Chunker {
             total,
             pos: 0,
             state: 0,
+            started: false,
+            zeros: 0,
+            zero_sums: ZeroSums::default(),
         }
+    }
+
+    /// The checksum of `len` zero bytes under this chunker's algorithm.
+    pub(crate) fn zero_sum(&mut self, len: u64) -> u64 {
+        match self.algorithm {
+            ChecksumAlgorithm::Crc32c => u64::from(self.zero_sums.crc32c(len)),
+        }
+    }
+
+    /// Folds the pending zeros into the running state.
+    fn fold_zeros(&mut self) {
+        if self.zeros == 0 {
+            return;
+        }
+        let zeros = self.zero_sums.crc32c(self.zeros);
+        self.state = if self.started {
+            match usize::try_from(self.zeros) {
+                Ok(n) => crc32c::crc32c_combine(self.state, zeros, n),
+                // Only on 32-bit targets with a chunk over 4 GiB, which u32 chunk sizes rule out.
+                Err(_) => self.state,
+            }
+        } else {
+            zeros
+        };
+        self.started = true;
+        self.zeros = 0;
+    }
+
+    /// Ends the current chunk if `pos` reached its end: calls `done(index, checksum)`.
+    fn end_chunk<E>(&mut self, done: &mut impl FnMut(u64, u64) -> Result<(), E>) -> Result<(), E> {
+        if self.pos % self.chunk_size == 0 || self.pos == self.total {
+            self.fold_zeros();
+            let index = (self.pos - 1) / self.chunk_size;
+            let sum = u64::from(std::mem::take(&mut self.state));
+            self.started = false;
+            done(index, sum)?;
+        }
+        Ok(())
+    }
+
+    /// Feeds `len` zero bytes (which must not go past `total`) without hashing them; calls
+    /// `done` as [`Chunker::update`] does.
+    pub(crate) fn update_zeros<E>(
+        &mut self,
+        mut len: u64,
+        mut done: impl FnMut(u64, u64) -> Result<(), E>,
+    ) -> Result<(), E> {
+        while len > 0 {
+            let take = (self.chunk_size - self.pos % self.chunk_size).min(len);
+            self.zeros += take;
+            self.pos += take;
+            len -= take;
+            self.end_chunk(&mut done)?;
+        }
+        Ok(())
     }
 
     /// Payload offset of the start of the chunk in progress.
@@ -88,16 +192,14 @@ impl Chunker {
             let room = self.chunk_size - self.pos % self.chunk_size;
             let take = usize::try_from(room).map_or(data.len(), |r| r.min(data.len()));
             let (head, rest) = data.split_at(take);
+            self.fold_zeros();
             self.state = match self.algorithm {
                 ChecksumAlgorithm::Crc32c => crc32c::crc32c_append(self.state, head),
             };
+            self.started = true;
             self.pos += take as u64;
             data = rest;
-            if self.pos % self.chunk_size == 0 || self.pos == self.total {
-                let index = (self.pos - 1) / self.chunk_size;
-                let sum = u64::from(std::mem::take(&mut self.state));
-                done(index, sum)?;
-            }
+            self.end_chunk(&mut done)?;
         }
         Ok(())
     }
@@ -139,6 +241,7 @@ pub(crate) fn validate(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
@@ -171,6 +274,52 @@ mod tests {
             }
             prop_assert_eq!(got, reference(&data, chunk));
         }
+    }
+
+    proptest! {
+        #[test]
+        fn zero_runs_checksum_as_the_zeros_they_stand_for(
+            runs in proptest::collection::vec((any::<bool>(), 1usize..900), 0..8),
+            chunk in 1u32..700,
+        ) {
+            // The payload: runs of data or zeros; the zero runs are fed without their bytes.
+            let mut data = Vec::new();
+            for (i, (zero, len)) in runs.iter().enumerate() {
+                if *zero {
+                    data.extend(std::iter::repeat_n(0u8, *len));
+                } else {
+                    data.extend((0..*len).map(|j| (j as u8).wrapping_mul(7) | (1 ^ i as u8)));
+                }
+            }
+            let mut c = Chunker::new(ChecksumAlgorithm::Crc32c, chunk, data.len() as u64);
+            let mut got = Vec::new();
+            let mut at = 0;
+            for (zero, len) in &runs {
+                let mut push = |i: u64, s: u64| -> Result<(), ()> {
+                    assert_eq!(i, got.len() as u64);
+                    got.push(s);
+                    Ok(())
+                };
+                if *zero {
+                    c.update_zeros(*len as u64, &mut push).unwrap();
+                } else {
+                    c.update(&data[at..at + len], &mut push).unwrap();
+                }
+                at += len;
+            }
+            prop_assert_eq!(got, reference(&data, chunk));
+        }
+    }
+
+    #[test]
+    fn zero_sums_match_hashing_the_zeros() {
+        let mut z = ZeroSums::default();
+        for len in [0u64, 1, 4095, 65_536, 65_537, 1 << 20, 3 << 20] {
+            let want = crc32c::crc32c(&vec![0u8; len as usize]);
+            assert_eq!(z.crc32c(len), want, "{len} zeros");
+            assert_eq!(z.crc32c(len), want, "{len} zeros, kept");
+        }
+        assert!(z.known.len() <= ZERO_SUMS_KEPT);
     }
 
     #[test]

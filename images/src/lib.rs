@@ -5,6 +5,7 @@
 //! - [`pages`]: pages files as streams ([`PagesWriter`], [`PagesReader`]) with our per-chunk
 //!   checksums ([`checksum`]).
 //! - [`names`]: file names exactly as upstream; [`dir`]: files relative to the image dir fd.
+//! - [`sparse`]: zeros are not written (pages files keep holes) and holes are not read.
 //!
 //! See `images/README.md` for the format and the checksum extension.
 
@@ -16,6 +17,7 @@ pub mod fuzz;
 pub mod names;
 pub mod pages;
 pub mod proto;
+pub mod sparse;
 
 pub use checksum::{ChecksumAlgorithm, DEFAULT_CHUNK_SIZE};
 pub use frame::{DmabufImage, FrameError, ImageFile, KfdImage, RenderNodeImage};

@@ -445,6 +445,42 @@ fn addr_at(addr: u64, done: usize, len: usize) -> Result<usize, Errno> {
     usize::try_from(start).map_err(|_| Errno::EFAULT)
 }
 
+/// Frees `[offset, offset + len)` of `fd`'s storage, keeping its size
+/// (`fallocate(PUNCH_HOLE | KEEP_SIZE)`): the range reads as zeros afterwards, also through
+/// shared mappings of it.
+pub fn punch_hole(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
+    let flags = rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE;
+    rustix::fs::fallocate(fd, flags, offset, len).map_err(io::Error::from)
+}
+
+/// Where the next data of `fd` at or after offset `at` starts (`lseek(SEEK_DATA)`): `None` when
+/// only a hole follows. Where the file system does not tell, `Some(at)`: everything is data.
+/// Cheap: for shmem it returns at once when `at` holds data and skips holes by the page cache's
+/// tree (`SEEK_HOLE`, by contrast, walks every page of data up to the hole).
+pub fn next_data(fd: BorrowedFd<'_>, at: u64) -> Option<u64> {
+    match rustix::fs::seek(fd, rustix::fs::SeekFrom::Data(at)) {
+        Ok(next) => Some(next.max(at)),
+        Err(rustix::io::Errno::NXIO) => None,
+        Err(_) => Some(at),
+    }
+}
+
+/// Zeros that are never written: pages of it that are read map the kernel's shared zero page.
+static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
+
+/// Writes `len` zero bytes into process `pid`'s memory at `addr` (`process_vm_writev` out of a
+/// static zero buffer); any failure is `EFAULT`.
+pub fn process_vm_write_zeros(pid: libc::pid_t, addr: u64, len: u64) -> Result<(), Errno> {
+    let mut done = 0u64;
+    while done < len {
+        let n = usize::try_from(len - done).map_or(ZEROS.len(), |l| l.min(ZEROS.len()));
+        let at = addr.checked_add(done).ok_or(Errno::EFAULT)?;
+        process_vm_write(pid, at, &ZEROS[..n])?;
+        done += n as u64;
+    }
+    Ok(())
+}
+
 /// Nanoseconds of a clock (`CLOCK_MONOTONIC_RAW`, `CLOCK_BOOTTIME`).
 pub fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {

@@ -57,6 +57,13 @@ impl Machine {
         &self.inner.topology
     }
 
+    /// CPU time (user and system, of the threads that submitted) the simulated SDMA engines have
+    /// spent executing command submissions on this machine so far: what the GPU does on hardware,
+    /// apart from the CPU work of the program that submitted.
+    pub fn engine_cpu_time(&self) -> std::time::Duration {
+        self.inner.engine.cpu_time()
+    }
+
     /// The gpu_ids of its GPUs, in node order.
     pub fn gpu_ids(&self) -> Vec<u32> {
         self.inner.devices.iter().map(|d| d.gpu_id).collect()

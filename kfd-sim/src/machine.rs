@@ -177,6 +177,8 @@ pub struct MachineInner {
     pub(crate) system_limit: u64,
     /// What GET_VERSION reports, `major << 32 | minor` (1.11 unless told otherwise).
     kfd_version: std::sync::atomic::AtomicU64,
+    /// CPU time the SDMA engines of the machine used (for benchmarks).
+    pub(crate) engine: crate::sdma::EngineTime,
     /// The GTT size of every GPU (`amdgpu_ttm_init`).
     gtt_size: u64,
     /// The client requests the simulator does not answer that it has logged (once each).
@@ -276,6 +278,7 @@ impl MachineInner {
                 u64::from(kfd_sys::KFD_IOCTL_MAJOR_VERSION) << 32
                     | u64::from(kfd_sys::KFD_IOCTL_MINOR_VERSION),
             ),
+            engine: crate::sdma::EngineTime::default(),
             reg: Mutex::new(Registry {
                 next_pid: 1000,
                 ..Registry::default()

@@ -8,6 +8,9 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use crate::host::{self, FileKey, SharedMap};
 
+/// Bytes a copy out of a BO moves between two looks for a hole ([`Backing::write_to_process`]).
+const DATA_STEP: u64 = 1 << 20;
+
 /// Where a BO's memory lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Domain {
@@ -94,6 +97,63 @@ impl Backing {
             .read_from_process(self.memfd.as_fd(), offset, len, pid, remote)
     }
 
+    /// Fills `len` bytes at `offset` with `pattern` repeated from byte `phase` of it; `false` if
+    /// out of range. A fill with zeros punches the whole pages of the range out of the memfd
+    /// (they read as zeros and hold no memory, as a fresh BO's) and writes only the partial pages
+    /// at its ends; where punching is refused, it writes every byte.
+    pub fn fill(&self, offset: u64, len: u64, pattern: [u8; 4], phase: usize) -> bool {
+        let page = crate::process::limits::PAGE_SIZE;
+        let Some(end) = offset.checked_add(len).filter(|&e| e <= self.size) else {
+            return false;
+        };
+        let (first, last) = (offset.next_multiple_of(page), end / page * page);
+        if pattern != [0; 4] || first >= last {
+            return self.map.fill(offset, len, pattern, phase);
+        }
+        if host::punch_hole(self.memfd.as_fd(), first, last - first).is_err() {
+            return self.map.fill(offset, len, pattern, phase);
+        }
+        self.map.fill(offset, first - offset, pattern, phase)
+            && self.map.fill(last, end - last, pattern, phase)
+    }
+
+    /// Writes `len` bytes at `offset` into process `pid`'s memory at `remote` (see
+    /// [`SharedMap::write_to_process`]). Ranges of the memfd that were never written (its holes)
+    /// are sent as zeros without being read: a read of a hole through the shared mapping would
+    /// allocate and clear memory for it, which VRAM that nobody wrote does not cost on hardware.
+    /// `EFAULT` when out of range or on a failed transfer.
+    pub fn write_to_process(
+        &self,
+        offset: u64,
+        len: u64,
+        pid: libc::pid_t,
+        remote: u64,
+    ) -> Result<(), kfd_abi::Errno> {
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= self.size)
+            .ok_or(kfd_abi::Errno::EFAULT)?;
+        let mut at = offset;
+        while at < end {
+            let to = remote + (at - offset);
+            match host::next_data(self.memfd.as_fd(), at) {
+                // Data here: copied a step at a time, so that a hole right after it is read
+                // (and allocated) for at most one step.
+                Some(next) if next == at => {
+                    let stop = (at + DATA_STEP).min(end);
+                    self.map.write_to_process(at, stop - at, pid, to)?;
+                    at = stop;
+                }
+                hole_to => {
+                    let stop = hole_to.map_or(end, |n| n.min(end));
+                    host::process_vm_write_zeros(pid, to, stop - at)?;
+                    at = stop;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The shared mapping (what the SDMA engine copies into and out of).
     pub fn map(&self) -> &SharedMap {
         &self.map
@@ -104,6 +164,7 @@ impl Backing {
 mod tests {
     use super::*;
     use std::io::{Read, Seek, SeekFrom, Write};
+    use std::os::unix::fs::MetadataExt;
 
     #[test]
     fn dmabuf_is_the_same_inode_and_sees_the_same_bytes() {
@@ -121,6 +182,71 @@ mod tests {
         let mut back = [0u8; 2];
         assert!(b.read(0, &mut back));
         assert_eq!(&back, b"xy");
+    }
+
+    #[test]
+    fn a_zero_fill_frees_the_pages_it_covers_and_writes_the_edges() {
+        let b = Backing::new(8 * 4096, Domain::Vram, 0, true).unwrap();
+        assert!(b.write(0, &[0xab; 8 * 4096]));
+        let blocks = |b: &Backing| {
+            std::fs::File::from(b.export(true).unwrap())
+                .metadata()
+                .unwrap()
+                .blocks()
+        };
+        assert_eq!(blocks(&b) * 512, 8 * 4096);
+        assert!(b.fill(10, 8 * 4096 - 20, [0; 4], 0));
+        // Only the two edge pages still hold memory (until something reads the others through
+        // the shared mapping, which allocates them again).
+        assert_eq!(blocks(&b) * 512, 2 * 4096);
+        let mut got = vec![0u8; 8 * 4096];
+        assert!(b.read(0, &mut got));
+        assert!(got[..10].iter().all(|&x| x == 0xab));
+        assert!(got[10..8 * 4096 - 10].iter().all(|&x| x == 0));
+        assert!(got[8 * 4096 - 10..].iter().all(|&x| x == 0xab));
+        // Other patterns, and ranges out of bounds, as before.
+        assert!(b.fill(4096, 8, [1, 2, 3, 4], 1));
+        assert!(b.read(4096, &mut got[..8]));
+        assert_eq!(&got[..8], &[2, 3, 4, 1, 2, 3, 4, 1]);
+        assert!(!b.fill(8 * 4096 - 4, 8, [0; 4], 0));
+    }
+
+    #[test]
+    fn copies_out_of_holes_are_zeros_and_allocate_at_most_a_step() {
+        const SIZE: usize = 8 << 20;
+        let b = Backing::new(SIZE as u64, Domain::Vram, 0, true).unwrap();
+        // Data from the middle of the page at 2 MiB, holes elsewhere.
+        let data_at = (2 << 20) + 100;
+        assert!(b.write(data_at as u64, &[0x5a; 8000]));
+        let blocks = |b: &Backing| {
+            std::fs::File::from(b.export(true).unwrap())
+                .metadata()
+                .unwrap()
+                .blocks()
+                * 512
+        };
+        let before = blocks(&b);
+        let mut out = vec![0xeeu8; SIZE - 50];
+        b.write_to_process(
+            50,
+            out.len() as u64,
+            host::own_pid(),
+            out.as_mut_ptr() as u64,
+        )
+        .unwrap();
+        let mut want = vec![0u8; SIZE];
+        want[data_at..data_at + 8000].fill(0x5a);
+        assert!(out == want[50..]);
+        // The 6 MiB of hole after the data cost one step of reading at most, the 2 MiB before
+        // it nothing.
+        let after = blocks(&b);
+        assert!(
+            after <= before + DATA_STEP,
+            "{before} -> {after} bytes held"
+        );
+        assert!(b
+            .write_to_process(1, SIZE as u64, host::own_pid(), out.as_mut_ptr() as u64)
+            .is_err());
     }
 
     #[test]

@@ -1093,9 +1093,10 @@ fn cs(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
         return Err(Errno::ENOENT);
     }
     let started = Instant::now();
-    let result = ibs
-        .iter()
-        .try_for_each(|ib| crate::sdma::execute(&call.file.vm, ib.va, ib.bytes, started));
+    let result = call.machine.engine.run(|| {
+        ibs.iter()
+            .try_for_each(|ib| crate::sdma::execute(&call.file.vm, ib.va, ib.bytes, started))
+    });
     let ring = ibs.first().map_or(0, |ib| ib.ring);
     let ctx = st.ctxs.get_mut(&ctx_id).ok_or(Errno::EINVAL)?;
     let result = result.map_err(|fault| {

@@ -17,7 +17,16 @@
 //!   into a small per-thread bounce buffer and `pwrite` into the memfd, which spares fresh pages
 //!   the zeroing and the page faults of a write through the mapping (see
 //!   `SharedMap::read_from_process`); userptr <-> userptr goes through a bounded bounce buffer.
-//!   CONSTANT_FILL likewise.
+//!   CONSTANT_FILL likewise, except that a fill of VRAM/GTT with zeros punches the whole pages
+//!   out of the memfd (`fallocate(PUNCH_HOLE)`; they read as zeros, as after the fill) and writes
+//!   only the partial pages at its ends: on hardware a fill costs the CPU nothing, and here it
+//!   costs neither CPU nor memory for the pages it zeroes (see [`Backing::fill`]). Likewise a
+//!   copy out of VRAM/GTT that was never written (a hole of the memfd) writes zeros to the
+//!   destination without reading the hole, which would allocate it ([`Backing::write_to_process`]).
+//!
+//! The CPU time the engine spends (per-thread CPU clock around each submission, on the thread
+//! that submitted, since execution is synchronous) is summed per machine in [`EngineTime`], so a
+//! benchmark can tell the simulated GPU's work from the work of the program that drives it.
 //!
 //! Approximations: userptr memory that the owner unmapped is only noticed while moving (the packet
 //! then stops part-way); mappings are always readable (`AMDGPU_VM_PAGE_READABLE` is not enforced,
@@ -25,6 +34,7 @@
 //! INDIRECT_BUFFER packet takes it; IBs larger than [`MAX_IB_BYTES`] and submissions running
 //! longer than [`JOB_TIMEOUT`] fail like a hung job.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,10 +42,33 @@ use kfd_abi::sdma::{DecodeError, Decoder, Packet};
 use kfd_abi::Errno;
 
 use crate::client::ProcessMemory;
-use crate::host::pattern_chunk;
+use crate::host::{self, pattern_chunk};
 use crate::machine::lock;
 use crate::memory::Backing;
 use crate::render::{Vm, VmTarget};
+
+/// CPU time the engine has used, summed over every thread that ran a submission.
+#[derive(Debug, Default)]
+pub struct EngineTime {
+    cpu_ns: AtomicU64,
+}
+
+impl EngineTime {
+    /// Runs `f` (a submission's execution) and adds the CPU time the calling thread spent in it
+    /// (`CLOCK_THREAD_CPUTIME_ID`).
+    pub fn run<R>(&self, f: impl FnOnce() -> R) -> R {
+        let start = host::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+        let out = f();
+        let spent = host::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).saturating_sub(start);
+        self.cpu_ns.fetch_add(spent, Ordering::Relaxed);
+        out
+    }
+
+    /// The total so far.
+    pub fn cpu_time(&self) -> Duration {
+        Duration::from_nanos(self.cpu_ns.load(Ordering::Relaxed))
+    }
+}
 
 /// The largest IB the engine fetches (the simulator's bound).
 pub const MAX_IB_BYTES: u64 = 4 << 20;
@@ -186,7 +219,6 @@ fn move_bytes(src: &Piece, si: u64, dst: &Piece, di: u64, n: u64) -> Result<(), 
             .read_from_process(off + di, n, mem.pid(), addr + si)
             .map_err(|_| Fault::UserMemory { addr: addr + si }),
         (Piece::Mem { backing, off, .. }, Piece::User { mem, addr, .. }) => backing
-            .map()
             .write_to_process(off + si, n, mem.pid(), addr + di)
             .map_err(|_| Fault::UserMemory { addr: addr + di }),
         (
@@ -244,7 +276,7 @@ fn fill(dst: &[Piece], value: u32) -> Result<(), Fault> {
         let phase = (at % 4) as usize;
         match p {
             Piece::Mem { backing, off, len } => {
-                if !backing.map().fill(*off, *len, pattern, phase) {
+                if !backing.fill(*off, *len, pattern, phase) {
                     return Err(Fault::Unmapped { va: *off });
                 }
             }
@@ -407,6 +439,29 @@ mod tests {
         let mut got = [0u8; 16];
         assert!(a.read(0, &mut got));
         assert_eq!(got, [1, 2, 3, 4, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn a_zero_fill_reads_back_as_zeros_around_unaligned_edges() {
+        let vm = Mutex::new(Vm::new(0));
+        let a = mem(4 * 4096);
+        assert!(a.write(0, &[0xff; 4 * 4096]));
+        map(&vm, 0x10_0000, &a, 0, 4 * 4096, true);
+        // From the middle of page 0 to the middle of page 3: pages 1 and 2 are punched out,
+        // the edges written.
+        let mut ib = IbBuilder::new();
+        ib.const_fill(0x10_0000 + 100, 0, 3 * 4096);
+        let (_ib, n) = ib_at(&vm, 0x90_0000, ib);
+        let engine = EngineTime::default();
+        engine
+            .run(|| execute(&vm, 0x90_0000, n, Instant::now()))
+            .unwrap();
+        let mut got = vec![0u8; 4 * 4096];
+        assert!(a.read(0, &mut got));
+        assert!(got[..100].iter().all(|&b| b == 0xff));
+        assert!(got[100..100 + 3 * 4096].iter().all(|&b| b == 0));
+        assert!(got[100 + 3 * 4096..].iter().all(|&b| b == 0xff));
+        assert!(engine.cpu_time() > Duration::ZERO);
     }
 
     #[test]

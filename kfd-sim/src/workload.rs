@@ -6,9 +6,10 @@
 //! the compute VM after `ACQUIRE_VM`), creates queues and signal events, and advances a
 //! generation counter in a small VRAM buffer by SDMA on every tick.
 //!
-//! Contents are a pure function of `(seed, gpu index, buffer index, byte offset)`, so any process
-//! that knows the [`Manifest`] can verify them: the workload itself after criu restored it, or a
-//! test that restored its state into another simulated process.
+//! Contents are a pure function of `(seed, gpu index, buffer index, byte offset)` (and zero in the
+//! untouched tail of each buffer, [`Spec::untouched_permille`]), so any process that knows the
+//! [`Manifest`] can verify them: the workload itself after criu restored it, or a test that
+//! restored its state into another simulated process.
 
 use std::collections::BTreeMap;
 use std::os::fd::AsFd;
@@ -34,6 +35,21 @@ pub struct Spec {
     pub queues: u32,
     /// Signal events (every other one is left signaled).
     pub events: u32,
+    /// Per mille of each VRAM and GTT buffer, at its end, that the workload never writes (it
+    /// stays zero, as freshly allocated memory): a caching allocator's reserved but untouched
+    /// pool. Rounded down to whole pages.
+    #[serde(default)]
+    pub untouched_permille: u32,
+}
+
+impl Spec {
+    /// Bytes at the end of a `size`-byte buffer that stay zero (see
+    /// [`Spec::untouched_permille`]).
+    pub fn untouched_bytes(&self, size: u64) -> u64 {
+        let permille = u128::from(self.untouched_permille.min(1000));
+        let bytes = u128::from(size) * permille / 1000;
+        u64::try_from(bytes).map_or(size, |b| b / 4096 * 4096)
+    }
 }
 
 impl Default for Spec {
@@ -45,6 +61,7 @@ impl Default for Spec {
             gtt: vec![2 << 20, 4 << 10],
             queues: 2,
             events: 6,
+            untouched_permille: 0,
         }
     }
 }
@@ -226,11 +243,19 @@ impl<'r, T: Transport> GpuDma<'r, T> {
         }
     }
 
-    /// Writes the pattern of buffer `b` (GPU number `gpu`) into it by SDMA.
-    fn fill(&mut self, seed: u64, gpu: usize, b: &Buffer) -> Result<(), WorkloadError> {
+    /// Writes the pattern of buffer `b` (GPU number `gpu`) into it by SDMA, but for its last
+    /// `untouched` bytes.
+    fn fill(
+        &mut self,
+        seed: u64,
+        gpu: usize,
+        b: &Buffer,
+        untouched: u64,
+    ) -> Result<(), WorkloadError> {
+        let end = b.size - untouched.min(b.size);
         let mut off = 0;
-        while off < b.size {
-            let n = (b.size - off).min(STAGING as u64);
+        while off < end {
+            let n = (end - off).min(STAGING as u64);
             #[allow(clippy::cast_possible_truncation)] // n <= STAGING
             pattern(
                 seed,
@@ -247,8 +272,16 @@ impl<'r, T: Transport> GpuDma<'r, T> {
         Ok(())
     }
 
-    /// Reads buffer `b` back by SDMA and compares it with its pattern.
-    fn check(&mut self, seed: u64, gpu: usize, b: &Buffer) -> Result<(), WorkloadError> {
+    /// Reads buffer `b` back by SDMA and compares it with its pattern (zeros in its last
+    /// `untouched` bytes).
+    fn check(
+        &mut self,
+        seed: u64,
+        gpu: usize,
+        b: &Buffer,
+        untouched: u64,
+    ) -> Result<(), WorkloadError> {
+        let end = b.size - untouched.min(b.size);
         let mut want = vec![0u8; STAGING];
         let mut off = 0;
         while off < b.size {
@@ -258,7 +291,10 @@ impl<'r, T: Transport> GpuDma<'r, T> {
             self.run(ib)?;
             #[allow(clippy::cast_possible_truncation)] // n <= STAGING
             let n = n as usize;
-            pattern(seed, gpu, b.index, off, &mut want[..n]);
+            #[allow(clippy::cast_possible_truncation)] // < n
+            let patterned = end.saturating_sub(off).min(n as u64) as usize;
+            pattern(seed, gpu, b.index, off, &mut want[..patterned]);
+            want[patterned..n].fill(0);
             let got = &self.staging.as_slice()[..n];
             if got != &want[..n] {
                 let at = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
@@ -382,7 +418,7 @@ impl<T: Transport> Workload<T> {
                 .iter()
                 .filter(|b| matches!(b.kind, Kind::Vram | Kind::Gtt))
             {
-                dma.fill(spec.seed, g, b)?;
+                dma.fill(spec.seed, g, b, spec.untouched_bytes(b.size))?;
             }
             if let Some(c) = buffers.iter().find(|b| b.kind == Kind::Counter) {
                 dma.write_counter(c.va, 1)?;
@@ -545,7 +581,7 @@ pub fn verify<T: Transport>(
         for b in &gm.buffers {
             match b.kind {
                 Kind::Vram | Kind::Gtt => {
-                    dma.check(m.spec.seed, g, b)?;
+                    dma.check(m.spec.seed, g, b, m.spec.untouched_bytes(b.size))?;
                     report.buffers += 1;
                     report.bytes += b.size;
                 }
@@ -595,6 +631,21 @@ pub fn verify<T: Transport>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn untouched_tail_is_whole_pages_and_at_most_the_buffer() {
+        let spec = |permille| Spec {
+            untouched_permille: permille,
+            ..Spec::default()
+        };
+        assert_eq!(spec(0).untouched_bytes(1 << 20), 0);
+        assert_eq!(spec(750).untouched_bytes(256 << 20), 192 << 20);
+        // 10% of 100 KiB is 10240 bytes: two whole pages.
+        assert_eq!(spec(100).untouched_bytes(100 << 10), 8192);
+        assert_eq!(spec(1000).untouched_bytes(12_345), 12_345 / 4096 * 4096);
+        assert_eq!(spec(5000).untouched_bytes(1 << 20), 1 << 20);
+        assert_eq!(spec(1000).untouched_bytes(u64::MAX), u64::MAX / 4096 * 4096);
+    }
 
     #[test]
     fn pattern_is_position_addressed() {

@@ -19,6 +19,7 @@ fn spec() -> Spec {
         gtt: vec![64 << 10],
         queues: 1,
         events: 2,
+        untouched_permille: 0,
     }
 }
 

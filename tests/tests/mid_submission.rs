@@ -213,6 +213,7 @@ fn a_checkpoint_inside_a_step_costs_at_most_one_rerun_of_it(
         gtt: vec![64 << 10],
         queues: 1,
         events: 2,
+        untouched_permille: 0,
     };
     let mut w = Workload::start(wkfd, gpus, &spec).unwrap();
     assert_eq!(w.tick().unwrap(), 2, "a tick before the checkpoint");

@@ -59,6 +59,7 @@ impl PlatformTest for WorkloadRoundTrip {
             gtt: vec![64 << 10],
             queues: 1,
             events: 2,
+            untouched_permille: 0,
         };
         let mut w = Workload::start(kfd, gpus, &spec).unwrap();
         w.verify().unwrap();

@@ -23,6 +23,7 @@ fn small_spec() -> Spec {
         gtt: vec![256 << 10],
         queues: 1,
         events: 3,
+        untouched_permille: 0,
     }
 }
 

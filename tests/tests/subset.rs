@@ -22,6 +22,7 @@ fn spec() -> Spec {
         gtt: vec![256 << 10],
         queues: 1,
         events: 3,
+        untouched_permille: 0,
     }
 }
 

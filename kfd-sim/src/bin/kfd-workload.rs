@@ -129,6 +129,7 @@ fn start(args: &Args) -> Result<Workload<kfd_abi::FdTransport>, String> {
         gtt: kib(&args.gtt_kib),
         queues: args.queues,
         events: args.events,
+        untouched_permille: 0,
     };
     Workload::start(kfd, gpus, &spec).map_err(|e| e.to_string())
 }

@@ -1,0 +1,134 @@
+//! Zeros cost nothing, end to end: a workload whose buffers are mostly untouched (zero) is dumped
+//! into pages files that keep holes for them, and restored with SDMA constant fills for those
+//! holes instead of copies; every byte is verified, and a data chunk zeroed in the image is
+//! refused.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use amdgpu_cr::demo::{self, SimNode};
+use amdgpu_plugin::copy::Staging;
+use amdgpu_plugin::criu::Settings;
+use images::PagesFile;
+use kfd_sim::preset::Preset;
+use kfd_sim::render::VmTarget;
+use kfd_sim::workload::{Kind, Manifest, Spec};
+
+const M: u64 = 1 << 20;
+
+/// One VRAM buffer of 8 MiB, three quarters of it never written, and a GTT buffer of 2 MiB.
+fn spec() -> Spec {
+    Spec {
+        seed: 9,
+        vram: vec![8 * M],
+        gtt: vec![2 * M],
+        queues: 1,
+        events: 2,
+        untouched_permille: 750,
+    }
+}
+
+fn settings() -> Settings {
+    let mut s = Settings::from_lookup(|_| None, false);
+    s.staging = Staging {
+        buffer_size: 2 << 20,
+        buffers: 3,
+    };
+    s
+}
+
+/// Bytes the file system holds for `path`, after syncing it.
+fn on_disk(path: &Path) -> u64 {
+    std::fs::File::open(path).unwrap().sync_all().unwrap();
+    std::fs::metadata(path).unwrap().blocks() * 512
+}
+
+/// The pages file of the workload's first GPU, and its payload length.
+fn first_pages_file(dir: &Path, ids: &demo::ImageIds, manifest: &Manifest) -> (PathBuf, u64) {
+    let gpu = &manifest.gpus[0];
+    let which = PagesFile::Kfd {
+        id: ids.kfd,
+        gpu_id: gpu.gpu_id,
+    };
+    let len = gpu.buffers.iter().map(|b| b.size).sum();
+    (dir.join(which.file_name()), len)
+}
+
+#[test]
+fn untouched_memory_is_a_hole_at_dump_and_a_fill_at_restore() {
+    let preset = Preset::by_name("mi210x2").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let src = SimNode::new(&preset).unwrap();
+    let target = demo::start_target(&src, &spec()).unwrap();
+    let manifest = target.workload.manifest().clone();
+    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings()).unwrap();
+    drop(target);
+
+    // The file has its full length; of the buffers' 10 MiB, 7.5 MiB are untouched and holes.
+    let (pages, len) = first_pages_file(dir.path(), &ids, &manifest);
+    assert!(len > 10 * M);
+    assert_eq!(std::fs::metadata(&pages).unwrap().len(), 8 + len);
+    let disk = on_disk(&pages);
+    assert!(
+        disk <= 3 * M,
+        "{disk} bytes of the {len}-byte payload on disk"
+    );
+
+    let dst = SimNode::new(&preset).unwrap();
+    let (restored, _) = demo::restore(&dst, dir.path(), &ids, &settings()).unwrap();
+    // Before anything reads it (a read through the simulated VRAM's mapping allocates memory):
+    // the restored VRAM buffer holds memory only for the quarter that was copied. Copying the
+    // zeros would have allocated all of it; the fills punched it out.
+    let vram = manifest.gpus[0]
+        .buffers
+        .iter()
+        .find(|b| b.kind == Kind::Vram)
+        .unwrap();
+    let vm = restored.renders[0].transport().vm().unwrap();
+    let backing = {
+        let vm = vm.lock().unwrap();
+        let (_, mapping) = vm.lookup(vram.va).unwrap();
+        match &mapping.target {
+            VmTarget::Memory { backing, .. } => std::sync::Arc::clone(backing),
+            other => panic!("the VRAM buffer is mapped to {other:?}"),
+        }
+    };
+    let held = std::fs::File::from(backing.export(true).unwrap())
+        .metadata()
+        .unwrap()
+        .blocks()
+        * 512;
+    assert!(
+        held <= 2 * M + 64 * 1024,
+        "the restored 8 MiB buffer holds {held} bytes of memory"
+    );
+    drop(backing);
+    restored.verify(&manifest).unwrap();
+}
+
+#[test]
+fn a_data_chunk_zeroed_in_the_image_is_refused() {
+    let preset = Preset::by_name("mi210x2").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let src = SimNode::new(&preset).unwrap();
+    let target = demo::start_target(&src, &spec()).unwrap();
+    let manifest = target.workload.manifest().clone();
+    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings()).unwrap();
+    drop(target);
+    // The file's second MiB held data (the end of the payload's first chunk and most of its
+    // second): it becomes a hole, as a zeroed-out chunk.
+    let (pages, _) = first_pages_file(dir.path(), &ids, &manifest);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&pages)
+        .unwrap();
+    let flags = rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE;
+    rustix::fs::fallocate(f.as_fd(), flags, M, M).unwrap();
+    drop(f);
+    let dst = SimNode::new(&preset).unwrap();
+    let e = demo::restore(&dst, dir.path(), &ids, &settings()).unwrap_err();
+    assert!(e.to_string().contains("is corrupt: chunk 0"), "{e}");
+}
