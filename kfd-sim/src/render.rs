@@ -362,12 +362,21 @@ pub fn dispatch(
     arg: u64,
 ) -> Result<i32, Errno> {
     if ioctl::ty(cmd) != codes::TYPE {
+        let code = crate::machine::spell_request(cmd);
+        machine.log_once(
+            &format!("render node {code}"),
+            &format!("render node {code}: not a DRM ioctl, ENOTTY as 6.1 answers"),
+        );
         return Err(Errno::ENOTTY);
     }
     let nr = ioctl::nr(cmd);
     // A number without a row (no function): EINVAL before anything is copied.
     let Some(row) = core::lookup(nr) else {
-        log::debug!("kfd-sim: render node ioctl nr {nr:#x} is not in the 6.1 DRM tables");
+        let code = crate::machine::spell_request(cmd);
+        machine.log_once(
+            &format!("render node {code}"),
+            &format!("render node {code}: not in 6.1's DRM tables, EINVAL as 6.1 answers"),
+        );
         return Err(Errno::EINVAL);
     };
     let kcmd = row.cmd;
