@@ -13,7 +13,8 @@
 //!   be exactly a BO's fake offset on this device and the length at most the BO's size
 //!   (`EINVAL`); the BO must be one of this file's (a KFD BO of a process whose VM is this file,
 //!   or a GEM object with a handle in it), else `EACCES`; userptr and no-CPU-access BOs `EPERM`
-//!   (KFD VRAM without PUBLIC is created no-CPU-access); copy-on-write mappings `EINVAL`, except
+//!   (GEM objects created so; KFD VRAM is not, PUBLIC or not, since 5.14: libhsakmt maps
+//!   every VRAM BO, invisible ones `PROT_NONE`); copy-on-write mappings `EINVAL`, except
 //!   `PROT_NONE` private ones, which lose `VM_MAYWRITE` instead (amdgpu's workaround for the
 //!   thunk). Flags: `VM_IO | VM_DONTEXPAND | VM_DONTDUMP`, readable through ptrace (TTM's
 //!   `access`), inherited by fork.
@@ -325,10 +326,7 @@ fn kfd_bo(
     dev: usize,
     offset: u64,
 ) -> Result<Option<Found>, Errno> {
-    use kfd_sys::{
-        KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC as PUBLIC, KFD_IOC_ALLOC_MEM_FLAGS_USERPTR as USERPTR,
-        KFD_IOC_ALLOC_MEM_FLAGS_VRAM as VRAM,
-    };
+    use kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_USERPTR as USERPTR;
     for p in m.processes() {
         let st = proc_state(&p)?;
         for pdd in st.pdds.iter().filter(|pdd| pdd.dev == dev) {
@@ -340,7 +338,10 @@ fn kfd_bo(
                 size: bo.size,
                 allowed: pdd.drm.as_ref().is_some_and(|d| d.key == file.key),
                 userptr: bo.flags & USERPTR != 0,
-                no_cpu_access: bo.flags & VRAM != 0 && bo.flags & PUBLIC == 0,
+                // KFD VRAM BOs are never created NO_CPU_ACCESS (since 5.14, "drm/amdkfd: Allow
+                // CPU access for all VRAM BOs"): libhsakmt maps every VRAM BO, the invisible ones
+                // PROT_NONE and private, for the debugger.
+                no_cpu_access: false,
             }));
         }
     }
@@ -644,16 +645,19 @@ mod tests {
             errno(e.ask(&other, bo.mmap_offset, PAGE_SIZE, SHARED_RW)),
             Errno::EACCES
         );
-        // VRAM without PUBLIC has no CPU access; with PUBLIC it maps.
+        // KFD VRAM maps with or without PUBLIC (6.1 creates neither NO_CPU_ACCESS): libhsakmt
+        // maps the invisible BOs PROT_NONE and private.
         let vram = AllocFlags::VRAM | AllocFlags::WRITABLE;
         let hidden = e
             .kfd
             .alloc_memory(VA + (1 << 30), PAGE_SIZE, e.gpu(0), vram)
             .unwrap();
-        assert_eq!(
-            errno(e.render_map(0, hidden.mmap_offset, PAGE_SIZE, SHARED_RW)),
-            Errno::EPERM
-        );
+        let thunk = e
+            .render_map(0, hidden.mmap_offset, PAGE_SIZE, proto::MAP_MAYWRITE)
+            .unwrap();
+        assert_eq!(thunk.vma, RENDER_VMA | proto::VMA_NO_MAYWRITE);
+        e.render_map(0, hidden.mmap_offset, PAGE_SIZE, SHARED_RW)
+            .unwrap();
         let public = vram | AllocFlags::PUBLIC;
         let shown = e
             .kfd
