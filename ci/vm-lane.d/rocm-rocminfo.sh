@@ -22,15 +22,23 @@
 command -v rocminfo >/dev/null || skip "rocminfo is not installed on the host (apt-get install rocminfo libhsakmt1)"
 command -v strace >/dev/null || skip "strace is not installed on the host"
 
+# Through the kfd_bridge module (ci/kmod) when it can be loaded: it gives the device files the
+# mmap that ROCr needs (doorbells, the events page, host-visible buffers); plain CUSE without it.
+bridge=false
+if [[ ${KFD_ROCM_NO_BRIDGE:-} != 1 ]]; then
+    need_kmod
+    bridge=true
+fi
 start_simd --preset mi210x2 --sysfs-dir "$KFD_SYSFS"
 mount_sim_sysfs
 gpus=2
 
 # What libdrm checks before it talks to a render node, through the mounted sysfs.
+if $bridge; then class=kfd_bridge; else class=cuse; fi
 for minor in 128 129; do
     dev=/sys/dev/char/226:$minor
-    [[ $(readlink -f "$dev") == /sys/devices/virtual/cuse/* ]] ||
-        fail "$dev no longer leads to the CUSE device: $(readlink -f "$dev")"
+    [[ $(readlink -f "$dev") == /sys/devices/virtual/$class/* ]] ||
+        fail "$dev no longer leads to the $class device: $(readlink -f "$dev")"
     [[ -d $dev/device/drm/renderD$minor ]] || fail "no $dev/device/drm/renderD$minor"
     [[ $(readlink "$dev/device/subsystem") == */pci ]] || fail "$dev/device/subsystem is not PCI"
     grep -q '^PCI_SLOT_NAME=' "$dev/device/uevent" || fail "no PCI_SLOT_NAME in $dev/device/uevent"
