@@ -22,7 +22,7 @@
 
 command -v gcc >/dev/null || skip "no gcc on the host root"
 pkg-config --exists libhsakmt 2>/dev/null || skip "libhsakmt-dev is not installed on the host (apt-get install libhsakmt-dev)"
-note "libhsakmt $(pkg-config --modversion libhsakmt)"
+note "libhsakmt $(dpkg-query -W -f '${Version}' libhsakmt1 2>/dev/null || pkg-config --modversion libhsakmt)"
 
 probe=$VM_LANE_WORK/hsakmt-probe
 # shellcheck disable=SC2046 # pkg-config's words are separate arguments
@@ -67,20 +67,23 @@ else
 fi
 
 # 2. criu dumps the program while it holds VRAM, host-visible memory, events (and the queue),
-# restores it, and the restored program checks its data and goes on.
-# cycle NAME [RESTORE ARGS...]: one dump and restore of a held probe.
+# restores it, and the restored program checks its data through its mappings and goes on.
+# cycle NAME [between]: one dump and restore of a held probe; `between` runs between the two.
 cycle() {
-    local name=$1 trigger=$VM_LANE_WORK/$1.go pid
-    shift
+    local name=$1 between=${2:-true} trigger=$VM_LANE_WORK/$1.go pid
     rm -f "$trigger"
     pid=$(start_detached "$name" "$probe" --hold "$trigger" "${sdma[@]}")
     wait_for "$name to hold" 60 grep -q '^HOLDING' "$VM_LANE_OUT/$name.out"
     grep -E '/dev/(kfd|dri/renderD)' "/proc/$pid/maps" >"$VM_LANE_OUT/$name-maps.txt" || true
     note "$name: $(wc -l <"$VM_LANE_OUT/$name-maps.txt") device mappings"
+    grep -q '/dev/kfd$' "$VM_LANE_OUT/$name-maps.txt" || fail "$name maps nothing of /dev/kfd"
+    grep -q '/dev/dri/renderD' "$VM_LANE_OUT/$name-maps.txt" || fail "$name maps no render node"
     criu_dump "$pid" "$VM_LANE_WORK/$name-images"
     grep -q 'supported via device plugins' "$VM_LANE_OUT/criu/$name-images-dump.log" ||
         fail "criu did not hand $name's device mappings to the plugin"
-    criu_restore "$VM_LANE_WORK/$name-images" "$@"
+    ls "$VM_LANE_WORK/$name-images" | grep -q '^amdgpu-' || fail "the plugin wrote no amdgpu images for $name"
+    "$between"
+    criu_restore "$VM_LANE_WORK/$name-images"
     touch "$trigger"
     wait_for "$name to finish" 60 grep -qE '^(DONE|STOP)' "$VM_LANE_OUT/$name.out"
     grep -q '^DONE' "$VM_LANE_OUT/$name.out" ||
@@ -88,4 +91,18 @@ cycle() {
     note "$name restored: $(grep '^STEP hold' "$VM_LANE_OUT/$name.out")"
 }
 cycle held
+
+# 3. The same onto a node whose GPUs have other gpu ids and render minors: kfd-simd restarts
+# between dump and restore, the simulated sysfs is mounted anew, and the plugin maps the GPUs.
+remap_node() {
+    umount_sim_sysfs
+    stop_simd
+    "$KFD_BIN/kfd-simd" show mi210x2 --gpu-ids 0x4242,0x4343 --render-minors 130,131 \
+        >"$VM_LANE_WORK/variant.toml"
+    start_simd --file "$VM_LANE_WORK/variant.toml" --sysfs-dir "$KFD_SYSFS-remapped"
+    mount_sim_sysfs "$KFD_SYSFS-remapped"
+}
+cycle remapped remap_node
+grep -q 'GPU mapping' "$VM_LANE_OUT/criu/remapped-images-restore.log" ||
+    note "(no mapping line in the restore log)"
 pass
