@@ -44,7 +44,7 @@ steps() { sed -n 's/^STEP \([^ ]*\) ok.*/\1/p' "$1" | paste -sd ' '; }
 rc=0
 trace=()
 [[ ${KFD_ROCM_STRACE:-} != 1 ]] ||
-    trace=(strace -f --seccomp-bpf -e trace=openat,ioctl,mmap -o "$VM_LANE_OUT/probe.strace")
+    trace=(strace -f --seccomp-bpf -e 'trace=openat,ioctl,mmap' -o "$VM_LANE_OUT/probe.strace")
 timeout -k 5 120 "${trace[@]}" "$probe" >"$VM_LANE_OUT/probe.out" 2>"$VM_LANE_OUT/probe.err" || rc=$?
 note "hsakmt-probe: status $rc; steps: $(steps "$VM_LANE_OUT/probe.out")"
 grep '^GPU node' "$VM_LANE_OUT/probe.out" | while read -r line; do note "$line"; done
