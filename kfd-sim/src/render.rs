@@ -602,10 +602,8 @@ fn gem_create(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
         bytes: aligned,
     };
     let domain = if vram { Domain::Vram } else { Domain::Gtt };
-    let visible = !vram
-        || dev.large_bar
-        || flags & u64::from(sys::AMDGPU_GEM_CREATE_CPU_ACCESS_REQUIRED) != 0;
-    let backing = match Backing::new(aligned, domain, dev_index, visible) {
+    let access_required = flags & u64::from(sys::AMDGPU_GEM_CREATE_CPU_ACCESS_REQUIRED) != 0;
+    let backing = match Backing::new(aligned, domain, dev_index, access_required) {
         Ok(b) => Arc::new(b),
         Err(e) => {
             log::warn!("kfd-sim: cannot back a {aligned}-byte GEM object: {e}");

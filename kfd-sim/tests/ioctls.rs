@@ -313,6 +313,8 @@ fn dmabufs_of_a_checkpoint_are_known_and_importable() {
     let i = e.kfd.get_dmabuf_info(buf.as_fd(), None).unwrap();
     assert_eq!((i.size, i.gpu_id), (2 * MIB, e.gpus[0].get()));
     assert!(i.flags.contains(AllocFlags::VRAM));
+    // VRAM allocated without PUBLIC is not CPU_ACCESS_REQUIRED: no PUBLIC flag.
+    assert!(!i.flags.contains(AllocFlags::PUBLIC));
     let h = e
         .kfd
         .import_dmabuf(VA + 16 * MIB, e.gpus[0], buf.as_fd())
@@ -328,6 +330,33 @@ fn dmabufs_of_a_checkpoint_are_known_and_importable() {
     assert_eq!(
         errno(e.kfd.import_dmabuf(VA + 32 * MIB, e.gpus[1], buf.as_fd())),
         Some(Errno::EINVAL)
+    );
+}
+
+/// `amdgpu_amdkfd_get_dmabuf_info` reports PUBLIC only for BOs created CPU_ACCESS_REQUIRED:
+/// VRAM allocated PUBLIC, not GTT (created without flags) and not VRAM without PUBLIC, on a
+/// large-BAR board too.
+#[rstest]
+#[case::vram(AllocFlags::VRAM, false)]
+#[case::public_vram(AllocFlags::VRAM | AllocFlags::PUBLIC, true)]
+#[case::gtt(AllocFlags::GTT, false)]
+fn dmabuf_info_is_public_only_for_cpu_access_required_bos(
+    #[case] domain: AllocFlags,
+    #[case] public: bool,
+) {
+    let e = env(Preset::mi210x2());
+    e.kfd
+        .alloc_memory(VA, 2 * MIB, e.gpus[0], domain | AllocFlags::WRITABLE)
+        .unwrap();
+    let info = e.kfd.criu_process_info().unwrap();
+    let ckpt = e.kfd.criu_checkpoint(&info).unwrap();
+    e.kfd.criu_unpause().unwrap();
+    let buf = ckpt.bos[0].dmabuf.as_ref().unwrap();
+    let i = e.kfd.get_dmabuf_info(buf.as_fd(), None).unwrap();
+    assert_eq!(i.flags.contains(AllocFlags::PUBLIC), public);
+    assert_eq!(
+        i.flags.contains(AllocFlags::GTT),
+        domain.contains(AllocFlags::GTT)
     );
 }
 

@@ -80,7 +80,7 @@ pub(crate) struct Backings {
 }
 
 fn page(size: u64, dev: usize) -> Result<Arc<Backing>, Errno> {
-    Backing::new(size, Domain::Gtt, dev, true)
+    Backing::new(size, Domain::Gtt, dev, false)
         .map(Arc::new)
         .map_err(|e| {
             log::warn!("kfd-simd: cannot back a {size}-byte device page: {e}");
