@@ -111,6 +111,14 @@ impl Machine {
         self.inner.set_locked(locked);
     }
 
+    /// What the machine has logged once (as a warning) so far, by the name it gave each: the
+    /// client requests it does not answer (`DRM_IOCTL_SYNCOBJ_CREATE`), foreign ones it names
+    /// (`AMDKFD_IOC_DBG_TRAP (KFD 1.13)`) and those no table names, by request code
+    /// (`/dev/kfd _IOWR('K', 0x30, 8 bytes)`).
+    pub fn logged_once(&self) -> Vec<String> {
+        self.inner.logged_once()
+    }
+
     /// Whether a KFD process exists for simulated pid `pid`.
     pub fn has_kfd_process(&self, pid: u32) -> bool {
         self.inner.find_process(pid).is_some()

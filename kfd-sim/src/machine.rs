@@ -169,6 +169,29 @@ struct Registry {
     locked: bool,
 }
 
+/// A request code spelled as the C macros that make it (`_IOWR('K', 0x2a, 24)`): the name of a
+/// request that no table of the simulated kernel names.
+pub(crate) fn spell_request(cmd: u32) -> String {
+    use kfd_abi::ioctl::{self, Dir};
+    let macro_ = match ioctl::dir(cmd) {
+        Dir::None => "_IO",
+        Dir::Write => "_IOW",
+        Dir::Read => "_IOR",
+        Dir::ReadWrite => "_IOWR",
+    };
+    let ty = ioctl::ty(cmd);
+    let ty = if ty.is_ascii_graphic() {
+        format!("'{}'", char::from(ty))
+    } else {
+        format!("{ty:#04x}")
+    };
+    let nr = ioctl::nr(cmd);
+    match ioctl::dir(cmd) {
+        Dir::None => format!("{macro_}({ty}, {nr:#04x})"),
+        _ => format!("{macro_}({ty}, {nr:#04x}, {} bytes)", ioctl::size(cmd)),
+    }
+}
+
 /// The machine's state; shared by every front-end object.
 #[derive(Debug)]
 pub struct MachineInner {
@@ -466,6 +489,11 @@ impl MachineInner {
     /// what AMD's userspace asks for and does not get shows once in the daemon's log.
     pub(crate) fn unanswered(&self, what: &str) {
         self.log_once(what, &format!("not simulated: {what}"));
+    }
+
+    /// The keys of what [`log_once`](Self::log_once) has logged on this machine, in order.
+    pub(crate) fn logged_once(&self) -> Vec<String> {
+        lock(&self.unanswered).iter().cloned().collect()
     }
 
     /// Logs `message` as a warning the first time `key` is seen on this machine, later at debug

@@ -32,13 +32,19 @@ pub struct Backing {
     pub domain: Domain,
     /// Index of the GPU it belongs to.
     pub device: usize,
-    /// Whether the CPU may map it (PUBLIC VRAM, or GTT).
-    pub cpu_visible: bool,
+    /// Created with `AMDGPU_GEM_CREATE_CPU_ACCESS_REQUIRED` (KFD: VRAM allocated PUBLIC; GEM: the
+    /// flag itself): what GET_DMABUF_INFO reports as `KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC`.
+    pub cpu_access_required: bool,
 }
 
 impl Backing {
     /// A zero-filled (sparse) memfd of `size` bytes, mapped shared.
-    pub fn new(size: u64, domain: Domain, device: usize, cpu_visible: bool) -> io::Result<Self> {
+    pub fn new(
+        size: u64,
+        domain: Domain,
+        device: usize,
+        cpu_access_required: bool,
+    ) -> io::Result<Self> {
         let name = match domain {
             Domain::Vram => "kfd-sim:vram",
             Domain::Gtt => "kfd-sim:gtt",
@@ -53,7 +59,7 @@ impl Backing {
             size,
             domain,
             device,
-            cpu_visible,
+            cpu_access_required,
         })
     }
 

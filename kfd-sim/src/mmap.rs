@@ -15,7 +15,8 @@
 //!   [`crate::render::mmap`]): the offset must be exactly a BO's fake offset on this device and
 //!   the length at most the BO's size (`EINVAL`); the BO must be one of this file's (a KFD BO of
 //!   a process whose VM is this file, or a GEM object with a handle in it), else `EACCES`; userptr
-//!   and no-CPU-access BOs `EPERM` (KFD VRAM without PUBLIC is created no-CPU-access);
+//!   and no-CPU-access BOs `EPERM` (GEM objects created so; KFD VRAM is not, PUBLIC or not,
+//!   since 5.14: libhsakmt maps every VRAM BO, invisible ones `PROT_NONE`);
 //!   copy-on-write mappings `EINVAL`, except `PROT_NONE` private ones, which lose `VM_MAYWRITE`
 //!   instead (amdgpu's workaround for the thunk). Flags: `VM_IO | VM_DONTEXPAND | VM_DONTDUMP`,
 //!   readable through ptrace (TTM's `access`), inherited by fork.
@@ -88,7 +89,7 @@ pub(crate) struct Target {
 
 /// A device page of `size` bytes (doorbells, MMIO, signal page), zero-filled.
 pub(crate) fn page(size: u64, dev: usize) -> Result<Arc<Backing>, Errno> {
-    Backing::new(size, Domain::Gtt, dev, true)
+    Backing::new(size, Domain::Gtt, dev, false)
         .map(Arc::new)
         .map_err(|e| {
             log::warn!("kfd-sim: cannot back a {size}-byte device page: {e}");
@@ -402,16 +403,19 @@ mod tests {
             errno(e.ask(&other, bo.mmap_offset, PAGE_SIZE, SHARED_RW)),
             Errno::EACCES
         );
-        // VRAM without PUBLIC has no CPU access; with PUBLIC it maps.
+        // KFD VRAM maps with or without PUBLIC (6.1 creates neither NO_CPU_ACCESS): libhsakmt
+        // maps the invisible BOs PROT_NONE and private.
         let vram = AllocFlags::VRAM | AllocFlags::WRITABLE;
         let hidden = e
             .kfd
             .alloc_memory(VA + (1 << 30), PAGE_SIZE, e.gpu(0), vram)
             .unwrap();
-        assert_eq!(
-            errno(e.render_map(0, hidden.mmap_offset, PAGE_SIZE, SHARED_RW)),
-            Errno::EPERM
-        );
+        let thunk = e
+            .render_map(0, hidden.mmap_offset, PAGE_SIZE, super::MAP_MAYWRITE)
+            .unwrap();
+        assert_eq!(thunk.vma, RENDER_VMA | super::VMA_NO_MAYWRITE);
+        e.render_map(0, hidden.mmap_offset, PAGE_SIZE, SHARED_RW)
+            .unwrap();
         let public = vram | AllocFlags::PUBLIC;
         let shown = e
             .kfd

@@ -363,12 +363,21 @@ pub fn dispatch(
     arg: u64,
 ) -> Result<i32, Errno> {
     if ioctl::ty(cmd) != codes::TYPE {
+        let code = crate::machine::spell_request(cmd);
+        machine.log_once(
+            &format!("render node {code}"),
+            &format!("render node {code}: not a DRM ioctl, ENOTTY as 6.1 answers"),
+        );
         return Err(Errno::ENOTTY);
     }
     let nr = ioctl::nr(cmd);
     // A number without a row (no function): EINVAL before anything is copied.
     let Some(row) = core::lookup(nr) else {
-        log::debug!("kfd-sim: render node ioctl nr {nr:#x} is not in the 6.1 DRM tables");
+        let code = crate::machine::spell_request(cmd);
+        machine.log_once(
+            &format!("render node {code}"),
+            &format!("render node {code}: not in 6.1's DRM tables, EINVAL as 6.1 answers"),
+        );
         return Err(Errno::EINVAL);
     };
     let kcmd = row.cmd;
@@ -594,10 +603,8 @@ fn gem_create(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
         bytes: aligned,
     };
     let domain = if vram { Domain::Vram } else { Domain::Gtt };
-    let visible = !vram
-        || dev.large_bar
-        || flags & u64::from(sys::AMDGPU_GEM_CREATE_CPU_ACCESS_REQUIRED) != 0;
-    let backing = match Backing::new(aligned, domain, dev_index, visible) {
+    let access_required = flags & u64::from(sys::AMDGPU_GEM_CREATE_CPU_ACCESS_REQUIRED) != 0;
+    let backing = match Backing::new(aligned, domain, dev_index, access_required) {
         Ok(b) => Arc::new(b),
         Err(e) => {
             log::warn!("kfd-sim: cannot back a {aligned}-byte GEM object: {e}");

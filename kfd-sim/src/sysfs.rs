@@ -32,8 +32,9 @@
 //! ```
 //!
 //! With [`SysfsOptions::cuse_render_nodes`], each render node served over CUSE
-//! (`devices/virtual/cuse/dri!renderD<M>`) also gets the `device` link a DRM minor has, to its PCI
-//! function: mounted over the real sysfs (ci/vm-lane.d/kfd.inc, `mount_sim_sysfs`), the CUSE
+//! (`devices/virtual/cuse/dri!renderD<M>`, and the kfd_bridge module's proxy of it,
+//! `devices/virtual/kfd_bridge/dri!renderD<M>`) also gets the `device` link a DRM minor has, to
+//! its PCI function: mounted over the real sysfs (ci/vm-lane.d/kfd.inc, `mount_sim_sysfs`), the CUSE
 //! device keeps its own `/sys/dev/char` link (which is how kfd-abi tells that it is CUSE-served)
 //! and libdrm still finds `device/drm` under it.
 
@@ -74,8 +75,9 @@ pub enum SysfsError {
 /// What to write besides the kernel's entries.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SysfsOptions {
-    /// Give each render node served over CUSE (`devices/virtual/cuse/dri!renderD<M>`) the
-    /// `device` link of a DRM minor.
+    /// Give each render node served over CUSE (`devices/virtual/cuse/dri!renderD<M>`) and its
+    /// kfd_bridge proxy (`devices/virtual/kfd_bridge/dri!renderD<M>`) the `device` link of a DRM
+    /// minor.
     pub cuse_render_nodes: bool,
 }
 
@@ -288,11 +290,16 @@ pub fn entries(topology: &Topology, opts: SysfsOptions) -> Vec<Entry> {
         let up = up_to_root(&bound);
         out.push(link(bound, &format!("{up}{}", d.display())));
         if opts.cuse_render_nodes {
-            let dev = Path::new("devices/virtual/cuse")
-                .join(format!("dri!renderD{}", gpu.render_minor))
-                .join("device");
-            let up = up_to_root(&dev);
-            out.push(link(dev, &format!("{up}{}", d.display())));
+            // The CUSE device, and the kfd_bridge module's proxy in front of it when the daemon
+            // serves through the module (ci/kmod): the public node is the proxy then.
+            for class in ["cuse", "kfd_bridge"] {
+                let dev = Path::new("devices/virtual")
+                    .join(class)
+                    .join(format!("dri!renderD{}", gpu.render_minor))
+                    .join("device");
+                let up = up_to_root(&dev);
+                out.push(link(dev, &format!("{up}{}", d.display())));
+            }
         }
     }
     out.push(link(drivers.join("module"), "../../../../module/amdgpu"));

@@ -427,6 +427,8 @@ fn dmabufs_of_a_checkpoint_are_known_and_importable() {
     let i = e.kfd.get_dmabuf_info(buf.as_fd(), None).unwrap();
     assert_eq!((i.size, i.gpu_id), (2 * MIB, e.gpus[0].get()));
     assert!(i.flags.contains(AllocFlags::VRAM));
+    // VRAM allocated without PUBLIC is not CPU_ACCESS_REQUIRED: no PUBLIC flag.
+    assert!(!i.flags.contains(AllocFlags::PUBLIC));
     let h = e
         .kfd
         .import_dmabuf(VA + 16 * MIB, e.gpus[0], buf.as_fd())
@@ -442,6 +444,33 @@ fn dmabufs_of_a_checkpoint_are_known_and_importable() {
     assert_eq!(
         errno(e.kfd.import_dmabuf(VA + 32 * MIB, e.gpus[1], buf.as_fd())),
         Some(Errno::EINVAL)
+    );
+}
+
+/// `amdgpu_amdkfd_get_dmabuf_info` reports PUBLIC only for BOs created CPU_ACCESS_REQUIRED:
+/// VRAM allocated PUBLIC, not GTT (created without flags) and not VRAM without PUBLIC, on a
+/// large-BAR board too.
+#[rstest]
+#[case::vram(AllocFlags::VRAM, false)]
+#[case::public_vram(AllocFlags::VRAM | AllocFlags::PUBLIC, true)]
+#[case::gtt(AllocFlags::GTT, false)]
+fn dmabuf_info_is_public_only_for_cpu_access_required_bos(
+    #[case] domain: AllocFlags,
+    #[case] public: bool,
+) {
+    let e = env(Preset::mi210x2());
+    e.kfd
+        .alloc_memory(VA, 2 * MIB, e.gpus[0], domain | AllocFlags::WRITABLE)
+        .unwrap();
+    let info = e.kfd.criu_process_info().unwrap();
+    let ckpt = e.kfd.criu_checkpoint(&info).unwrap();
+    e.kfd.criu_unpause().unwrap();
+    let buf = ckpt.bos[0].dmabuf.as_ref().unwrap();
+    let i = e.kfd.get_dmabuf_info(buf.as_fd(), None).unwrap();
+    assert_eq!(i.flags.contains(AllocFlags::PUBLIC), public);
+    assert_eq!(
+        i.flags.contains(AllocFlags::GTT),
+        domain.contains(AllocFlags::GTT)
     );
 }
 
@@ -756,6 +785,36 @@ fn scenario(name: &str) -> Option<Errno> {
             };
             errno(e.kfd.svm_set_attr(start, 4096, &[attr]))
         }
+        "svm_unaligned_start"
+        | "svm_unaligned_size"
+        | "svm_start_zero"
+        | "svm_prefetch_undefined"
+        | "svm_get_no_access_as_input"
+        | "svm_get_bad_type_of_unmapped_range" => {
+            let buf = vec![0u8; 3 * 4096];
+            let start = (buf.as_ptr() as u64 + 4095) & !4095;
+            let attr = |ty, value| SvmAttribute { ty, value };
+            let gran = attr(sys::KFD_IOCTL_SVM_ATTR_GRANULARITY, 1);
+            match name {
+                "svm_unaligned_start" => errno(e.kfd.svm_set_attr(start + 8, 4096, &[gran])),
+                "svm_unaligned_size" => errno(e.kfd.svm_set_attr(start, 4000, &[gran])),
+                "svm_start_zero" => errno(e.kfd.svm_set_attr(0, 4096, &[gran])),
+                "svm_prefetch_undefined" => {
+                    let undefined = sys::KFD_IOCTL_SVM_LOCATION_UNDEFINED;
+                    let a = attr(sys::KFD_IOCTL_SVM_ATTR_PREFETCH_LOC, undefined);
+                    errno(e.kfd.svm_set_attr(start, 4096, &[a]))
+                }
+                "svm_get_no_access_as_input" => {
+                    let mut a = [attr(sys::KFD_IOCTL_SVM_ATTR_NO_ACCESS, e.gpus[0].get())];
+                    errno(e.kfd.svm_get_attr(start, 4096, &mut a))
+                }
+                // The range is checked before the attribute types.
+                _ => {
+                    let mut a = [attr(0x7777, 0)];
+                    errno(e.kfd.svm_get_attr(0x1000_0000_0000, 4096, &mut a))
+                }
+            }
+        }
         "svm_unmapped_range" => {
             let attr = SvmAttribute {
                 ty: sys::KFD_IOCTL_SVM_ATTR_GRANULARITY,
@@ -914,6 +973,12 @@ fn scenario(name: &str) -> Option<Errno> {
 #[case::wait_bad_event_array("wait_bad_event_array", Errno::EFAULT)]
 #[case::svm_unknown_gpu("svm_unknown_gpu", Errno::EINVAL)]
 #[case::svm_unmapped_range("svm_unmapped_range", Errno::EFAULT)]
+#[case::svm_unaligned_start("svm_unaligned_start", Errno::EINVAL)]
+#[case::svm_unaligned_size("svm_unaligned_size", Errno::EINVAL)]
+#[case::svm_start_zero("svm_start_zero", Errno::EINVAL)]
+#[case::svm_prefetch_undefined("svm_prefetch_undefined", Errno::EINVAL)]
+#[case::svm_get_no_access_as_input("svm_get_no_access_as_input", Errno::EINVAL)]
+#[case::svm_get_bad_type_of_unmapped_range("svm_get_bad_type_of_unmapped_range", Errno::EFAULT)]
 #[case::xnack_change_with_queues("xnack_change_with_queues", Errno::EBUSY)]
 #[case::available_memory_unknown_gpu("available_memory_unknown_gpu", Errno::EINVAL)]
 #[case::tile_config_unknown_gpu("tile_config_unknown_gpu", Errno::EINVAL)]

@@ -82,7 +82,7 @@ fn render_mappings_fail_with_the_drivers_errno() {
         map_errno(r0.map_bo(bo.mmap_offset, PAGE, Prot::RW, Share::Private)),
         Errno::EINVAL
     );
-    // VRAM without PUBLIC has no CPU access.
+    // KFD VRAM without PUBLIC maps too (6.1 creates no KFD VRAM NO_CPU_ACCESS since 5.14).
     let hidden = e
         .kfd
         .alloc_memory(
@@ -92,9 +92,9 @@ fn render_mappings_fail_with_the_drivers_errno() {
             AllocFlags::VRAM | AllocFlags::WRITABLE,
         )
         .unwrap();
-    assert_eq!(
-        map_errno(r0.map_bo(hidden.mmap_offset, PAGE, Prot::RW, Share::Shared)),
-        Errno::EPERM
+    drop(
+        r0.map_bo(hidden.mmap_offset, PAGE, Prot::RW, Share::Shared)
+            .unwrap(),
     );
     // The file is still usable.
     r0.map_bo(bo.mmap_offset, 2 * PAGE, Prot::RW, Share::Shared)

@@ -374,3 +374,48 @@ fn gem_wait_idle_of_a_bo_is_idle_and_of_an_unknown_handle_enoent() {
     r.gem_close(bo).unwrap();
     assert_eq!(errno(r.gem_wait_idle(bo, u64::MAX)), Errno::ENOENT);
 }
+
+/// Every request the simulator does not answer, or that no table of 6.1 names, is logged once per
+/// machine under a name: the kernel's, a later kernel's, or its request code as the C macros spell
+/// it, never a bare number.
+#[test]
+fn requests_without_an_answer_are_logged_once_by_name() {
+    let e = env(Preset::mi210x2());
+    let kfd = e.proc.open_kfd().unwrap();
+    let render = &e.renders[0];
+    let mut a = [0u8; 64];
+    for _ in 0..2 {
+        // /dev/kfd: a number past 1.11's table and one of the ROCm DKMS driver's.
+        assert_eq!(
+            raw(&kfd, encode(Dir::ReadWrite, b'K', 0x30, 8), &mut a),
+            Err(Errno::ENOTTY)
+        );
+        assert_eq!(
+            raw(&kfd, encode(Dir::ReadWrite, b'K', 0x82, 40), &mut a),
+            Err(Errno::ENOTTY)
+        );
+        // Render node: a hole of the DRM core table, another type, a row without a handler.
+        assert_eq!(
+            raw(render, encode(Dir::ReadWrite, b'd', 0xe0, 16), &mut a),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(
+            raw(render, encode(Dir::None, b'T', 1, 0), &mut a),
+            Err(Errno::ENOTTY)
+        );
+        let syncobj_create = encode(Dir::ReadWrite, b'd', 0xbf, 8);
+        assert_eq!(raw(render, syncobj_create, &mut a), Err(Errno::EINVAL));
+        // AMDGPU_INFO: a query 6.1 does not know.
+        let mut info = sys::drm_amdgpu_info {
+            return_pointer: a.as_mut_ptr() as u64,
+            return_size: 8,
+            query: 0x7e,
+            __bindgen_anon_1: Default::default(),
+        };
+        assert_eq!(
+            raw(render, codes::AMDGPU_INFO, &mut info),
+            Err(Errno::EINVAL)
+        );
+    }
+    insta::assert_debug_snapshot!(e.machine.logged_once());
+}

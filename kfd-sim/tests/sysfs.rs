@@ -132,17 +132,21 @@ fn a_cuse_render_node_leads_to_its_pci_function() {
     sysfs::write(&t, root, opts).unwrap();
     for n in t.gpus() {
         let m = n.render_minor();
-        let cuse = root.join(format!("devices/virtual/cuse/dri!renderD{m}/device"));
-        assert!(cuse.join(format!("drm/renderD{m}")).is_dir());
-        assert_eq!(
-            fs::canonicalize(&cuse).unwrap(),
-            fs::canonicalize(root.join(format!("dev/char/226:{m}/device"))).unwrap()
-        );
+        // The CUSE device, and the kfd_bridge module's proxy that is the public node with it.
+        for class in ["cuse", "kfd_bridge"] {
+            let dev = root.join(format!("devices/virtual/{class}/dri!renderD{m}/device"));
+            assert!(dev.join(format!("drm/renderD{m}")).is_dir(), "{class}");
+            assert_eq!(
+                fs::canonicalize(&dev).unwrap(),
+                fs::canonicalize(root.join(format!("dev/char/226:{m}/device"))).unwrap()
+            );
+        }
     }
-    // Without the option there is no CUSE directory at all.
+    // Without the option there is no CUSE or kfd_bridge directory at all.
     let plain = tempfile::tempdir().unwrap();
     sysfs::write(&t, plain.path(), SysfsOptions::default()).unwrap();
     assert!(!plain.path().join("devices/virtual/cuse").exists());
+    assert!(!plain.path().join("devices/virtual/kfd_bridge").exists());
 }
 
 #[test]

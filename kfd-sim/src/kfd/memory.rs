@@ -75,9 +75,10 @@ pub(super) fn new_bo(
     }
     let backing = match domain {
         Some(d) => {
-            let visible =
-                d == Domain::Gtt || flags & KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC != 0 || device.large_bar;
-            match Backing::new(aligned, d, dev, visible) {
+            // amdgpu_amdkfd_gpuvm_alloc_memory_of_gpu: CPU_ACCESS_REQUIRED for PUBLIC VRAM only
+            // (GTT gets no creation flags).
+            let access_required = d == Domain::Vram && flags & KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC != 0;
+            match Backing::new(aligned, d, dev, access_required) {
                 Ok(b) => {
                     let b = Arc::new(b);
                     call.machine.register_dmabuf(&b);
@@ -343,7 +344,8 @@ pub(super) fn get_dmabuf_info(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResu
             Domain::Vram => sys::KFD_IOC_ALLOC_MEM_FLAGS_VRAM,
             Domain::Gtt => sys::KFD_IOC_ALLOC_MEM_FLAGS_GTT,
         };
-        if b.cpu_visible {
+        // amdgpu_amdkfd_get_dmabuf_info: PUBLIC only for a BO created CPU_ACCESS_REQUIRED.
+        if b.cpu_access_required {
             a.flags |= sys::KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC;
         }
         // No metadata is ever attached: nothing to copy.

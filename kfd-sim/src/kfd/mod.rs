@@ -117,8 +117,8 @@ pub(crate) fn kfd_ioctl(
 ) -> IoctlResult {
     // 1. Only _IOC_NR selects; a number outside the table (or 0) is ENOTTY, as the current
     //    6.1.y kernel answers (kfd_ioctl: `nr >= AMDKFD_CORE_IOCTL_COUNT` and numbers below
-    //    AMDKFD_COMMAND_START; 6.1.0 answered EINVAL). Numbers clients are known to issue are
-    //    logged once by name.
+    //    AMDKFD_COMMAND_START; 6.1.0 answered EINVAL). Each is logged once per machine: numbers
+    //    clients are known to issue by their name, others by their request code.
     let Some(desc) = kfd::lookup(cmd) else {
         let nr = ioctl::nr(cmd);
         match foreign_name(nr) {
@@ -126,7 +126,13 @@ pub(crate) fn kfd_ioctl(
                 name,
                 &format!("{name}, nr {nr:#x}: not a KFD 1.11 ioctl, ENOTTY as 6.1.y answers"),
             ),
-            None => log::debug!("kfd-sim: /dev/kfd ioctl nr {nr:#x}: ENOTTY"),
+            None => {
+                let code = crate::machine::spell_request(cmd);
+                machine.log_once(
+                    &format!("/dev/kfd {code}"),
+                    &format!("/dev/kfd {code}: no such KFD ioctl, ENOTTY as 6.1.y answers"),
+                );
+            }
         }
         return Err(Errno::ENOTTY);
     };

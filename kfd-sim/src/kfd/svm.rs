@@ -10,7 +10,7 @@ use super::KfdCall;
 use crate::host::access_ok;
 use crate::machine::lock;
 use crate::process::{ProcState, SvmAccess, SvmRange};
-use crate::uaccess::{check_user_range, get_u32, get_u64, put_u32, put_u64, IoctlResult};
+use crate::uaccess::{check_user_range, get_u32, get_u64, put_u32, IoctlResult};
 
 /// Byte offsets in `kfd_ioctl_svm_args`, whose attributes follow it in the ioctl buffer.
 const START: usize = offset_of!(sys::kfd_ioctl_svm_args, start_addr);
@@ -136,9 +136,15 @@ fn svm_location_ok(st: &ProcState, v: u32) -> bool {
     v == sys::KFD_IOCTL_SVM_LOCATION_SYSMEM || v == SVM_UNDEFINED || st.pdd_by_user_id(v).is_some()
 }
 
+/// `kfd_ioctl_svm`: start and size page-aligned and not zero (`EINVAL`), then `svm_ioctl` on
+/// pages. The arguments are copied back unchanged.
 pub(super) fn svm(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
-    let start = get_u64(kdata, START) >> 12;
-    let npages = get_u64(kdata, SIZE) >> 12;
+    let (start_addr, size) = (get_u64(kdata, START), get_u64(kdata, SIZE));
+    if start_addr % 4096 != 0 || size % 4096 != 0 || start_addr == 0 || size == 0 {
+        return Err(Errno::EINVAL);
+    }
+    let start = start_addr >> 12;
+    let npages = size >> 12;
     let op = get_u32(kdata, offset_of!(sys::kfd_ioctl_svm_args, op));
     let nattr = get_u32(kdata, offset_of!(sys::kfd_ioctl_svm_args, nattr)) as usize;
     // The attributes travel in the ioctl buffer: its size (from the caller's code) must hold them.
@@ -157,10 +163,7 @@ pub(super) fn svm(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
             )
         })
         .collect();
-    let r = svm_op(call, start, npages, op, &attrs, kdata);
-    put_u64(kdata, START, start << 12);
-    put_u64(kdata, SIZE, npages << 12);
-    r
+    svm_op(call, start, npages, op, &attrs, kdata)
 }
 
 fn svm_op(
@@ -184,8 +187,11 @@ fn svm_op(
         sys::KFD_IOCTL_SVM_OP_SET_ATTR => {
             for &(ty, v) in attrs {
                 let ok = match ty {
-                    sys::KFD_IOCTL_SVM_ATTR_PREFERRED_LOC
-                    | sys::KFD_IOCTL_SVM_ATTR_PREFETCH_LOC => svm_location_ok(&st, v),
+                    sys::KFD_IOCTL_SVM_ATTR_PREFERRED_LOC => svm_location_ok(&st, v),
+                    // A prefetch goes somewhere: system memory or a GPU, not UNDEFINED.
+                    sys::KFD_IOCTL_SVM_ATTR_PREFETCH_LOC => {
+                        v == sys::KFD_IOCTL_SVM_LOCATION_SYSMEM || st.pdd_by_user_id(v).is_some()
+                    }
                     sys::KFD_IOCTL_SVM_ATTR_ACCESS
                     | sys::KFD_IOCTL_SVM_ATTR_ACCESS_IN_PLACE
                     | sys::KFD_IOCTL_SVM_ATTR_NO_ACCESS => st.pdd_by_user_id(v).is_some(),
@@ -203,12 +209,23 @@ fn svm_op(
             Ok(0)
         }
         sys::KFD_IOCTL_SVM_OP_GET_ATTR => {
+            // svm_range_get_attr: the range first, then the attribute types; ACCESS_IN_PLACE and
+            // NO_ACCESS are answers, not questions (EINVAL as input).
+            svm_range_valid(call, &st, start, end)?;
             for &(ty, _) in attrs {
-                if ty > sys::KFD_IOCTL_SVM_ATTR_GRANULARITY {
+                let ok = matches!(
+                    ty,
+                    sys::KFD_IOCTL_SVM_ATTR_PREFERRED_LOC
+                        | sys::KFD_IOCTL_SVM_ATTR_PREFETCH_LOC
+                        | sys::KFD_IOCTL_SVM_ATTR_ACCESS
+                        | sys::KFD_IOCTL_SVM_ATTR_SET_FLAGS
+                        | sys::KFD_IOCTL_SVM_ATTR_CLR_FLAGS
+                        | sys::KFD_IOCTL_SVM_ATTR_GRANULARITY
+                );
+                if !ok {
                     return Err(Errno::EINVAL);
                 }
             }
-            svm_range_valid(call, &st, start, end)?;
             let found: Vec<&SvmRange> = st
                 .svm
                 .iter()
@@ -239,9 +256,7 @@ fn svm_op(
                 let (ty, v) = match ty {
                     sys::KFD_IOCTL_SVM_ATTR_PREFERRED_LOC => (ty, location),
                     sys::KFD_IOCTL_SVM_ATTR_PREFETCH_LOC => (ty, prefetch),
-                    sys::KFD_IOCTL_SVM_ATTR_ACCESS
-                    | sys::KFD_IOCTL_SVM_ATTR_ACCESS_IN_PLACE
-                    | sys::KFD_IOCTL_SVM_ATTR_NO_ACCESS => {
+                    sys::KFD_IOCTL_SVM_ATTR_ACCESS => {
                         let gi = st.pdd_by_user_id(v).ok_or(Errno::EINVAL)?;
                         let all =
                             |a: SvmAccess| ranges.iter().all(|r| r.access.get(gi) == Some(&a));

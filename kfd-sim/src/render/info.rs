@@ -194,7 +194,14 @@ pub(super) fn info(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
                 .unanswered(&format!("AMDGPU_INFO query {}", query_name(query)));
             Err(Errno::EINVAL)
         }
-        _ => Err(Errno::EINVAL),
+        _ => {
+            // amdgpu_info_ioctl's default: "Invalid request", EINVAL.
+            call.machine.log_once(
+                &format!("AMDGPU_INFO query {query:#x}"),
+                &format!("AMDGPU_INFO query {query:#x}: not a 6.1 query, EINVAL as 6.1 answers"),
+            );
+            Err(Errno::EINVAL)
+        }
     }
 }
 

@@ -106,10 +106,7 @@ fn kfd_bo(
     dev: usize,
     offset: u64,
 ) -> Result<Option<Found>, Errno> {
-    use kfd_sys::{
-        KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC as PUBLIC, KFD_IOC_ALLOC_MEM_FLAGS_USERPTR as USERPTR,
-        KFD_IOC_ALLOC_MEM_FLAGS_VRAM as VRAM,
-    };
+    use kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_USERPTR as USERPTR;
     for p in m.processes() {
         let st = proc_state(&p)?;
         for pdd in st.pdds.iter().filter(|pdd| pdd.dev == dev) {
@@ -121,7 +118,10 @@ fn kfd_bo(
                 size: bo.size,
                 allowed: pdd.drm.as_ref().is_some_and(|d| d.key == file.key),
                 userptr: bo.flags & USERPTR != 0,
-                no_cpu_access: bo.flags & VRAM != 0 && bo.flags & PUBLIC == 0,
+                // KFD VRAM BOs are never created NO_CPU_ACCESS (since 5.14, "drm/amdkfd: Allow
+                // CPU access for all VRAM BOs"): libhsakmt maps every VRAM BO, the invisible ones
+                // PROT_NONE and private, for the debugger.
+                no_cpu_access: false,
             }));
         }
     }
