@@ -10,9 +10,13 @@
 #   VM_LANE_BIN_DIR     directory holding kfd-simd, kfd-workload (--bin-dir), or empty
 #   VM_LANE_LIB         this file
 #   VM_LANE_SCENARIO_TIMEOUT  seconds the scenario may take before it is terminated
+#   VM_LANE_GUEST       the guest it runs on: bookworm or trixie
+#   VM_LANE_CRIU_VERSION  that guest's criu version, e.g. 3.17.1 or 4.1.1
+#   VM_LANE_CARRY       a directory shared by the guests of one ci/vm-lane run: what a scenario
+#                       leaves there on bookworm is there on trixie (which runs after it)
 #   KFD_*               passed through from the host's environment
 # Helpers: note, pass, fail, skip, start_detached, wait_for, criu_run, criu_dump, criu_restore,
-# need_bin (each described where it is defined). A scenario that exits 0 without calling pass
+# need_bin, need_guest, need_criu, criu_at_least (each described where it is defined). A scenario that exits 0 without calling pass
 # passes; any other exit fails it.
 # shellcheck shell=bash
 set -euo pipefail
@@ -108,4 +112,21 @@ need_bin() {
     for name; do
         [[ -n ${VM_LANE_BIN_DIR:-} && -x $VM_LANE_BIN_DIR/$name ]] || skip "no $name (pass --bin-dir)"
     done
+}
+
+# need_guest NAME...: skips the scenario unless it runs on one of the guests NAME.
+need_guest() {
+    local g
+    for g; do [[ $g == "$VM_LANE_GUEST" ]] && return 0; done
+    skip "needs the $* guest (this is $VM_LANE_GUEST, criu $VM_LANE_CRIU_VERSION)"
+}
+
+# criu_at_least VERSION: the guest's criu is VERSION (e.g. 4.1) or newer.
+criu_at_least() {
+    [[ $(printf '%s\n%s\n' "$1" "$VM_LANE_CRIU_VERSION" | sort -V | head -n 1) == "$1" ]]
+}
+
+# need_criu VERSION: skips the scenario unless the guest's criu is VERSION or newer.
+need_criu() {
+    criu_at_least "$1" || skip "needs criu >= $1 (this is $VM_LANE_GUEST, criu $VM_LANE_CRIU_VERSION)"
 }
