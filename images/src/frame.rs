@@ -133,22 +133,129 @@ pub enum FrameError {
     },
 }
 
+/// How a file's length header disagrees with the file. The header is read and checked in one
+/// place ([`Framing`]) for every kind of image file; each kind reports a fault as its own error,
+/// in the variants of the same names ([`FrameError`], [`crate::pages::PagesError`]).
+#[derive(Debug)]
+pub(crate) enum HeaderFault {
+    /// `fstat` or reading the header failed (at offset 0).
+    Read(io::Error),
+    /// The file is `size` bytes long, too short for the header.
+    ShortHeader {
+        /// The file's size.
+        size: u64,
+    },
+    /// Fewer payload bytes follow the header than it says.
+    Truncated {
+        /// The length header's value.
+        header: u64,
+        /// Payload bytes present.
+        available: u64,
+    },
+    /// More payload bytes follow the header than it says.
+    TrailingData {
+        /// The length header's value.
+        header: u64,
+        /// Bytes after the payload.
+        extra: u64,
+    },
+}
+
+/// A file's length header and the number of payload bytes that follow it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Framing {
+    /// The length header's value: the payload bytes the file says it holds.
+    pub(crate) header: u64,
+    /// The payload bytes the file does hold.
+    pub(crate) available: u64,
+}
+
+impl Framing {
+    /// Reads the header at the start of `file`, after checking (fstat) that the file can hold it.
+    pub(crate) fn read(file: &mut File) -> Result<Self, HeaderFault> {
+        let size = file.metadata().map_err(HeaderFault::Read)?.len();
+        if size < HEADER_LEN {
+            return Err(HeaderFault::ShortHeader { size });
+        }
+        let mut head = [0u8; 8];
+        file.read_exact(&mut head).map_err(HeaderFault::Read)?;
+        Ok(Self {
+            header: u64::from_ne_bytes(head),
+            available: size - HEADER_LEN,
+        })
+    }
+
+    /// Splits the header from a whole file held in memory.
+    pub(crate) fn split(bytes: &[u8]) -> Result<(Self, &[u8]), HeaderFault> {
+        let Some((head, payload)) = bytes.split_first_chunk::<8>() else {
+            return Err(HeaderFault::ShortHeader {
+                size: bytes.len() as u64,
+            });
+        };
+        let framing = Self {
+            header: u64::from_ne_bytes(*head),
+            available: payload.len() as u64,
+        };
+        Ok((framing, payload))
+    }
+
+    /// The payload length, when exactly as many bytes follow the header as it says.
+    pub(crate) fn exact(self) -> Result<u64, HeaderFault> {
+        let Self { header, available } = self;
+        if header > available {
+            return Err(HeaderFault::Truncated { header, available });
+        }
+        if header < available {
+            return Err(HeaderFault::TrailingData {
+                header,
+                extra: available - header,
+            });
+        }
+        Ok(header)
+    }
+}
+
+/// Gives the error enum `$error` of a file kind, which has `Read`, `ShortHeader`, `Truncated`
+/// and `TrailingData` variants with the fields of [`HeaderFault`]'s and a `file`, the function
+/// `header(file, fault)` that reports a [`HeaderFault`] as one of them.
+macro_rules! header_fault_into {
+    ($error:ident) => {
+        impl $error {
+            /// Reports a fault of `file`'s length header.
+            pub(crate) fn header(file: String, fault: $crate::frame::HeaderFault) -> Self {
+                use $crate::frame::HeaderFault;
+                match fault {
+                    HeaderFault::Read(source) => Self::Read {
+                        file,
+                        offset: 0,
+                        source,
+                    },
+                    HeaderFault::ShortHeader { size } => Self::ShortHeader { file, size },
+                    HeaderFault::Truncated { header, available } => Self::Truncated {
+                        file,
+                        header,
+                        available,
+                    },
+                    HeaderFault::TrailingData { header, extra } => Self::TrailingData {
+                        file,
+                        header,
+                        extra,
+                    },
+                }
+            }
+        }
+    };
+}
+
+pub(crate) use header_fault_into;
+
+header_fault_into!(FrameError);
+
 /// Checks a length header against the payload bytes present and the cap.
-fn check_header(file: &str, header: u64, available: u64, limit: u64) -> Result<usize, FrameError> {
-    if header > available {
-        return Err(FrameError::Truncated {
-            file: file.to_owned(),
-            header,
-            available,
-        });
-    }
-    if header < available {
-        return Err(FrameError::TrailingData {
-            file: file.to_owned(),
-            header,
-            extra: available - header,
-        });
-    }
+fn check_header(file: &str, framing: Framing, limit: u64) -> Result<usize, FrameError> {
+    let header = framing
+        .exact()
+        .map_err(|fault| FrameError::header(file.to_owned(), fault))?;
     if header > limit {
         return Err(FrameError::TooLarge {
             file: file.to_owned(),
@@ -185,13 +292,9 @@ pub fn decode_framed<M: Message + Default>(
     message: &'static str,
     limit: u64,
 ) -> Result<M, FrameError> {
-    let Some((head, payload)) = bytes.split_first_chunk::<8>() else {
-        return Err(FrameError::ShortHeader {
-            file: file.to_owned(),
-            size: bytes.len() as u64,
-        });
-    };
-    check_header(file, u64::from_ne_bytes(*head), payload.len() as u64, limit)?;
+    let (framing, payload) =
+        Framing::split(bytes).map_err(|fault| FrameError::header(file.to_owned(), fault))?;
+    check_header(file, framing, limit)?;
     decode_payload(payload, file, message)
 }
 
@@ -318,25 +421,16 @@ fn read_open_message<M: Message + Default>(
     message: &'static str,
     limit: u64,
 ) -> Result<M, FrameError> {
-    let read_err = |offset| {
-        move |source| FrameError::Read {
-            file: name.to_owned(),
-            offset,
-            source,
-        }
-    };
-    let size = f.metadata().map_err(read_err(0))?.len();
-    if size < HEADER_LEN {
-        return Err(FrameError::ShortHeader {
-            file: name.to_owned(),
-            size,
-        });
-    }
-    let mut head = [0u8; 8];
-    f.read_exact(&mut head).map_err(read_err(0))?;
-    let len = check_header(name, u64::from_ne_bytes(head), size - HEADER_LEN, limit)?;
+    let framing =
+        Framing::read(&mut f).map_err(|fault| FrameError::header(name.to_owned(), fault))?;
+    let len = check_header(name, framing, limit)?;
     let mut payload = vec![0u8; len];
-    f.read_exact(&mut payload).map_err(read_err(HEADER_LEN))?;
+    f.read_exact(&mut payload)
+        .map_err(|source| FrameError::Read {
+            file: name.to_owned(),
+            offset: HEADER_LEN,
+            source,
+        })?;
     decode_payload(&payload, name, message)
 }
 

@@ -18,7 +18,7 @@ use std::os::fd::BorrowedFd;
 
 use crate::checksum::{self, ChecksumAlgorithm, Chunker};
 use crate::dir;
-use crate::frame::HEADER_LEN;
+use crate::frame::{Framing, HEADER_LEN};
 use crate::names::PagesFile;
 use crate::proto::{KfdBoEntry, PagesChecksums};
 
@@ -221,6 +221,8 @@ pub enum PagesError {
         total: u64,
     },
 }
+
+crate::frame::header_fault_into!(PagesError);
 
 /// Payload bytes of `amdgpu-pages-<id>-<gpu_id>.img`: the sizes of the VRAM and GTT BOs of that
 /// GPU (other BOs have no saved contents). Saturates instead of overflowing (a forged image then
@@ -444,40 +446,16 @@ impl PagesReader {
         checksums: Option<&PagesChecksums>,
     ) -> Result<Self, PagesError> {
         let name = which.file_name();
-        let read_err = |source| PagesError::Read {
-            file: name.clone(),
-            offset: 0,
-            source,
-        };
-        let size = file.metadata().map_err(read_err)?.len();
-        if size < HEADER_LEN {
-            return Err(PagesError::ShortHeader { file: name, size });
-        }
-        let mut head = [0u8; 8];
-        file.read_exact(&mut head).map_err(read_err)?;
-        let header = u64::from_ne_bytes(head);
-        if header != expected_len {
+        let header_err = |fault| PagesError::header(name.clone(), fault);
+        let framing = Framing::read(&mut file).map_err(header_err)?;
+        if framing.header != expected_len {
             return Err(PagesError::HeaderMismatch {
                 file: name,
-                header,
+                header: framing.header,
                 expected: expected_len,
             });
         }
-        let available = size - HEADER_LEN;
-        if available < header {
-            return Err(PagesError::Truncated {
-                file: name,
-                header,
-                available,
-            });
-        }
-        if available > header {
-            return Err(PagesError::TrailingData {
-                file: name,
-                header,
-                extra: available - header,
-            });
-        }
+        let header = framing.exact().map_err(header_err)?;
         let verify = match checksums {
             None => None,
             Some(sums) => {

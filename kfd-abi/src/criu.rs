@@ -9,8 +9,9 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use kfd_sys as sys;
 
-use crate::error::{bad_reply, failed, IoctlError, Result};
-use crate::ioctl::kfd as codes;
+use crate::error::{bad_reply, IoctlError, Result};
+use crate::handle::DeviceFile;
+use crate::ioctl::kfd::req;
 use crate::kfd::Kfd;
 use crate::transport::Transport;
 use crate::types::{AllocFlags, CriuOp, GpuId};
@@ -125,16 +126,37 @@ fn criu_args(op: CriuOp) -> sys::kfd_ioctl_criu_args {
 
 impl<T: Transport> Kfd<T> {
     fn criu(&self, op: CriuOp, args: &mut sys::kfd_ioctl_criu_args) -> Result<()> {
-        // SAFETY: `args` is a live criu_args; the callers point its array fields at buffers of
-        // the counts they declare, which stay alive for the call.
-        unsafe {
-            self.transport().ioctl(
-                codes::CRIU_OP,
-                (args as *mut sys::kfd_ioctl_criu_args).cast(),
-            )
+        // SAFETY: the callers point the array fields of `args` at buffers of the counts they
+        // declare, which stay alive for the call.
+        unsafe { self.call_named(op.ioctl_name(), req::CRIU_OP, args) }
+    }
+
+    /// Adopts the dma-buf fd of every bucket that has one (`fds` in bucket order), all of them
+    /// before the first failure is reported, so that none of the installed fds leaks.
+    fn adopt_dmabufs(
+        &self,
+        what: &'static str,
+        fds: impl Iterator<Item = u32>,
+    ) -> Result<Vec<Option<OwnedFd>>> {
+        let mut out = Vec::with_capacity(fds.size_hint().0);
+        let mut first_err = None;
+        for raw in fds {
+            if raw == INVALID_FD {
+                out.push(None);
+                continue;
+            }
+            match self.adopt(what, raw) {
+                Ok(fd) => out.push(Some(fd)),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                    out.push(None);
+                }
+            }
         }
-        .map(drop)
-        .map_err(|errno| failed(op.ioctl_name(), self.label(), errno))
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
     }
 
     /// Pauses the process's queues and reports its counts (`CRIU_OP(PROCESS_INFO)`), on the
@@ -202,32 +224,22 @@ impl<T: Transport> Kfd<T> {
         self.criu(CriuOp::Checkpoint, &mut a)?;
 
         // Adopt every installed fd first, so that none leaks if a later check fails.
-        let mut out = Vec::with_capacity(bos.len());
-        let mut first_err = None;
-        for b in &bos {
-            let dmabuf = if b.dmabuf_fd == INVALID_FD {
-                None
-            } else {
-                match self.adopt("adopting a CHECKPOINT dma-buf", b.dmabuf_fd) {
-                    Ok(fd) => Some(fd),
-                    Err(e) => {
-                        first_err.get_or_insert(e);
-                        None
-                    }
-                }
-            };
-            out.push(BoBucket {
+        let dmabufs = self.adopt_dmabufs(
+            "adopting a CHECKPOINT dma-buf",
+            bos.iter().map(|b| b.dmabuf_fd),
+        )?;
+        let out: Vec<BoBucket> = bos
+            .iter()
+            .zip(dmabufs)
+            .map(|(b, dmabuf)| BoBucket {
                 addr: b.addr,
                 size: b.size,
                 offset: b.offset,
                 gpu_id: b.gpu_id,
                 alloc_flags: AllocFlags::from_bits_retain(b.alloc_flags),
                 dmabuf,
-            });
-        }
-        if let Some(e) = first_err {
-            return Err(e);
-        }
+            })
+            .collect();
         if let Some(b) = out
             .iter()
             .find(|b| b.alloc_flags.has_contents() && b.dmabuf.is_none())
@@ -318,29 +330,18 @@ impl<T: Transport> Kfd<T> {
         };
         self.criu(CriuOp::Restore, &mut a)?;
 
-        let mut out = Vec::with_capacity(bo_buckets.len());
-        let mut first_err = None;
-        for b in &bo_buckets {
-            let dmabuf = if b.dmabuf_fd == INVALID_FD {
-                None
-            } else {
-                match self.adopt("adopting a RESTORE dma-buf", b.dmabuf_fd) {
-                    Ok(fd) => Some(fd),
-                    Err(e) => {
-                        first_err.get_or_insert(e);
-                        None
-                    }
-                }
-            };
-            out.push(RestoredBo {
+        let dmabufs = self.adopt_dmabufs(
+            "adopting a RESTORE dma-buf",
+            bo_buckets.iter().map(|b| b.dmabuf_fd),
+        )?;
+        Ok(bo_buckets
+            .iter()
+            .zip(dmabufs)
+            .map(|(b, dmabuf)| RestoredBo {
                 restored_offset: b.restored_offset,
                 dmabuf,
-            });
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
+            })
+            .collect())
     }
 
     /// Starts the queues of the restored process `pid` (`CRIU_OP(RESUME)`), once its VMAs are

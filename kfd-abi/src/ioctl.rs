@@ -3,9 +3,13 @@
 //!
 //! The codes are computed from the argument struct's size (as the C `_IOWR` macros do), so a layout
 //! mistake in `kfd-sys` changes the code and fails the tests against the header's literal values.
+//! Each code is declared once, as a constant typed by its argument struct and direction (used by
+//! this crate's call helpers, so that a struct or a direction other than the header's does not
+//! compile), from which the public `u32` constant and the table row are derived.
 //! The module is public because the simulator dispatches on the same table, as the kernel's
 //! dispatcher and its uapi header share one definition.
 
+use std::marker::PhantomData;
 use std::mem::size_of;
 
 use kfd_sys as sys;
@@ -92,19 +96,101 @@ pub struct IoctlDesc {
     pub cmd: u32,
 }
 
+/// The direction of a typed request code ([`Ioctl`]), as a type: one of [`Read`], [`Write`] and
+/// [`ReadWrite`].
+pub(crate) trait Direction {
+    /// The direction bits this type stands for.
+    const DIR: Dir;
+}
+
+/// `_IOR`: the kernel writes the argument, userspace reads it (a getter).
+#[derive(Debug)]
+pub(crate) enum Read {}
+/// `_IOW`: userspace writes the argument, the kernel reads it (a setter).
+#[derive(Debug)]
+pub(crate) enum Write {}
+/// `_IOWR`: the kernel reads the argument and writes it back.
+#[derive(Debug)]
+pub(crate) enum ReadWrite {}
+
+impl Direction for Read {
+    const DIR: Dir = Dir::Read;
+}
+impl Direction for Write {
+    const DIR: Dir = Dir::Write;
+}
+impl Direction for ReadWrite {
+    const DIR: Dir = Dir::ReadWrite;
+}
+
+/// A request code typed by the struct `A` it carries and its direction `D`.
+///
+/// Its size field is `size_of::<A>()` and its direction bits are `D`'s, both fixed when the
+/// constant is evaluated at compile time (a struct too large for the 14-bit size field fails the
+/// build), so the call helpers of [`crate::handle::DeviceFile`] cannot issue it with another
+/// struct, and a getter cannot be issued with a code that the kernel does not copy back.
+pub(crate) struct Ioctl<A, D> {
+    code: u32,
+    arg: PhantomData<fn() -> (A, D)>,
+}
+
+impl<A, D> Clone for Ioctl<A, D> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A, D> Copy for Ioctl<A, D> {}
+
+impl<A, D: Direction> Ioctl<A, D> {
+    /// The request `nr` of type `ty`, carrying an `A`.
+    const fn new(ty: u8, nr: u8) -> Self {
+        Self {
+            code: encode(D::DIR, ty, nr, size_of::<A>()),
+            arg: PhantomData,
+        }
+    }
+
+    /// The request code.
+    pub(crate) const fn code(self) -> u32 {
+        self.code
+    }
+
+    /// The same request carrying `size` bytes instead of an `A` (a header followed by a
+    /// variable-length array, as `SVM` takes). `size` must fit the 14-bit size field.
+    pub(crate) const fn with_size(self, size: usize) -> u32 {
+        encode(D::DIR, ty(self.code), nr(self.code), size)
+    }
+}
+
+/// Declares the request codes of one node type: for each, a typed constant in the crate-private
+/// module `req` ([`Ioctl`], for the call helpers), the public `u32` constant derived from it (for
+/// the simulator and for tests), and one table per group.
 macro_rules! ioctl_table {
-    ($(#[$table_doc:meta])* $table:ident, $ty:expr, $base:expr, {
-        $( $(#[$doc:meta])* $name:ident = $dir:ident($nr:literal, $arg:ty); )*
-    }) => {
-        $(
+    ($ty:expr, $(
+        $(#[$table_doc:meta])* $table:ident at $base:expr => {
+            $( $(#[$doc:meta])* $name:ident = $dir:ident($nr:literal, $arg:ty); )*
+        }
+    )*) => {
+        /// The request codes typed by argument struct and direction.
+        pub(crate) mod req {
+            use super::*;
+            $($(
+                #[allow(clippy::cast_possible_truncation)]
+                pub(crate) const $name: Ioctl<$arg, $crate::ioctl::$dir> =
+                    Ioctl::new($ty, ($base + $nr) as u8);
+            )*)*
+        }
+        $($(
             $(#[$doc])*
-            #[allow(clippy::cast_possible_truncation)]
-            pub const $name: u32 = encode(Dir::$dir, $ty, ($base + $nr) as u8, size_of::<$arg>());
+            pub const $name: u32 = req::$name.code();
+        )*)*
+        $(
+            $(#[$table_doc])*
+            pub const $table: &[IoctlDesc] = &[
+                $( IoctlDesc { nr: nr($name), name: stringify!($name), cmd: $name }, )*
+            ];
         )*
-        $(#[$table_doc])*
-        pub const $table: &[IoctlDesc] = &[
-            $( IoctlDesc { nr: nr($name), name: stringify!($name), cmd: $name }, )*
-        ];
     };
 }
 
@@ -119,9 +205,9 @@ pub mod kfd {
     /// `AMDKFD_COMMAND_END`: one past the last number of KFD 1.11.
     pub const COMMAND_END: u8 = 0x24;
 
-    ioctl_table!(
+    ioctl_table!(TYPE,
         /// Every KFD 1.11 ioctl in number order, as the kernel's dispatch table holds them.
-        TABLE, TYPE, 0u32, {
+        TABLE at 0u32 => {
         GET_VERSION = Read(0x01, sys::kfd_ioctl_get_version_args);
         CREATE_QUEUE = ReadWrite(0x02, sys::kfd_ioctl_create_queue_args);
         DESTROY_QUEUE = ReadWrite(0x03, sys::kfd_ioctl_destroy_queue_args);
@@ -161,7 +247,8 @@ pub mod kfd {
         SET_XNACK_MODE = ReadWrite(0x21, sys::kfd_ioctl_set_xnack_mode_args);
         CRIU_OP = ReadWrite(0x22, sys::kfd_ioctl_criu_args);
         AVAILABLE_MEMORY = ReadWrite(0x23, sys::kfd_ioctl_get_available_memory_args);
-    });
+        }
+    );
 
     /// The row for `_IOC_NR(cmd)`, ignoring the caller's type, direction and size bits as the
     /// kernel does.
@@ -183,17 +270,15 @@ pub mod drm {
     /// The ioctl type of DRM devices (`DRM_IOCTL_BASE`).
     pub const TYPE: u8 = sys::DRM_IOCTL_BASE;
 
-    ioctl_table!(
+    ioctl_table!(TYPE,
         /// The generic DRM ioctls used here.
-        CORE_TABLE, TYPE, 0u32, {
+        CORE_TABLE at 0u32 => {
         GEM_CLOSE = Write(0x09, sys::drm_gem_close);
         PRIME_HANDLE_TO_FD = ReadWrite(0x2d, sys::drm_prime_handle);
         PRIME_FD_TO_HANDLE = ReadWrite(0x2e, sys::drm_prime_handle);
-    });
-
-    ioctl_table!(
+        }
         /// The amdgpu ioctls used here (numbers relative to `DRM_COMMAND_BASE` in the header).
-        AMDGPU_TABLE, TYPE, sys::DRM_COMMAND_BASE, {
+        AMDGPU_TABLE at sys::DRM_COMMAND_BASE => {
         AMDGPU_GEM_CREATE = ReadWrite(0x00, sys::drm_amdgpu_gem_create);
         AMDGPU_GEM_MMAP = ReadWrite(0x01, sys::drm_amdgpu_gem_mmap);
         AMDGPU_CTX = ReadWrite(0x02, sys::drm_amdgpu_ctx);
@@ -204,7 +289,8 @@ pub mod drm {
         AMDGPU_WAIT_CS = ReadWrite(0x09, sys::drm_amdgpu_wait_cs);
         AMDGPU_GEM_OP = ReadWrite(0x10, sys::drm_amdgpu_gem_op);
         AMDGPU_GEM_USERPTR = ReadWrite(0x11, sys::drm_amdgpu_gem_userptr);
-    });
+        }
+    );
 
     /// The row for a render-node request code (matched on its number, like the DRM core).
     pub fn lookup(cmd: u32) -> Option<&'static IoctlDesc> {
@@ -229,5 +315,18 @@ pub(crate) const fn size_u32<T>() -> u32 {
     #[allow(clippy::cast_possible_truncation)] // checked just above
     {
         n as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resized_request_keeps_its_type_number_and_direction() {
+        let svm = kfd::req::SVM;
+        let resized = svm.with_size(24 + 8 * 5);
+        assert_eq!(resized, encode(Dir::ReadWrite, b'K', 0x20, 64));
+        assert_eq!(svm.with_size(size(kfd::SVM)), kfd::SVM);
     }
 }

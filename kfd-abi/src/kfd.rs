@@ -6,8 +6,10 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use kfd_sys as sys;
 
-use crate::error::{bad_reply, failed, IoctlError, Result};
-use crate::ioctl::{self, kfd as codes, Dir};
+use crate::error::{bad_reply, IoctlError, Result};
+use crate::handle::DeviceFile;
+use crate::ioctl::kfd::req;
+use crate::ioctl::{self, Ioctl, ReadWrite};
 use crate::transport::Transport;
 use crate::types::*;
 
@@ -16,41 +18,6 @@ pub const KFD_PATH: &str = "/dev/kfd";
 
 /// Infinite timeout for [`Kfd::wait_events`].
 pub const WAIT_INFINITE: u32 = 0xffff_ffff;
-
-/// Argument structs that hold no pointers: the driver reads and writes only the struct itself.
-///
-/// # Safety
-///
-/// Implementors must be `repr(C)` plain data without pointer fields the driver dereferences.
-pub(crate) unsafe trait Plain: Copy {}
-
-macro_rules! plain {
-    ($($t:ty),* $(,)?) => { $(
-        // SAFETY: a bindgen struct of integer fields only; the driver dereferences nothing in it.
-        unsafe impl Plain for $t {}
-    )* };
-}
-
-plain!(
-    sys::kfd_ioctl_get_version_args,
-    sys::kfd_ioctl_destroy_queue_args,
-    sys::kfd_ioctl_set_memory_policy_args,
-    sys::kfd_ioctl_get_clock_counters_args,
-    sys::kfd_ioctl_get_process_apertures_args,
-    sys::kfd_ioctl_create_event_args,
-    sys::kfd_ioctl_destroy_event_args,
-    sys::kfd_ioctl_set_event_args,
-    sys::kfd_ioctl_reset_event_args,
-    sys::kfd_ioctl_set_scratch_backing_va_args,
-    sys::kfd_ioctl_set_trap_handler_args,
-    sys::kfd_ioctl_acquire_vm_args,
-    sys::kfd_ioctl_free_memory_of_gpu_args,
-    sys::kfd_ioctl_alloc_queue_gws_args,
-    sys::kfd_ioctl_smi_events_args,
-    sys::kfd_ioctl_set_xnack_mode_args,
-    sys::kfd_ioctl_get_available_memory_args,
-    sys::kfd_ioctl_import_dmabuf_args,
-);
 
 /// A version of the KFD ioctl interface.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -242,6 +209,34 @@ pub enum SvmOp {
 /// Largest attribute count one SVM call carries (the size field of the request code is 14 bits).
 pub const SVM_MAX_ATTRS: usize = (0x3fff - size_of::<sys::kfd_ioctl_svm_args>()) / 8;
 
+/// The argument of `MAP_MEMORY_TO_GPU` and of `UNMAP_MEMORY_FROM_GPU`: one layout under two
+/// names, so that one function issues both with the struct each request code declares.
+trait DeviceListArgs {
+    /// The argument for BO `handle` and `n_devices` gpu ids at `ids_ptr`.
+    fn new(handle: u64, ids_ptr: u64, n_devices: u32) -> Self;
+    /// How many devices the driver handled.
+    fn n_success(&self) -> u32;
+}
+
+macro_rules! device_list_args {
+    ($($t:ty),*) => { $(
+        impl DeviceListArgs for $t {
+            fn new(handle: u64, ids_ptr: u64, n_devices: u32) -> Self {
+                Self { handle, device_ids_array_ptr: ids_ptr, n_devices, n_success: 0 }
+            }
+
+            fn n_success(&self) -> u32 {
+                self.n_success
+            }
+        }
+    )* };
+}
+
+device_list_args!(
+    sys::kfd_ioctl_map_memory_to_gpu_args,
+    sys::kfd_ioctl_unmap_memory_from_gpu_args
+);
+
 crate::handle::device_handle!(
     /// An open `/dev/kfd` (normally at [`KFD_PATH`]).
     Kfd,
@@ -249,47 +244,16 @@ crate::handle::device_handle!(
 );
 
 impl<T: Transport> Kfd<T> {
-    /// Issues `request` with `arg`, whose size must be the one encoded in `request`.
-    ///
-    /// # Safety
-    ///
-    /// Every pointer inside `arg` must satisfy the ioctl's contract.
-    pub(crate) unsafe fn call_raw<A>(&self, request: u32, arg: &mut A) -> Result<i32> {
-        debug_assert_eq!(
-            ioctl::size(request),
-            size_of::<A>(),
-            "{}",
-            ioctl::name(request)
-        );
-        // SAFETY: `arg` is a live, exclusive `A` whose size is the request's; the caller vouches
-        // for the pointers inside it.
-        unsafe {
-            self.transport
-                .ioctl(request, (arg as *mut A).cast::<c_void>())
-        }
-        .map_err(|errno| failed(ioctl::name(request), &self.label, errno))
-    }
-
-    fn call<A: Plain>(&self, request: u32, arg: &mut A) -> Result<i32> {
-        // SAFETY: `A: Plain` holds no pointers the driver dereferences.
-        unsafe { self.call_raw(request, arg) }
-    }
-
     pub(crate) fn adopt(&self, what: &'static str, raw: u32) -> Result<OwnedFd> {
         let raw = i32::try_from(raw)
             .map_err(|_| bad_reply(what, &self.label, format!("fd {raw} out of range")))?;
         // SAFETY: the driver installed `raw` in our table for the call that just returned it.
-        unsafe { self.transport.adopt_fd(raw) }.map_err(|source| IoctlError::Fd {
-            what,
-            device: self.label.clone(),
-            source,
-        })
+        unsafe { self.adopt_fd(what, raw) }
     }
 
     /// The KFD ioctl interface version (`GET_VERSION`).
     pub fn get_version(&self) -> Result<Version> {
-        let mut a = sys::kfd_ioctl_get_version_args::default();
-        self.call(codes::GET_VERSION, &mut a)?;
+        let a = self.read(req::GET_VERSION)?;
         Ok(Version {
             major: a.major_version,
             minor: a.minor_version,
@@ -326,7 +290,7 @@ impl<T: Transport> Kfd<T> {
             ..Default::default()
         };
         // SAFETY: the caller guarantees the addresses the driver keeps.
-        unsafe { self.call_raw(codes::CREATE_QUEUE, &mut a) }?;
+        unsafe { self.call(req::CREATE_QUEUE, &mut a) }?;
         Ok(CreatedQueue {
             queue_id: QueueId(a.queue_id),
             doorbell_offset: a.doorbell_offset,
@@ -339,9 +303,7 @@ impl<T: Transport> Kfd<T> {
             queue_id: queue.get(),
             pad: 0,
         };
-        // DESTROY_QUEUE is declared _IOWR but carries no pointer.
-        // SAFETY: no pointers in the argument.
-        unsafe { self.call_raw(codes::DESTROY_QUEUE, &mut a) }?;
+        self.read_write(req::DESTROY_QUEUE, &mut a)?;
         Ok(())
     }
 
@@ -366,7 +328,7 @@ impl<T: Transport> Kfd<T> {
             queue_priority: priority,
         };
         // SAFETY: the caller guarantees the ring address.
-        unsafe { self.call_raw(codes::UPDATE_QUEUE, &mut a) }?;
+        unsafe { self.call(req::UPDATE_QUEUE, &mut a) }?;
         Ok(())
     }
 
@@ -379,7 +341,7 @@ impl<T: Transport> Kfd<T> {
         alternate_base: u64,
         alternate_size: u64,
     ) -> Result<()> {
-        let mut a = sys::kfd_ioctl_set_memory_policy_args {
+        let a = sys::kfd_ioctl_set_memory_policy_args {
             alternate_aperture_base: alternate_base,
             alternate_aperture_size: alternate_size,
             gpu_id: gpu.get(),
@@ -387,7 +349,7 @@ impl<T: Transport> Kfd<T> {
             alternate_policy: alternate as u32,
             pad: 0,
         };
-        self.call(codes::SET_MEMORY_POLICY, &mut a)?;
+        self.write(req::SET_MEMORY_POLICY, &a)?;
         Ok(())
     }
 
@@ -397,7 +359,7 @@ impl<T: Transport> Kfd<T> {
             gpu_id: gpu.get(),
             ..Default::default()
         };
-        self.call(codes::GET_CLOCK_COUNTERS, &mut a)?;
+        self.read_write(req::GET_CLOCK_COUNTERS, &mut a)?;
         Ok(ClockCounters {
             gpu: a.gpu_clock_counter,
             cpu: a.cpu_clock_counter,
@@ -408,8 +370,7 @@ impl<T: Transport> Kfd<T> {
 
     /// The apertures of up to 7 GPUs (`GET_PROCESS_APERTURES`, deprecated).
     pub fn get_process_apertures(&self) -> Result<Vec<Apertures>> {
-        let mut a = sys::kfd_ioctl_get_process_apertures_args::default();
-        self.call(codes::GET_PROCESS_APERTURES, &mut a)?;
+        let a = self.read(req::GET_PROCESS_APERTURES)?;
         let n = a.num_of_nodes as usize;
         let rows = a.process_apertures.get(..n).ok_or_else(|| {
             bad_reply(
@@ -425,7 +386,7 @@ impl<T: Transport> Kfd<T> {
     pub fn get_process_apertures_new(&self) -> Result<Vec<Apertures>> {
         let mut a = sys::kfd_ioctl_get_process_apertures_new_args::default();
         // SAFETY: with num_of_nodes 0 the driver only writes the count back.
-        unsafe { self.call_raw(codes::GET_PROCESS_APERTURES_NEW, &mut a) }?;
+        unsafe { self.call(req::GET_PROCESS_APERTURES_NEW, &mut a) }?;
         let n = a.num_of_nodes;
         if n == 0 {
             return Ok(Vec::new());
@@ -440,7 +401,7 @@ impl<T: Transport> Kfd<T> {
         let mut rows = vec![sys::kfd_process_device_apertures::default(); n as usize];
         a.kfd_process_device_apertures_ptr = rows.as_mut_ptr() as u64;
         // SAFETY: `rows` holds `num_of_nodes` entries for the driver to fill.
-        unsafe { self.call_raw(codes::GET_PROCESS_APERTURES_NEW, &mut a) }?;
+        unsafe { self.call(req::GET_PROCESS_APERTURES_NEW, &mut a) }?;
         rows.truncate(a.num_of_nodes.min(n) as usize);
         Ok(rows.iter().map(Apertures::from).collect())
     }
@@ -463,7 +424,7 @@ impl<T: Transport> Kfd<T> {
             auto_reset: u32::from(auto_reset),
             ..Default::default()
         };
-        self.call(codes::CREATE_EVENT, &mut a)?;
+        self.read_write(req::CREATE_EVENT, &mut a)?;
         Ok(CreatedEvent {
             event_id: EventId(a.event_id),
             trigger_data: a.event_trigger_data,
@@ -474,31 +435,31 @@ impl<T: Transport> Kfd<T> {
 
     /// Destroys an event (`DESTROY_EVENT`).
     pub fn destroy_event(&self, event: EventId) -> Result<()> {
-        let mut a = sys::kfd_ioctl_destroy_event_args {
+        let a = sys::kfd_ioctl_destroy_event_args {
             event_id: event.get(),
             pad: 0,
         };
-        self.call(codes::DESTROY_EVENT, &mut a)?;
+        self.write(req::DESTROY_EVENT, &a)?;
         Ok(())
     }
 
     /// Signals an event (`SET_EVENT`).
     pub fn set_event(&self, event: EventId) -> Result<()> {
-        let mut a = sys::kfd_ioctl_set_event_args {
+        let a = sys::kfd_ioctl_set_event_args {
             event_id: event.get(),
             pad: 0,
         };
-        self.call(codes::SET_EVENT, &mut a)?;
+        self.write(req::SET_EVENT, &a)?;
         Ok(())
     }
 
     /// Clears an event (`RESET_EVENT`).
     pub fn reset_event(&self, event: EventId) -> Result<()> {
-        let mut a = sys::kfd_ioctl_reset_event_args {
+        let a = sys::kfd_ioctl_reset_event_args {
             event_id: event.get(),
             pad: 0,
         };
-        self.call(codes::RESET_EVENT, &mut a)?;
+        self.write(req::RESET_EVENT, &a)?;
         Ok(())
     }
 
@@ -529,7 +490,7 @@ impl<T: Transport> Kfd<T> {
             wait_result: 0,
         };
         // SAFETY: `data` holds `num_events` event records for the driver to read and update.
-        unsafe { self.call_raw(codes::WAIT_EVENTS, &mut a) }?;
+        unsafe { self.call(req::WAIT_EVENTS, &mut a) }?;
         Ok(WaitResult::from(a.wait_result))
     }
 
@@ -540,7 +501,7 @@ impl<T: Transport> Kfd<T> {
             gpu_id: gpu.get(),
             pad: 0,
         };
-        self.call(codes::SET_SCRATCH_BACKING_VA, &mut a)?;
+        self.read_write(req::SET_SCRATCH_BACKING_VA, &mut a)?;
         Ok(())
     }
 
@@ -551,7 +512,7 @@ impl<T: Transport> Kfd<T> {
             ..Default::default()
         };
         // SAFETY: with zero counts the driver only reports the counts.
-        unsafe { self.call_raw(codes::GET_TILE_CONFIG, &mut a) }?;
+        unsafe { self.call(req::GET_TILE_CONFIG, &mut a) }?;
         let (nt, nm) = (a.num_tile_configs.min(64), a.num_macro_tile_configs.min(64));
         let mut tile = vec![0u32; nt as usize];
         let mut macro_tile = vec![0u32; nm as usize];
@@ -561,7 +522,7 @@ impl<T: Transport> Kfd<T> {
             a.num_tile_configs = nt;
             a.num_macro_tile_configs = nm;
             // SAFETY: the arrays hold the counts given for the driver to fill.
-            unsafe { self.call_raw(codes::GET_TILE_CONFIG, &mut a) }?;
+            unsafe { self.call(req::GET_TILE_CONFIG, &mut a) }?;
             tile.truncate(a.num_tile_configs.min(nt) as usize);
             macro_tile.truncate(a.num_macro_tile_configs.min(nm) as usize);
         }
@@ -576,13 +537,13 @@ impl<T: Transport> Kfd<T> {
 
     /// Installs the trap handler of a GPU (`SET_TRAP_HANDLER`).
     pub fn set_trap_handler(&self, gpu: GpuId, tba: u64, tma: u64) -> Result<()> {
-        let mut a = sys::kfd_ioctl_set_trap_handler_args {
+        let a = sys::kfd_ioctl_set_trap_handler_args {
             tba_addr: tba,
             tma_addr: tma,
             gpu_id: gpu.get(),
             pad: 0,
         };
-        self.call(codes::SET_TRAP_HANDLER, &mut a)?;
+        self.write(req::SET_TRAP_HANDLER, &a)?;
         Ok(())
     }
 
@@ -593,11 +554,11 @@ impl<T: Transport> Kfd<T> {
     /// `EINVAL` bad fd or unknown GPU, `EBUSY` already acquired with another file.
     pub fn acquire_vm(&self, gpu: GpuId, drm: BorrowedFd<'_>) -> Result<()> {
         let drm_fd = u32::try_from(drm.as_raw_fd()).unwrap_or(u32::MAX);
-        let mut a = sys::kfd_ioctl_acquire_vm_args {
+        let a = sys::kfd_ioctl_acquire_vm_args {
             drm_fd,
             gpu_id: gpu.get(),
         };
-        self.call(codes::ACQUIRE_VM, &mut a)?;
+        self.write(req::ACQUIRE_VM, &a)?;
         Ok(())
     }
 
@@ -619,7 +580,7 @@ impl<T: Transport> Kfd<T> {
         };
         // SAFETY: ALLOC_MEMORY_OF_GPU dereferences no pointer of the argument; a userptr address
         // in `mmap_offset` is vouched for by `alloc_userptr`'s caller.
-        unsafe { self.call_raw(codes::ALLOC_MEMORY_OF_GPU, &mut a) }?;
+        unsafe { self.call(req::ALLOC_MEMORY_OF_GPU, &mut a) }?;
         Ok(Allocation {
             handle: MemHandle(a.handle),
             mmap_offset: a.mmap_offset,
@@ -672,29 +633,28 @@ impl<T: Transport> Kfd<T> {
     ///
     /// `EINVAL` unknown handle, `EBUSY` still mapped, `EPERM` the signal event page.
     pub fn free_memory(&self, handle: MemHandle) -> Result<()> {
-        let mut a = sys::kfd_ioctl_free_memory_of_gpu_args {
+        let a = sys::kfd_ioctl_free_memory_of_gpu_args {
             handle: handle.get(),
         };
-        self.call(codes::FREE_MEMORY_OF_GPU, &mut a)?;
+        self.write(req::FREE_MEMORY_OF_GPU, &a)?;
         Ok(())
     }
 
-    fn map_unmap(&self, request: u32, handle: MemHandle, gpus: &[GpuId]) -> Result<u32> {
+    fn map_unmap<A: DeviceListArgs>(
+        &self,
+        req: Ioctl<A, ReadWrite>,
+        handle: MemHandle,
+        gpus: &[GpuId],
+    ) -> Result<u32> {
         let ids: Vec<u32> = gpus.iter().map(|g| g.get()).collect();
         let n_devices = u32::try_from(ids.len()).map_err(|_| IoctlError::InvalidArgument {
-            ioctl: ioctl::name(request).into(),
+            ioctl: ioctl::name(req.code()).into(),
             what: format!("{} devices", ids.len()),
         })?;
-        let mut a = sys::kfd_ioctl_map_memory_to_gpu_args {
-            handle: handle.get(),
-            device_ids_array_ptr: ids.as_ptr() as u64,
-            n_devices,
-            n_success: 0,
-        };
-        // SAFETY: `ids` holds `n_devices` gpu ids for the driver to read. MAP and UNMAP share
-        // one layout.
-        unsafe { self.call_raw(request, &mut a) }?;
-        Ok(a.n_success)
+        let mut a = A::new(handle.get(), ids.as_ptr() as u64, n_devices);
+        // SAFETY: `ids` holds `n_devices` gpu ids for the driver to read.
+        unsafe { self.call(req, &mut a) }?;
+        Ok(a.n_success())
     }
 
     /// Maps a BO on each of `gpus` (`MAP_MEMORY_TO_GPU`); returns the number mapped.
@@ -703,12 +663,12 @@ impl<T: Transport> Kfd<T> {
     ///
     /// `EINVAL` no devices or unknown peer GPU, `ENOMEM` unknown handle.
     pub fn map_memory_to_gpu(&self, handle: MemHandle, gpus: &[GpuId]) -> Result<u32> {
-        self.map_unmap(codes::MAP_MEMORY_TO_GPU, handle, gpus)
+        self.map_unmap(req::MAP_MEMORY_TO_GPU, handle, gpus)
     }
 
     /// Unmaps a BO from each of `gpus` (`UNMAP_MEMORY_FROM_GPU`); returns the number unmapped.
     pub fn unmap_memory_from_gpu(&self, handle: MemHandle, gpus: &[GpuId]) -> Result<u32> {
-        self.map_unmap(codes::UNMAP_MEMORY_FROM_GPU, handle, gpus)
+        self.map_unmap(req::UNMAP_MEMORY_FROM_GPU, handle, gpus)
     }
 
     /// Restricts a queue to the CUs set in `mask` (`SET_CU_MASK`; 32 CUs per word).
@@ -727,7 +687,7 @@ impl<T: Transport> Kfd<T> {
             cu_mask_ptr: mask.as_ptr() as u64,
         };
         // SAFETY: `mask` holds num_cu_mask / 32 words for the driver to read.
-        unsafe { self.call_raw(codes::SET_CU_MASK, &mut a) }?;
+        unsafe { self.call(req::SET_CU_MASK, &mut a) }?;
         Ok(())
     }
 
@@ -749,7 +709,7 @@ impl<T: Transport> Kfd<T> {
             ..Default::default()
         };
         // SAFETY: the caller guarantees the buffer is large enough.
-        unsafe { self.call_raw(codes::GET_QUEUE_WAVE_STATE, &mut a) }?;
+        unsafe { self.call(req::GET_QUEUE_WAVE_STATE, &mut a) }?;
         Ok((a.ctl_stack_used_size, a.save_area_used_size))
     }
 
@@ -768,7 +728,7 @@ impl<T: Transport> Kfd<T> {
             ..Default::default()
         };
         // SAFETY: the metadata buffer, when given, holds `metadata_size` bytes.
-        unsafe { self.call_raw(codes::GET_DMABUF_INFO, &mut a) }?;
+        unsafe { self.call(req::GET_DMABUF_INFO, &mut a) }?;
         Ok(DmabufInfo {
             size: a.size,
             gpu_id: a.gpu_id,
@@ -785,7 +745,7 @@ impl<T: Transport> Kfd<T> {
             gpu_id: gpu.get(),
             dmabuf_fd: u32::try_from(dmabuf.as_raw_fd()).unwrap_or(u32::MAX),
         };
-        self.call(codes::IMPORT_DMABUF, &mut a)?;
+        self.read_write(req::IMPORT_DMABUF, &mut a)?;
         Ok(MemHandle(a.handle))
     }
 
@@ -796,7 +756,7 @@ impl<T: Transport> Kfd<T> {
             num_gws,
             ..Default::default()
         };
-        self.call(codes::ALLOC_QUEUE_GWS, &mut a)?;
+        self.read_write(req::ALLOC_QUEUE_GWS, &mut a)?;
         Ok(a.first_gws)
     }
 
@@ -806,7 +766,7 @@ impl<T: Transport> Kfd<T> {
             gpuid: gpu.get(),
             anon_fd: 0,
         };
-        self.call(codes::SMI_EVENTS, &mut a)?;
+        self.read_write(req::SMI_EVENTS, &mut a)?;
         self.adopt("SMI_EVENTS", a.anon_fd)
     }
 
@@ -827,19 +787,10 @@ impl<T: Transport> Kfd<T> {
         for (w, at) in buf[3..].iter_mut().zip(attrs.iter()) {
             *w = u64::from(at.ty) | (u64::from(at.value) << 32);
         }
-        let request = ioctl::encode(
-            Dir::ReadWrite,
-            codes::TYPE,
-            ioctl::nr(codes::SVM),
-            buf.len() * 8,
-        );
-        // SAFETY: `buf` holds the whole variable-size argument whose size the request encodes;
-        // the SVM ioctl dereferences no pointer inside it.
-        unsafe {
-            self.transport
-                .ioctl(request, buf.as_mut_ptr().cast::<c_void>())
-        }
-        .map_err(|errno| failed("SVM", &self.label, errno))?;
+        let code = req::SVM.with_size(buf.len() * 8);
+        // SAFETY: `buf` holds the whole variable-size argument whose size `code` encodes; the SVM
+        // ioctl dereferences no pointer inside it.
+        unsafe { self.issue("SVM".into(), code, buf.as_mut_ptr().cast::<c_void>()) }?;
         for (w, at) in buf[3..].iter().zip(attrs.iter_mut()) {
             #[allow(clippy::cast_possible_truncation)] // splitting a u64 into its halves
             {
@@ -866,14 +817,14 @@ impl<T: Transport> Kfd<T> {
         let mut a = sys::kfd_ioctl_set_xnack_mode_args {
             xnack_enabled: i32::from(enabled),
         };
-        self.call(codes::SET_XNACK_MODE, &mut a)?;
+        self.read_write(req::SET_XNACK_MODE, &mut a)?;
         Ok(a.xnack_enabled != 0)
     }
 
     /// Queries the XNACK mode (`SET_XNACK_MODE` with -1).
     pub fn xnack_mode(&self) -> Result<bool> {
         let mut a = sys::kfd_ioctl_set_xnack_mode_args { xnack_enabled: -1 };
-        self.call(codes::SET_XNACK_MODE, &mut a)?;
+        self.read_write(req::SET_XNACK_MODE, &mut a)?;
         Ok(a.xnack_enabled != 0)
     }
 
@@ -883,7 +834,7 @@ impl<T: Transport> Kfd<T> {
             gpu_id: gpu.get(),
             ..Default::default()
         };
-        self.call(codes::AVAILABLE_MEMORY, &mut a)?;
+        self.read_write(req::AVAILABLE_MEMORY, &mut a)?;
         Ok(a.available)
     }
 }

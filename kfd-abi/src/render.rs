@@ -2,16 +2,15 @@
 //! checkpoint/restore — GEM objects, PRIME, the GPU VM, submission contexts, command submission on
 //! the SDMA ring and its fences, and the device info query.
 
-use std::ffi::c_void;
-use std::mem::size_of;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 
 use bitflags::bitflags;
 use kfd_sys as sys;
 
-use crate::error::{bad_reply, failed, IoctlError, Result};
-use crate::ioctl::{self, drm as codes};
+use crate::error::{bad_reply, IoctlError, Result};
+use crate::handle::DeviceFile;
+use crate::ioctl::{self, drm::req};
 use crate::transport::Transport;
 use crate::types::{BoHandle, BoListHandle, ContextId};
 
@@ -118,26 +117,6 @@ crate::handle::device_handle!(
 );
 
 impl<T: Transport> RenderNode<T> {
-    /// # Safety
-    ///
-    /// Every pointer inside `arg` must satisfy the ioctl's contract.
-    unsafe fn call<A>(&self, request: u32, arg: &mut A) -> Result<()> {
-        debug_assert_eq!(
-            ioctl::size(request),
-            size_of::<A>(),
-            "{}",
-            ioctl::name(request)
-        );
-        // SAFETY: `arg` is a live, exclusive `A` of the request's size; the caller vouches for the
-        // pointers inside it.
-        unsafe {
-            self.transport
-                .ioctl(request, (arg as *mut A).cast::<c_void>())
-        }
-        .map(drop)
-        .map_err(|errno| failed(ioctl::name(request), &self.label, errno))
-    }
-
     fn handle(&self, what: &'static str, raw: u32) -> Result<BoHandle> {
         BoHandle::new(raw).ok_or_else(|| bad_reply(what, &self.label, "GEM handle 0"))
     }
@@ -157,8 +136,7 @@ impl<T: Transport> RenderNode<T> {
             domains: domains.bits(),
             domain_flags: flags,
         };
-        // SAFETY: no pointers in the argument.
-        unsafe { self.call(codes::AMDGPU_GEM_CREATE, &mut a) }?;
+        self.read_write(req::AMDGPU_GEM_CREATE, &mut a)?;
         // SAFETY: on success the driver wrote the `out` member.
         let raw = unsafe { a.out.handle };
         self.handle("AMDGPU_GEM_CREATE", raw)
@@ -183,7 +161,7 @@ impl<T: Transport> RenderNode<T> {
             handle: 0,
         };
         // SAFETY: the caller guarantees the memory range.
-        unsafe { self.call(codes::AMDGPU_GEM_USERPTR, &mut a) }?;
+        unsafe { self.call(req::AMDGPU_GEM_USERPTR, &mut a) }?;
         self.handle("AMDGPU_GEM_USERPTR", a.handle)
     }
 
@@ -194,8 +172,7 @@ impl<T: Transport> RenderNode<T> {
             handle: bo.get(),
             _pad: 0,
         };
-        // SAFETY: no pointers in the argument.
-        unsafe { self.call(codes::AMDGPU_GEM_MMAP, &mut a) }?;
+        self.read_write(req::AMDGPU_GEM_MMAP, &mut a)?;
         // SAFETY: on success the driver wrote the `out` member.
         Ok(unsafe { a.out.addr_ptr })
     }
@@ -209,7 +186,7 @@ impl<T: Transport> RenderNode<T> {
         offset: u64,
         size: u64,
     ) -> Result<()> {
-        let mut a = sys::drm_amdgpu_gem_va {
+        let a = sys::drm_amdgpu_gem_va {
             handle: bo.get(),
             _pad: 0,
             operation: op,
@@ -218,8 +195,7 @@ impl<T: Transport> RenderNode<T> {
             offset_in_bo: offset,
             map_size: size,
         };
-        // SAFETY: no pointers in the argument.
-        unsafe { self.call(codes::AMDGPU_GEM_VA, &mut a) }
+        self.write(req::AMDGPU_GEM_VA, &a)
     }
 
     /// Maps `size` bytes of `bo` from `offset` at GPU VA `va` in this file's VM
@@ -249,12 +225,11 @@ impl<T: Transport> RenderNode<T> {
 
     /// Releases a GEM handle (`DRM_IOCTL_GEM_CLOSE`).
     pub fn gem_close(&self, bo: BoHandle) -> Result<()> {
-        let mut a = sys::drm_gem_close {
+        let a = sys::drm_gem_close {
             handle: bo.get(),
             pad: 0,
         };
-        // SAFETY: no pointers in the argument.
-        unsafe { self.call(codes::GEM_CLOSE, &mut a) }
+        self.write(req::GEM_CLOSE, &a)
     }
 
     /// Exports a BO as a dma-buf (`DRM_IOCTL_PRIME_HANDLE_TO_FD`, close-on-exec, read-write).
@@ -265,14 +240,9 @@ impl<T: Transport> RenderNode<T> {
             flags: (libc::O_CLOEXEC | libc::O_RDWR).unsigned_abs(),
             fd: -1,
         };
-        // SAFETY: no pointers in the argument.
-        unsafe { self.call(codes::PRIME_HANDLE_TO_FD, &mut a) }?;
+        self.read_write(req::PRIME_HANDLE_TO_FD, &mut a)?;
         // SAFETY: the driver installed `a.fd` for this call.
-        unsafe { self.transport.adopt_fd(a.fd) }.map_err(|source| IoctlError::Fd {
-            what: "adopting a PRIME fd",
-            device: self.label.clone(),
-            source,
-        })
+        unsafe { self.adopt_fd("adopting a PRIME fd", a.fd) }
     }
 
     /// Imports a dma-buf as a GEM BO of this file (`DRM_IOCTL_PRIME_FD_TO_HANDLE`).
@@ -282,8 +252,7 @@ impl<T: Transport> RenderNode<T> {
             flags: 0,
             fd: dmabuf.as_raw_fd(),
         };
-        // SAFETY: no pointers in the argument; the fd is only named.
-        unsafe { self.call(codes::PRIME_FD_TO_HANDLE, &mut a) }?;
+        self.read_write(req::PRIME_FD_TO_HANDLE, &mut a)?;
         self.handle("PRIME_FD_TO_HANDLE", a.handle)
     }
 
@@ -294,8 +263,7 @@ impl<T: Transport> RenderNode<T> {
             op: sys::AMDGPU_CTX_OP_ALLOC_CTX,
             ..Default::default()
         };
-        // SAFETY: no pointers in the argument.
-        unsafe { self.call(codes::AMDGPU_CTX, &mut a) }?;
+        self.read_write(req::AMDGPU_CTX, &mut a)?;
         // SAFETY: on success the driver wrote `out.alloc`.
         Ok(ContextId(unsafe { a.out.alloc.ctx_id }))
     }
@@ -308,8 +276,7 @@ impl<T: Transport> RenderNode<T> {
             ctx_id: ctx.get(),
             ..Default::default()
         };
-        // SAFETY: no pointers in the argument.
-        unsafe { self.call(codes::AMDGPU_CTX, &mut a) }
+        self.read_write(req::AMDGPU_CTX, &mut a)
     }
 
     /// Creates a BO list of `(handle, priority)` entries (`AMDGPU_BO_LIST`, `CREATE`).
@@ -334,7 +301,7 @@ impl<T: Transport> RenderNode<T> {
             bo_info_ptr: entries.as_ptr() as u64,
         };
         // SAFETY: `entries` holds `bo_number` entries of `bo_info_size` bytes for the driver to read.
-        unsafe { self.call(codes::AMDGPU_BO_LIST, &mut a) }?;
+        unsafe { self.call(req::AMDGPU_BO_LIST, &mut a) }?;
         // SAFETY: on success the driver wrote `out`.
         Ok(BoListHandle(unsafe { a.out.list_handle }))
     }
@@ -348,7 +315,7 @@ impl<T: Transport> RenderNode<T> {
             ..Default::default()
         };
         // SAFETY: no pointers are read for DESTROY.
-        unsafe { self.call(codes::AMDGPU_BO_LIST, &mut a) }
+        unsafe { self.call(req::AMDGPU_BO_LIST, &mut a) }
     }
 
     /// Submits one indirect buffer (`AMDGPU_CS` with one IB chunk); returns the fence sequence
@@ -382,7 +349,7 @@ impl<T: Transport> RenderNode<T> {
         };
         // SAFETY: `chunks` points to one chunk pointer, which points to a chunk whose data is an
         // IB descriptor of `length_dw` dwords; all three live until the call returns.
-        unsafe { self.call(codes::AMDGPU_CS, &mut a) }?;
+        unsafe { self.call(req::AMDGPU_CS, &mut a) }?;
         // SAFETY: on success the driver wrote `out`.
         Ok(unsafe { a.out.handle })
     }
@@ -410,8 +377,7 @@ impl<T: Transport> RenderNode<T> {
             ring,
             ctx_id: ctx.get(),
         };
-        // SAFETY: no pointers in the argument.
-        unsafe { self.call(codes::AMDGPU_WAIT_CS, &mut a) }?;
+        self.read_write(req::AMDGPU_WAIT_CS, &mut a)?;
         // SAFETY: on success the driver wrote `out`.
         Ok(unsafe { a.out.status } == 0)
     }
@@ -439,7 +405,7 @@ impl<T: Transport> RenderNode<T> {
             __bindgen_anon_1: Default::default(),
         };
         // SAFETY: `return_pointer` points to `return_size` writable bytes.
-        unsafe { self.call(codes::AMDGPU_INFO, &mut a) }?;
+        unsafe { self.call(req::AMDGPU_INFO, &mut a) }?;
         Ok(DeviceInfo {
             device_id: info.device_id,
             family: info.family,

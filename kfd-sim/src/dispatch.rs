@@ -202,10 +202,11 @@ pub(crate) fn kfd_ioctl(
     ret
 }
 
-fn get_version(_cx: &Cx<'_>, k: &mut [u8]) -> R {
+fn get_version(cx: &Cx<'_>, k: &mut [u8]) -> R {
+    let v = cx.m.kfd_version();
     args(k, |a: &mut sys::kfd_ioctl_get_version_args| {
-        a.major_version = sys::KFD_IOCTL_MAJOR_VERSION;
-        a.minor_version = sys::KFD_IOCTL_MINOR_VERSION;
+        a.major_version = v.major;
+        a.minor_version = v.minor;
         Ok(0)
     })
 }

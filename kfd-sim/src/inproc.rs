@@ -45,6 +45,12 @@ impl Machine {
         })
     }
 
+    /// Makes GET_VERSION report KFD interface `version` (as an older or newer kernel would); the
+    /// simulated driver is otherwise unchanged (1.11).
+    pub fn set_kfd_version(&self, version: kfd_abi::kfd::Version) {
+        self.inner.set_kfd_version(version);
+    }
+
     /// The topology the machine was built from (what its sysfs tree shows).
     pub fn topology(&self) -> &Topology {
         &self.inner.topology

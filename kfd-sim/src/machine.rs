@@ -160,6 +160,8 @@ pub struct MachineInner {
     pub(crate) topology: Topology,
     pub(crate) devices: Vec<Device>,
     pub(crate) system_limit: u64,
+    /// What GET_VERSION reports, `major << 32 | minor` (1.11 unless told otherwise).
+    kfd_version: std::sync::atomic::AtomicU64,
     reg: Mutex<Registry>,
 }
 
@@ -212,11 +214,31 @@ impl MachineInner {
             topology,
             devices,
             system_limit,
+            kfd_version: std::sync::atomic::AtomicU64::new(
+                u64::from(kfd_sys::KFD_IOCTL_MAJOR_VERSION) << 32
+                    | u64::from(kfd_sys::KFD_IOCTL_MINOR_VERSION),
+            ),
             reg: Mutex::new(Registry {
                 next_pid: 1000,
                 ..Registry::default()
             }),
         })
+    }
+
+    /// The KFD ioctl interface version GET_VERSION reports.
+    pub(crate) fn kfd_version(&self) -> kfd_abi::kfd::Version {
+        let v = self.kfd_version.load(std::sync::atomic::Ordering::Relaxed);
+        kfd_abi::kfd::Version {
+            major: (v >> 32) as u32,
+            minor: (v & 0xffff_ffff) as u32,
+        }
+    }
+
+    /// Makes GET_VERSION report `v` (an older or newer kernel); nothing else changes.
+    pub(crate) fn set_kfd_version(&self, v: kfd_abi::kfd::Version) {
+        let packed = u64::from(v.major) << 32 | u64::from(v.minor);
+        self.kfd_version
+            .store(packed, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub(crate) fn device_by_gpu_id(&self, gpu_id: u32) -> Option<usize> {

@@ -336,12 +336,53 @@ fn prepare<'r, T: Transport>(
     ))
 }
 
-/// The result of a copy from its two threads' results: the I/O thread's own error explains a
-/// copier that stopped because the I/O thread went away.
-fn outcome(copied: Result<(), CopyError>, io: Result<(), CopyError>) -> Result<(), CopyError> {
-    match (copied, io) {
-        (Err(CopyError::ThreadGone(_)), Err(e)) | (Ok(()), Err(e)) | (Err(e), _) => Err(e),
-        (Ok(()), Ok(())) => Ok(()),
+/// Runs the two sides of one GPU's copy at once: `io` (the pages file) on a thread of its own,
+/// `copy` (SDMA) on this one. Each side drops the ring's ends it owns when it returns, so the
+/// other side sees it gone. The I/O thread's own error explains a copier that stopped because that
+/// thread (`thread` names it) went away.
+fn overlap<IoSide, CopySide>(
+    thread: &'static str,
+    io: IoSide,
+    copy: CopySide,
+) -> Result<(), CopyError>
+where
+    IoSide: FnOnce() -> Result<(), CopyError> + Send,
+    CopySide: FnOnce() -> Result<(), CopyError>,
+{
+    std::thread::scope(|s| {
+        let io = s.spawn(io);
+        let copied = copy();
+        let io = io.join().unwrap_or(Err(CopyError::ThreadGone(thread)));
+        match (copied, io) {
+            (Err(CopyError::ThreadGone(_)), Err(e)) | (Ok(()), Err(e)) | (Err(e), _) => Err(e),
+            (Ok(()), Ok(())) => Ok(()),
+        }
+    })
+}
+
+/// Waits for every per-GPU copy thread: their results in order, or, once all of them have
+/// stopped, the first error. A thread that panicked counts as [`CopyError::ThreadGone`], which
+/// `gone` wraps in the caller's error.
+pub(crate) fn join_all<R, E>(
+    workers: Vec<std::thread::ScopedJoinHandle<'_, Result<R, E>>>,
+    gone: impl Fn(CopyError) -> E,
+) -> Result<Vec<R>, E> {
+    let mut out = Vec::with_capacity(workers.len());
+    let mut first_err = None;
+    for w in workers {
+        match w.join() {
+            Ok(Ok(r)) => out.push(r),
+            Ok(Err(e)) => {
+                first_err.get_or_insert(e);
+            }
+            Err(_) => {
+                first_err.get_or_insert_with(|| gone(CopyError::ThreadGone("per-GPU copy")));
+            }
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(out),
     }
 }
 
@@ -353,49 +394,38 @@ pub fn dump_gpu<T: Transport>(
     progress: &Progress,
     writer: &mut PagesWriter,
 ) -> Result<u64, CopyError> {
-    let (
-        total,
-        mut dma,
-        Ring {
-            full_tx,
-            full_rx,
-            empty_tx,
-            empty_rx,
-        },
-    ) = prepare(render, bos, staging)?;
-
-    std::thread::scope(|s| {
-        let io = s.spawn(move || -> Result<(), CopyError> {
-            for (buf, len) in full_rx {
-                writer.write_chunk(&buf.as_slice()[..len])?;
-                if empty_tx.send(buf).is_err() {
-                    break;
-                }
+    let (total, mut dma, ring) = prepare(render, bos, staging)?;
+    let (full_rx, empty_tx) = (ring.full_rx, ring.empty_tx);
+    let write = move || -> Result<(), CopyError> {
+        for (buf, len) in full_rx {
+            writer.write_chunk(&buf.as_slice()[..len])?;
+            if empty_tx.send(buf).is_err() {
+                break;
             }
-            Ok(())
-        });
-
-        let copied = (|| -> Result<(), CopyError> {
-            let mut pos = 0u64;
-            while pos < total {
-                let buf = empty_rx
-                    .recv()
-                    .map_err(|_| CopyError::ThreadGone("writer"))?;
-                let len = (total - pos).min(buf.len() as u64);
-                dma.copy_range(pos, len, buf.va(), true)?;
-                progress.add(len);
-                #[allow(clippy::cast_possible_truncation)] // len <= buf.len()
-                full_tx
-                    .send((buf, len as usize))
-                    .map_err(|_| CopyError::ThreadGone("writer"))?;
-                pos += len;
-            }
-            Ok(())
-        })();
-        drop(full_tx);
-        let written = io.join().unwrap_or(Err(CopyError::ThreadGone("writer")));
-        outcome(copied, written).map(|()| total)
-    })
+        }
+        Ok(())
+    };
+    // The copier drops `full_tx` when it returns, which ends the writer's loop once the ring is
+    // drained; `empty_rx` lives on until the writer is joined, so it can hand every buffer back.
+    let (full_tx, empty_rx, dma) = (ring.full_tx, &ring.empty_rx, &mut dma);
+    let copy = move || -> Result<(), CopyError> {
+        let mut pos = 0u64;
+        while pos < total {
+            let buf = empty_rx
+                .recv()
+                .map_err(|_| CopyError::ThreadGone("writer"))?;
+            let len = (total - pos).min(buf.len() as u64);
+            dma.copy_range(pos, len, buf.va(), true)?;
+            progress.add(len);
+            #[allow(clippy::cast_possible_truncation)] // len <= buf.len()
+            full_tx
+                .send((buf, len as usize))
+                .map_err(|_| CopyError::ThreadGone("writer"))?;
+            pos += len;
+        }
+        Ok(())
+    };
+    overlap("writer", write, copy).map(|()| total)
 }
 
 /// Copies `reader`'s stream into the BOs of one GPU, in order. Returns the bytes copied.
@@ -406,51 +436,39 @@ pub fn restore_gpu<T: Transport>(
     progress: &Progress,
     reader: &mut PagesReader,
 ) -> Result<u64, CopyError> {
-    let (
-        total,
-        mut dma,
-        Ring {
-            full_tx,
-            full_rx,
-            empty_tx,
-            empty_rx,
-        },
-    ) = prepare(render, bos, staging)?;
-
-    std::thread::scope(|s| {
-        let io = s.spawn(move || -> Result<(), CopyError> {
-            let mut pos = 0u64;
-            while pos < total {
-                let Ok(mut buf) = empty_rx.recv() else { break };
-                let len = (total - pos).min(buf.len() as u64);
-                #[allow(clippy::cast_possible_truncation)] // len <= buf.len()
-                let len = len as usize;
-                reader.read_exact_into(&mut buf.as_mut_slice()[..len])?;
-                if full_tx.send((buf, len)).is_err() {
-                    break;
-                }
-                pos += len as u64;
+    let (total, mut dma, ring) = prepare(render, bos, staging)?;
+    let (full_tx, empty_rx) = (ring.full_tx, ring.empty_rx);
+    let read = move || -> Result<(), CopyError> {
+        let mut pos = 0u64;
+        while pos < total {
+            let Ok(mut buf) = empty_rx.recv() else { break };
+            let len = (total - pos).min(buf.len() as u64);
+            #[allow(clippy::cast_possible_truncation)] // len <= buf.len()
+            let len = len as usize;
+            reader.read_exact_into(&mut buf.as_mut_slice()[..len])?;
+            if full_tx.send((buf, len)).is_err() {
+                break;
             }
-            Ok(())
-        });
-
-        let copied = (|| -> Result<(), CopyError> {
-            let mut pos = 0u64;
-            while pos < total {
-                let (buf, len) = full_rx
-                    .recv()
-                    .map_err(|_| CopyError::ThreadGone("reader"))?;
-                dma.copy_range(pos, len as u64, buf.va(), false)?;
-                progress.add(len as u64);
-                pos += len as u64;
-                // The reader may already be done; a closed channel is fine here.
-                let _ = empty_tx.send(buf);
-            }
-            Ok(())
-        })();
-        drop(full_rx);
-        drop(empty_tx);
-        let read = io.join().unwrap_or(Err(CopyError::ThreadGone("reader")));
-        outcome(copied, read).map(|()| total)
-    })
+            pos += len as u64;
+        }
+        Ok(())
+    };
+    // The copier drops both its ends when it returns: a reader still running stops at its next
+    // buffer.
+    let (full_rx, empty_tx, dma) = (ring.full_rx, ring.empty_tx, &mut dma);
+    let copy = move || -> Result<(), CopyError> {
+        let mut pos = 0u64;
+        while pos < total {
+            let (buf, len) = full_rx
+                .recv()
+                .map_err(|_| CopyError::ThreadGone("reader"))?;
+            dma.copy_range(pos, len as u64, buf.va(), false)?;
+            progress.add(len as u64);
+            pos += len as u64;
+            // The reader may already be done; a closed channel is fine here.
+            let _ = empty_tx.send(buf);
+        }
+        Ok(())
+    };
+    overlap("reader", read, copy).map(|()| total)
 }

@@ -3,6 +3,7 @@
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use images::proto::CriuRenderNode;
@@ -12,7 +13,9 @@ use kfd_abi::{Errno, Kfd};
 use crate::copy::Staging;
 use crate::dump::{self, DumpOptions, Unpause};
 use crate::hooks::{CriuHooks, HookError, HookResult, Stage, VmaUpdate};
-use crate::restore::{self, MappedOn, RestoreOptions, Restored};
+use crate::inventory::{self, Inventory, NoInventory};
+use crate::restore::{self, RestoreOptions, Restored};
+use crate::vma::{MappedOn, VmaDevice};
 use kfd_abi::platform::{DeviceKind, HostPlatform, Platform};
 
 /// Turns on write-behind of the pages files at dump ([`Settings::write_behind`]).
@@ -109,6 +112,11 @@ pub struct Engine<P: Platform> {
     settings: Mutex<Option<Settings>>,
     state: Mutex<State<P>>,
     image_dir: Box<dyn Fn() -> Option<RawFd> + Send + Sync>,
+    inventory: Box<dyn Inventory>,
+    /// This dump's inventory lists the plugin already.
+    recorded: AtomicBool,
+    /// This restore's images do not list the plugin: every hook is "not ours".
+    disabled: AtomicBool,
 }
 
 impl<P: Platform> std::fmt::Debug for Engine<P> {
@@ -138,6 +146,36 @@ impl<P: Platform> Engine<P> {
             settings: Mutex::new(None),
             state: Mutex::new(State::default()),
             image_dir: Box::new(image_dir),
+            inventory: Box::new(NoInventory),
+            recorded: AtomicBool::new(false),
+            disabled: AtomicBool::new(false),
+        }
+    }
+
+    /// The same engine on a host with criu's plugin inventory (criu 4.1+; see
+    /// [`crate::inventory`]).
+    pub fn with_inventory(mut self, inventory: impl Inventory + 'static) -> Self {
+        self.inventory = Box::new(inventory);
+        self
+    }
+
+    /// Dump: records the plugin in the dump's inventory, once, as soon as it handles anything.
+    fn record(&self) -> HookResult<()> {
+        if self.recorded.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.inventory.record().map_err(|e| {
+            self.recorded.store(false, Ordering::SeqCst);
+            failed(Errno::EIO, e)
+        })
+    }
+
+    /// "Not ours" for everything in a restore whose images do not list the plugin.
+    fn enabled(&self) -> HookResult<()> {
+        if self.disabled.load(Ordering::SeqCst) {
+            Err(HookError::NotOurs)
+        } else {
+            Ok(())
         }
     }
 
@@ -265,6 +303,7 @@ impl<P: Platform> Engine<P> {
     /// RESTORE_EXT_FILE in Rust terms: recreates file `id` in the calling (restored) process
     /// and returns its fd; `Ok(None)` asks to be called again later.
     pub fn restore_file(&self, id: u32) -> HookResult<Option<OwnedFd>> {
+        self.enabled()?;
         let dir = self.dir()?;
         if let Some(msg) =
             RenderNodeImage::try_read(dir, id).map_err(|e| failed(Errno::EINVAL, e))?
@@ -418,6 +457,15 @@ impl<P: Platform> CriuHooks for Engine<P> {
         let mut s = lock(&self.settings);
         let settings = s.get_or_insert_with(|| Settings::from_env(dump_devices_late));
         log::debug!("init {stage:?}: {settings:?}");
+        self.recorded.store(false, Ordering::SeqCst);
+        let listed = stage != Stage::Restore || self.inventory.claim();
+        self.disabled.store(!listed, Ordering::SeqCst);
+        if !listed {
+            log::info!(
+                "the images' plugin inventory does not list {}: staying out of this restore",
+                inventory::NAME
+            );
+        }
         Ok(())
     }
 
@@ -435,18 +483,23 @@ impl<P: Platform> CriuHooks for Engine<P> {
     }
 
     fn handle_device_vma(&self, _fd: BorrowedFd<'_>, rdev: u64) -> HookResult<()> {
+        self.enabled()?;
         match self.platform.identify_rdev(rdev) {
-            DeviceKind::Kfd | DeviceKind::Render { .. } => Ok(()),
+            DeviceKind::Kfd | DeviceKind::Render { .. } => self.record(),
             DeviceKind::Other => Err(HookError::NotOurs),
         }
     }
 
     fn dump_ext_file(&self, fd: BorrowedFd<'_>, id: u32) -> HookResult<()> {
-        match self
+        self.enabled()?;
+        let kind = self
             .platform
             .identify(fd)
-            .map_err(|e| failed(Errno::from_io(&e), e))?
-        {
+            .map_err(|e| failed(Errno::from_io(&e), e))?;
+        if kind != DeviceKind::Other {
+            self.record()?;
+        }
+        match kind {
             DeviceKind::Other => Err(HookError::NotOurs),
             DeviceKind::Render { minor } => self.dump_render(id, minor),
             DeviceKind::Kfd => {
@@ -494,37 +547,44 @@ impl<P: Platform> CriuHooks for Engine<P> {
     fn update_vma_map(
         &self,
         path: &Path,
-        _addr: u64,
+        addr: u64,
         old_pgoff: u64,
     ) -> HookResult<Option<VmaUpdate>> {
-        let name = path.to_string_lossy();
-        let is_kfd = name.ends_with("/kfd");
-        if !is_kfd && !name.contains("/renderD") {
-            return Err(HookError::NotOurs);
-        }
+        self.enabled()?;
+        let device = VmaDevice::from_path(path).ok_or(HookError::NotOurs)?;
         let state = lock(&self.state);
-        for r in &state.restored {
-            let Some((new_pgoff, on)) = r.remap(old_pgoff) else {
-                continue;
-            };
-            let fd = match on {
-                MappedOn::Kfd => None,
-                MappedOn::Render { gpu_id } => {
-                    let render = r.renders.get(&gpu_id).ok_or_else(|| {
-                        failed(
-                            Errno::EINVAL,
-                            format!("no render node was restored for GPU {gpu_id:#x}"),
-                        )
-                    })?;
-                    Some(dup(render.as_fd())?)
-                }
-            };
-            return Ok(Some(VmaUpdate { new_pgoff, fd }));
-        }
-        Ok(None)
+        let Some((r, target)) = state
+            .restored
+            .iter()
+            .find_map(|r| Some((r, r.vmas.find(device, addr, old_pgoff)?)))
+        else {
+            log::info!(
+                "no restored buffer had {} at {addr:#x} with offset {old_pgoff:#x}: the mapping \
+                 stays as criu has it",
+                path.display()
+            );
+            return Ok(None);
+        };
+        let fd = match target.on {
+            MappedOn::Kfd => None,
+            MappedOn::Render { gpu_id } => {
+                let render = r.renders.get(&gpu_id).ok_or_else(|| {
+                    failed(
+                        Errno::EINVAL,
+                        format!("no render node was restored for GPU {gpu_id:#x}"),
+                    )
+                })?;
+                Some(dup(render.as_fd())?)
+            }
+        };
+        Ok(Some(VmaUpdate {
+            new_pgoff: target.new_pgoff,
+            fd,
+        }))
     }
 
     fn resume_devices_late(&self, pid: i32) -> HookResult<()> {
+        self.enabled()?;
         let pid = u32::try_from(pid).map_err(|_| HookError::NotOurs)?;
         if let Ok(dir) = self.dir() {
             if restore::pid_needs_resume(dir, pid) == Some(false) {
@@ -570,7 +630,10 @@ impl<P: Platform> CriuHooks for Engine<P> {
 /// The hooks of this process's plugin instance: the engine on the real machine.
 pub fn hooks() -> &'static dyn CriuHooks {
     static ENGINE: OnceLock<Engine<HostPlatform>> = OnceLock::new();
-    ENGINE.get_or_init(|| Engine::new(HostPlatform::from_env(), criu_image_dir))
+    ENGINE.get_or_init(|| {
+        Engine::new(HostPlatform::from_env(), criu_image_dir)
+            .with_inventory(crate::shim::HostInventory)
+    })
 }
 
 /// Whether the host criu calls DUMP_DEVICES_LATE (measured by the shim when criu loaded us).

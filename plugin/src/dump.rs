@@ -82,6 +82,9 @@ impl DumpReport {
 /// Why a dump failed. The process was unpaused in every case.
 #[derive(Debug, thiserror::Error)]
 pub enum DumpError {
+    /// This KFD has no checkpoint/restore interface (checked before anything is paused).
+    #[error(transparent)]
+    Version(#[from] crate::kfd_version::VersionError),
     /// A KFD call failed.
     #[error(transparent)]
     Kfd(#[from] IoctlError),
@@ -118,6 +121,7 @@ impl DumpError {
     pub fn errno(&self) -> Errno {
         match self {
             DumpError::Kfd(e) => e.errno().unwrap_or(Errno::EIO),
+            DumpError::Version(_) => Errno::ENOSYS,
             DumpError::UnknownGpu { .. } => Errno::ENODEV,
             _ => Errno::EIO,
         }
@@ -181,6 +185,7 @@ pub fn dump_kfd<P: Platform>(
     unpause: Unpause,
 ) -> Result<DumpReport, DumpError> {
     let start = Instant::now();
+    crate::kfd_version::check_platform(platform)?;
     let info = kfd.criu_process_info()?;
     let guard = PauseGuard::new(kfd);
     log::info!(
@@ -242,7 +247,7 @@ fn image_message(
     // The process's GPUs are recorded under its user ids; this is what makes re-checkpointing a
     // process restored onto other GPUs work (the ids it uses are the ids in its image).
     let user_of: BTreeMap<u32, u32> = actual.iter().map(|(&u, &a)| (a, u)).collect();
-    let mut entries = topology::image::to_device_entries(topo);
+    let mut entries = crate::topology_image::to_device_entries(topo);
     for e in &mut entries {
         if let Some(&user) = user_of.get(&e.gpu_id) {
             e.gpu_id = user;
@@ -331,25 +336,6 @@ fn copy_contents<P: Platform>(
                 })
             })
             .collect();
-        let mut out = Vec::new();
-        let mut first_err = None;
-        for w in workers {
-            match w.join() {
-                Ok(Ok(r)) => out.push(r),
-                Ok(Err(e)) => {
-                    first_err.get_or_insert(e);
-                }
-                Err(_) => {
-                    first_err.get_or_insert(DumpError::Copy {
-                        gpu_id: 0,
-                        source: CopyError::ThreadGone("per-GPU copy"),
-                    });
-                }
-            }
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
+        copy::join_all(workers, |source| DumpError::Copy { gpu_id: 0, source })
     })
 }

@@ -20,6 +20,7 @@ use topology::{CheckOptions, Mapping};
 
 use crate::copy::{self, BoSource, CopyError, Progress, Staging};
 use crate::shm::SharedMem;
+use crate::vma::VmaRemaps;
 use kfd_abi::platform::Platform;
 
 /// How to restore.
@@ -56,6 +57,9 @@ pub enum RestoreError {
     /// No mapping of the image's GPUs onto this machine's exists.
     #[error("the checkpointed GPUs cannot be mapped onto this machine's:\n{0}")]
     Mapping(#[from] topology::MapError),
+    /// This KFD has no checkpoint/restore interface (checked before anything is created).
+    #[error(transparent)]
+    Version(#[from] crate::kfd_version::VersionError),
     /// A KFD or render-node call failed.
     #[error(transparent)]
     Kfd(#[from] IoctlError),
@@ -76,37 +80,11 @@ impl RestoreError {
         match self {
             RestoreError::Kfd(e) => e.errno().unwrap_or(Errno::EIO),
             RestoreError::Mapping(_) => Errno::ENODEV,
+            RestoreError::Version(_) => Errno::ENOSYS,
             RestoreError::Image(_) | RestoreError::Inconsistent { .. } => Errno::EINVAL,
             _ => Errno::EIO,
         }
     }
-}
-
-/// Where a restored BO's CPU mapping lives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MappedOn {
-    /// `/dev/kfd` (doorbells, MMIO remap page).
-    Kfd,
-    /// The render node of image GPU `gpu_id`.
-    Render {
-        /// The GPU (image id).
-        gpu_id: u32,
-    },
-}
-
-/// The offset change of one BO, for UPDATE_VMA_MAP.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OffsetRemap {
-    /// GPU VA of the BO.
-    pub addr: u64,
-    /// Size.
-    pub size: u64,
-    /// The mmap offset at checkpoint.
-    pub old_offset: u64,
-    /// The mmap offset now.
-    pub new_offset: u64,
-    /// Which file it is mapped from.
-    pub on: MappedOn,
 }
 
 /// Per GPU, what a restore did.
@@ -134,7 +112,7 @@ pub struct Restored<T: Transport> {
     /// The GPU mapping used.
     pub mapping: Mapping,
     /// Offset changes for UPDATE_VMA_MAP.
-    pub remaps: Vec<OffsetRemap>,
+    pub vmas: VmaRemaps,
     /// Per GPU.
     pub gpus: Vec<GpuRestore>,
     /// The pid recorded in the image.
@@ -147,14 +125,6 @@ impl<T: Transport> Restored<T> {
     /// Bytes of BO contents written.
     pub fn bytes(&self) -> u64 {
         self.gpus.iter().map(|g| g.bytes).sum()
-    }
-
-    /// The remap for a CPU mapping that had offset `old_pgoff` (bytes) at checkpoint.
-    pub fn remap(&self, old_pgoff: u64) -> Option<(u64, MappedOn)> {
-        self.remaps.iter().find_map(|r| {
-            let delta = old_pgoff.checked_sub(r.old_offset)?;
-            (delta < r.size.max(1)).then_some((r.new_offset + delta, r.on))
-        })
     }
 }
 
@@ -272,7 +242,7 @@ pub fn plan(
         }
         readers.insert(gpu, PagesReader::open(dir, which, len, sums)?);
     }
-    let source = topology::image::from_device_entries(&image.device_entries);
+    let source = crate::topology_image::from_device_entries(&image.device_entries);
     let mapping = topology::map_gpus(&source, local, checks)?;
     Ok(Some(Plan {
         id,
@@ -360,6 +330,7 @@ pub fn restore_kfd<P: Platform>(
     log::info!("GPU mapping for image {id}:\n{mapping}");
 
     let kfd = platform.open_kfd()?;
+    crate::kfd_version::check(&kfd)?;
     let mut renders = BTreeMap::new();
     for &gpu in &gpu_ids {
         let m = mapping
@@ -418,32 +389,14 @@ pub fn restore_kfd<P: Platform>(
         }
     }
 
-    let remaps = msg
-        .bo_entries
-        .iter()
-        .zip(&restored)
-        .map(|(b, r)| {
-            let flags = AllocFlags::from_bits_retain(b.alloc_flags);
-            let on = if flags.intersects(AllocFlags::DOORBELL | AllocFlags::MMIO_REMAP) {
-                MappedOn::Kfd
-            } else {
-                MappedOn::Render { gpu_id: b.gpu_id }
-            };
-            OffsetRemap {
-                addr: b.addr,
-                size: b.size,
-                old_offset: b.offset,
-                new_offset: r.restored_offset,
-                on,
-            }
-        })
-        .collect();
+    let offsets: Vec<u64> = restored.iter().map(|r| r.restored_offset).collect();
+    let vmas = VmaRemaps::new(&msg, &offsets);
 
     Ok(Some(Restored {
         kfd,
         renders,
         mapping,
-        remaps,
+        vmas,
         gpus,
         pid: msg.pid,
         elapsed: start.elapsed(),
@@ -503,26 +456,7 @@ fn copy_contents<P: Platform>(
                 })
             })
             .collect();
-        let mut out = Vec::new();
-        let mut first_err = None;
-        for w in workers {
-            match w.join() {
-                Ok(Ok(g)) => out.push(g),
-                Ok(Err(e)) => {
-                    first_err.get_or_insert(e);
-                }
-                Err(_) => {
-                    first_err.get_or_insert(RestoreError::Copy {
-                        gpu_id: 0,
-                        source: CopyError::ThreadGone("per-GPU copy"),
-                    });
-                }
-            }
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
+        copy::join_all(workers, |source| RestoreError::Copy { gpu_id: 0, source })
     })
 }
 

@@ -16,7 +16,7 @@ use std::process::Command;
 use rstest::rstest;
 use support::{
     build_c_library, load_plugin, open, symbol, FdIdHook, IdHook, IdRetryHook, UpdateVmaHook,
-    VoidHook,
+    VmaHook, VoidHook,
 };
 
 const FAKE_CRIU_C: &str = r#"
@@ -28,6 +28,45 @@ struct list_head { struct list_head *next, *prev; };
 
 #ifdef HOOKS
 struct list_head cr_plugin_ctl[1 + HOOKS];
+#endif
+
+#ifdef INVENTORY
+/* criu 4.1's plugin inventory. LISTED: the plugin names inventory.img lists, comma-separated
+ * ("" for an image that lists none); NO_LIST: an image from criu < 4.1, which has no list. */
+char fake_added[256];
+int fake_adds;
+int fake_checks;
+int fake_claimed;
+
+int add_inventory_plugin(const char *name)
+{
+	fake_adds++;
+	strncat(fake_added, name, sizeof(fake_added) - strlen(fake_added) - 2);
+	strcat(fake_added, ",");
+	return 0;
+}
+
+_Bool check_and_remove_inventory_plugin(const char *name, size_t n)
+{
+	const char *listed = LISTED;
+	const char *p = listed;
+
+	fake_checks++;
+#ifdef NO_LIST
+	return 1;
+#endif
+	while (*p) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+
+		if (len == n && strncmp(p, name, n) == 0) {
+			fake_claimed++;
+			return 1;
+		}
+		p += len + (end ? 1 : 0);
+	}
+	return 0;
+}
 #endif
 
 char fake_log[1 << 16];
@@ -66,6 +105,32 @@ const MARKER: &str = "fake-criu scenario checked";
 /// Builds the stand-in for criu's exports; `hooks: None` leaves out `cr_plugin_ctl`.
 fn build_fake_criu(name: &str, hooks: Option<u32>) -> PathBuf {
     let defines: Vec<String> = hooks.map(|h| format!("HOOKS={h}")).into_iter().collect();
+    build_c_library(&format!("fake-criu-{name}"), FAKE_CRIU_C, &defines)
+}
+
+/// What the fake criu's inventory.img says.
+#[derive(Clone, Copy, Debug)]
+enum Listing {
+    /// criu 3.17: no inventory functions at all.
+    NoInventory,
+    /// criu 4.1+ restoring an image made by criu < 4.1: no plugin list (every plugin enabled).
+    NoList,
+    /// criu 4.1+ with an image whose list holds these names.
+    Lists(&'static str),
+}
+
+/// A fake criu 4.1 (12 hooks) with the inventory functions of `listing`.
+fn build_fake_criu_4_1(name: &str, listing: Listing) -> PathBuf {
+    let mut defines = vec!["HOOKS=12".to_string()];
+    match listing {
+        Listing::NoInventory => {}
+        Listing::NoList => {
+            defines.extend(["INVENTORY".into(), "NO_LIST".into(), r#"LISTED="""#.into()])
+        }
+        Listing::Lists(names) => {
+            defines.extend(["INVENTORY".into(), format!("LISTED=\"{names}\"")])
+        }
+    }
     build_c_library(&format!("fake-criu-{name}"), FAKE_CRIU_C, &defines)
 }
 
@@ -205,5 +270,164 @@ fn fake_host_child() {
         );
         assert!(log.ends_with('\n'), "lines end with a newline: {log:?}");
     }
+    eprintln!("{MARKER}: {scenario}");
+}
+
+const INVENTORY_CHILD: &str = "fake_inventory_child";
+
+/// criu 4.1's plugin inventory through the real `.so`: a dump records `amdgpu_plugin` once, as
+/// soon as it handles a GPU object, and never for other objects; a restore claims its entry in
+/// `init`, and stays out of a restore whose images do not list it (every hook "not ours").
+#[rstest]
+#[case::criu_3_17_has_no_inventory("inv_none", Listing::NoInventory, true)]
+#[case::image_from_criu_before_4_1("inv_nolist", Listing::NoList, true)]
+#[case::image_lists_the_plugin("inv_listed", Listing::Lists("cuda_plugin,amdgpu_plugin"), true)]
+#[case::image_lists_other_plugins("inv_other", Listing::Lists("cuda_plugin"), false)]
+#[case::image_lists_no_plugin("inv_empty", Listing::Lists(""), false)]
+fn inventory_scenarios(#[case] name: &str, #[case] listing: Listing, #[case] enabled: bool) {
+    let exe = std::env::current_exe().expect("current_exe");
+    let out = Command::new(exe)
+        .args([
+            "--exact",
+            INVENTORY_CHILD,
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("FAKE_CRIU_SCENARIO", name)
+        .env("FAKE_CRIU_LIB", build_fake_criu_4_1(name, listing))
+        .env(
+            "EXPECT_INVENTORY",
+            if matches!(listing, Listing::NoInventory) {
+                "0"
+            } else {
+                "1"
+            },
+        )
+        .env("EXPECT_ENABLED", if enabled { "1" } else { "0" })
+        .output()
+        .expect("run the child test");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.contains(MARKER),
+        "scenario {name} failed:\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
+    );
+}
+
+/// A `struct stat` of a character device `major:minor`.
+fn char_stat(major: u32, minor: u32) -> libc::stat {
+    // SAFETY: `stat` is plain old data; all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    st.st_mode = libc::S_IFCHR | 0o600;
+    st.st_rdev = libc::makedev(major, minor);
+    st
+}
+
+/// The child side of `inventory_scenarios`.
+#[test]
+fn fake_inventory_child() {
+    let Ok(scenario) = std::env::var("FAKE_CRIU_SCENARIO") else {
+        return;
+    };
+    let has_inventory = env_var("EXPECT_INVENTORY") == "1";
+    let enabled = env_var("EXPECT_ENABLED") == "1";
+    let fake = open(
+        Path::new(&env_var("FAKE_CRIU_LIB")),
+        libc::RTLD_NOW | libc::RTLD_GLOBAL,
+    );
+    let d = load_plugin();
+    let int = |name: &CStr| -> c_int {
+        if !has_inventory {
+            return 0;
+        }
+        // SAFETY: the fake's int counters; no hook runs while they are read.
+        unsafe { *symbol(fake, name).cast::<c_int>() }
+    };
+    let added = || -> String {
+        if !has_inventory {
+            return String::new();
+        }
+        // SAFETY: the fake's NUL-terminated buffer; no hook runs while it is read.
+        unsafe { CStr::from_ptr(symbol(fake, c"fake_added").cast::<c_char>()) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let render = char_stat(226, 128);
+    let dev_null = std::fs::File::open("/dev/null").expect("open /dev/null");
+    let null_stat = {
+        // SAFETY: fstat fills the zeroed struct for an open fd.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::fstat(dev_null.as_raw_fd(), &mut st) }, 0);
+        st
+    };
+    let fd = dev_null.as_raw_fd();
+
+    // SAFETY: every hook is called with the C signature criu 4.1 uses for it.
+    unsafe {
+        let init = d.init.expect("init");
+        let exit = d.exit.expect("exit");
+        let vma: VmaHook = d.hook(7);
+        let update: UpdateVmaHook = d.hook(8);
+
+        // Dump: nothing is recorded for objects that are not ours...
+        assert_eq!(init(0), 0);
+        assert_eq!(vma(fd, &null_stat), -libc::ENOTSUP, "{scenario}");
+        let dump: FdIdHook = d.hook(2);
+        assert_eq!(dump(fd, 1), -libc::ENOTSUP, "{scenario}");
+        assert_eq!(
+            int(c"fake_adds"),
+            0,
+            "{scenario}: recorded for a foreign object"
+        );
+        // ...and the plugin is recorded once, at its first GPU object.
+        assert_eq!(vma(fd, &render), 0, "{scenario}");
+        assert_eq!(vma(fd, &render), 0, "{scenario}");
+        if has_inventory {
+            assert_eq!(int(c"fake_adds"), 1, "{scenario}: recorded once per dump");
+            assert_eq!(added(), "amdgpu_plugin,", "{scenario}");
+        }
+        exit(0, 0);
+        assert_eq!(int(c"fake_checks"), 0, "{scenario}: a dump claims nothing");
+
+        // Restore: the entry is claimed in init; unlisted, every hook is "not ours".
+        assert_eq!(init(2), 0);
+        assert_eq!(int(c"fake_checks"), i32::from(has_inventory), "{scenario}");
+        let mut pgoff = 0u64;
+        let mut plugin_fd = -1;
+        let r = update(
+            c"/dev/dri/renderD128".as_ptr(),
+            0x7f00_0000_0000,
+            0x1_0000_0000,
+            &mut pgoff,
+            &mut plugin_fd,
+        );
+        // Enabled, a VMA that matches nothing restored is left as criu has it (0).
+        assert_eq!(r, if enabled { 0 } else { -libc::ENOTSUP }, "{scenario}");
+        let resume: IdHook = d.hook(9);
+        assert_eq!(
+            resume(1),
+            -libc::ENOTSUP,
+            "{scenario}: nothing was restored"
+        );
+        exit(2, 0);
+        if has_inventory {
+            assert_eq!(
+                int(c"fake_adds"),
+                1,
+                "{scenario}: a restore records nothing"
+            );
+        }
+    }
+
+    // SAFETY: the fake's NUL-terminated log buffer; no hook runs now.
+    let log = unsafe { CStr::from_ptr(symbol(fake, c"fake_log").cast::<c_char>()) }
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(
+        log.contains("does not list amdgpu_plugin: staying out of this restore"),
+        !enabled,
+        "{scenario}: {log:?}"
+    );
     eprintln!("{MARKER}: {scenario}");
 }

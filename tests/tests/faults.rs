@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use amdgpu_plugin::cli::demo::{self, SimNode};
+use amdgpu_cr::demo::{self, SimNode};
 use amdgpu_plugin::copy::Staging;
 use amdgpu_plugin::criu::Settings;
 use kfd_sim::preset::Preset;

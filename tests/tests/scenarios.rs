@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use amdgpu_plugin::cli::demo::{self, remapped_variant, SimNode};
+use amdgpu_cr::demo::{self, remapped_variant, SimNode};
 use amdgpu_plugin::copy::Staging;
 use amdgpu_plugin::criu::Settings;
 use amdgpu_plugin::hooks::{CriuHooks, Stage};

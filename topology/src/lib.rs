@@ -6,10 +6,8 @@
 //! - [`builder`] makes topologies concisely (tests, simulator presets).
 //! - [`map_gpus`] finds a mapping of a checkpointed machine's GPUs onto this machine's, honouring
 //!   the `KFD_*_CHECK` switches ([`CheckOptions`]), or explains ([`MapError`]) why none exists.
-//! - [`image`] converts between the model and the image's `kfd_device_entry` records.
 
 pub mod builder;
-pub mod image;
 pub mod map;
 
 pub mod model;

@@ -245,8 +245,14 @@ fn push_unique(
     Ok(())
 }
 
-/// A properties file: `key value` lines, value a decimal number.
-fn read_properties(path: &Path, read: ReadText<'_>) -> Result<Properties, ParseError> {
+/// The `key value` lines of a properties file, each value a decimal number. `other` sees each
+/// line `(line_no, key, value, line)` first and returns `true` for a line it took (a line of
+/// another form, such as a cache's `sibling_map`).
+fn read_key_values(
+    path: &Path,
+    read: ReadText<'_>,
+    mut other: impl FnMut(usize, &str, &str, &str) -> Result<bool, ParseError>,
+) -> Result<Properties, ParseError> {
     let text = read_text(path, read)?;
     let mut props = Properties::new();
     for (i, line) in text.lines().enumerate() {
@@ -254,6 +260,9 @@ fn read_properties(path: &Path, read: ReadText<'_>) -> Result<Properties, ParseE
         let Some((key, value)) = split_line(path, line_no, line)? else {
             continue;
         };
+        if other(line_no, key, value, line)? {
+            continue;
+        }
         let value = parse_number(value).ok_or_else(|| {
             ParseError::syntax(path, line_no, "`key value` with a decimal value", line)
         })?;
@@ -262,52 +271,52 @@ fn read_properties(path: &Path, read: ReadText<'_>) -> Result<Properties, ParseE
     Ok(props)
 }
 
+/// A properties file: `key value` lines, value a decimal number.
+fn read_properties(path: &Path, read: ReadText<'_>) -> Result<Properties, ParseError> {
+    read_key_values(path, read, |_, _, _, _| Ok(false))
+}
+
 /// A cache's properties file: like [`read_properties`] plus the `sibling_map` line.
 fn read_cache(path: &Path, read: ReadText<'_>) -> Result<Cache, ParseError> {
-    let text = read_text(path, read)?;
-    let mut cache = Cache::default();
-    for (i, line) in text.lines().enumerate() {
-        let line_no = i + 1;
-        let Some((key, value)) = split_line(path, line_no, line)? else {
-            continue;
-        };
-        if key == "sibling_map" {
-            if cache.sibling_map.is_some() {
-                return Err(ParseError::DuplicateKey {
-                    path: path.to_owned(),
-                    line: line_no,
-                    key: key.to_owned(),
-                });
-            }
-            let map = if value.is_empty() {
-                Vec::new()
-            } else {
-                value
-                    .split(',')
-                    .map(|bit| match bit {
-                        "0" => Some(0),
-                        "1" => Some(1),
-                        _ => None,
-                    })
-                    .collect::<Option<Vec<u8>>>()
-                    .ok_or_else(|| {
-                        ParseError::syntax(
-                            path,
-                            line_no,
-                            "`sibling_map` and a comma-separated list of 0 and 1",
-                            line,
-                        )
-                    })?
-            };
-            cache.sibling_map = Some(map);
-            continue;
+    let mut sibling_map = None;
+    let properties = read_key_values(path, read, |line_no, key, value, line| {
+        if key != "sibling_map" {
+            return Ok(false);
         }
-        let value = parse_number(value).ok_or_else(|| {
-            ParseError::syntax(path, line_no, "`key value` with a decimal value", line)
-        })?;
-        push_unique(&mut cache.properties, path, line_no, key, value)?;
-    }
-    Ok(cache)
+        if sibling_map.is_some() {
+            return Err(ParseError::DuplicateKey {
+                path: path.to_owned(),
+                line: line_no,
+                key: key.to_owned(),
+            });
+        }
+        let map = if value.is_empty() {
+            Vec::new()
+        } else {
+            value
+                .split(',')
+                .map(|bit| match bit {
+                    "0" => Some(0),
+                    "1" => Some(1),
+                    _ => None,
+                })
+                .collect::<Option<Vec<u8>>>()
+                .ok_or_else(|| {
+                    ParseError::syntax(
+                        path,
+                        line_no,
+                        "`sibling_map` and a comma-separated list of 0 and 1",
+                        line,
+                    )
+                })?
+        };
+        sibling_map = Some(map);
+        Ok(true)
+    })?;
+    Ok(Cache {
+        properties,
+        sibling_map,
+    })
 }
 
 #[cfg(test)]

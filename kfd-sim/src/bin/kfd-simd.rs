@@ -74,6 +74,10 @@ enum Command {
         /// Seconds to wait for the device nodes to appear.
         #[arg(long, default_value_t = 10)]
         ready_timeout: u64,
+        /// The KFD interface version to report (MAJOR.MINOR, e.g. 1.7 for a kernel without
+        /// checkpoint/restore); default: the simulator's own, 1.11.
+        #[arg(long, value_parser = parse_version)]
+        kfd_version: Option<kfd_abi::kfd::Version>,
     },
 }
 
@@ -177,6 +181,17 @@ fn init_log() {
     }
 }
 
+fn parse_version(s: &str) -> Result<kfd_abi::kfd::Version, String> {
+    let (major, minor) = s
+        .split_once('.')
+        .ok_or_else(|| format!("{s:?}: expected MAJOR.MINOR"))?;
+    let num = |v: &str| v.parse::<u32>().map_err(|e| format!("{s:?}: {e}"));
+    Ok(kfd_abi::kfd::Version {
+        major: num(major)?,
+        minor: num(minor)?,
+    })
+}
+
 fn parse_u32(s: &str) -> Result<u32, String> {
     let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(hex) => u32::from_str_radix(hex, 16),
@@ -221,6 +236,7 @@ fn run(cli: Cli) -> Result<(), String> {
             kfd_name,
             max_threads,
             ready_timeout,
+            kfd_version,
         } => serve(Serve {
             preset,
             file,
@@ -229,6 +245,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 cuse_path: cuse,
                 kfd_name,
                 max_threads,
+                kfd_version,
                 ..ServeConfig::default()
             },
             ready_timeout: Duration::from_secs(ready_timeout),

@@ -74,6 +74,8 @@ pub struct ServeConfig {
     pub dev_root: PathBuf,
     /// Reader threads per device at most.
     pub max_threads: usize,
+    /// The KFD interface version GET_VERSION reports (`None`: the simulator's own, 1.11).
+    pub kfd_version: Option<kfd_abi::kfd::Version>,
 }
 
 impl Default for ServeConfig {
@@ -83,6 +85,7 @@ impl Default for ServeConfig {
             kfd_name: "kfd".into(),
             dev_root: PathBuf::from("/dev"),
             max_threads: 32,
+            kfd_version: None,
         }
     }
 }
@@ -187,6 +190,9 @@ impl CuseServer {
         mut connect: impl FnMut() -> Result<File, CuseError>,
     ) -> Result<Self, CuseError> {
         let machine = Arc::new(MachineInner::new(topology)?);
+        if let Some(v) = cfg.kfd_version {
+            machine.set_kfd_version(v);
+        }
         let mut roles = vec![(DeviceRole::Kfd, cfg.kfd_name.clone())];
         for (index, d) in machine.devices.iter().enumerate() {
             roles.push((

@@ -65,6 +65,7 @@
 //! - A panic is only caught when the crate is built with `panic = "unwind"` (the default).
 
 mod host;
+mod inventory;
 pub(crate) mod trampoline;
 
 use std::cell::UnsafeCell;
@@ -72,6 +73,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 
 pub(crate) use host::lookup as lookup_symbol;
 pub use host::{decide, host, probe, Detection, HostCriu, HostFacts, BASELINE_HOOKS};
+pub use inventory::HostInventory;
 
 /// criu's hook ids (`CR_PLUGIN_HOOK__*`) that this plugin uses.
 pub mod hook {
@@ -368,6 +370,19 @@ mod tests {
             assert_eq!(!slot.is_null(), expected, "slot {id}");
         }
         assert_eq!(d.hooks[3], restore_ext_file as *mut c_void);
+    }
+
+    #[test]
+    fn the_descriptor_name_is_the_inventory_name() {
+        assert_eq!(PLUGIN_NAME.to_str(), Ok(crate::inventory::NAME));
+    }
+
+    #[test]
+    fn no_inventory_outside_criu() {
+        use crate::inventory::Inventory;
+        assert!(!HostInventory.present());
+        assert!(HostInventory.record().is_ok());
+        assert!(HostInventory.claim());
     }
 
     #[test]

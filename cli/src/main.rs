@@ -1,13 +1,13 @@
 //! `amdgpu-cr`: the tool people run beside criu.
 //!
-//! Argument parsing and printing only; the subcommands live in `amdgpu_plugin::cli`. Exit
+//! Argument parsing and printing only; the subcommands live in the library (`amdgpu_cr`). Exit
 //! status: 0 yes, 1 no (not restorable, no mapping, damaged images), 2 usage or I/O error.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use amdgpu_plugin::cli::{self, Run};
+use amdgpu_cr::{self as cli, Run};
 use clap::{Parser, Subcommand};
 use kfd_abi::{Errno, Kfd, KFD_PATH};
 

@@ -22,9 +22,9 @@ use kfd_sim::{Machine, SimFile, SimPlatform, SimProcess};
 use serde::Serialize;
 
 use super::{CliError, HumanSize, Outcome, Report, Run};
-use crate::copy::Progress;
-use crate::criu::{Engine, Settings};
-use crate::hooks::{CriuHooks, HookError, Stage};
+use amdgpu_plugin::copy::Progress;
+use amdgpu_plugin::criu::{Engine, Settings};
+use amdgpu_plugin::hooks::{CriuHooks, HookError, Stage};
 
 /// Why a demo step failed.
 #[derive(Debug, thiserror::Error)]

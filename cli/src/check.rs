@@ -1,9 +1,9 @@
 //! `amdgpu-cr check DIR`: will this image restore here, onto which GPUs, and if not, why; and
 //! `amdgpu-cr map --from SRC --to DEST`: the GPU mapping between two topology trees.
 //!
-//! `check` runs, per KFD image, the restore's own up-front checks ([`crate::restore::plan`]: the
-//! image decodes, its counts agree, its pages files have the right lengths and checksum lists,
-//! and the GPU mapping exists) without touching a driver. When the mapping is refused it also
+//! `check` runs, per KFD image, the restore's own up-front checks
+//! ([`amdgpu_plugin::restore::plan`]: the image decodes, its counts agree, its pages files have
+//! the right lengths and checksum lists, and the GPU mapping exists) without touching a driver. When the mapping is refused it also
 //! searches for the `KFD_*_CHECK` variables that, set to 0, would make it succeed.
 
 use std::io::{self, Write};
@@ -19,7 +19,7 @@ use super::imagedir::ImageDir;
 use super::table::Table;
 use super::topo::{pci_location, read_topology};
 use super::{hex_id, CliError, Format, Outcome, Report, Run};
-use crate::restore::{self, RestoreError};
+use amdgpu_plugin::restore::{self, RestoreError};
 use kfd_abi::platform::{HostPlatform, Platform};
 
 /// Arguments of `amdgpu-cr check`.
@@ -531,7 +531,7 @@ fn check_kfd(dir: &ImageDir, id: u32, local: &Topology, checks: &CheckOptions) -
         .filter(|d| d.gpu_id != 0)
         .map(|d| d.gpu_id)
         .collect();
-    let source = topology::image::from_device_entries(&image.device_entries);
+    let source = amdgpu_plugin::topology_image::from_device_entries(&image.device_entries);
     match restore::plan(id, dir.fd(), local, checks) {
         Ok(Some(plan)) => {
             out.mapping = Some(MapOutcome::new(Ok(plan.mapping), &source, local, checks));

@@ -69,7 +69,7 @@ use serde::Serialize;
 
 use super::demo::{self, DemoError, SimNode};
 use super::{CliError, HumanSize, Outcome, Report, Run};
-use crate::criu::Settings;
+use amdgpu_plugin::criu::Settings;
 
 /// `amdgpu-cr bench`.
 #[derive(Debug, clap::Args)]

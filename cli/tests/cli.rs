@@ -11,10 +11,10 @@ use std::os::fd::AsFd;
 use std::path::Path;
 use std::process::Command;
 
-use amdgpu_plugin::cli::check::{check_dir, CheckReport, EnvChecks, MapOutcome, MapReport};
-use amdgpu_plugin::cli::inspect::{inspect, PagesStatus};
-use amdgpu_plugin::cli::topo::TopologyReport;
-use amdgpu_plugin::cli::{Format, Outcome, Report};
+use amdgpu_cr::check::{check_dir, CheckReport, EnvChecks, MapOutcome, MapReport};
+use amdgpu_cr::inspect::{inspect, PagesStatus};
+use amdgpu_cr::topo::TopologyReport;
+use amdgpu_cr::{Format, Outcome, Report};
 use images::proto::{CriuDmabufNode, CriuKfd, CriuRenderNode, KfdBoEntry};
 use images::{DmabufImage, ImageFile, KfdImage, PagesFile, PagesWriter, RenderNodeImage};
 use kfd_abi::AllocFlags;
@@ -84,7 +84,7 @@ fn write_kfd_image(
 ) {
     let d = File::open(dir).unwrap();
     let gpus: Vec<u32> = t.gpus().map(|g| g.gpu_id).collect();
-    let entries = topology::image::to_device_entries(t);
+    let entries = amdgpu_plugin::topology_image::to_device_entries(t);
     let bo_entries: Vec<KfdBoEntry> = bos
         .iter()
         .enumerate()

@@ -1,4 +1,4 @@
-//! Conversion between the model and the image's `kfd_device_entry` records, so the
+//! Conversion between the topology model and the image's `kfd_device_entry` records, so the
 //! checkpointed machine's topology can be rebuilt from an image and mapped onto this one.
 //!
 //! An image keeps, per node, what the remapping compares: GPU nodes carry their properties, the
@@ -8,7 +8,7 @@
 
 use images::proto::{DevIolink, KfdDeviceEntry};
 
-use crate::model::{heap_type, keys, low32, Link, LinkType, MemBank, Node, Properties, Topology};
+use topology::model::{heap_type, keys, Link, LinkType, MemBank, Node, Properties, Topology};
 
 /// The node properties a GPU entry carries, in the kernel's order, with their entry fields.
 fn gpu_fields(e: &KfdDeviceEntry) -> [(&'static str, u64); 27] {
@@ -58,7 +58,7 @@ fn field32(node: &Node, key: &str) -> u32 {
             node.id
         );
     }
-    low32(v)
+    u32::try_from(v).unwrap_or(u32::MAX)
 }
 
 /// The image's link list of a node: its PCIe and xGMI io_links.
@@ -133,7 +133,7 @@ pub fn to_device_entries(topology: &Topology) -> Vec<KfdDeviceEntry> {
 /// Rebuilds the checkpointed machine's topology from the image's device entries: one node per
 /// entry (gpu_id 0 = CPU node), the properties the entry carries in the kernel's key order, one
 /// memory bank (the GPU's VRAM, or an empty system bank for a CPU node) and the io_links. Good
-/// for [`map_gpus`](crate::map_gpus) as the source side; not a complete sysfs tree.
+/// for [`map_gpus`](topology::map_gpus) as the source side; not a complete sysfs tree.
 #[must_use]
 pub fn from_device_entries(entries: &[KfdDeviceEntry]) -> Topology {
     let nodes = entries
@@ -185,9 +185,9 @@ pub fn from_device_entries(entries: &[KfdDeviceEntry]) -> Topology {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builder::{GpuSpec, TopologyBuilder};
-    use crate::{map_gpus, CheckOptions};
     use rstest::rstest;
+    use topology::builder::{GpuSpec, TopologyBuilder};
+    use topology::{map_gpus, CheckOptions};
 
     fn mi250x_hive8() -> Topology {
         TopologyBuilder::new()
