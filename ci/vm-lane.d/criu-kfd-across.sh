@@ -1,8 +1,8 @@
 # criu-kfd-across: an image made by bookworm's criu 3.17.1 restores with trixie's criu 4.1.1.
 # On bookworm, criu dumps kfd-workload (with our plugin) and the images go to the carry share;
-# on trixie, which boots after it in the same ci/vm-lane run, criu restores them on a fresh
-# kfd-simd with the same GPUs, and the workload verifies every byte, queue and event. (Without a
-# bookworm image in the run, trixie skips it.)
+# on trixie, which runs beside it in the same ci/vm-lane run, criu restores them (once bookworm
+# has finished this scenario) on a fresh kfd-simd with the same GPUs, and the workload verifies
+# every byte, queue and event. (Without the bookworm guest in the run, trixie skips it.)
 #
 # criu reopens every file of the process by path and checks it is the same file, so the process
 # must see the same files at the same paths in both guests:
@@ -62,8 +62,10 @@ restore_side() {
 case $VM_LANE_GUEST in
     bookworm) dump_side ;;
     *)
+        wait_for_guest bookworm "$VM_LANE_SCENARIO" ||
+            skip "no bookworm guest in this run (run ci/vm-lane --guest all)"
         [[ -f $carry/made-by ]] ||
-            skip "no image from the bookworm guest in this run (run ci/vm-lane --guest all)"
+            skip "the bookworm guest left no image (see bookworm/$VM_LANE_SCENARIO)"
         restore_side
         ;;
 esac
