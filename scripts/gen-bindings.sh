@@ -38,8 +38,10 @@ trap 'rm -rf "$tmp" "$tmp.body" "$inc"' EXIT
 # kfd_ioctl.h includes <drm/drm.h>; Debian ships that header in libdrm-dev as <libdrm/drm.h>.
 ln -s /usr/include/libdrm "$inc/drm"
 
-# The render-node subset: GEM create/userptr/mmap/VA/op, PRIME, GEM close, context, BO list,
-# CS with its chunks and IBs, WAIT_CS, INFO (DEV_INFO).
+# The render-node subset: the DRM core ioctls a render node answers or refuses (VERSION,
+# GET_UNIQUE, GET_CLIENT, AUTH_MAGIC, GET_CAP, SET_CLIENT_CAP, SET_VERSION), GEM
+# create/userptr/mmap/VA/op/wait-idle, PRIME, GEM close, context, VM, BO list, CS with its chunks
+# and IBs, WAIT_CS, and the INFO queries with their result structs.
 bindgen "$top/kfd-sys/wrapper.h" \
     --rust-target 1.85 \
     --no-doc-comments \
@@ -50,10 +52,11 @@ bindgen "$top/kfd-sys/wrapper.h" \
     --allowlist-var 'KFD_.*' \
     --allowlist-var 'AMDKFD_.*' \
     --allowlist-type 'drm_gem_close|drm_prime_handle' \
-    --allowlist-var 'DRM_IOCTL_BASE|DRM_COMMAND_BASE' \
-    --allowlist-type 'drm_amdgpu_(gem_create.*|gem_userptr|gem_mmap.*|gem_va|gem_op|ctx.*|bo_list.*|cs.*|wait_cs.*|fence|info|info_device)' \
+    --allowlist-type 'drm_(version|unique|client|auth|get_cap|set_client_cap|set_version)' \
+    --allowlist-var 'DRM_IOCTL_BASE|DRM_COMMAND_BASE|DRM_COMMAND_END|DRM_(CAP|PRIME_CAP|CLIENT_CAP)_.*' \
+    --allowlist-type 'drm_amdgpu_(gem_create.*|gem_userptr|gem_mmap.*|gem_va|gem_op|gem_wait_idle.*|gem_metadata|ctx.*|vm.*|sched.*|bo_list.*|cs.*|wait_cs.*|wait_fences.*|fence|fence_to_handle.*|info.*|memory_info|heap_info)' \
     --allowlist-var 'DRM_AMDGPU_.*' \
-    --allowlist-var 'AMDGPU_(GEM_|VA_OP_|VM_|CTX_|BO_LIST_OP_|CHUNK_ID_|HW_IP_|IB_FLAG_|INFO_DEV_INFO|INFO_HW_IP_INFO|FAMILY_AI|GEM_OP_|GEM_USERPTR_).*' \
+    --allowlist-var 'AMDGPU_(GEM_|VA_OP_|VM_|CTX_|BO_LIST_OP_|CHUNK_ID_|HW_IP_|IB_FLAG_|INFO_|FAMILY_|VRAM_TYPE_|IDS_FLAGS_|GEM_OP_|GEM_USERPTR_).*' \
     -- -I"$inc" -I/usr/include/libdrm \
     > "$tmp.body"
 

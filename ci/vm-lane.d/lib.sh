@@ -15,10 +15,12 @@
 #   VM_LANE_GUESTS      the guests of this ci/vm-lane run, which run side by side
 #   VM_LANE_CARRY       a directory shared by the guests of one ci/vm-lane run: what a scenario
 #                       leaves there on one guest is there on the others (see wait_for_guest)
+#   VM_LANE_KMOD_DIR    where the lane put the kfd_bridge module it built for this guest's kernel
+#                       (see need_kmod)
 #   KFD_*               passed through from the host's environment
 # Helpers: note, pass, fail, skip, start_detached, wait_for, criu_run, criu_dump, criu_restore,
-# need_bin, need_guest, need_criu, criu_at_least, wait_for_guest (each described where it is
-# defined). A scenario that exits 0 without calling pass
+# need_bin, need_kmod, need_guest, need_criu, criu_at_least, wait_for_guest (each described where
+# it is defined). A scenario that exits 0 without calling pass
 # passes; any other exit fails it.
 # shellcheck shell=bash
 set -euo pipefail
@@ -105,6 +107,28 @@ criu_restore() {
     local dir=$1
     shift
     criu_run restore "$dir" -d "$@" || fail "criu restore from $dir failed"
+}
+
+# need_kmod: loads the kfd_bridge module (ci/kmod) for the running kernel: the one the lane built
+# on the host ($VM_LANE_KMOD_DIR/<uname -r>/kfd_bridge.ko), else one built here with
+# ci/kmod/build.sh (a guest root with that kernel's headers and a compiler). Fails the scenario
+# when there is none, with the host's reason. Sets KMOD_FILE; the guest runner unloads the module
+# after the scenario. (ci/vm-lane builds the module only for scenarios that call need_kmod.)
+need_kmod() {
+    local kver ko
+    kver=$(uname -r)
+    ko=${VM_LANE_KMOD_DIR:-/nonexistent}/$kver/kfd_bridge.ko
+    if [[ ! -f $ko ]]; then
+        note "no prebuilt kfd_bridge.ko for $kver; building it here"
+        ko=$("$VM_LANE_REPO/ci/kmod/build.sh" --out "$VM_LANE_WORK/kmod" "$kver" 2>"$VM_LANE_OUT/kmod-build.err") ||
+            fail "no kfd_bridge module for $kver: $(cat "${VM_LANE_KMOD_DIR:-/nonexistent}/error" 2>/dev/null ||
+                tail -n 3 "$VM_LANE_OUT/kmod-build.err")"
+    fi
+    if [[ ! -e /sys/module/kfd_bridge ]]; then
+        insmod "$ko" || fail "insmod $ko failed"
+    fi
+    wait_for "/dev/kfd-bridge" 10 test -c /dev/kfd-bridge
+    KMOD_FILE=$ko
 }
 
 # need_bin NAME...: skips the scenario unless each NAME is an executable in --bin-dir; use them as

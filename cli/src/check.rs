@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use images::proto::CriuKfd;
 use images::{ImageFile, KfdImage, PagesError, RenderNodeImage};
 use serde::Serialize;
+use topology::map::{unused_lines, UnusedGpu, PREFERENCE_ORDER};
 use topology::options::parse_bool;
 use topology::{Check, CheckOptions, MapError, Mapping, Topology};
 
@@ -30,6 +31,11 @@ pub struct CheckArgs {
     /// Topology root to restore onto (default: this machine's, or $AMDGPU_CR_TOPOLOGY_ROOT).
     #[arg(long, value_name = "ROOT")]
     pub topology: Option<PathBuf>,
+    /// Only the GPUs of these device files are candidates, as for a container given them
+    /// (`podman run --device ...`): render nodes `/dev/dri/renderD<minor>`, comma-separated or
+    /// repeated; `/dev/kfd` may be listed and is ignored.
+    #[arg(long, value_name = "DEVICES", value_delimiter = ',')]
+    pub devices: Vec<String>,
     /// Print one JSON document.
     #[arg(long)]
     pub json: bool,
@@ -41,17 +47,86 @@ impl Run for CheckArgs {
             .topology
             .clone()
             .unwrap_or_else(|| HostPlatform::from_env().topology_root());
-        let local = read_topology(&root)?;
+        let node = read_topology(&root)?;
+        let shown_root = root.display().to_string();
+        let devices = if self.devices.is_empty() {
+            None
+        } else {
+            Some(render_minors(&self.devices, &node, &shown_root)?)
+        };
         let checks = EnvChecks::from_env();
-        let report = check_dir(
+        let report = check_dir_on(
             &self.dir,
             &self.dir.display().to_string(),
-            &root.display().to_string(),
-            &local,
+            &shown_root,
+            &node,
+            devices.as_deref(),
             &checks,
         )?;
         report.emit(Format::from_json_flag(self.json), out)
     }
+}
+
+/// A `--devices` list that does not name GPUs of the topology.
+#[derive(Debug, thiserror::Error)]
+#[error("--devices: {what}")]
+pub struct DeviceListError {
+    /// What is wrong, and what the node has.
+    pub what: String,
+}
+
+/// The render minors of a `--devices` list (`/dev/dri/renderD<minor>`, also without the
+/// directory; `/dev/kfd` is skipped), each a GPU of `node`, in the order given.
+///
+/// # Errors
+///
+/// [`DeviceListError`] for anything else, or a render node that is not a GPU of `node`.
+pub fn render_minors(
+    devices: &[String],
+    node: &Topology,
+    topology_root: &str,
+) -> Result<Vec<u32>, DeviceListError> {
+    let known: Vec<u32> = node.gpus().map(topology::Node::render_minor).collect();
+    let listing = || {
+        known
+            .iter()
+            .map(|m| format!("renderD{m}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut minors = Vec::new();
+    for d in devices.iter().map(|d| d.trim()).filter(|d| !d.is_empty()) {
+        let name = d.rsplit('/').next().unwrap_or(d);
+        if name == "kfd" {
+            continue;
+        }
+        let minor: u32 = name
+            .strip_prefix("renderD")
+            .and_then(|m| m.parse().ok())
+            .ok_or_else(|| DeviceListError {
+                what: format!(
+                    "{d:?} is not a render node (/dev/dri/renderD<minor>) or /dev/kfd; a \
+                     container's GPUs are its render nodes"
+                ),
+            })?;
+        if !known.contains(&minor) {
+            return Err(DeviceListError {
+                what: format!(
+                    "{d} is not a GPU of the topology at {topology_root} (its render nodes: {})",
+                    listing()
+                ),
+            });
+        }
+        if !minors.contains(&minor) {
+            minors.push(minor);
+        }
+    }
+    if minors.is_empty() {
+        return Err(DeviceListError {
+            what: "no render node listed: a container needs at least one GPU's".to_owned(),
+        });
+    }
+    Ok(minors)
 }
 
 /// Arguments of `amdgpu-cr map`.
@@ -205,6 +280,8 @@ pub struct MappingSummary {
     pub cpus: Vec<MappedCpu>,
     /// Every GPU keeps its gpu_id.
     pub identity: bool,
+    /// The GPUs here that the mapping leaves out (more GPUs here than in the image), with why.
+    pub unused: Vec<UnusedGpu>,
 }
 
 impl MappingSummary {
@@ -238,6 +315,7 @@ impl MappingSummary {
                 })
                 .collect(),
             identity: m.is_identity(),
+            unused: m.unused.clone(),
         }
     }
 
@@ -276,6 +354,21 @@ impl MappingSummary {
             writeln!(
                 out,
                 "{indent}(gpu_ids change: the restored process keeps using the image's ids)"
+            )?;
+        }
+        if !self.unused.is_empty() {
+            writeln!(
+                out,
+                "{indent}Uses {} of the {} GPUs here; left out:",
+                self.gpus.len(),
+                self.gpus.len() + self.unused.len()
+            )?;
+            for line in unused_lines(&self.unused) {
+                writeln!(out, "{indent}  {line}")?;
+            }
+            writeln!(
+                out,
+                "{indent}(among the GPUs that fit, preferred: {PREFERENCE_ORDER})"
             )?;
         }
         Ok(())
@@ -467,6 +560,10 @@ pub struct CheckReport {
     /// The topology root restored onto, as given.
     pub topology_root: String,
     /// GPUs there.
+    pub node_gpus: usize,
+    /// The render minors `--devices` allowed (`None`: every GPU of the node).
+    pub devices: Option<Vec<u32>>,
+    /// GPUs a restore may use: the node's, or those `--devices` allowed.
     pub local_gpus: usize,
     /// The `KFD_*_CHECK` switches used.
     pub checks: EnvChecks,
@@ -616,6 +713,32 @@ pub fn check_dir(
     local: &Topology,
     checks: &EnvChecks,
 ) -> Result<CheckReport, CliError> {
+    check_dir_on(dir, shown, topology_root, local, None, checks)
+}
+
+/// [`check_dir`] for a container given the GPUs of `devices` (render minors) of `node`: only
+/// they are candidates, and the topology is the one the container reads (the other GPUs are
+/// missing, links to them invalid; see [`Topology::restricted_to`]). `None`: every GPU.
+///
+/// # Errors
+///
+/// [`CliError::ImageDir`] when the directory cannot be read.
+pub fn check_dir_on(
+    dir: &std::path::Path,
+    shown: &str,
+    topology_root: &str,
+    node: &Topology,
+    devices: Option<&[u32]>,
+    checks: &EnvChecks,
+) -> Result<CheckReport, CliError> {
+    let restricted;
+    let local = match devices {
+        Some(minors) => {
+            restricted = node.restricted_to(|n| minors.contains(&n.render_minor()));
+            &restricted
+        }
+        None => node,
+    };
     let d = ImageDir::open(dir)?;
     let images: Vec<KfdCheck> = d
         .kfd_ids()
@@ -632,6 +755,8 @@ pub fn check_dir(
     Ok(CheckReport {
         dir: shown.to_owned(),
         topology_root: topology_root.to_owned(),
+        node_gpus: node.gpus().count(),
+        devices: devices.map(<[u32]>::to_vec),
         local_gpus: local.gpus().count(),
         checks: checks.clone(),
         images,
@@ -643,11 +768,25 @@ pub fn check_dir(
 impl Report for CheckReport {
     fn render(&self, out: &mut dyn Write) -> io::Result<()> {
         writeln!(out, "Image directory: {}", self.dir)?;
-        writeln!(
-            out,
-            "Restoring onto: {} ({} GPUs)",
-            self.topology_root, self.local_gpus
-        )?;
+        match &self.devices {
+            None => writeln!(
+                out,
+                "Restoring onto: {} ({} GPUs)",
+                self.topology_root, self.local_gpus
+            )?,
+            Some(minors) => writeln!(
+                out,
+                "Restoring onto: {} ({} GPUs; the devices given allow {}: {})",
+                self.topology_root,
+                self.node_gpus,
+                self.local_gpus,
+                minors
+                    .iter()
+                    .map(|m| format!("renderD{m}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )?,
+        }
         self.checks.render(out)?;
         if self.images.is_empty() {
             writeln!(

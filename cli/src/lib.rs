@@ -81,6 +81,9 @@ pub enum CliError {
         #[source]
         source: topology::ParseError,
     },
+    /// `check --devices` names no GPU of the topology.
+    #[error(transparent)]
+    Devices(#[from] check::DeviceListError),
     /// Writing the output failed (a closed pipe, a full disk).
     #[error("writing the output: {0}")]
     Output(#[from] io::Error),

@@ -11,7 +11,9 @@ use std::os::fd::AsFd;
 use std::path::Path;
 use std::process::Command;
 
-use amdgpu_cr::check::{check_dir, CheckReport, EnvChecks, MapOutcome, MapReport};
+use amdgpu_cr::check::{
+    check_dir, check_dir_on, render_minors, CheckReport, EnvChecks, MapOutcome, MapReport,
+};
 use amdgpu_cr::inspect::{inspect, PagesStatus};
 use amdgpu_cr::topo::TopologyReport;
 use amdgpu_cr::{Format, Outcome, Report};
@@ -489,9 +491,11 @@ fn check_json_has_the_verdict_and_the_mapping() {
         keys_of(&v),
         [
             "checks",
+            "devices",
             "dir",
             "images",
             "local_gpus",
+            "node_gpus",
             "render_nodes",
             "restorable",
             "topology_root"
@@ -508,6 +512,139 @@ fn check_json_has_the_verdict_and_the_mapping() {
     assert_eq!(m["remedy"]["set_to_zero"][0], "KFD_FW_VER_CHECK");
     assert_eq!(m["remedy"]["mapping"]["gpus"].as_array().unwrap().len(), 4);
     assert_eq!(v["checks"]["off"].as_array().unwrap().len(), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// check onto a node with more GPUs, and for a container's devices
+
+/// MI250X GCDs, two per CPU node, in hives of `hive`, with gpu_ids from `first_id`.
+fn gcds(n: usize, hive: usize, first_id: u32) -> Topology {
+    let mut b = TopologyBuilder::new().cpus(n.div_ceil(2));
+    for i in 0..n {
+        b = b.gpu(
+            GpuSpec::mi250x_gcd()
+                .numa(i / 2)
+                .gpu_id(first_id + i as u32),
+        );
+    }
+    for h in 0..n / hive {
+        b = b.hive(h * hive..(h + 1) * hive);
+    }
+    b.build()
+}
+
+/// One MI250X (two GCDs in a hive on one CPU node), checkpointed.
+fn pair_image() -> TempDir {
+    image_dir(&gcds(2, 2, 0x1000), true)
+}
+
+fn check_devices(dir: &TempDir, node: &Topology, devices: &[u32]) -> CheckReport {
+    check_dir_on(dir.path(), "DIR", "ROOT", node, Some(devices), &all_on()).unwrap()
+}
+
+fn mapped(report: &CheckReport) -> Vec<u32> {
+    let Some(MapOutcome::Mapped { mapping }) = &report.images[0].mapping else {
+        panic!("not mapped: {}", text(report));
+    };
+    mapping.gpus.iter().map(|g| g.local_gpu_id).collect()
+}
+
+#[test]
+fn check_onto_more_gpus_says_which_it_uses_and_which_it_leaves_out() {
+    let dir = pair_image();
+    let report = check(&dir, &parsed(&tree(&gcds(8, 8, 0xc000))), &all_on());
+    assert!(report.restorable, "{}", text(&report));
+    // A pair on one CPU node, in one hive: GCDs 0 and 1.
+    assert_eq!(mapped(&report), [0xc000, 0xc001]);
+    assert_eq!(report.render_nodes[0].local_render_minor, Some(128));
+    let out = text(&report);
+    assert!(
+        out.contains("Uses 2 of the 8 GPUs here; left out:"),
+        "{out}"
+    );
+    insta::assert_snapshot!("check_subset_two_of_eight", out);
+}
+
+#[test]
+fn check_with_devices_answers_for_a_container() {
+    let dir = pair_image();
+    let node = parsed(&tree(&gcds(8, 8, 0xc000)));
+    // renderD129 on CPU node 0, renderD130 and renderD131 on CPU node 1: the pair takes those.
+    let report = check_devices(&dir, &node, &[129, 130, 131]);
+    assert!(report.restorable, "{}", text(&report));
+    assert_eq!((report.node_gpus, report.local_gpus), (8, 3));
+    assert_eq!(mapped(&report), [0xc002, 0xc003]);
+    insta::assert_snapshot!("check_devices_container", text(&report));
+
+    // Two GCDs on different CPU nodes: not for a pair from one CPU node, unless the NUMA check
+    // is off.
+    let report = check_devices(&dir, &node, &[128, 130]);
+    assert!(!report.restorable);
+    let Some(MapOutcome::Refused { remedy, .. }) = &report.images[0].mapping else {
+        panic!("mapped: {}", text(&report));
+    };
+    assert_eq!(
+        remedy.as_ref().map(|r| r.set_to_zero.clone()),
+        Some(vec!["KFD_NUMA_CHECK"])
+    );
+    insta::assert_snapshot!("check_devices_refused_numa", text(&report));
+
+    // One GCD is not enough for two.
+    let report = check_devices(&dir, &node, &[128]);
+    assert!(!report.restorable);
+    assert!(text(&report).contains("has only 1"), "{}", text(&report));
+}
+
+#[test]
+fn check_refuses_a_hive_when_no_hive_here_has_enough_fitting_gpus() {
+    let dir = image_dir(&gcds(8, 8, 0x1000), true);
+    let mut node = gcds(16, 8, 0xc000);
+    for id in [0xc003, 0xc00c] {
+        node.gpu_mut(id)
+            .unwrap()
+            .properties
+            .set(keys::FW_VERSION, 10);
+    }
+    let report = check(&dir, &parsed(&tree(&node)), &all_on());
+    assert!(!report.restorable);
+    let Some(MapOutcome::Refused { error, remedy, .. }) = &report.images[0].mapping else {
+        panic!("mapped: {}", text(&report));
+    };
+    assert!(matches!(error, topology::MapError::NoHiveFits { .. }));
+    assert_eq!(
+        remedy.as_ref().map(|r| r.set_to_zero.clone()),
+        Some(vec!["KFD_FW_VER_CHECK"])
+    );
+    insta::assert_snapshot!("check_refused_no_hive_fits", text(&report));
+}
+
+#[test]
+fn device_lists_name_render_nodes_of_the_topology() {
+    let node = gcds(4, 4, 0xc000);
+    let list = |d: &[&str]| {
+        let d: Vec<String> = d.iter().map(|s| (*s).to_owned()).collect();
+        render_minors(&d, &node, "ROOT")
+    };
+    assert_eq!(
+        list(&[
+            "/dev/kfd",
+            "/dev/dri/renderD131",
+            "renderD129",
+            " /dev/dri/renderD131"
+        ])
+        .unwrap(),
+        [131, 129]
+    );
+    let err = list(&["/dev/dri/card0"]).unwrap_err().to_string();
+    assert!(err.contains("not a render node"), "{err}");
+    let err = list(&["/dev/dri/renderD140"]).unwrap_err().to_string();
+    assert!(
+        err.contains("renderD140 is not a GPU of the topology at ROOT")
+            && err.contains("renderD128, renderD129, renderD130, renderD131"),
+        "{err}"
+    );
+    let err = list(&["/dev/kfd"]).unwrap_err().to_string();
+    assert!(err.contains("no render node"), "{err}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -648,6 +785,50 @@ fn binary_errors_exit_2() {
     );
     let (code, _, _) = amdgpu_cr(&["map", "--from", p(&topo)], &[]);
     assert_eq!(code, 2, "a missing required argument is a usage error");
+}
+
+#[test]
+fn binary_check_takes_a_container_device_list() {
+    let dir = image_dir(&gcds(2, 2, 0x1000), true);
+    let node = tree(&gcds(8, 8, 0xc000));
+    let (code, out, _) = amdgpu_cr(
+        &[
+            "check",
+            p(&dir),
+            "--topology",
+            p(&node),
+            "--devices",
+            "/dev/kfd,/dev/dri/renderD130",
+            "--devices",
+            "/dev/dri/renderD131",
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["devices"], serde_json::json!([130, 131]));
+    assert_eq!(
+        v["images"][0]["mapping"]["mapping"]["unused"],
+        serde_json::json!([])
+    );
+
+    let (code, _, err) = amdgpu_cr(
+        &[
+            "check",
+            p(&dir),
+            "--topology",
+            p(&node),
+            "--devices",
+            "/dev/dri/card0",
+        ],
+        &[],
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--devices: \"/dev/dri/card0\" is not a render node"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! Bodies of the fuzz targets (`images/fuzz/`), kept in the library so that the normal test
-//! suite runs them too (proptest in `tests/fuzz_bodies.rs`). Not part of the supported API.
+//! Bodies of the `images` and `pages` fuzz targets (run by the `fuzz` package under AFL++, see
+//! `scripts/fuzz.sh`), kept in the library so that the normal test suite runs them too (proptest
+//! in `tests/fuzz_bodies.rs`). Not part of the supported API.
 //!
 //! Each body must never panic, whatever the input: every malformed input is an `Err`.
 

@@ -1,4 +1,4 @@
-//! The fuzz targets' bodies (`images::fuzz`, run by `cargo fuzz` from `images/fuzz/`) run here
+//! The fuzz targets' bodies (`images::fuzz`, run under AFL++ by `scripts/fuzz.sh`) run here
 //! as property tests, so the normal test suite exercises them on every build: random bytes and
 //! valid images with random damage.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]

@@ -27,9 +27,8 @@ use crate::ioctl::{encode, Dir};
 
 /// `_IOR('K', 0x7f, u32)`: the simulator daemon writes its pid.
 ///
-/// Outside KFD's table (0x01..0x23), so real amdkfd answers `EINVAL` (6.1) or `ENOTTY` (later);
-/// in amdgpu's driver range of DRM (0x40..0x9f) where amdgpu has no ioctl 0x3f, so a real render
-/// node answers `EINVAL`.
+/// Outside KFD's table (0x01..0x23), so real amdkfd answers `ENOTTY` (6.1.y; 6.1.0 said `EINVAL`);
+/// of type `'K'`, not DRM's, so a real render node answers `ENOTTY` (`drm_ioctl`).
 pub const SIM_DAEMON_PID: u32 = encode(Dir::Read, b'K', 0x7f, 4);
 
 /// `_IOW('K', 0x7e, u32)`: asks the simulator daemon to close its copy of an fd that an earlier

@@ -44,6 +44,8 @@ impl Errno {
     pub const ENOSPC: Self = Self(libc::ENOSPC);
     /// `ENOSYS` (38).
     pub const ENOSYS: Self = Self(libc::ENOSYS);
+    /// `ENODATA` (61).
+    pub const ENODATA: Self = Self(libc::ENODATA);
     /// `ETIME` (62).
     pub const ETIME: Self = Self(libc::ETIME);
     /// `EOPNOTSUPP` (95), also `ENOTSUP` in userspace.
@@ -91,6 +93,7 @@ impl Errno {
             libc::ENOTTY => "ENOTTY",
             libc::ENOSPC => "ENOSPC",
             libc::ENOSYS => "ENOSYS",
+            libc::ENODATA => "ENODATA",
             libc::ETIME => "ETIME",
             libc::EOPNOTSUPP => "EOPNOTSUPP",
             libc::EADDRINUSE => "EADDRINUSE",

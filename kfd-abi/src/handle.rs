@@ -56,6 +56,9 @@ plain!(
     sys::drm_amdgpu_gem_va,
     sys::drm_amdgpu_ctx,
     sys::drm_amdgpu_wait_cs,
+    sys::drm_get_cap,
+    sys::drm_set_client_cap,
+    sys::drm_amdgpu_gem_wait_idle,
 );
 
 /// The ioctl calls of a device file, written once for every kind of handle.

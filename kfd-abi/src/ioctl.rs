@@ -262,8 +262,8 @@ pub mod kfd {
     }
 }
 
-/// Render-node request codes: the generic DRM ioctls (type `'d'`) and the amdgpu ones
-/// (`DRM_COMMAND_BASE + n`) that checkpoint/restore uses.
+/// Render-node request codes: the generic DRM ioctls (type `'d'`) that concern a render node, and
+/// the amdgpu ones (`DRM_COMMAND_BASE + n`).
 pub mod drm {
     use super::*;
 
@@ -271,13 +271,28 @@ pub mod drm {
     pub const TYPE: u8 = sys::DRM_IOCTL_BASE;
 
     ioctl_table!(TYPE,
-        /// The generic DRM ioctls used here.
+        /// The generic DRM ioctls a render node answers or refuses, as clients issue them.
         CORE_TABLE at 0u32 => {
+        VERSION = ReadWrite(0x00, sys::drm_version);
+        /// Not render-allowed: a render node refuses it.
+        GET_UNIQUE = ReadWrite(0x01, sys::drm_unique);
+        /// Not render-allowed: a render node refuses it.
+        GET_MAGIC = Read(0x02, sys::drm_auth);
+        /// Not render-allowed: a render node refuses it (libdrm asks for it only on nodes it
+        /// does not know as render nodes).
+        GET_CLIENT = ReadWrite(0x05, sys::drm_client);
+        /// Master only.
+        SET_VERSION = ReadWrite(0x07, sys::drm_set_version);
         GEM_CLOSE = Write(0x09, sys::drm_gem_close);
+        GET_CAP = ReadWrite(0x0c, sys::drm_get_cap);
+        /// Not render-allowed: a render node refuses it.
+        SET_CLIENT_CAP = Write(0x0d, sys::drm_set_client_cap);
+        /// Master only.
+        AUTH_MAGIC = Write(0x11, sys::drm_auth);
         PRIME_HANDLE_TO_FD = ReadWrite(0x2d, sys::drm_prime_handle);
         PRIME_FD_TO_HANDLE = ReadWrite(0x2e, sys::drm_prime_handle);
         }
-        /// The amdgpu ioctls used here (numbers relative to `DRM_COMMAND_BASE` in the header).
+        /// The amdgpu ioctls (numbers relative to `DRM_COMMAND_BASE` in the header).
         AMDGPU_TABLE at sys::DRM_COMMAND_BASE => {
         AMDGPU_GEM_CREATE = ReadWrite(0x00, sys::drm_amdgpu_gem_create);
         AMDGPU_GEM_MMAP = ReadWrite(0x01, sys::drm_amdgpu_gem_mmap);
@@ -285,10 +300,17 @@ pub mod drm {
         AMDGPU_BO_LIST = ReadWrite(0x03, sys::drm_amdgpu_bo_list);
         AMDGPU_CS = ReadWrite(0x04, sys::drm_amdgpu_cs);
         AMDGPU_INFO = Write(0x05, sys::drm_amdgpu_info);
+        AMDGPU_GEM_METADATA = ReadWrite(0x06, sys::drm_amdgpu_gem_metadata);
+        AMDGPU_GEM_WAIT_IDLE = ReadWrite(0x07, sys::drm_amdgpu_gem_wait_idle);
         AMDGPU_GEM_VA = Write(0x08, sys::drm_amdgpu_gem_va);
         AMDGPU_WAIT_CS = ReadWrite(0x09, sys::drm_amdgpu_wait_cs);
         AMDGPU_GEM_OP = ReadWrite(0x10, sys::drm_amdgpu_gem_op);
         AMDGPU_GEM_USERPTR = ReadWrite(0x11, sys::drm_amdgpu_gem_userptr);
+        AMDGPU_WAIT_FENCES = ReadWrite(0x12, sys::drm_amdgpu_wait_fences);
+        AMDGPU_VM = ReadWrite(0x13, sys::drm_amdgpu_vm);
+        AMDGPU_FENCE_TO_HANDLE = ReadWrite(0x14, sys::drm_amdgpu_fence_to_handle);
+        /// Master only.
+        AMDGPU_SCHED = Write(0x15, sys::drm_amdgpu_sched);
         }
     );
 

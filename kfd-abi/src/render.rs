@@ -1,6 +1,7 @@
 //! The amdgpu render node (`/dev/dri/renderD<minor>`): the DRM subset that moves GPU memory for
 //! checkpoint/restore — GEM objects, PRIME, the GPU VM, submission contexts, command submission on
-//! the SDMA ring and its fences, and the device info query.
+//! the SDMA ring and its fences — and the queries that identify the device (the DRM version and
+//! capabilities, the `AMDGPU_INFO` queries libdrm's `amdgpu_device_initialize` makes).
 
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
@@ -90,6 +91,75 @@ pub struct DeviceInfo {
     pub virtual_address_alignment: u32,
 }
 
+/// What `DRM_IOCTL_VERSION` reports: the driver's version and its name, date and description.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DrmVersion {
+    /// Major version (amdgpu: 3).
+    pub major: i32,
+    /// Minor version (amdgpu in Linux 6.1: 49).
+    pub minor: i32,
+    /// Patch level.
+    pub patchlevel: i32,
+    /// Driver name (`amdgpu`).
+    pub name: String,
+    /// Driver date (`20150101`).
+    pub date: String,
+    /// Driver description (`AMD GPU`).
+    pub desc: String,
+}
+
+/// One hardware IP as `AMDGPU_INFO_HW_IP_INFO` reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HwIpInfo {
+    /// The driver IP block's major version.
+    pub major: u32,
+    /// Its minor version.
+    pub minor: u32,
+    /// The rings a context may use, one bit each.
+    pub available_rings: u32,
+    /// Required alignment of an IB's start, bytes.
+    pub ib_start_alignment: u32,
+    /// Required alignment of an IB's size, bytes.
+    pub ib_size_alignment: u32,
+    /// The discovered IP version, `major << 16 | minor << 8 | revision` (0 before Vega).
+    pub ip_discovery_version: u32,
+}
+
+/// VRAM and GTT sizes as `AMDGPU_INFO_VRAM_GTT` reports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VramGtt {
+    /// VRAM userspace may use.
+    pub vram_size: u64,
+    /// The part of it the CPU can reach.
+    pub vram_cpu_accessible_size: u64,
+    /// GTT size.
+    pub gtt_size: u64,
+}
+
+/// One memory heap of `AMDGPU_INFO_MEMORY`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeapInfo {
+    /// Size of the heap.
+    pub total: u64,
+    /// What userspace may use of it.
+    pub usable: u64,
+    /// What is in use.
+    pub usage: u64,
+    /// The largest single allocation the driver allows.
+    pub max_allocation: u64,
+}
+
+/// `AMDGPU_INFO_MEMORY`: the VRAM, CPU-visible VRAM and GTT heaps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryInfo {
+    /// All VRAM.
+    pub vram: HeapInfo,
+    /// VRAM the CPU can reach through the BAR.
+    pub cpu_accessible_vram: HeapInfo,
+    /// GTT.
+    pub gtt: HeapInfo,
+}
+
 /// One indirect buffer to submit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IbSubmit {
@@ -109,6 +179,19 @@ pub struct IbSubmit {
 
 /// `AMDGPU_HW_IP_DMA`.
 pub const HW_IP_DMA: u32 = sys::AMDGPU_HW_IP_DMA;
+
+/// The arguments of an `AMDGPU_INFO` query (a union in the header).
+type InfoArgs = sys::drm_amdgpu_info__bindgen_ty_1;
+
+/// The `query_hw_ip` arguments.
+fn hw_ip(ip_type: u32, ip_instance: u32) -> InfoArgs {
+    InfoArgs {
+        query_hw_ip: sys::drm_amdgpu_info__bindgen_ty_1__bindgen_ty_2 {
+            type_: ip_type,
+            ip_instance,
+        },
+    }
+}
 
 crate::handle::device_handle!(
     /// An open render node of an amdgpu GPU.
@@ -397,15 +480,7 @@ impl<T: Transport> RenderNode<T> {
 
     /// The device info of this GPU (`AMDGPU_INFO`, `AMDGPU_INFO_DEV_INFO`).
     pub fn dev_info(&self) -> Result<DeviceInfo> {
-        let mut info = sys::drm_amdgpu_info_device::default();
-        let mut a = sys::drm_amdgpu_info {
-            return_pointer: &mut info as *mut sys::drm_amdgpu_info_device as u64,
-            return_size: ioctl::size_u32::<sys::drm_amdgpu_info_device>(),
-            query: sys::AMDGPU_INFO_DEV_INFO,
-            __bindgen_anon_1: Default::default(),
-        };
-        // SAFETY: `return_pointer` points to `return_size` writable bytes.
-        unsafe { self.call(req::AMDGPU_INFO, &mut a) }?;
+        let info = self.dev_info_raw()?;
         Ok(DeviceInfo {
             device_id: info.device_id,
             family: info.family,
@@ -413,5 +488,218 @@ impl<T: Transport> RenderNode<T> {
             virtual_address_max: info.virtual_address_max,
             virtual_address_alignment: info.virtual_address_alignment,
         })
+    }
+
+    /// Every field of the device info (`AMDGPU_INFO`, `AMDGPU_INFO_DEV_INFO`), as the header
+    /// lays it out.
+    pub fn dev_info_raw(&self) -> Result<sys::drm_amdgpu_info_device> {
+        let mut info = sys::drm_amdgpu_info_device::default();
+        self.query_into(sys::AMDGPU_INFO_DEV_INFO, InfoArgs::default(), &mut info)?;
+        Ok(info)
+    }
+
+    /// Issues `AMDGPU_INFO` query `query` with its arguments `args`, returning into `out` (at
+    /// most its size).
+    fn query_into<R>(&self, query: u32, args: InfoArgs, out: &mut R) -> Result<()> {
+        let mut a = sys::drm_amdgpu_info {
+            return_pointer: std::ptr::from_mut(out) as u64,
+            return_size: ioctl::size_u32::<R>(),
+            query,
+            __bindgen_anon_1: args,
+        };
+        // SAFETY: `return_pointer` points to `return_size` writable bytes of `out`.
+        unsafe { self.call(req::AMDGPU_INFO, &mut a) }
+    }
+
+    /// A `u32` or `u64` `AMDGPU_INFO` query.
+    fn query_u64(&self, query: u32) -> Result<u64> {
+        let mut v = 0u64;
+        self.query_into(query, InfoArgs::default(), &mut v)?;
+        Ok(v)
+    }
+
+    /// Whether the GPU's acceleration works (`AMDGPU_INFO_ACCEL_WORKING`), the first thing
+    /// libdrm's `amdgpu_device_initialize` asks.
+    pub fn accel_working(&self) -> Result<bool> {
+        let mut v = 0u32;
+        self.query_into(sys::AMDGPU_INFO_ACCEL_WORKING, InfoArgs::default(), &mut v)?;
+        Ok(v != 0)
+    }
+
+    /// One hardware IP of the GPU (`AMDGPU_INFO_HW_IP_INFO`): `ip_type` is `AMDGPU_HW_IP_*`.
+    pub fn hw_ip_info(&self, ip_type: u32, instance: u32) -> Result<HwIpInfo> {
+        let mut h = sys::drm_amdgpu_info_hw_ip::default();
+        self.query_into(
+            sys::AMDGPU_INFO_HW_IP_INFO,
+            hw_ip(ip_type, instance),
+            &mut h,
+        )?;
+        Ok(HwIpInfo {
+            major: h.hw_ip_version_major,
+            minor: h.hw_ip_version_minor,
+            available_rings: h.available_rings,
+            ib_start_alignment: h.ib_start_alignment,
+            ib_size_alignment: h.ib_size_alignment,
+            // Newer headers call this `ip_discovery_version`.
+            ip_discovery_version: h._pad,
+        })
+    }
+
+    /// How many IP blocks of `ip_type` the GPU has (`AMDGPU_INFO_HW_IP_COUNT`).
+    pub fn hw_ip_count(&self, ip_type: u32) -> Result<u32> {
+        let mut v = 0u32;
+        self.query_into(sys::AMDGPU_INFO_HW_IP_COUNT, hw_ip(ip_type, 0), &mut v)?;
+        Ok(v)
+    }
+
+    /// `(version, feature)` of a firmware (`AMDGPU_INFO_FW_VERSION`): `fw_type` is
+    /// `AMDGPU_INFO_FW_*`, `index` selects MEC1/2, an SDMA engine or a TA.
+    pub fn firmware_version(&self, fw_type: u32, instance: u32, index: u32) -> Result<(u32, u32)> {
+        let mut f = sys::drm_amdgpu_info_firmware::default();
+        let args = InfoArgs {
+            query_fw: sys::drm_amdgpu_query_fw {
+                fw_type,
+                ip_instance: instance,
+                index,
+                _pad: 0,
+            },
+        };
+        self.query_into(sys::AMDGPU_INFO_FW_VERSION, args, &mut f)?;
+        Ok((f.ver, f.feature))
+    }
+
+    /// VRAM, CPU-visible VRAM and GTT sizes (`AMDGPU_INFO_VRAM_GTT`).
+    pub fn vram_gtt(&self) -> Result<VramGtt> {
+        let mut v = sys::drm_amdgpu_info_vram_gtt::default();
+        self.query_into(sys::AMDGPU_INFO_VRAM_GTT, InfoArgs::default(), &mut v)?;
+        Ok(VramGtt {
+            vram_size: v.vram_size,
+            vram_cpu_accessible_size: v.vram_cpu_accessible_size,
+            gtt_size: v.gtt_size,
+        })
+    }
+
+    /// The memory heaps (`AMDGPU_INFO_MEMORY`).
+    pub fn memory_info(&self) -> Result<MemoryInfo> {
+        let mut m = sys::drm_amdgpu_memory_info::default();
+        self.query_into(sys::AMDGPU_INFO_MEMORY, InfoArgs::default(), &mut m)?;
+        let heap = |h: sys::drm_amdgpu_heap_info| HeapInfo {
+            total: h.total_heap_size,
+            usable: h.usable_heap_size,
+            usage: h.heap_usage,
+            max_allocation: h.max_allocation,
+        };
+        Ok(MemoryInfo {
+            vram: heap(m.vram),
+            cpu_accessible_vram: heap(m.cpu_accessible_vram),
+            gtt: heap(m.gtt),
+        })
+    }
+
+    /// VRAM in use (`AMDGPU_INFO_VRAM_USAGE`).
+    pub fn vram_usage(&self) -> Result<u64> {
+        self.query_u64(sys::AMDGPU_INFO_VRAM_USAGE)
+    }
+
+    /// CPU-visible VRAM in use (`AMDGPU_INFO_VIS_VRAM_USAGE`).
+    pub fn vis_vram_usage(&self) -> Result<u64> {
+        self.query_u64(sys::AMDGPU_INFO_VIS_VRAM_USAGE)
+    }
+
+    /// GTT in use (`AMDGPU_INFO_GTT_USAGE`).
+    pub fn gtt_usage(&self) -> Result<u64> {
+        self.query_u64(sys::AMDGPU_INFO_GTT_USAGE)
+    }
+
+    /// Reads `count` registers from `dword_offset` (`AMDGPU_INFO_READ_MMR_REG`); `instance`
+    /// selects the shader engine and array (`0xffffffff`: broadcast).
+    pub fn read_mmr_reg(&self, dword_offset: u32, count: u32, instance: u32) -> Result<Vec<u32>> {
+        let mut regs = vec![0u32; count as usize];
+        let mut a = sys::drm_amdgpu_info {
+            return_pointer: regs.as_mut_ptr() as u64,
+            return_size: count.saturating_mul(4),
+            query: sys::AMDGPU_INFO_READ_MMR_REG,
+            __bindgen_anon_1: Default::default(),
+        };
+        a.__bindgen_anon_1.read_mmr_reg = sys::drm_amdgpu_info__bindgen_ty_1__bindgen_ty_3 {
+            dword_offset,
+            count,
+            instance,
+            flags: 0,
+        };
+        // SAFETY: `return_pointer` points to `return_size` writable bytes of `regs`.
+        unsafe { self.call(req::AMDGPU_INFO, &mut a) }?;
+        Ok(regs)
+    }
+
+    /// The DRM driver's version and identity (`DRM_IOCTL_VERSION`), with the two-call pattern:
+    /// lengths first, then the strings.
+    pub fn version(&self) -> Result<DrmVersion> {
+        let mut v = sys::drm_version::default();
+        // SAFETY: all buffer pointers are null with zero lengths: the driver writes nothing
+        // through them.
+        unsafe { self.call(req::VERSION, &mut v) }?;
+        // The strings are short; a length past a page is not a driver's answer.
+        let len = |n: u64| {
+            usize::try_from(n)
+                .ok()
+                .filter(|&n| n <= 4096)
+                .ok_or_else(|| bad_reply("VERSION", &self.label, "string length past 4096"))
+        };
+        let (name_len, date_len, desc_len) = (len(v.name_len)?, len(v.date_len)?, len(v.desc_len)?);
+        let mut name = vec![0u8; name_len];
+        let mut date = vec![0u8; date_len];
+        let mut desc = vec![0u8; desc_len];
+        v.name = name.as_mut_ptr().cast();
+        v.date = date.as_mut_ptr().cast();
+        v.desc = desc.as_mut_ptr().cast();
+        // SAFETY: each pointer is followed by its buffer's length, which the driver does not
+        // exceed.
+        unsafe { self.call(req::VERSION, &mut v) }?;
+        let text = |b: Vec<u8>, len: u64| {
+            let n = usize::try_from(len).unwrap_or(usize::MAX).min(b.len());
+            String::from_utf8_lossy(&b[..n]).into_owned()
+        };
+        Ok(DrmVersion {
+            major: v.version_major,
+            minor: v.version_minor,
+            patchlevel: v.version_patchlevel,
+            name: text(name, v.name_len),
+            date: text(date, v.date_len),
+            desc: text(desc, v.desc_len),
+        })
+    }
+
+    /// A driver capability (`DRM_IOCTL_GET_CAP`, `DRM_CAP_*`).
+    pub fn get_cap(&self, capability: u64) -> Result<u64> {
+        let mut c = sys::drm_get_cap {
+            capability,
+            value: 0,
+        };
+        self.read_write(req::GET_CAP, &mut c)?;
+        Ok(c.value)
+    }
+
+    /// Sets a client capability (`DRM_IOCTL_SET_CLIENT_CAP`); a render node refuses it
+    /// (`EACCES`).
+    pub fn set_client_cap(&self, capability: u64, value: u64) -> Result<()> {
+        self.write(
+            req::SET_CLIENT_CAP,
+            &sys::drm_set_client_cap { capability, value },
+        )
+    }
+
+    /// Waits until `bo` is idle (`AMDGPU_GEM_WAIT_IDLE`, timeout `timeout_ns` absolute);
+    /// returns whether it is still busy.
+    pub fn gem_wait_idle(&self, bo: BoHandle, timeout_ns: u64) -> Result<bool> {
+        let mut a = sys::drm_amdgpu_gem_wait_idle::default();
+        a.in_ = sys::drm_amdgpu_gem_wait_idle_in {
+            handle: bo.get(),
+            flags: 0,
+            timeout: timeout_ns,
+        };
+        self.read_write(req::AMDGPU_GEM_WAIT_IDLE, &mut a)?;
+        // SAFETY: on success the driver wrote the `out` member.
+        Ok(unsafe { a.out.status } != 0)
     }
 }

@@ -90,10 +90,10 @@ fn bench(c: &mut Criterion) {
         b.iter(|| dst.copy_from_slice(black_box(&src)));
     });
     // The floor of a copy between address spaces: one bare process_vm_readv of the same size.
-    let pid = kfd_sim::sys::own_pid();
+    let pid = kfd_sim::host::own_pid();
     g.bench_function("process_vm_readv", |b| {
         b.iter(|| {
-            kfd_sim::sys::process_vm_read(pid, black_box(src.as_ptr() as u64), &mut dst).unwrap()
+            kfd_sim::host::process_vm_read(pid, black_box(src.as_ptr() as u64), &mut dst).unwrap()
         });
     });
     g.finish();

@@ -13,7 +13,7 @@ use std::os::fd::{IntoRawFd, OwnedFd, RawFd};
 
 use kfd_abi::Errno;
 
-use crate::sys::{self, FileKey};
+use crate::host::{self, FileKey};
 
 /// What the dispatcher needs of the calling task.
 pub trait Client {
@@ -38,6 +38,16 @@ pub trait Client {
     /// `fd_install`: puts `fd` into the caller's table and returns its number.
     fn install_fd(&self, fd: OwnedFd) -> Result<i32, Errno>;
 
+    /// [`install_fd`](Self::install_fd) of an fd whose number the ioctl then writes at `slot`.
+    ///
+    /// A front end that can only install the fd after the call returns (the kernel module of the
+    /// VM lane, `ci/kmod/kfd_bridge`) needs to know where the number goes, to write the real one
+    /// there; the others ignore `slot`.
+    fn install_fd_at(&self, fd: OwnedFd, slot: FdSlot) -> Result<i32, Errno> {
+        let _ = slot;
+        self.install_fd(fd)
+    }
+
     /// Undoes an [`install_fd`](Self::install_fd) on a later failure of the same ioctl (the
     /// kernel's `close_fd` on its error path).
     fn uninstall_fd(&self, raw: i32);
@@ -58,6 +68,27 @@ pub trait Client {
     }
 }
 
+/// Where the number of an fd the driver installs goes in the caller's memory: a `u32` that the
+/// ioctl fills in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FdSlot {
+    /// A field at this byte offset of the ioctl's argument struct (copied out at its `arg`).
+    ArgField(usize),
+    /// This address (an array the ioctl fills, such as CRIU_OP's BO buckets).
+    User(u64),
+}
+
+impl FdSlot {
+    /// The slot's address in the caller's memory, for an ioctl whose argument is at `arg`
+    /// (wrapping: a wild address is the caller's `EFAULT` when the number is written).
+    pub fn address(self, arg: u64) -> u64 {
+        match self {
+            Self::ArgField(off) => arg.wrapping_add(u64::try_from(off).unwrap_or(u64::MAX)),
+            Self::User(addr) => addr,
+        }
+    }
+}
+
 /// User memory of a real OS process, through `process_vm_readv` / `process_vm_writev`.
 #[derive(Clone, Copy, Debug)]
 pub struct ProcessMemory {
@@ -73,7 +104,7 @@ impl ProcessMemory {
     /// Our own memory (the in-process front end).
     pub fn own() -> Self {
         Self {
-            pid: sys::own_pid(),
+            pid: host::own_pid(),
         }
     }
 
@@ -84,12 +115,12 @@ impl ProcessMemory {
 
     /// `copy_from_user`.
     pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
-        sys::process_vm_read(self.pid, addr, buf)
+        host::process_vm_read(self.pid, addr, buf)
     }
 
     /// `copy_to_user`.
     pub fn write(&self, addr: u64, buf: &[u8]) -> Result<(), Errno> {
-        sys::process_vm_write(self.pid, addr, buf)
+        host::process_vm_write(self.pid, addr, buf)
     }
 }
 
@@ -125,7 +156,7 @@ impl Client for InProcessClient<'_> {
     }
 
     fn resolve_fd(&self, raw: i32) -> Result<FileKey, Errno> {
-        sys::raw_file_key(raw)
+        host::raw_file_key(raw)
     }
 
     fn install_fd(&self, fd: OwnedFd) -> Result<i32, Errno> {
@@ -134,7 +165,7 @@ impl Client for InProcessClient<'_> {
     }
 
     fn uninstall_fd(&self, raw: RawFd) {
-        sys::close_raw(raw);
+        host::close_raw(raw);
     }
 
     fn process_memory(&self) -> ProcessMemory {

@@ -20,11 +20,11 @@ use kfd_abi::{Errno, Transport};
 use topology::Topology;
 
 use crate::client::{InProcessClient, ProcessMemory};
+use crate::host;
 use crate::machine::{lock, FileKind, MachineError, MachineInner, OpenFile};
 use crate::preset::Preset;
 use crate::process::KfdProcess;
 use crate::render::RenderFile;
-use crate::sys;
 
 /// A simulated machine: GPUs from a topology, and the simulated processes using them.
 #[derive(Clone, Debug)]
@@ -94,7 +94,7 @@ impl Machine {
 
     /// The simulated open file that a real fd of this OS process stands for, if any.
     fn file_of(&self, fd: BorrowedFd<'_>) -> Option<Arc<OpenFile>> {
-        self.inner.file(sys::file_key(fd).ok()?)
+        self.inner.file(host::file_key(fd).ok()?)
     }
 
     /// Simulates the KFD lock held during suspend/reset: opens of `/dev/kfd` fail with `EAGAIN`.
@@ -209,8 +209,8 @@ impl SimProcess {
     }
 
     fn new_file(&self, name: &str, kind: FileKind) -> io::Result<SimFile> {
-        let fd = sys::memfd(name)?;
-        let key = sys::file_key(fd.as_fd())?;
+        let fd = host::memfd(name)?;
+        let key = host::file_key(fd.as_fd())?;
         let file = Arc::new(OpenFile { key, kind });
         self.inner.machine.inner.register_file(&file);
         Ok(SimFile {
@@ -243,6 +243,21 @@ impl fmt::Debug for SimFile {
             .field("file", &kind)
             .field("caller", &self.caller.pid)
             .finish()
+    }
+}
+
+/// What the CUSE front end's unit tests look at behind the in-process objects.
+#[cfg(test)]
+impl Machine {
+    pub(crate) fn inner(&self) -> &Arc<MachineInner> {
+        &self.inner
+    }
+}
+
+#[cfg(test)]
+impl SimFile {
+    pub(crate) fn open_file(&self) -> &Arc<OpenFile> {
+        &self.file
     }
 }
 
@@ -282,7 +297,7 @@ impl SimFile {
         };
         match &self.file.kind {
             FileKind::Kfd(p) => {
-                crate::dispatch::kfd_ioctl(&self.machine.inner, p, &client, request, arg)
+                crate::kfd::kfd_ioctl(&self.machine.inner, p, &client, request, arg)
             }
             FileKind::Render(r) => {
                 crate::render::dispatch(&self.machine.inner, r, &client, request, arg)
@@ -459,7 +474,7 @@ impl kfd_abi::Platform for SimPlatform {
     }
 
     fn identify(&self, fd: BorrowedFd<'_>) -> io::Result<kfd_abi::DeviceKind> {
-        sys::file_key(fd)?;
+        host::file_key(fd)?;
         Ok(match self.machine.file_of(fd).as_deref().map(|f| &f.kind) {
             Some(FileKind::Kfd(_)) => kfd_abi::DeviceKind::Kfd,
             Some(FileKind::Render(r)) => {

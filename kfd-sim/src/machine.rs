@@ -8,14 +8,30 @@ use kfd_abi::Errno;
 use topology::model::keys;
 use topology::Topology;
 
+use crate::host::FileKey;
 use crate::memory::Backing;
 use crate::process::{KfdProcess, QueueKind};
 use crate::render::RenderFile;
-use crate::sys::FileKey;
 
 /// Locks a mutex, ignoring poisoning (the state stays consistent: no handler panics mid-update).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// [`lock`], giving up after `wait` (`None`): for a thread that must not wait for ever on a lock
+/// that another thread may hold while it waits for this one's caller.
+pub(crate) fn lock_within<T>(m: &Mutex<T>, wait: std::time::Duration) -> Option<MutexGuard<'_, T>> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match m.try_lock() {
+            Ok(g) => return Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        }
+    }
 }
 
 /// Why a machine could not be built from a topology.
@@ -51,7 +67,6 @@ pub(crate) struct DeviceState {
 pub(crate) struct Device {
     pub gpu_id: u32,
     pub render_minor: u32,
-    pub device_id: u32,
     pub gfx_target_version: u32,
     pub vram_size: u64,
     pub large_bar: bool,
@@ -162,6 +177,10 @@ pub struct MachineInner {
     pub(crate) system_limit: u64,
     /// What GET_VERSION reports, `major << 32 | minor` (1.11 unless told otherwise).
     kfd_version: std::sync::atomic::AtomicU64,
+    /// The GTT size of every GPU (`amdgpu_ttm_init`).
+    gtt_size: u64,
+    /// The client requests the simulator does not answer that it has logged (once each).
+    unanswered: Mutex<BTreeSet<String>>,
     reg: Mutex<Registry>,
 }
 
@@ -187,7 +206,6 @@ impl MachineInner {
             devices.push(Device {
                 gpu_id: n.gpu_id,
                 render_minor: n.render_minor(),
-                device_id: p32(keys::DEVICE_ID),
                 gfx_target_version: p32(keys::GFX_TARGET_VERSION),
                 vram_size,
                 large_bar,
@@ -210,10 +228,13 @@ impl MachineInner {
             .map(|b| b.size_in_bytes())
             .fold(0u64, u64::saturating_add);
         let system_limit = ram / 16 * 15;
+        let gtt_size = crate::sysfs::gtt_size(&topology);
         Ok(Self {
             topology,
             devices,
             system_limit,
+            gtt_size,
+            unanswered: Mutex::new(BTreeSet::new()),
             kfd_version: std::sync::atomic::AtomicU64::new(
                 u64::from(kfd_sys::KFD_IOCTL_MAJOR_VERSION) << 32
                     | u64::from(kfd_sys::KFD_IOCTL_MINOR_VERSION),
@@ -274,6 +295,15 @@ impl MachineInner {
         Ok(p)
     }
 
+    /// Every live KFD process.
+    pub(crate) fn processes(&self) -> Vec<Arc<KfdProcess>> {
+        lock(&self.reg)
+            .processes
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+
     /// The live KFD process of `pid`, if any.
     pub(crate) fn find_process(&self, pid: u32) -> Option<Arc<KfdProcess>> {
         lock(&self.reg).processes.get(&pid).and_then(Weak::upgrade)
@@ -290,6 +320,15 @@ impl MachineInner {
         let mut r = lock(&self.reg);
         r.files.retain(|_, w| w.strong_count() > 0);
         r.files.insert(file.key, Arc::downgrade(file));
+    }
+
+    /// Every live simulated open file.
+    pub(crate) fn files(&self) -> Vec<Arc<OpenFile>> {
+        lock(&self.reg)
+            .files
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
     }
 
     pub(crate) fn file(&self, key: FileKey) -> Option<Arc<OpenFile>> {
@@ -336,6 +375,34 @@ impl MachineInner {
     pub(crate) fn release_system(&self, size: u64) {
         let mut r = lock(&self.reg);
         r.system_used = r.system_used.saturating_sub(size);
+    }
+
+    /// System memory charged to GTT and userptr BOs (what `AMDGPU_INFO_GTT_USAGE` reports).
+    pub(crate) fn system_used(&self) -> u64 {
+        lock(&self.reg).system_used
+    }
+
+    /// The GTT size of each GPU: half the system memory, at least 3 GiB.
+    pub(crate) fn gtt_size(&self) -> u64 {
+        self.gtt_size
+    }
+
+    /// Notes a client request the simulator does not answer (named as the kernel names it): the
+    /// first time on this machine it is logged as a warning, later only at debug level, so that
+    /// what AMD's userspace asks for and does not get shows once in the daemon's log.
+    pub(crate) fn unanswered(&self, what: &str) {
+        self.log_once(what, &format!("not simulated: {what}"));
+    }
+
+    /// Logs `message` as a warning the first time `key` is seen on this machine, later at debug
+    /// level.
+    pub(crate) fn log_once(&self, key: &str, message: &str) {
+        let first = lock(&self.unanswered).insert(key.to_owned());
+        if first {
+            log::warn!("kfd-sim: {message} (logged once)");
+        } else {
+            log::debug!("kfd-sim: {message}");
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 
-use crate::sys::{self, FileKey, SharedMap};
+use crate::host::{self, FileKey, SharedMap};
 
 /// Where a BO's memory lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,9 +40,9 @@ impl Backing {
             Domain::Vram => "kfd-sim:vram",
             Domain::Gtt => "kfd-sim:gtt",
         };
-        let memfd = sys::memfd(name)?;
+        let memfd = host::memfd(name)?;
         let map = SharedMap::new(memfd.as_fd(), size)?;
-        let key = sys::file_key(memfd.as_fd())?;
+        let key = host::file_key(memfd.as_fd())?;
         Ok(Self {
             memfd,
             map,
@@ -63,11 +63,11 @@ impl Backing {
     /// Not close-on-exec, as the kernel installs it.
     pub fn export(&self, writable: bool) -> io::Result<OwnedFd> {
         if writable {
-            sys::dup_inheritable(self.memfd.as_fd())
+            host::dup_inheritable(self.memfd.as_fd())
         } else {
-            let ro = sys::reopen_readonly(self.memfd.as_fd())?;
+            let ro = host::reopen_readonly(self.memfd.as_fd())?;
             // The reopen is close-on-exec from std; make an inheritable copy as fd_install would.
-            sys::dup_inheritable(ro.as_fd())
+            host::dup_inheritable(ro.as_fd())
         }
     }
 
@@ -110,7 +110,7 @@ mod tests {
         let b = Backing::new(8192, Domain::Vram, 0, true).unwrap();
         assert!(b.write(4096, b"hello"));
         let fd = b.export(true).unwrap();
-        assert_eq!(sys::file_key(fd.as_fd()).unwrap(), b.key());
+        assert_eq!(host::file_key(fd.as_fd()).unwrap(), b.key());
         let mut f = std::fs::File::from(fd);
         f.seek(SeekFrom::Start(4096)).unwrap();
         let mut s = [0u8; 5];
@@ -127,7 +127,7 @@ mod tests {
     fn read_only_export_refuses_writes() {
         let b = Backing::new(4096, Domain::Gtt, 0, true).unwrap();
         let fd = b.export(false).unwrap();
-        assert_eq!(sys::file_key(fd.as_fd()).unwrap(), b.key());
+        assert_eq!(host::file_key(fd.as_fd()).unwrap(), b.key());
         let mut f = std::fs::File::from(fd);
         assert!(f.write_all(b"x").is_err());
     }

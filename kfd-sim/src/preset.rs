@@ -232,6 +232,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "mi250x8",
         "four MI250X = eight GCDs (gfx90a) in one xGMI hive, four NUMA nodes",
     ),
+    (
+        "mi250x16",
+        "eight MI250X = sixteen GCDs (gfx90a) in two xGMI hives of eight, eight NUMA nodes",
+    ),
 ];
 
 fn gpu(model: GpuModel, gpu_id: u32, bus: u8, numa: u32) -> GpuEntry {
@@ -328,6 +332,37 @@ impl Preset {
         }
     }
 
+    /// Sixteen MI250X GCDs in two hives of eight, two per NUMA node: twice `mi250x8`, with
+    /// gpu_ids of its own (a node with more GPUs than an `mi250x8` image, for restores onto a
+    /// subset).
+    pub fn mi250x16() -> Self {
+        let ids = [
+            0x4c1e, 0xb307, 0x17d9, 0xe8a2, 0x7f40, 0x2a6b, 0xc5f3, 0x6094, 0x9d28, 0x03b6, 0xd7c1,
+            0x586f, 0xa14d, 0x3ee0, 0xf915, 0x8672,
+        ];
+        let gpus = ids
+            .iter()
+            .zip(0u8..)
+            .zip(0u32..)
+            .map(|((&id, k), i)| GpuEntry {
+                hive: Some(i / 8),
+                ..gpu(GpuModel::Mi250x, id, 0x41 + 0x0a * k, i / 2)
+            })
+            .collect();
+        Self {
+            name: "mi250x16".into(),
+            description: BUILTIN[4].1.into(),
+            numa: vec![
+                NumaNode {
+                    cores: 16,
+                    memory_gib: 128
+                };
+                8
+            ],
+            gpus,
+        }
+    }
+
     /// A built-in preset by name.
     pub fn by_name(name: &str) -> Result<Self, PresetError> {
         Ok(match name {
@@ -335,6 +370,7 @@ impl Preset {
             "mi100x4" => Self::mi100x4(),
             "mi210x2" => Self::mi210x2(),
             "mi250x8" => Self::mi250x8(),
+            "mi250x16" => Self::mi250x16(),
             other => return Err(PresetError::Unknown(other.to_owned())),
         })
     }
@@ -594,6 +630,19 @@ mod tests {
         assert!(numa.to_topology().is_err());
         let wide = Preset::mi50x1().with_gpu_ids(&[0x1_0000]);
         assert!(wide.validate().is_err());
+    }
+
+    #[test]
+    fn sixteen_gcds_are_two_hives_of_eight_two_per_numa_node() {
+        let p = Preset::mi250x16();
+        let t = p.to_topology().unwrap();
+        let hives = t.hives();
+        assert_eq!(hives.iter().map(Vec::len).collect::<Vec<_>>(), [8, 8]);
+        assert_eq!(t.cpus().count(), 8);
+        assert!((0..8).all(|n| p.gpus.iter().filter(|g| g.numa == n).count() == 2));
+        // No gpu_id of mi250x8's: an mi250x8 image restored here is remapped.
+        let small: Vec<u32> = Preset::mi250x8().gpus.iter().map(|g| g.gpu_id).collect();
+        assert!(p.gpus.iter().all(|g| !small.contains(&g.gpu_id)));
     }
 
     #[test]

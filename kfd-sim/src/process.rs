@@ -8,10 +8,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use kfd_abi::Errno;
 
+use crate::host::FileKey;
 use crate::machine::{lock, MachineInner};
 use crate::memory::{Backing, Domain};
 use crate::render::Vm;
-use crate::sys::FileKey;
 
 /// Numbers of the gfx9 driver model.
 pub mod limits {
@@ -574,5 +574,21 @@ pub fn domain_of(flags: u32) -> Option<Domain> {
         Some(Domain::Gtt)
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserved_doorbells_are_the_sdma_window_and_its_mirror() {
+        assert!(doorbell_reserved(0xe0) && doorbell_reserved(0xff) && doorbell_reserved(0x2e0));
+        assert!(!doorbell_reserved(0) && !doorbell_reserved(0x100) && !doorbell_reserved(0x1e0));
+        for e in 0..8 {
+            for q in 0..8 {
+                assert!(doorbell_reserved(sdma_doorbell_id(e, q)));
+            }
+        }
     }
 }

@@ -7,13 +7,14 @@
 //!
 //! [`dispatch`] is written like `drm_ioctl` + the amdgpu driver (6.1):
 //!
-//! - the type byte must be `'d'` (`ENOTTY`); `_IOC_NR` selects the row of one table (the core
-//!   ioctls `GEM_CLOSE` 0x09, `PRIME_HANDLE_TO_FD` 0x2d, `PRIME_FD_TO_HANDLE` 0x2e and the amdgpu
-//!   ones from 0x40); a number without a row is `EINVAL`, as the DRM core answers for numbers
-//!   past its tables or without a handler;
+//! - the type byte must be `'d'` (`ENOTTY`); `_IOC_NR` selects the row of the kernel's core or
+//!   amdgpu table (`core`: every number 6.1 defines, with its flags); a number without a row is
+//!   `EINVAL`, as the DRM core answers for holes and numbers past its tables;
 //! - sizes as the DRM core: bytes are copied in only if both the caller's and the table's code have
 //!   the write bit, copied out only if both have the read bit, the kernel buffer is the largest of
 //!   the three sizes, zero-filled past what was copied in, and copied out also on failure;
+//! - then `drm_ioctl_permit` as for a render client: what is not render-allowed (`GET_CLIENT`,
+//!   `GET_MAGIC`, `SET_CLIENT_CAP`, mode setting, ...) or needs the master is `EACCES`;
 //! - no caller check: the DRM core lets any process holding the fd issue ioctls (unlike
 //!   `/dev/kfd`); userptr memory belongs to the process that registered it;
 //! - one function per ioctl, named after it, with the driver's checks in its order and its errno
@@ -29,8 +30,16 @@
 //! mappings are refused with `EINVAL`); CS chunks other than IB are refused with `EINVAL`; GDS, GWS
 //! and OA domains, empty domain masks and zero sizes are `EINVAL`; context priorities are accepted
 //! and ignored; an imported BO gets its own fake mmap offset; a dma-buf whose BO no longer exists
-//! anywhere is not recognised any more (the simulator does not track fd lifetimes); only
-//! `AMDGPU_INFO_DEV_INFO` is answered, with the fields checkpoint/restore reads (others zero).
+//! anywhere is not recognised any more (the simulator does not track fd lifetimes). The DRM core
+//! ioctls `VERSION` and `GET_CAP` and the `AMDGPU_INFO` queries are answered as amdgpu answers
+//! them for the GPU's model (`info`, from [`crate::asic`]); the render-allowed ioctls the
+//! simulator does not run (sync objects, GEM metadata, fence waits and conversions, VMID
+//! reservation) are logged once by name and answered `EINVAL`.
+
+mod core;
+mod info;
+
+pub use self::core::{DRIVER_DATE, DRIVER_DESC, DRIVER_MAJOR, DRIVER_MINOR, DRIVER_NAME};
 
 use std::collections::{BTreeMap, VecDeque};
 use std::mem::{offset_of, size_of};
@@ -44,10 +53,13 @@ use kfd_abi::Errno;
 use kfd_sys as sys;
 
 use crate::client::{Client, ProcessMemory};
-use crate::dispatch::{get_u32, get_u64, put_u32, put_u64, read_user_bytes};
 use crate::machine::{lock, MachineInner};
 use crate::memory::{Backing, Domain};
 use crate::process::limits::{KVMALLOC_MAX, PAGE_SIZE};
+use crate::uaccess::{
+    check_user_range, copy_from_user, copy_in_kdata, copy_to_user, fd_from_field, get_u32, get_u64,
+    put_u32, put_u64, IoctlResult,
+};
 
 /// What a GPU virtual address range is backed by.
 #[derive(Clone, Debug)]
@@ -297,37 +309,53 @@ impl RenderFile {
     }
 }
 
-type R = Result<i32, Errno>;
-
-/// What one render-node ioctl sees.
-struct Rx<'a> {
-    m: &'a Arc<MachineInner>,
-    f: &'a RenderFile,
-    c: &'a dyn Client,
+/// A GEM object as a CPU mapping at its fake offset sees it (`drm_gem_mmap`).
+#[derive(Debug)]
+pub(crate) struct MmapObject {
+    /// Its memory; `None` for a userptr object.
+    pub backing: Option<Arc<Backing>>,
+    /// Bytes.
+    pub size: u64,
+    /// Created with `AMDGPU_GEM_CREATE_NO_CPU_ACCESS`.
+    pub no_cpu_access: bool,
 }
 
-type Handler = fn(&Rx<'_>, &mut [u8]) -> R;
+impl RenderFile {
+    /// The GEM object of one of this file's handles whose fake mmap offset is `offset`. `EAGAIN`
+    /// when the file stays busy for `wait` (the caller of an mmap must not wait for ever).
+    pub(crate) fn mmap_object(
+        &self,
+        offset: u64,
+        wait: std::time::Duration,
+    ) -> Result<Option<MmapObject>, Errno> {
+        let st = crate::machine::lock_within(&self.state, wait).ok_or(Errno::EAGAIN)?;
+        Ok(st
+            .handles
+            .values()
+            .find(|h| h.gem.mmap_offset == offset)
+            .map(|h| MmapObject {
+                backing: match &h.gem.memory {
+                    GemMemory::Backing(b) => Some(Arc::clone(b)),
+                    GemMemory::User { .. } => None,
+                },
+                size: h.gem.size,
+                no_cpu_access: h.gem.flags & u64::from(sys::AMDGPU_GEM_CREATE_NO_CPU_ACCESS) != 0,
+            }))
+    }
+}
 
-/// The dispatch table: the request code the header defines, and its handler.
-const HANDLERS: [(u32, Handler); 13] = [
-    (codes::GEM_CLOSE, gem_close),
-    (codes::PRIME_HANDLE_TO_FD, prime_handle_to_fd),
-    (codes::PRIME_FD_TO_HANDLE, prime_fd_to_handle),
-    (codes::AMDGPU_GEM_CREATE, gem_create),
-    (codes::AMDGPU_GEM_MMAP, gem_mmap),
-    (codes::AMDGPU_CTX, ctx),
-    (codes::AMDGPU_BO_LIST, bo_list),
-    (codes::AMDGPU_CS, cs),
-    (codes::AMDGPU_INFO, info),
-    (codes::AMDGPU_GEM_VA, gem_va),
-    (codes::AMDGPU_WAIT_CS, wait_cs),
-    (codes::AMDGPU_GEM_OP, gem_op),
-    (codes::AMDGPU_GEM_USERPTR, gem_userptr),
-];
+/// What one render-node ioctl sees: the machine, the open file, and the caller.
+struct RenderCall<'a> {
+    machine: &'a Arc<MachineInner>,
+    file: &'a RenderFile,
+    client: &'a dyn Client,
+}
+
+type Handler = fn(&RenderCall<'_>, &mut [u8]) -> IoctlResult;
 
 /// `drm_ioctl` on a render-node file: one call made by `client`.
 pub fn dispatch(
-    m: &Arc<MachineInner>,
+    machine: &Arc<MachineInner>,
     file: &RenderFile,
     client: &dyn Client,
     cmd: u32,
@@ -337,10 +365,12 @@ pub fn dispatch(
         return Err(Errno::ENOTTY);
     }
     let nr = ioctl::nr(cmd);
-    let Some(&(kcmd, handler)) = HANDLERS.iter().find(|(c, _)| ioctl::nr(*c) == nr) else {
-        log::warn!("kfd-sim: render node ioctl nr {nr:#x} is not simulated");
+    // A number without a row (no function): EINVAL before anything is copied.
+    let Some(row) = core::lookup(nr) else {
+        log::debug!("kfd-sim: render node ioctl nr {nr:#x} is not in the 6.1 DRM tables");
         return Err(Errno::EINVAL);
     };
+    let kcmd = row.cmd;
     let (udir, kdir) = (ioctl::dir(cmd), ioctl::dir(kcmd));
     let usize_ = ioctl::size(cmd);
     let in_size = if udir.copies_in() && kdir.copies_in() {
@@ -353,19 +383,22 @@ pub fn dispatch(
     } else {
         0
     };
-    let mut kdata = vec![0u8; in_size.max(out_size).max(ioctl::size(kcmd))];
-    client
-        .read_user(arg, &mut kdata[..in_size])
-        .map_err(|_| Errno::EFAULT)?;
-    let rx = Rx {
-        m,
-        f: file,
-        c: client,
+    let mut kdata = copy_in_kdata(client, arg, in_size, out_size.max(ioctl::size(kcmd)))?;
+    let call = RenderCall {
+        machine,
+        file,
+        client,
     };
-    let ret = handler(&rx, &mut kdata);
-    if client.write_user(arg, &kdata[..out_size]).is_err() {
-        return Err(Errno::EFAULT);
-    }
+    // drm_ioctl_kernel: the permission check, then the function.
+    let ret =
+        core::permit(row.flags, client.can_checkpoint_restore()).and_then(|()| match row.handler {
+            Some(handler) => handler(&call, &mut kdata),
+            None => {
+                machine.unanswered(&format!("DRM_IOCTL_{}", row.name));
+                Err(Errno::EINVAL)
+            }
+        });
+    copy_to_user(client, arg, &kdata[..out_size])?;
     if ret.is_ok() && kcmd == ioctl::drm::AMDGPU_CS {
         log::debug!(
             "kfd-sim: AMDGPU_CS ok on file {:p} by pid {}",
@@ -376,8 +409,8 @@ pub fn dispatch(
     if let Err(e) = ret {
         let st = lock(&file.state);
         log::debug!(
-            "kfd-sim: {} -> {e} (file {:p}: contexts {:?}, {} GEM handles; in {:02x?})",
-            ioctl::name(kcmd),
+            "kfd-sim: DRM_IOCTL_{} -> {e} (file {:p}: contexts {:?}, {} GEM handles; in {:02x?})",
+            row.name,
             file,
             st.ctxs.keys().collect::<Vec<_>>(),
             st.handles.len(),
@@ -385,6 +418,11 @@ pub fn dispatch(
         );
     }
     ret
+}
+
+/// Whether `handle` is a GEM handle of the call's file (`drm_gem_object_lookup`).
+fn has_handle(call: &RenderCall<'_>, handle: u32) -> bool {
+    lock(&call.file.state).handles.contains_key(&handle)
 }
 
 /// Lowest free id from 1 in `map` (`idr_alloc(.., 1, 0)`), below `limit`.
@@ -406,27 +444,27 @@ fn unmap_all(vm: &Mutex<Vm>, h: &Handle) {
 }
 
 /// `drm_gem_close_ioctl`: unknown handle `EINVAL`.
-fn gem_close(rx: &Rx<'_>, k: &mut [u8]) -> R {
-    let handle = get_u32(k, offset_of!(sys::drm_gem_close, handle));
-    let h = lock(&rx.f.state)
+fn gem_close(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    let handle = get_u32(kdata, offset_of!(sys::drm_gem_close, handle));
+    let h = lock(&call.file.state)
         .handles
         .remove(&handle)
         .ok_or(Errno::EINVAL)?;
-    unmap_all(&rx.f.vm, &h);
+    unmap_all(&call.file.vm, &h);
     Ok(0)
 }
 
 /// `drm_prime_handle_to_fd_ioctl` + `amdgpu_gem_prime_export`: flags other than `DRM_CLOEXEC |
 /// DRM_RDWR` `EINVAL`; unknown handle `ENOENT`; userptr or VM-always-valid BO `EPERM`.
-fn prime_handle_to_fd(rx: &Rx<'_>, k: &mut [u8]) -> R {
-    let handle = get_u32(k, offset_of!(sys::drm_prime_handle, handle));
-    let flags = get_u32(k, offset_of!(sys::drm_prime_handle, flags));
+fn prime_handle_to_fd(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    let handle = get_u32(kdata, offset_of!(sys::drm_prime_handle, handle));
+    let flags = get_u32(kdata, offset_of!(sys::drm_prime_handle, flags));
     let cloexec = libc::O_CLOEXEC.unsigned_abs();
     let rdwr = libc::O_RDWR.unsigned_abs();
     if flags & !(cloexec | rdwr) != 0 {
         return Err(Errno::EINVAL);
     }
-    let gem = lock(&rx.f.state)
+    let gem = lock(&call.file.state)
         .handles
         .get(&handle)
         .map(|h| Arc::clone(&h.gem))
@@ -439,21 +477,26 @@ fn prime_handle_to_fd(rx: &Rx<'_>, k: &mut [u8]) -> R {
     }
     let fd = b
         .export(flags & rdwr != 0)
-        .and_then(|fd| crate::sys::set_cloexec(fd.as_fd(), flags & cloexec != 0).map(|()| fd))
+        .and_then(|fd| crate::host::set_cloexec(fd.as_fd(), flags & cloexec != 0).map(|()| fd))
         .map_err(|e| Errno::from_io(&e))?;
-    let raw = rx.c.install_fd(fd)?;
-    put_u32(k, offset_of!(sys::drm_prime_handle, fd), raw.unsigned_abs());
+    let slot = crate::client::FdSlot::ArgField(offset_of!(sys::drm_prime_handle, fd));
+    let raw = call.client.install_fd_at(fd, slot)?;
+    put_u32(
+        kdata,
+        offset_of!(sys::drm_prime_handle, fd),
+        raw.unsigned_abs(),
+    );
     Ok(0)
 }
 
 /// `drm_gem_prime_fd_to_handle` + `amdgpu_gem_prime_import`: a closed fd `EBADF`
 /// (`dma_buf_get`), an fd that is not a dma-buf of this machine `EINVAL`; a dma-buf already
 /// imported into this file gives its existing handle.
-fn prime_fd_to_handle(rx: &Rx<'_>, k: &mut [u8]) -> R {
-    let fd = get_u32(k, offset_of!(sys::drm_prime_handle, fd));
-    let key = rx.c.resolve_fd(i32::from_ne_bytes(fd.to_ne_bytes()))?;
-    let b = rx.m.dmabuf(key).ok_or(Errno::EINVAL)?;
-    let mut st = lock(&rx.f.state);
+fn prime_fd_to_handle(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    let fd = get_u32(kdata, offset_of!(sys::drm_prime_handle, fd));
+    let key = call.client.resolve_fd(fd_from_field(fd))?;
+    let b = call.machine.dmabuf(key).ok_or(Errno::EINVAL)?;
+    let mut st = lock(&call.file.state);
     let existing = st.handles.iter().find_map(|(&id, h)| match &h.gem.memory {
         GemMemory::Backing(g) if Arc::ptr_eq(g, &b) => Some(id),
         _ => None,
@@ -462,9 +505,13 @@ fn prime_fd_to_handle(rx: &Rx<'_>, k: &mut [u8]) -> R {
         Some(id) => id,
         None => {
             let id = free_id(&st.handles, u32::MAX).ok_or(Errno::ENOSPC)?;
-            let dev = rx.m.devices.get(rx.f.device).ok_or(Errno::EINVAL)?;
+            let dev = call
+                .machine
+                .devices
+                .get(call.file.device)
+                .ok_or(Errno::EINVAL)?;
             // A foreign device's memory is attached through the GART, as amdgpu imports it.
-            let domain = if b.device == rx.f.device && b.domain == Domain::Vram {
+            let domain = if b.device == call.file.device && b.domain == Domain::Vram {
                 sys::AMDGPU_GEM_DOMAIN_VRAM
             } else {
                 sys::AMDGPU_GEM_DOMAIN_GTT
@@ -488,18 +535,18 @@ fn prime_fd_to_handle(rx: &Rx<'_>, k: &mut [u8]) -> R {
             id
         }
     };
-    put_u32(k, offset_of!(sys::drm_prime_handle, handle), id);
+    put_u32(kdata, offset_of!(sys::drm_prime_handle, handle), id);
     Ok(0)
 }
 
 /// `amdgpu_gem_create_ioctl`: unknown flags or domain bits, or `ENCRYPTED` without TMZ, `EINVAL`;
 /// out of memory `ENOMEM`. VRAM that does not fit falls back to GTT, as the driver retries.
-fn gem_create(rx: &Rx<'_>, k: &mut [u8]) -> R {
+fn gem_create(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     use sys::drm_amdgpu_gem_create_in as In;
-    let size = get_u64(k, offset_of!(In, bo_size));
-    let alignment = get_u64(k, offset_of!(In, alignment));
-    let domains = get_u64(k, offset_of!(In, domains));
-    let flags = get_u64(k, offset_of!(In, domain_flags));
+    let size = get_u64(kdata, offset_of!(In, bo_size));
+    let alignment = get_u64(kdata, offset_of!(In, alignment));
+    let domains = get_u64(kdata, offset_of!(In, domains));
+    let flags = get_u64(kdata, offset_of!(In, domain_flags));
     let valid = u64::from(
         sys::AMDGPU_GEM_CREATE_CPU_ACCESS_REQUIRED
             | sys::AMDGPU_GEM_CREATE_NO_CPU_ACCESS
@@ -525,8 +572,8 @@ fn gem_create(rx: &Rx<'_>, k: &mut [u8]) -> R {
     if domains & special != 0 || domains & memory == 0 || size == 0 {
         return Err(Errno::EINVAL);
     }
-    let dev_index = rx.f.device;
-    let dev = rx.m.devices.get(dev_index).ok_or(Errno::EINVAL)?;
+    let dev_index = call.file.device;
+    let dev = call.machine.devices.get(dev_index).ok_or(Errno::EINVAL)?;
     let aligned = crate::process::align_up(size);
     let mut vram = domains & u64::from(sys::AMDGPU_GEM_DOMAIN_VRAM) != 0;
     if vram {
@@ -537,10 +584,10 @@ fn gem_create(rx: &Rx<'_>, k: &mut [u8]) -> R {
         }
     }
     if !vram {
-        rx.m.reserve_system(aligned)?;
+        call.machine.reserve_system(aligned)?;
     }
     let charge = Charge {
-        machine: Arc::clone(rx.m),
+        machine: Arc::clone(call.machine),
         device: dev_index,
         vram,
         bytes: aligned,
@@ -556,7 +603,7 @@ fn gem_create(rx: &Rx<'_>, k: &mut [u8]) -> R {
             return Err(Errno::ENOMEM);
         }
     };
-    rx.m.register_dmabuf(&backing);
+    call.machine.register_dmabuf(&backing);
     let gem = Gem {
         memory: GemMemory::Backing(backing),
         size: aligned,
@@ -566,7 +613,7 @@ fn gem_create(rx: &Rx<'_>, k: &mut [u8]) -> R {
         mmap_offset: dev.alloc_mmap_offset(aligned),
         _charge: Some(charge),
     };
-    let mut st = lock(&rx.f.state);
+    let mut st = lock(&call.file.state);
     let id = free_id(&st.handles, u32::MAX).ok_or(Errno::ENOSPC)?;
     st.handles.insert(
         id,
@@ -575,18 +622,22 @@ fn gem_create(rx: &Rx<'_>, k: &mut [u8]) -> R {
             vas: Vec::new(),
         },
     );
-    k.fill(0);
-    put_u32(k, offset_of!(sys::drm_amdgpu_gem_create_out, handle), id);
+    kdata.fill(0);
+    put_u32(
+        kdata,
+        offset_of!(sys::drm_amdgpu_gem_create_out, handle),
+        id,
+    );
     Ok(0)
 }
 
 /// `amdgpu_gem_userptr_ioctl`: address or size not page-aligned, or unknown flags, `EINVAL`;
 /// writable without `REGISTER` `EACCES`; `VALIDATE` of memory that is not there `EFAULT`.
-fn gem_userptr(rx: &Rx<'_>, k: &mut [u8]) -> R {
+fn gem_userptr(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     use sys::drm_amdgpu_gem_userptr as A;
-    let addr = get_u64(k, offset_of!(A, addr));
-    let size = get_u64(k, offset_of!(A, size));
-    let flags = get_u32(k, offset_of!(A, flags));
+    let addr = get_u64(kdata, offset_of!(A, addr));
+    let size = get_u64(kdata, offset_of!(A, size));
+    let flags = get_u32(kdata, offset_of!(A, flags));
     if (addr | size) & (PAGE_SIZE - 1) != 0 {
         return Err(Errno::EINVAL);
     }
@@ -605,16 +656,18 @@ fn gem_userptr(rx: &Rx<'_>, k: &mut [u8]) -> R {
         return Err(Errno::EINVAL);
     }
     if flags & sys::AMDGPU_GEM_USERPTR_VALIDATE != 0 {
-        let mut probe = [0u8; 1];
         let last = addr.checked_add(size - 1).ok_or(Errno::EFAULT)?;
-        rx.c.read_user(addr, &mut probe)?;
-        rx.c.read_user(last, &mut probe)?;
+        check_user_range(call.client, addr, last)?;
     }
-    let dev = rx.m.devices.get(rx.f.device).ok_or(Errno::EINVAL)?;
+    let dev = call
+        .machine
+        .devices
+        .get(call.file.device)
+        .ok_or(Errno::EINVAL)?;
     let gem = Gem {
         memory: GemMemory::User {
             addr,
-            mem: rx.c.process_memory(),
+            mem: call.client.process_memory(),
             readonly,
         },
         size,
@@ -624,7 +677,7 @@ fn gem_userptr(rx: &Rx<'_>, k: &mut [u8]) -> R {
         mmap_offset: dev.alloc_mmap_offset(size),
         _charge: None,
     };
-    let mut st = lock(&rx.f.state);
+    let mut st = lock(&call.file.state);
     let id = free_id(&st.handles, u32::MAX).ok_or(Errno::ENOSPC)?;
     st.handles.insert(
         id,
@@ -633,14 +686,14 @@ fn gem_userptr(rx: &Rx<'_>, k: &mut [u8]) -> R {
             vas: Vec::new(),
         },
     );
-    put_u32(k, offset_of!(A, handle), id);
+    put_u32(kdata, offset_of!(A, handle), id);
     Ok(0)
 }
 
 /// `amdgpu_mode_dumb_mmap`: unknown handle `ENOENT`; userptr or `NO_CPU_ACCESS` `EPERM`.
-fn gem_mmap(rx: &Rx<'_>, k: &mut [u8]) -> R {
-    let handle = get_u32(k, offset_of!(sys::drm_amdgpu_gem_mmap_in, handle));
-    let st = lock(&rx.f.state);
+fn gem_mmap(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    let handle = get_u32(kdata, offset_of!(sys::drm_amdgpu_gem_mmap_in, handle));
+    let st = lock(&call.file.state);
     let gem = &st.handles.get(&handle).ok_or(Errno::ENOENT)?.gem;
     if matches!(gem.memory, GemMemory::User { .. })
         || gem.flags & u64::from(sys::AMDGPU_GEM_CREATE_NO_CPU_ACCESS) != 0
@@ -648,7 +701,7 @@ fn gem_mmap(rx: &Rx<'_>, k: &mut [u8]) -> R {
         return Err(Errno::EPERM);
     }
     put_u64(
-        k,
+        kdata,
         offset_of!(sys::drm_amdgpu_gem_mmap_out, addr_ptr),
         gem.mmap_offset,
     );
@@ -660,14 +713,14 @@ fn gem_mmap(rx: &Rx<'_>, k: &mut [u8]) -> R {
 /// `EINVAL`; unknown operation `EINVAL`; unknown handle `ENOENT`; then for MAP unaligned VA,
 /// offset or size, an empty or wrapping range, a range past the BO, or an overlap `EINVAL`; for
 /// UNMAP no mapping of this BO at the VA `ENOENT`.
-fn gem_va(rx: &Rx<'_>, k: &mut [u8]) -> R {
+fn gem_va(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     use sys::drm_amdgpu_gem_va as A;
-    let handle = get_u32(k, offset_of!(A, handle));
-    let op = get_u32(k, offset_of!(A, operation));
-    let flags = get_u32(k, offset_of!(A, flags));
-    let mut addr = get_u64(k, offset_of!(A, va_address));
-    let offset = get_u64(k, offset_of!(A, offset_in_bo));
-    let size = get_u64(k, offset_of!(A, map_size));
+    let handle = get_u32(kdata, offset_of!(A, handle));
+    let op = get_u32(kdata, offset_of!(A, operation));
+    let flags = get_u32(kdata, offset_of!(A, flags));
+    let mut addr = get_u64(kdata, offset_of!(A, va_address));
+    let offset = get_u64(kdata, offset_of!(A, offset_in_bo));
+    let size = get_u64(kdata, offset_of!(A, map_size));
     if addr < va::RESERVED || (va::HOLE_START..va::HOLE_END).contains(&addr) {
         return Err(Errno::EINVAL);
     }
@@ -699,7 +752,7 @@ fn gem_va(rx: &Rx<'_>, k: &mut [u8]) -> R {
         log::warn!("kfd-sim: GEM_VA CLEAR and PRT mappings are not simulated");
         return Err(Errno::EINVAL);
     }
-    let mut st = lock(&rx.f.state);
+    let mut st = lock(&call.file.state);
     let h = st.handles.get_mut(&handle).ok_or(Errno::ENOENT)?;
     match op {
         sys::AMDGPU_VA_OP_MAP => {
@@ -713,7 +766,7 @@ fn gem_va(rx: &Rx<'_>, k: &mut [u8]) -> R {
             }
             let readonly = matches!(h.gem.memory, GemMemory::User { readonly: true, .. });
             let writable = flags & sys::AMDGPU_VM_PAGE_WRITEABLE != 0 && !readonly;
-            lock(&rx.f.vm).map(
+            lock(&call.file.vm).map(
                 addr,
                 VmMapping {
                     size,
@@ -731,7 +784,7 @@ fn gem_va(rx: &Rx<'_>, k: &mut [u8]) -> R {
                 .position(|&(v, _)| v == addr)
                 .ok_or(Errno::ENOENT)?;
             let (va, size) = h.vas.swap_remove(i);
-            let mut vm = lock(&rx.f.vm);
+            let mut vm = lock(&call.file.vm);
             if vm
                 .lookup(va)
                 .is_some_and(|(s, m)| s == va && m.size == size && h.gem.is_target(&m.target))
@@ -750,12 +803,12 @@ fn gem_va(rx: &Rx<'_>, k: &mut [u8]) -> R {
 /// `amdgpu_gem_op_ioctl`: unknown handle `ENOENT`; GET_GEM_CREATE_INFO writes the creation
 /// parameters (`EFAULT`); SET_PLACEMENT of a userptr `EPERM`, of VRAM for an import `EINVAL`;
 /// unknown op `EINVAL`.
-fn gem_op(rx: &Rx<'_>, k: &mut [u8]) -> R {
+fn gem_op(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     use sys::drm_amdgpu_gem_op as A;
-    let handle = get_u32(k, offset_of!(A, handle));
-    let op = get_u32(k, offset_of!(A, op));
-    let value = get_u64(k, offset_of!(A, value));
-    let gem = lock(&rx.f.state)
+    let handle = get_u32(kdata, offset_of!(A, handle));
+    let op = get_u32(kdata, offset_of!(A, op));
+    let value = get_u64(kdata, offset_of!(A, value));
+    let gem = lock(&call.file.state)
         .handles
         .get(&handle)
         .map(|h| Arc::clone(&h.gem))
@@ -772,7 +825,7 @@ fn gem_op(rx: &Rx<'_>, k: &mut [u8]) -> R {
                 gem.domains.load(Ordering::Relaxed),
             );
             put_u64(&mut out, offset_of!(In, domain_flags), gem.flags);
-            rx.c.write_user(value, &out).map_err(|_| Errno::EFAULT)?;
+            copy_to_user(call.client, value, &out)?;
             Ok(0)
         }
         sys::AMDGPU_GEM_OP_SET_PLACEMENT => {
@@ -796,17 +849,17 @@ fn gem_op(rx: &Rx<'_>, k: &mut [u8]) -> R {
 
 /// `amdgpu_ctx_ioctl`: ALLOC (ids 1..4096, `ENOSPC` past them), FREE (unknown `EINVAL`),
 /// QUERY_STATE and QUERY_STATE2 (unknown `EINVAL`); other ops `EINVAL`.
-fn ctx(rx: &Rx<'_>, k: &mut [u8]) -> R {
+fn ctx(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     use sys::drm_amdgpu_ctx_in as In;
     use sys::drm_amdgpu_ctx_out__bindgen_ty_2 as State;
-    let op = get_u32(k, offset_of!(In, op));
-    let id = get_u32(k, offset_of!(In, ctx_id));
-    let mut st = lock(&rx.f.state);
+    let op = get_u32(kdata, offset_of!(In, op));
+    let id = get_u32(kdata, offset_of!(In, ctx_id));
+    let mut st = lock(&call.file.state);
     match op {
         sys::AMDGPU_CTX_OP_ALLOC_CTX => {
             let id = free_id(&st.ctxs, MAX_CTX).ok_or(Errno::ENOSPC)?;
             st.ctxs.insert(id, Ctx::default());
-            put_u32(k, 0, id);
+            put_u32(kdata, 0, id);
             Ok(0)
         }
         sys::AMDGPU_CTX_OP_FREE_CTX => st.ctxs.remove(&id).map(|_| 0).ok_or(Errno::EINVAL),
@@ -827,9 +880,9 @@ fn ctx(rx: &Rx<'_>, k: &mut [u8]) -> R {
                 ),
                 (_, false) => (0, 0),
             };
-            put_u64(k, offset_of!(State, flags), u64::from(flags));
-            put_u32(k, offset_of!(State, hangs), 0);
-            put_u32(k, offset_of!(State, reset_status), status);
+            put_u64(kdata, offset_of!(State, flags), u64::from(flags));
+            put_u32(kdata, offset_of!(State, hangs), 0);
+            put_u32(kdata, offset_of!(State, reset_status), status);
             Ok(0)
         }
         _ => Err(Errno::EINVAL),
@@ -838,7 +891,12 @@ fn ctx(rx: &Rx<'_>, k: &mut [u8]) -> R {
 
 /// `amdgpu_bo_create_list_entry_array`: reads `bo_number` entries of `bo_info_size` bytes
 /// (`ENOMEM` past kvmalloc, `EFAULT`), returning the handles.
-fn read_bo_entries(rx: &Rx<'_>, ptr: u64, number: u32, info_size: u32) -> Result<Vec<u32>, Errno> {
+fn read_bo_entries(
+    call: &RenderCall<'_>,
+    ptr: u64,
+    number: u32,
+    info_size: u32,
+) -> Result<Vec<u32>, Errno> {
     use sys::drm_amdgpu_bo_list_entry as E;
     let entry = size_of::<E>() as u64;
     if u64::from(number) * entry > KVMALLOC_MAX {
@@ -846,7 +904,7 @@ fn read_bo_entries(rx: &Rx<'_>, ptr: u64, number: u32, info_size: u32) -> Result
     }
     let handle_at = offset_of!(E, bo_handle);
     if u64::from(info_size) == entry {
-        let bytes = read_user_bytes(rx.c, ptr, u64::from(number) * entry)?;
+        let bytes = copy_from_user(call.client, ptr, u64::from(number) * entry)?;
         return Ok(bytes
             .chunks_exact(size_of::<E>())
             .map(|e| get_u32(e, handle_at))
@@ -858,7 +916,7 @@ fn read_bo_entries(rx: &Rx<'_>, ptr: u64, number: u32, info_size: u32) -> Result
             let at = ptr
                 .checked_add(i * u64::from(info_size))
                 .ok_or(Errno::EFAULT)?;
-            let mut e = read_user_bytes(rx.c, at, take)?;
+            let mut e = copy_from_user(call.client, at, take)?;
             e.resize(size_of::<E>(), 0);
             Ok(get_u32(&e, handle_at))
         })
@@ -868,15 +926,15 @@ fn read_bo_entries(rx: &Rx<'_>, ptr: u64, number: u32, info_size: u32) -> Result
 /// `amdgpu_bo_list_ioctl`: the entries are read first (`EFAULT`); CREATE and UPDATE need every
 /// handle (`ENOENT`), UPDATE an existing list (`ENOENT`); DESTROY of an unknown list is silently
 /// fine; other operations `EINVAL`.
-fn bo_list(rx: &Rx<'_>, k: &mut [u8]) -> R {
+fn bo_list(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     use sys::drm_amdgpu_bo_list_in as In;
-    let op = get_u32(k, offset_of!(In, operation));
-    let list = get_u32(k, offset_of!(In, list_handle));
-    let number = get_u32(k, offset_of!(In, bo_number));
-    let info_size = get_u32(k, offset_of!(In, bo_info_size));
-    let ptr = get_u64(k, offset_of!(In, bo_info_ptr));
-    let handles = read_bo_entries(rx, ptr, number, info_size)?;
-    let mut st = lock(&rx.f.state);
+    let op = get_u32(kdata, offset_of!(In, operation));
+    let list = get_u32(kdata, offset_of!(In, list_handle));
+    let number = get_u32(kdata, offset_of!(In, bo_number));
+    let info_size = get_u32(kdata, offset_of!(In, bo_info_size));
+    let ptr = get_u64(kdata, offset_of!(In, bo_info_ptr));
+    let handles = read_bo_entries(call, ptr, number, info_size)?;
+    let mut st = lock(&call.file.state);
     let check = |st: &FileState| {
         if handles.iter().all(|h| st.handles.contains_key(h)) {
             Ok(())
@@ -903,25 +961,30 @@ fn bo_list(rx: &Rx<'_>, k: &mut [u8]) -> R {
         }
         _ => return Err(Errno::EINVAL),
     };
-    k.fill(0);
-    put_u32(k, offset_of!(sys::drm_amdgpu_bo_list_out, list_handle), out);
+    kdata.fill(0);
+    put_u32(
+        kdata,
+        offset_of!(sys::drm_amdgpu_bo_list_out, list_handle),
+        out,
+    );
     Ok(0)
 }
 
 /// The DMA rings of this file's GPU: one per SDMA engine.
-fn dma_rings(rx: &Rx<'_>) -> u32 {
-    rx.m.devices
-        .get(rx.f.device)
+fn dma_rings(call: &RenderCall<'_>) -> u32 {
+    call.machine
+        .devices
+        .get(call.file.device)
         .map_or(0, |d| d.sdma_engines.saturating_add(d.xgmi_sdma_engines))
 }
 
 /// `amdgpu_ctx_get_entity`: an IP past `AMDGPU_HW_IP_NUM`, an instance other than 0, or a ring
 /// the IP does not have, `EINVAL`. Only the DMA IP has rings here.
-fn entity_check(rx: &Rx<'_>, ip: u32, instance: u32, ring: u32) -> Result<(), Errno> {
+fn entity_check(call: &RenderCall<'_>, ip: u32, instance: u32, ring: u32) -> Result<(), Errno> {
     if ip >= sys::AMDGPU_HW_IP_NUM || instance != 0 {
         return Err(Errno::EINVAL);
     }
-    if ip != sys::AMDGPU_HW_IP_DMA || ring >= dma_rings(rx) {
+    if ip != sys::AMDGPU_HW_IP_DMA || ring >= dma_rings(call) {
         return Err(Errno::EINVAL);
     }
     Ok(())
@@ -935,23 +998,25 @@ struct IbChunk {
 }
 
 /// Reads and checks the chunks of a submission (`amdgpu_cs_pass1`).
-fn cs_chunks(rx: &Rx<'_>, chunks: u64, num: u32) -> Result<Vec<IbChunk>, Errno> {
+fn cs_chunks(call: &RenderCall<'_>, chunks: u64, num: u32) -> Result<Vec<IbChunk>, Errno> {
     use sys::drm_amdgpu_cs_chunk as C;
     use sys::drm_amdgpu_cs_chunk_ib as Ib;
     if u64::from(num) * 8 > KVMALLOC_MAX {
         return Err(Errno::ENOMEM);
     }
-    let ptrs = read_user_bytes(rx.c, chunks, u64::from(num) * 8).map_err(|_| Errno::EFAULT)?;
+    let ptrs =
+        copy_from_user(call.client, chunks, u64::from(num) * 8).map_err(|_| Errno::EFAULT)?;
     let mut ibs: Vec<IbChunk> = Vec::new();
     for p in ptrs.chunks_exact(8) {
         let at = get_u64(p, 0);
-        let c = read_user_bytes(rx.c, at, size_of::<C>() as u64).map_err(|_| Errno::EFAULT)?;
+        let c =
+            copy_from_user(call.client, at, size_of::<C>() as u64).map_err(|_| Errno::EFAULT)?;
         let id = get_u32(&c, offset_of!(C, chunk_id));
         let size = u64::from(get_u32(&c, offset_of!(C, length_dw))) * 4;
         if size > KVMALLOC_MAX {
             return Err(Errno::ENOMEM);
         }
-        let data = read_user_bytes(rx.c, get_u64(&c, offset_of!(C, chunk_data)), size)
+        let data = copy_from_user(call.client, get_u64(&c, offset_of!(C, chunk_data)), size)
             .map_err(|_| Errno::EFAULT)?;
         match id {
             sys::AMDGPU_CHUNK_ID_IB => {
@@ -960,7 +1025,7 @@ fn cs_chunks(rx: &Rx<'_>, chunks: u64, num: u32) -> Result<Vec<IbChunk>, Errno> 
                 }
                 let ring = get_u32(&data, offset_of!(Ib, ring));
                 entity_check(
-                    rx,
+                    call,
                     get_u32(&data, offset_of!(Ib, ip_type)),
                     get_u32(&data, offset_of!(Ib, ip_instance)),
                     ring,
@@ -999,29 +1064,29 @@ fn cs_chunks(rx: &Rx<'_>, chunks: u64, num: u32) -> Result<Vec<IbChunk>, Errno> 
 /// chunk array or chunk unreadable `EFAULT`; an IB chunk too short, an unknown chunk id, a bad
 /// IP/instance/ring, or no IB `EINVAL`; unknown BO list `ENOENT`. Then the IBs run on the SDMA
 /// engine and the fence's sequence number is returned; a fault fails the fence, not the ioctl.
-fn cs(rx: &Rx<'_>, k: &mut [u8]) -> R {
+fn cs(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     use sys::drm_amdgpu_cs_in as In;
-    let ctx_id = get_u32(k, offset_of!(In, ctx_id));
-    let list = get_u32(k, offset_of!(In, bo_list_handle));
-    let num = get_u32(k, offset_of!(In, num_chunks));
-    let chunks = get_u64(k, offset_of!(In, chunks));
+    let ctx_id = get_u32(kdata, offset_of!(In, ctx_id));
+    let list = get_u32(kdata, offset_of!(In, bo_list_handle));
+    let num = get_u32(kdata, offset_of!(In, num_chunks));
+    let chunks = get_u64(kdata, offset_of!(In, chunks));
     if num == 0 {
         return Err(Errno::EINVAL);
     }
     // The file lock is held through execution: submissions on one file run in order and a
     // fence's result is recorded before anyone can wait for it.
-    let mut st = lock(&rx.f.state);
+    let mut st = lock(&call.file.state);
     if st.ctxs.get(&ctx_id).ok_or(Errno::EINVAL)?.guilty {
         return Err(Errno::ECANCELED);
     }
-    let ibs = cs_chunks(rx, chunks, num)?;
+    let ibs = cs_chunks(call, chunks, num)?;
     if list != 0 && !st.bo_lists.contains_key(&list) {
         return Err(Errno::ENOENT);
     }
     let started = Instant::now();
     let result = ibs
         .iter()
-        .try_for_each(|ib| crate::sdma::execute(&rx.f.vm, ib.va, ib.bytes, started));
+        .try_for_each(|ib| crate::sdma::execute(&call.file.vm, ib.va, ib.bytes, started));
     let ring = ibs.first().map_or(0, |ib| ib.ring);
     let ctx = st.ctxs.get_mut(&ctx_id).ok_or(Errno::EINVAL)?;
     let result = result.map_err(|fault| {
@@ -1036,23 +1101,23 @@ fn cs(rx: &Rx<'_>, k: &mut [u8]) -> R {
     while entity.done.len() as u64 > FENCE_WINDOW {
         entity.done.pop_front();
     }
-    put_u64(k, offset_of!(sys::drm_amdgpu_cs_out, handle), seq);
+    put_u64(kdata, offset_of!(sys::drm_amdgpu_cs_out, handle), seq);
     Ok(0)
 }
 
 /// `amdgpu_cs_wait_ioctl`: unknown context or entity `EINVAL`; a sequence number not yet issued
 /// `EINVAL`; a failed fence returns its error; else `status` 0 (signalled). Every fence is
 /// signalled when its CS returns, so the timeout never expires.
-fn wait_cs(rx: &Rx<'_>, k: &mut [u8]) -> R {
+fn wait_cs(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     use sys::drm_amdgpu_wait_cs_in as In;
-    let seq = get_u64(k, offset_of!(In, handle));
-    let ip = get_u32(k, offset_of!(In, ip_type));
-    let instance = get_u32(k, offset_of!(In, ip_instance));
-    let ring = get_u32(k, offset_of!(In, ring));
-    let ctx_id = get_u32(k, offset_of!(In, ctx_id));
-    let st = lock(&rx.f.state);
+    let seq = get_u64(kdata, offset_of!(In, handle));
+    let ip = get_u32(kdata, offset_of!(In, ip_type));
+    let instance = get_u32(kdata, offset_of!(In, ip_instance));
+    let ring = get_u32(kdata, offset_of!(In, ring));
+    let ctx_id = get_u32(kdata, offset_of!(In, ctx_id));
+    let st = lock(&call.file.state);
     let ctx = st.ctxs.get(&ctx_id).ok_or(Errno::EINVAL)?;
-    entity_check(rx, ip, instance, ring)?;
+    entity_check(call, ip, instance, ring)?;
     let (next, result) = match ctx.rings.get(&ring) {
         Some(e) => {
             // u64::MAX asks for the last submission.
@@ -1068,51 +1133,8 @@ fn wait_cs(rx: &Rx<'_>, k: &mut [u8]) -> R {
     if let Some((_, Err(e))) = result {
         return Err(e);
     }
-    k.fill(0);
-    put_u64(k, offset_of!(sys::drm_amdgpu_wait_cs_out, status), 0);
-    Ok(0)
-}
-
-/// `amdgpu_info_ioctl`: a zero `return_size` or `return_pointer` `EINVAL`; DEV_INFO copies
-/// `min(return_size, sizeof)` bytes (`EFAULT`); other queries `EINVAL`.
-fn info(rx: &Rx<'_>, k: &mut [u8]) -> R {
-    use sys::drm_amdgpu_info as A;
-    use sys::drm_amdgpu_info_device as D;
-    let ptr = get_u64(k, offset_of!(A, return_pointer));
-    let size = get_u32(k, offset_of!(A, return_size));
-    let query = get_u32(k, offset_of!(A, query));
-    if size == 0 || ptr == 0 {
-        return Err(Errno::EINVAL);
-    }
-    if query != sys::AMDGPU_INFO_DEV_INFO {
-        return Err(Errno::EINVAL);
-    }
-    let dev = rx.m.devices.get(rx.f.device).ok_or(Errno::EINVAL)?;
-    let mut d = vec![0u8; size_of::<D>()];
-    put_u32(&mut d, offset_of!(D, device_id), dev.device_id);
-    let family = if dev.gfx_target_version / 10000 == 9 {
-        sys::AMDGPU_FAMILY_AI
-    } else {
-        0
-    };
-    put_u32(&mut d, offset_of!(D, family), family);
-    let vm_size = va::VM_SIZE - va::RESERVED;
-    put_u64(&mut d, offset_of!(D, virtual_address_offset), va::RESERVED);
-    put_u64(
-        &mut d,
-        offset_of!(D, virtual_address_max),
-        vm_size.min(va::HOLE_START),
-    );
-    #[allow(clippy::cast_possible_truncation)] // 4 KiB
-    let page = PAGE_SIZE as u32;
-    put_u32(&mut d, offset_of!(D, virtual_address_alignment), page);
-    put_u32(&mut d, offset_of!(D, pte_fragment_size), 2 << 20);
-    put_u32(&mut d, offset_of!(D, gart_page_size), page);
-    put_u32(&mut d, offset_of!(D, wave_front_size), 64);
-    put_u64(&mut d, offset_of!(D, high_va_offset), va::HOLE_END);
-    put_u64(&mut d, offset_of!(D, high_va_max), va::HOLE_END | vm_size);
-    let n = (size as usize).min(d.len());
-    rx.c.write_user(ptr, &d[..n]).map_err(|_| Errno::EFAULT)?;
+    kdata.fill(0);
+    put_u64(kdata, offset_of!(sys::drm_amdgpu_wait_cs_out, status), 0);
     Ok(0)
 }
 
@@ -1142,13 +1164,10 @@ mod tests {
     }
 
     #[test]
-    fn the_table_holds_each_number_once_with_the_header_codes() {
-        let mut nrs: Vec<u8> = HANDLERS.iter().map(|(c, _)| ioctl::nr(*c)).collect();
-        nrs.sort_unstable();
-        nrs.dedup();
-        assert_eq!(nrs.len(), HANDLERS.len());
-        for (c, _) in HANDLERS {
-            assert!(codes::lookup(c).is_some_and(|d| d.cmd == c));
+    fn every_request_of_kfd_abi_has_its_row() {
+        for d in codes::CORE_TABLE.iter().chain(codes::AMDGPU_TABLE) {
+            let row = core::lookup(d.nr).unwrap_or_else(|| panic!("{}", d.name));
+            assert_eq!(row.cmd, d.cmd, "{}", d.name);
         }
     }
 }

@@ -32,10 +32,10 @@ use kfd_abi::sdma::{DecodeError, Decoder, Packet};
 use kfd_abi::Errno;
 
 use crate::client::ProcessMemory;
+use crate::host::pattern_chunk;
 use crate::machine::lock;
 use crate::memory::Backing;
 use crate::render::{Vm, VmTarget};
-use crate::sys::pattern_chunk;
 
 /// The largest IB the engine fetches (the simulator's bound).
 pub const MAX_IB_BYTES: u64 = 4 << 20;

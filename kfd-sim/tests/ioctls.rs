@@ -299,7 +299,7 @@ fn xnack_is_queried_with_minus_one_and_enabled_on_gfx90a_only() {
 fn smi_events_give_an_fd() {
     let e = env(Preset::mi50x1());
     let fd = e.kfd.smi_events(e.gpus[0]).unwrap();
-    assert!(kfd_sim::sys::file_key(fd.as_fd()).is_ok());
+    assert!(kfd_sim::host::file_key(fd.as_fd()).is_ok());
 }
 
 #[test]
@@ -380,6 +380,16 @@ fn scenario(name: &str) -> Option<Errno> {
         "number_zero" => {
             let mut a = [0u8; 8];
             raw(t, encode(Dir::ReadWrite, b'K', 0, 8), &mut a).err()
+        }
+        // What libhsakmt 5.2 issues at start-up: the ROCm DKMS driver's DBG_TRAP.
+        "rocm_dkms_dbg_trap" => {
+            let mut a = [0u8; 40];
+            raw(t, encode(Dir::ReadWrite, b'K', 0x82, 40), &mut a).err()
+        }
+        // KFD 1.12's EXPORT_DMABUF, past 1.11's table.
+        "export_dmabuf_of_kfd_1_12" => {
+            let mut a = [0u8; 16];
+            raw(t, encode(Dir::ReadWrite, b'K', 0x24, 16), &mut a).err()
         }
         "deprecated_debug_ioctl" => {
             let mut a = sys::kfd_ioctl_dbg_register_args {
@@ -733,8 +743,10 @@ fn scenario(name: &str) -> Option<Errno> {
 }
 
 #[rstest]
-#[case::unknown_ioctl_number("unknown_ioctl_number", Errno::EINVAL)]
-#[case::number_zero("number_zero", Errno::EINVAL)]
+#[case::unknown_ioctl_number("unknown_ioctl_number", Errno::ENOTTY)]
+#[case::number_zero("number_zero", Errno::ENOTTY)]
+#[case::rocm_dkms_dbg_trap("rocm_dkms_dbg_trap", Errno::ENOTTY)]
+#[case::export_dmabuf_of_kfd_1_12("export_dmabuf_of_kfd_1_12", Errno::ENOTTY)]
 #[case::deprecated_debug_ioctl("deprecated_debug_ioctl", Errno::EPERM)]
 #[case::wild_argument_pointer("wild_argument_pointer", Errno::EFAULT)]
 #[case::kernel_space_argument_pointer("kernel_space_argument_pointer", Errno::EFAULT)]

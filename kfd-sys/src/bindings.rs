@@ -34,8 +34,30 @@ impl<T> ::std::fmt::Debug for __IncompleteArrayField<T> {
         fmt.write_str("__IncompleteArrayField")
     }
 }
+pub const DRM_CAP_DUMB_BUFFER: u32 = 1;
+pub const DRM_CAP_VBLANK_HIGH_CRTC: u32 = 2;
+pub const DRM_CAP_DUMB_PREFERRED_DEPTH: u32 = 3;
+pub const DRM_CAP_DUMB_PREFER_SHADOW: u32 = 4;
+pub const DRM_CAP_PRIME: u32 = 5;
+pub const DRM_PRIME_CAP_IMPORT: u32 = 1;
+pub const DRM_PRIME_CAP_EXPORT: u32 = 2;
+pub const DRM_CAP_TIMESTAMP_MONOTONIC: u32 = 6;
+pub const DRM_CAP_ASYNC_PAGE_FLIP: u32 = 7;
+pub const DRM_CAP_CURSOR_WIDTH: u32 = 8;
+pub const DRM_CAP_CURSOR_HEIGHT: u32 = 9;
+pub const DRM_CAP_ADDFB2_MODIFIERS: u32 = 16;
+pub const DRM_CAP_PAGE_FLIP_TARGET: u32 = 17;
+pub const DRM_CAP_CRTC_IN_VBLANK_EVENT: u32 = 18;
+pub const DRM_CAP_SYNCOBJ: u32 = 19;
+pub const DRM_CAP_SYNCOBJ_TIMELINE: u32 = 20;
+pub const DRM_CLIENT_CAP_STEREO_3D: u32 = 1;
+pub const DRM_CLIENT_CAP_UNIVERSAL_PLANES: u32 = 2;
+pub const DRM_CLIENT_CAP_ATOMIC: u32 = 3;
+pub const DRM_CLIENT_CAP_ASPECT_RATIO: u32 = 4;
+pub const DRM_CLIENT_CAP_WRITEBACK_CONNECTORS: u32 = 5;
 pub const DRM_IOCTL_BASE: u8 = 100u8;
 pub const DRM_COMMAND_BASE: u32 = 64;
+pub const DRM_COMMAND_END: u32 = 160;
 pub const KFD_IOCTL_MAJOR_VERSION: u32 = 1;
 pub const KFD_IOCTL_MINOR_VERSION: u32 = 11;
 pub const KFD_IOC_QUEUE_TYPE_COMPUTE: u32 = 0;
@@ -208,12 +230,241 @@ pub const AMDGPU_IB_FLAG_PREEMPT: u32 = 4;
 pub const AMDGPU_IB_FLAG_TC_WB_NOT_INVALIDATE: u32 = 8;
 pub const AMDGPU_IB_FLAG_RESET_GDS_MAX_WAVE_ID: u32 = 16;
 pub const AMDGPU_IB_FLAG_EMIT_MEM_SYNC: u32 = 64;
+pub const AMDGPU_IDS_FLAGS_FUSION: u32 = 1;
+pub const AMDGPU_IDS_FLAGS_PREEMPTION: u32 = 2;
+pub const AMDGPU_IDS_FLAGS_TMZ: u32 = 4;
+pub const AMDGPU_INFO_ACCEL_WORKING: u32 = 0;
+pub const AMDGPU_INFO_CRTC_FROM_ID: u32 = 1;
 pub const AMDGPU_INFO_HW_IP_INFO: u32 = 2;
+pub const AMDGPU_INFO_HW_IP_COUNT: u32 = 3;
+pub const AMDGPU_INFO_TIMESTAMP: u32 = 5;
+pub const AMDGPU_INFO_FW_VERSION: u32 = 14;
+pub const AMDGPU_INFO_FW_VCE: u32 = 1;
+pub const AMDGPU_INFO_FW_UVD: u32 = 2;
+pub const AMDGPU_INFO_FW_GMC: u32 = 3;
+pub const AMDGPU_INFO_FW_GFX_ME: u32 = 4;
+pub const AMDGPU_INFO_FW_GFX_PFP: u32 = 5;
+pub const AMDGPU_INFO_FW_GFX_CE: u32 = 6;
+pub const AMDGPU_INFO_FW_GFX_RLC: u32 = 7;
+pub const AMDGPU_INFO_FW_GFX_MEC: u32 = 8;
+pub const AMDGPU_INFO_FW_SMC: u32 = 10;
+pub const AMDGPU_INFO_FW_SDMA: u32 = 11;
+pub const AMDGPU_INFO_FW_SOS: u32 = 12;
+pub const AMDGPU_INFO_FW_ASD: u32 = 13;
+pub const AMDGPU_INFO_FW_VCN: u32 = 14;
+pub const AMDGPU_INFO_FW_GFX_RLC_RESTORE_LIST_CNTL: u32 = 15;
+pub const AMDGPU_INFO_FW_GFX_RLC_RESTORE_LIST_GPM_MEM: u32 = 16;
+pub const AMDGPU_INFO_FW_GFX_RLC_RESTORE_LIST_SRM_MEM: u32 = 17;
+pub const AMDGPU_INFO_FW_DMCU: u32 = 18;
+pub const AMDGPU_INFO_FW_TA: u32 = 19;
+pub const AMDGPU_INFO_FW_DMCUB: u32 = 20;
+pub const AMDGPU_INFO_FW_TOC: u32 = 21;
+pub const AMDGPU_INFO_NUM_BYTES_MOVED: u32 = 15;
+pub const AMDGPU_INFO_VRAM_USAGE: u32 = 16;
+pub const AMDGPU_INFO_GTT_USAGE: u32 = 17;
+pub const AMDGPU_INFO_GDS_CONFIG: u32 = 19;
+pub const AMDGPU_INFO_VRAM_GTT: u32 = 20;
+pub const AMDGPU_INFO_READ_MMR_REG: u32 = 21;
 pub const AMDGPU_INFO_DEV_INFO: u32 = 22;
+pub const AMDGPU_INFO_VIS_VRAM_USAGE: u32 = 23;
+pub const AMDGPU_INFO_NUM_EVICTIONS: u32 = 24;
+pub const AMDGPU_INFO_MEMORY: u32 = 25;
+pub const AMDGPU_INFO_VCE_CLOCK_TABLE: u32 = 26;
+pub const AMDGPU_INFO_VBIOS: u32 = 27;
+pub const AMDGPU_INFO_VBIOS_SIZE: u32 = 1;
+pub const AMDGPU_INFO_VBIOS_IMAGE: u32 = 2;
+pub const AMDGPU_INFO_VBIOS_INFO: u32 = 3;
+pub const AMDGPU_INFO_NUM_HANDLES: u32 = 28;
+pub const AMDGPU_INFO_SENSOR: u32 = 29;
+pub const AMDGPU_INFO_SENSOR_GFX_SCLK: u32 = 1;
+pub const AMDGPU_INFO_SENSOR_GFX_MCLK: u32 = 2;
+pub const AMDGPU_INFO_SENSOR_GPU_TEMP: u32 = 3;
+pub const AMDGPU_INFO_SENSOR_GPU_LOAD: u32 = 4;
+pub const AMDGPU_INFO_SENSOR_GPU_AVG_POWER: u32 = 5;
+pub const AMDGPU_INFO_SENSOR_VDDNB: u32 = 6;
+pub const AMDGPU_INFO_SENSOR_VDDGFX: u32 = 7;
+pub const AMDGPU_INFO_SENSOR_STABLE_PSTATE_GFX_SCLK: u32 = 8;
+pub const AMDGPU_INFO_SENSOR_STABLE_PSTATE_GFX_MCLK: u32 = 9;
+pub const AMDGPU_INFO_NUM_VRAM_CPU_PAGE_FAULTS: u32 = 30;
+pub const AMDGPU_INFO_VRAM_LOST_COUNTER: u32 = 31;
+pub const AMDGPU_INFO_RAS_ENABLED_FEATURES: u32 = 32;
+pub const AMDGPU_INFO_RAS_ENABLED_UMC: u32 = 1;
+pub const AMDGPU_INFO_RAS_ENABLED_SDMA: u32 = 2;
+pub const AMDGPU_INFO_RAS_ENABLED_GFX: u32 = 4;
+pub const AMDGPU_INFO_RAS_ENABLED_MMHUB: u32 = 8;
+pub const AMDGPU_INFO_RAS_ENABLED_ATHUB: u32 = 16;
+pub const AMDGPU_INFO_RAS_ENABLED_PCIE: u32 = 32;
+pub const AMDGPU_INFO_RAS_ENABLED_HDP: u32 = 64;
+pub const AMDGPU_INFO_RAS_ENABLED_XGMI: u32 = 128;
+pub const AMDGPU_INFO_RAS_ENABLED_DF: u32 = 256;
+pub const AMDGPU_INFO_RAS_ENABLED_SMN: u32 = 512;
+pub const AMDGPU_INFO_RAS_ENABLED_SEM: u32 = 1024;
+pub const AMDGPU_INFO_RAS_ENABLED_MP0: u32 = 2048;
+pub const AMDGPU_INFO_RAS_ENABLED_MP1: u32 = 4096;
+pub const AMDGPU_INFO_RAS_ENABLED_FUSE: u32 = 8192;
+pub const AMDGPU_INFO_VIDEO_CAPS: u32 = 33;
+pub const AMDGPU_INFO_VIDEO_CAPS_DECODE: u32 = 0;
+pub const AMDGPU_INFO_VIDEO_CAPS_ENCODE: u32 = 1;
+pub const AMDGPU_INFO_MMR_SE_INDEX_SHIFT: u32 = 0;
+pub const AMDGPU_INFO_MMR_SE_INDEX_MASK: u32 = 255;
+pub const AMDGPU_INFO_MMR_SH_INDEX_SHIFT: u32 = 8;
+pub const AMDGPU_INFO_MMR_SH_INDEX_MASK: u32 = 255;
+pub const AMDGPU_VRAM_TYPE_UNKNOWN: u32 = 0;
+pub const AMDGPU_VRAM_TYPE_GDDR1: u32 = 1;
+pub const AMDGPU_VRAM_TYPE_DDR2: u32 = 2;
+pub const AMDGPU_VRAM_TYPE_GDDR3: u32 = 3;
+pub const AMDGPU_VRAM_TYPE_GDDR4: u32 = 4;
+pub const AMDGPU_VRAM_TYPE_GDDR5: u32 = 5;
+pub const AMDGPU_VRAM_TYPE_HBM: u32 = 6;
+pub const AMDGPU_VRAM_TYPE_DDR3: u32 = 7;
+pub const AMDGPU_VRAM_TYPE_DDR4: u32 = 8;
+pub const AMDGPU_VRAM_TYPE_GDDR6: u32 = 9;
+pub const AMDGPU_VRAM_TYPE_DDR5: u32 = 10;
+pub const AMDGPU_INFO_VIDEO_CAPS_CODEC_IDX_MPEG2: u32 = 0;
+pub const AMDGPU_INFO_VIDEO_CAPS_CODEC_IDX_MPEG4: u32 = 1;
+pub const AMDGPU_INFO_VIDEO_CAPS_CODEC_IDX_VC1: u32 = 2;
+pub const AMDGPU_INFO_VIDEO_CAPS_CODEC_IDX_MPEG4_AVC: u32 = 3;
+pub const AMDGPU_INFO_VIDEO_CAPS_CODEC_IDX_HEVC: u32 = 4;
+pub const AMDGPU_INFO_VIDEO_CAPS_CODEC_IDX_JPEG: u32 = 5;
+pub const AMDGPU_INFO_VIDEO_CAPS_CODEC_IDX_VP9: u32 = 6;
+pub const AMDGPU_INFO_VIDEO_CAPS_CODEC_IDX_AV1: u32 = 7;
+pub const AMDGPU_INFO_VIDEO_CAPS_CODEC_IDX_COUNT: u32 = 8;
+pub const AMDGPU_FAMILY_UNKNOWN: u32 = 0;
+pub const AMDGPU_FAMILY_SI: u32 = 110;
+pub const AMDGPU_FAMILY_CI: u32 = 120;
+pub const AMDGPU_FAMILY_KV: u32 = 125;
+pub const AMDGPU_FAMILY_VI: u32 = 130;
+pub const AMDGPU_FAMILY_CZ: u32 = 135;
 pub const AMDGPU_FAMILY_AI: u32 = 141;
+pub const AMDGPU_FAMILY_RV: u32 = 142;
+pub const AMDGPU_FAMILY_NV: u32 = 143;
+pub const AMDGPU_FAMILY_VGH: u32 = 144;
+pub const AMDGPU_FAMILY_YC: u32 = 146;
+pub type __u8 = ::std::os::raw::c_uchar;
 pub type __s32 = ::std::os::raw::c_int;
 pub type __u32 = ::std::os::raw::c_uint;
 pub type __u64 = ::std::os::raw::c_ulonglong;
+pub type __kernel_ulong_t = ::std::os::raw::c_ulong;
+pub type __kernel_size_t = __kernel_ulong_t;
+pub type drm_magic_t = ::std::os::raw::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct drm_version {
+    pub version_major: ::std::os::raw::c_int,
+    pub version_minor: ::std::os::raw::c_int,
+    pub version_patchlevel: ::std::os::raw::c_int,
+    pub name_len: __kernel_size_t,
+    pub name: *mut ::std::os::raw::c_char,
+    pub date_len: __kernel_size_t,
+    pub date: *mut ::std::os::raw::c_char,
+    pub desc_len: __kernel_size_t,
+    pub desc: *mut ::std::os::raw::c_char,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_version"][::std::mem::size_of::<drm_version>() - 64usize];
+    ["Alignment of drm_version"][::std::mem::align_of::<drm_version>() - 8usize];
+    ["Offset of field: drm_version::version_major"]
+        [::std::mem::offset_of!(drm_version, version_major) - 0usize];
+    ["Offset of field: drm_version::version_minor"]
+        [::std::mem::offset_of!(drm_version, version_minor) - 4usize];
+    ["Offset of field: drm_version::version_patchlevel"]
+        [::std::mem::offset_of!(drm_version, version_patchlevel) - 8usize];
+    ["Offset of field: drm_version::name_len"]
+        [::std::mem::offset_of!(drm_version, name_len) - 16usize];
+    ["Offset of field: drm_version::name"][::std::mem::offset_of!(drm_version, name) - 24usize];
+    ["Offset of field: drm_version::date_len"]
+        [::std::mem::offset_of!(drm_version, date_len) - 32usize];
+    ["Offset of field: drm_version::date"][::std::mem::offset_of!(drm_version, date) - 40usize];
+    ["Offset of field: drm_version::desc_len"]
+        [::std::mem::offset_of!(drm_version, desc_len) - 48usize];
+    ["Offset of field: drm_version::desc"][::std::mem::offset_of!(drm_version, desc) - 56usize];
+};
+impl Default for drm_version {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct drm_unique {
+    pub unique_len: __kernel_size_t,
+    pub unique: *mut ::std::os::raw::c_char,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_unique"][::std::mem::size_of::<drm_unique>() - 16usize];
+    ["Alignment of drm_unique"][::std::mem::align_of::<drm_unique>() - 8usize];
+    ["Offset of field: drm_unique::unique_len"]
+        [::std::mem::offset_of!(drm_unique, unique_len) - 0usize];
+    ["Offset of field: drm_unique::unique"][::std::mem::offset_of!(drm_unique, unique) - 8usize];
+};
+impl Default for drm_unique {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_client {
+    pub idx: ::std::os::raw::c_int,
+    pub auth: ::std::os::raw::c_int,
+    pub pid: ::std::os::raw::c_ulong,
+    pub uid: ::std::os::raw::c_ulong,
+    pub magic: ::std::os::raw::c_ulong,
+    pub iocs: ::std::os::raw::c_ulong,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_client"][::std::mem::size_of::<drm_client>() - 40usize];
+    ["Alignment of drm_client"][::std::mem::align_of::<drm_client>() - 8usize];
+    ["Offset of field: drm_client::idx"][::std::mem::offset_of!(drm_client, idx) - 0usize];
+    ["Offset of field: drm_client::auth"][::std::mem::offset_of!(drm_client, auth) - 4usize];
+    ["Offset of field: drm_client::pid"][::std::mem::offset_of!(drm_client, pid) - 8usize];
+    ["Offset of field: drm_client::uid"][::std::mem::offset_of!(drm_client, uid) - 16usize];
+    ["Offset of field: drm_client::magic"][::std::mem::offset_of!(drm_client, magic) - 24usize];
+    ["Offset of field: drm_client::iocs"][::std::mem::offset_of!(drm_client, iocs) - 32usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_auth {
+    pub magic: drm_magic_t,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_auth"][::std::mem::size_of::<drm_auth>() - 4usize];
+    ["Alignment of drm_auth"][::std::mem::align_of::<drm_auth>() - 4usize];
+    ["Offset of field: drm_auth::magic"][::std::mem::offset_of!(drm_auth, magic) - 0usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_set_version {
+    pub drm_di_major: ::std::os::raw::c_int,
+    pub drm_di_minor: ::std::os::raw::c_int,
+    pub drm_dd_major: ::std::os::raw::c_int,
+    pub drm_dd_minor: ::std::os::raw::c_int,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_set_version"][::std::mem::size_of::<drm_set_version>() - 16usize];
+    ["Alignment of drm_set_version"][::std::mem::align_of::<drm_set_version>() - 4usize];
+    ["Offset of field: drm_set_version::drm_di_major"]
+        [::std::mem::offset_of!(drm_set_version, drm_di_major) - 0usize];
+    ["Offset of field: drm_set_version::drm_di_minor"]
+        [::std::mem::offset_of!(drm_set_version, drm_di_minor) - 4usize];
+    ["Offset of field: drm_set_version::drm_dd_major"]
+        [::std::mem::offset_of!(drm_set_version, drm_dd_major) - 8usize];
+    ["Offset of field: drm_set_version::drm_dd_minor"]
+        [::std::mem::offset_of!(drm_set_version, drm_dd_minor) - 12usize];
+};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct drm_gem_close {
@@ -227,6 +478,35 @@ const _: () = {
     ["Offset of field: drm_gem_close::handle"]
         [::std::mem::offset_of!(drm_gem_close, handle) - 0usize];
     ["Offset of field: drm_gem_close::pad"][::std::mem::offset_of!(drm_gem_close, pad) - 4usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_get_cap {
+    pub capability: __u64,
+    pub value: __u64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_get_cap"][::std::mem::size_of::<drm_get_cap>() - 16usize];
+    ["Alignment of drm_get_cap"][::std::mem::align_of::<drm_get_cap>() - 8usize];
+    ["Offset of field: drm_get_cap::capability"]
+        [::std::mem::offset_of!(drm_get_cap, capability) - 0usize];
+    ["Offset of field: drm_get_cap::value"][::std::mem::offset_of!(drm_get_cap, value) - 8usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_set_client_cap {
+    pub capability: __u64,
+    pub value: __u64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_set_client_cap"][::std::mem::size_of::<drm_set_client_cap>() - 16usize];
+    ["Alignment of drm_set_client_cap"][::std::mem::align_of::<drm_set_client_cap>() - 8usize];
+    ["Offset of field: drm_set_client_cap::capability"]
+        [::std::mem::offset_of!(drm_set_client_cap, capability) - 0usize];
+    ["Offset of field: drm_set_client_cap::value"]
+        [::std::mem::offset_of!(drm_set_client_cap, value) - 8usize];
 };
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -1609,6 +1889,97 @@ impl Default for drm_amdgpu_ctx {
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
+pub struct drm_amdgpu_vm_in {
+    pub op: __u32,
+    pub flags: __u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_vm_in"][::std::mem::size_of::<drm_amdgpu_vm_in>() - 8usize];
+    ["Alignment of drm_amdgpu_vm_in"][::std::mem::align_of::<drm_amdgpu_vm_in>() - 4usize];
+    ["Offset of field: drm_amdgpu_vm_in::op"]
+        [::std::mem::offset_of!(drm_amdgpu_vm_in, op) - 0usize];
+    ["Offset of field: drm_amdgpu_vm_in::flags"]
+        [::std::mem::offset_of!(drm_amdgpu_vm_in, flags) - 4usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_amdgpu_vm_out {
+    pub flags: __u64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_vm_out"][::std::mem::size_of::<drm_amdgpu_vm_out>() - 8usize];
+    ["Alignment of drm_amdgpu_vm_out"][::std::mem::align_of::<drm_amdgpu_vm_out>() - 8usize];
+    ["Offset of field: drm_amdgpu_vm_out::flags"]
+        [::std::mem::offset_of!(drm_amdgpu_vm_out, flags) - 0usize];
+};
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union drm_amdgpu_vm {
+    pub in_: drm_amdgpu_vm_in,
+    pub out: drm_amdgpu_vm_out,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_vm"][::std::mem::size_of::<drm_amdgpu_vm>() - 8usize];
+    ["Alignment of drm_amdgpu_vm"][::std::mem::align_of::<drm_amdgpu_vm>() - 8usize];
+    ["Offset of field: drm_amdgpu_vm::in_"][::std::mem::offset_of!(drm_amdgpu_vm, in_) - 0usize];
+    ["Offset of field: drm_amdgpu_vm::out"][::std::mem::offset_of!(drm_amdgpu_vm, out) - 0usize];
+};
+impl Default for drm_amdgpu_vm {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_amdgpu_sched_in {
+    pub op: __u32,
+    pub fd: __u32,
+    pub priority: __s32,
+    pub ctx_id: __u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_sched_in"][::std::mem::size_of::<drm_amdgpu_sched_in>() - 16usize];
+    ["Alignment of drm_amdgpu_sched_in"][::std::mem::align_of::<drm_amdgpu_sched_in>() - 4usize];
+    ["Offset of field: drm_amdgpu_sched_in::op"]
+        [::std::mem::offset_of!(drm_amdgpu_sched_in, op) - 0usize];
+    ["Offset of field: drm_amdgpu_sched_in::fd"]
+        [::std::mem::offset_of!(drm_amdgpu_sched_in, fd) - 4usize];
+    ["Offset of field: drm_amdgpu_sched_in::priority"]
+        [::std::mem::offset_of!(drm_amdgpu_sched_in, priority) - 8usize];
+    ["Offset of field: drm_amdgpu_sched_in::ctx_id"]
+        [::std::mem::offset_of!(drm_amdgpu_sched_in, ctx_id) - 12usize];
+};
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union drm_amdgpu_sched {
+    pub in_: drm_amdgpu_sched_in,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_sched"][::std::mem::size_of::<drm_amdgpu_sched>() - 16usize];
+    ["Alignment of drm_amdgpu_sched"][::std::mem::align_of::<drm_amdgpu_sched>() - 4usize];
+    ["Offset of field: drm_amdgpu_sched::in_"]
+        [::std::mem::offset_of!(drm_amdgpu_sched, in_) - 0usize];
+};
+impl Default for drm_amdgpu_sched {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct drm_amdgpu_gem_userptr {
     pub addr: __u64,
     pub size: __u64,
@@ -1629,6 +2000,67 @@ const _: () = {
     ["Offset of field: drm_amdgpu_gem_userptr::handle"]
         [::std::mem::offset_of!(drm_amdgpu_gem_userptr, handle) - 20usize];
 };
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct drm_amdgpu_gem_metadata {
+    pub handle: __u32,
+    pub op: __u32,
+    pub data: drm_amdgpu_gem_metadata__bindgen_ty_1,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct drm_amdgpu_gem_metadata__bindgen_ty_1 {
+    pub flags: __u64,
+    pub tiling_info: __u64,
+    pub data_size_bytes: __u32,
+    pub data: [__u32; 64usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_gem_metadata__bindgen_ty_1"]
+        [::std::mem::size_of::<drm_amdgpu_gem_metadata__bindgen_ty_1>() - 280usize];
+    ["Alignment of drm_amdgpu_gem_metadata__bindgen_ty_1"]
+        [::std::mem::align_of::<drm_amdgpu_gem_metadata__bindgen_ty_1>() - 8usize];
+    ["Offset of field: drm_amdgpu_gem_metadata__bindgen_ty_1::flags"]
+        [::std::mem::offset_of!(drm_amdgpu_gem_metadata__bindgen_ty_1, flags) - 0usize];
+    ["Offset of field: drm_amdgpu_gem_metadata__bindgen_ty_1::tiling_info"]
+        [::std::mem::offset_of!(drm_amdgpu_gem_metadata__bindgen_ty_1, tiling_info) - 8usize];
+    ["Offset of field: drm_amdgpu_gem_metadata__bindgen_ty_1::data_size_bytes"]
+        [::std::mem::offset_of!(drm_amdgpu_gem_metadata__bindgen_ty_1, data_size_bytes) - 16usize];
+    ["Offset of field: drm_amdgpu_gem_metadata__bindgen_ty_1::data"]
+        [::std::mem::offset_of!(drm_amdgpu_gem_metadata__bindgen_ty_1, data) - 20usize];
+};
+impl Default for drm_amdgpu_gem_metadata__bindgen_ty_1 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_gem_metadata"]
+        [::std::mem::size_of::<drm_amdgpu_gem_metadata>() - 288usize];
+    ["Alignment of drm_amdgpu_gem_metadata"]
+        [::std::mem::align_of::<drm_amdgpu_gem_metadata>() - 8usize];
+    ["Offset of field: drm_amdgpu_gem_metadata::handle"]
+        [::std::mem::offset_of!(drm_amdgpu_gem_metadata, handle) - 0usize];
+    ["Offset of field: drm_amdgpu_gem_metadata::op"]
+        [::std::mem::offset_of!(drm_amdgpu_gem_metadata, op) - 4usize];
+    ["Offset of field: drm_amdgpu_gem_metadata::data"]
+        [::std::mem::offset_of!(drm_amdgpu_gem_metadata, data) - 8usize];
+};
+impl Default for drm_amdgpu_gem_metadata {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct drm_amdgpu_gem_mmap_in {
@@ -1674,6 +2106,69 @@ const _: () = {
         [::std::mem::offset_of!(drm_amdgpu_gem_mmap, out) - 0usize];
 };
 impl Default for drm_amdgpu_gem_mmap {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_amdgpu_gem_wait_idle_in {
+    pub handle: __u32,
+    pub flags: __u32,
+    pub timeout: __u64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_gem_wait_idle_in"]
+        [::std::mem::size_of::<drm_amdgpu_gem_wait_idle_in>() - 16usize];
+    ["Alignment of drm_amdgpu_gem_wait_idle_in"]
+        [::std::mem::align_of::<drm_amdgpu_gem_wait_idle_in>() - 8usize];
+    ["Offset of field: drm_amdgpu_gem_wait_idle_in::handle"]
+        [::std::mem::offset_of!(drm_amdgpu_gem_wait_idle_in, handle) - 0usize];
+    ["Offset of field: drm_amdgpu_gem_wait_idle_in::flags"]
+        [::std::mem::offset_of!(drm_amdgpu_gem_wait_idle_in, flags) - 4usize];
+    ["Offset of field: drm_amdgpu_gem_wait_idle_in::timeout"]
+        [::std::mem::offset_of!(drm_amdgpu_gem_wait_idle_in, timeout) - 8usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_amdgpu_gem_wait_idle_out {
+    pub status: __u32,
+    pub domain: __u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_gem_wait_idle_out"]
+        [::std::mem::size_of::<drm_amdgpu_gem_wait_idle_out>() - 8usize];
+    ["Alignment of drm_amdgpu_gem_wait_idle_out"]
+        [::std::mem::align_of::<drm_amdgpu_gem_wait_idle_out>() - 4usize];
+    ["Offset of field: drm_amdgpu_gem_wait_idle_out::status"]
+        [::std::mem::offset_of!(drm_amdgpu_gem_wait_idle_out, status) - 0usize];
+    ["Offset of field: drm_amdgpu_gem_wait_idle_out::domain"]
+        [::std::mem::offset_of!(drm_amdgpu_gem_wait_idle_out, domain) - 4usize];
+};
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union drm_amdgpu_gem_wait_idle {
+    pub in_: drm_amdgpu_gem_wait_idle_in,
+    pub out: drm_amdgpu_gem_wait_idle_out,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_gem_wait_idle"]
+        [::std::mem::size_of::<drm_amdgpu_gem_wait_idle>() - 16usize];
+    ["Alignment of drm_amdgpu_gem_wait_idle"]
+        [::std::mem::align_of::<drm_amdgpu_gem_wait_idle>() - 8usize];
+    ["Offset of field: drm_amdgpu_gem_wait_idle::in_"]
+        [::std::mem::offset_of!(drm_amdgpu_gem_wait_idle, in_) - 0usize];
+    ["Offset of field: drm_amdgpu_gem_wait_idle::out"]
+        [::std::mem::offset_of!(drm_amdgpu_gem_wait_idle, out) - 0usize];
+};
+impl Default for drm_amdgpu_gem_wait_idle {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
         unsafe {
@@ -1771,6 +2266,71 @@ const _: () = {
     ["Offset of field: drm_amdgpu_fence::seq_no"]
         [::std::mem::offset_of!(drm_amdgpu_fence, seq_no) - 16usize];
 };
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_amdgpu_wait_fences_in {
+    pub fences: __u64,
+    pub fence_count: __u32,
+    pub wait_all: __u32,
+    pub timeout_ns: __u64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_wait_fences_in"]
+        [::std::mem::size_of::<drm_amdgpu_wait_fences_in>() - 24usize];
+    ["Alignment of drm_amdgpu_wait_fences_in"]
+        [::std::mem::align_of::<drm_amdgpu_wait_fences_in>() - 8usize];
+    ["Offset of field: drm_amdgpu_wait_fences_in::fences"]
+        [::std::mem::offset_of!(drm_amdgpu_wait_fences_in, fences) - 0usize];
+    ["Offset of field: drm_amdgpu_wait_fences_in::fence_count"]
+        [::std::mem::offset_of!(drm_amdgpu_wait_fences_in, fence_count) - 8usize];
+    ["Offset of field: drm_amdgpu_wait_fences_in::wait_all"]
+        [::std::mem::offset_of!(drm_amdgpu_wait_fences_in, wait_all) - 12usize];
+    ["Offset of field: drm_amdgpu_wait_fences_in::timeout_ns"]
+        [::std::mem::offset_of!(drm_amdgpu_wait_fences_in, timeout_ns) - 16usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_amdgpu_wait_fences_out {
+    pub status: __u32,
+    pub first_signaled: __u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_wait_fences_out"]
+        [::std::mem::size_of::<drm_amdgpu_wait_fences_out>() - 8usize];
+    ["Alignment of drm_amdgpu_wait_fences_out"]
+        [::std::mem::align_of::<drm_amdgpu_wait_fences_out>() - 4usize];
+    ["Offset of field: drm_amdgpu_wait_fences_out::status"]
+        [::std::mem::offset_of!(drm_amdgpu_wait_fences_out, status) - 0usize];
+    ["Offset of field: drm_amdgpu_wait_fences_out::first_signaled"]
+        [::std::mem::offset_of!(drm_amdgpu_wait_fences_out, first_signaled) - 4usize];
+};
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union drm_amdgpu_wait_fences {
+    pub in_: drm_amdgpu_wait_fences_in,
+    pub out: drm_amdgpu_wait_fences_out,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_wait_fences"][::std::mem::size_of::<drm_amdgpu_wait_fences>() - 24usize];
+    ["Alignment of drm_amdgpu_wait_fences"]
+        [::std::mem::align_of::<drm_amdgpu_wait_fences>() - 8usize];
+    ["Offset of field: drm_amdgpu_wait_fences::in_"]
+        [::std::mem::offset_of!(drm_amdgpu_wait_fences, in_) - 0usize];
+    ["Offset of field: drm_amdgpu_wait_fences::out"]
+        [::std::mem::offset_of!(drm_amdgpu_wait_fences, out) - 0usize];
+};
+impl Default for drm_amdgpu_wait_fences {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct drm_amdgpu_gem_op {
@@ -2001,6 +2561,66 @@ const _: () = {
     ["Offset of field: drm_amdgpu_cs_chunk_syncobj::point"]
         [::std::mem::offset_of!(drm_amdgpu_cs_chunk_syncobj, point) - 8usize];
 };
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union drm_amdgpu_fence_to_handle {
+    pub in_: drm_amdgpu_fence_to_handle__bindgen_ty_1,
+    pub out: drm_amdgpu_fence_to_handle__bindgen_ty_2,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_amdgpu_fence_to_handle__bindgen_ty_1 {
+    pub fence: drm_amdgpu_fence,
+    pub what: __u32,
+    pub pad: __u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_fence_to_handle__bindgen_ty_1"]
+        [::std::mem::size_of::<drm_amdgpu_fence_to_handle__bindgen_ty_1>() - 32usize];
+    ["Alignment of drm_amdgpu_fence_to_handle__bindgen_ty_1"]
+        [::std::mem::align_of::<drm_amdgpu_fence_to_handle__bindgen_ty_1>() - 8usize];
+    ["Offset of field: drm_amdgpu_fence_to_handle__bindgen_ty_1::fence"]
+        [::std::mem::offset_of!(drm_amdgpu_fence_to_handle__bindgen_ty_1, fence) - 0usize];
+    ["Offset of field: drm_amdgpu_fence_to_handle__bindgen_ty_1::what"]
+        [::std::mem::offset_of!(drm_amdgpu_fence_to_handle__bindgen_ty_1, what) - 24usize];
+    ["Offset of field: drm_amdgpu_fence_to_handle__bindgen_ty_1::pad"]
+        [::std::mem::offset_of!(drm_amdgpu_fence_to_handle__bindgen_ty_1, pad) - 28usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_amdgpu_fence_to_handle__bindgen_ty_2 {
+    pub handle: __u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_fence_to_handle__bindgen_ty_2"]
+        [::std::mem::size_of::<drm_amdgpu_fence_to_handle__bindgen_ty_2>() - 4usize];
+    ["Alignment of drm_amdgpu_fence_to_handle__bindgen_ty_2"]
+        [::std::mem::align_of::<drm_amdgpu_fence_to_handle__bindgen_ty_2>() - 4usize];
+    ["Offset of field: drm_amdgpu_fence_to_handle__bindgen_ty_2::handle"]
+        [::std::mem::offset_of!(drm_amdgpu_fence_to_handle__bindgen_ty_2, handle) - 0usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_fence_to_handle"]
+        [::std::mem::size_of::<drm_amdgpu_fence_to_handle>() - 32usize];
+    ["Alignment of drm_amdgpu_fence_to_handle"]
+        [::std::mem::align_of::<drm_amdgpu_fence_to_handle>() - 8usize];
+    ["Offset of field: drm_amdgpu_fence_to_handle::in_"]
+        [::std::mem::offset_of!(drm_amdgpu_fence_to_handle, in_) - 0usize];
+    ["Offset of field: drm_amdgpu_fence_to_handle::out"]
+        [::std::mem::offset_of!(drm_amdgpu_fence_to_handle, out) - 0usize];
+};
+impl Default for drm_amdgpu_fence_to_handle {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct drm_amdgpu_cs_chunk_data {
@@ -2244,6 +2864,153 @@ impl Default for drm_amdgpu_info {
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
+pub struct drm_amdgpu_info_gds {
+    pub gds_gfx_partition_size: __u32,
+    pub compute_partition_size: __u32,
+    pub gds_total_size: __u32,
+    pub gws_per_gfx_partition: __u32,
+    pub gws_per_compute_partition: __u32,
+    pub oa_per_gfx_partition: __u32,
+    pub oa_per_compute_partition: __u32,
+    pub _pad: __u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_info_gds"][::std::mem::size_of::<drm_amdgpu_info_gds>() - 32usize];
+    ["Alignment of drm_amdgpu_info_gds"][::std::mem::align_of::<drm_amdgpu_info_gds>() - 4usize];
+    ["Offset of field: drm_amdgpu_info_gds::gds_gfx_partition_size"]
+        [::std::mem::offset_of!(drm_amdgpu_info_gds, gds_gfx_partition_size) - 0usize];
+    ["Offset of field: drm_amdgpu_info_gds::compute_partition_size"]
+        [::std::mem::offset_of!(drm_amdgpu_info_gds, compute_partition_size) - 4usize];
+    ["Offset of field: drm_amdgpu_info_gds::gds_total_size"]
+        [::std::mem::offset_of!(drm_amdgpu_info_gds, gds_total_size) - 8usize];
+    ["Offset of field: drm_amdgpu_info_gds::gws_per_gfx_partition"]
+        [::std::mem::offset_of!(drm_amdgpu_info_gds, gws_per_gfx_partition) - 12usize];
+    ["Offset of field: drm_amdgpu_info_gds::gws_per_compute_partition"]
+        [::std::mem::offset_of!(drm_amdgpu_info_gds, gws_per_compute_partition) - 16usize];
+    ["Offset of field: drm_amdgpu_info_gds::oa_per_gfx_partition"]
+        [::std::mem::offset_of!(drm_amdgpu_info_gds, oa_per_gfx_partition) - 20usize];
+    ["Offset of field: drm_amdgpu_info_gds::oa_per_compute_partition"]
+        [::std::mem::offset_of!(drm_amdgpu_info_gds, oa_per_compute_partition) - 24usize];
+    ["Offset of field: drm_amdgpu_info_gds::_pad"]
+        [::std::mem::offset_of!(drm_amdgpu_info_gds, _pad) - 28usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_amdgpu_info_vram_gtt {
+    pub vram_size: __u64,
+    pub vram_cpu_accessible_size: __u64,
+    pub gtt_size: __u64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_info_vram_gtt"]
+        [::std::mem::size_of::<drm_amdgpu_info_vram_gtt>() - 24usize];
+    ["Alignment of drm_amdgpu_info_vram_gtt"]
+        [::std::mem::align_of::<drm_amdgpu_info_vram_gtt>() - 8usize];
+    ["Offset of field: drm_amdgpu_info_vram_gtt::vram_size"]
+        [::std::mem::offset_of!(drm_amdgpu_info_vram_gtt, vram_size) - 0usize];
+    ["Offset of field: drm_amdgpu_info_vram_gtt::vram_cpu_accessible_size"]
+        [::std::mem::offset_of!(drm_amdgpu_info_vram_gtt, vram_cpu_accessible_size) - 8usize];
+    ["Offset of field: drm_amdgpu_info_vram_gtt::gtt_size"]
+        [::std::mem::offset_of!(drm_amdgpu_info_vram_gtt, gtt_size) - 16usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_amdgpu_heap_info {
+    pub total_heap_size: __u64,
+    pub usable_heap_size: __u64,
+    pub heap_usage: __u64,
+    pub max_allocation: __u64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_heap_info"][::std::mem::size_of::<drm_amdgpu_heap_info>() - 32usize];
+    ["Alignment of drm_amdgpu_heap_info"][::std::mem::align_of::<drm_amdgpu_heap_info>() - 8usize];
+    ["Offset of field: drm_amdgpu_heap_info::total_heap_size"]
+        [::std::mem::offset_of!(drm_amdgpu_heap_info, total_heap_size) - 0usize];
+    ["Offset of field: drm_amdgpu_heap_info::usable_heap_size"]
+        [::std::mem::offset_of!(drm_amdgpu_heap_info, usable_heap_size) - 8usize];
+    ["Offset of field: drm_amdgpu_heap_info::heap_usage"]
+        [::std::mem::offset_of!(drm_amdgpu_heap_info, heap_usage) - 16usize];
+    ["Offset of field: drm_amdgpu_heap_info::max_allocation"]
+        [::std::mem::offset_of!(drm_amdgpu_heap_info, max_allocation) - 24usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_amdgpu_memory_info {
+    pub vram: drm_amdgpu_heap_info,
+    pub cpu_accessible_vram: drm_amdgpu_heap_info,
+    pub gtt: drm_amdgpu_heap_info,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_memory_info"][::std::mem::size_of::<drm_amdgpu_memory_info>() - 96usize];
+    ["Alignment of drm_amdgpu_memory_info"]
+        [::std::mem::align_of::<drm_amdgpu_memory_info>() - 8usize];
+    ["Offset of field: drm_amdgpu_memory_info::vram"]
+        [::std::mem::offset_of!(drm_amdgpu_memory_info, vram) - 0usize];
+    ["Offset of field: drm_amdgpu_memory_info::cpu_accessible_vram"]
+        [::std::mem::offset_of!(drm_amdgpu_memory_info, cpu_accessible_vram) - 32usize];
+    ["Offset of field: drm_amdgpu_memory_info::gtt"]
+        [::std::mem::offset_of!(drm_amdgpu_memory_info, gtt) - 64usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_amdgpu_info_firmware {
+    pub ver: __u32,
+    pub feature: __u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_info_firmware"]
+        [::std::mem::size_of::<drm_amdgpu_info_firmware>() - 8usize];
+    ["Alignment of drm_amdgpu_info_firmware"]
+        [::std::mem::align_of::<drm_amdgpu_info_firmware>() - 4usize];
+    ["Offset of field: drm_amdgpu_info_firmware::ver"]
+        [::std::mem::offset_of!(drm_amdgpu_info_firmware, ver) - 0usize];
+    ["Offset of field: drm_amdgpu_info_firmware::feature"]
+        [::std::mem::offset_of!(drm_amdgpu_info_firmware, feature) - 4usize];
+};
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct drm_amdgpu_info_vbios {
+    pub name: [__u8; 64usize],
+    pub vbios_pn: [__u8; 64usize],
+    pub version: __u32,
+    pub pad: __u32,
+    pub vbios_ver_str: [__u8; 32usize],
+    pub date: [__u8; 32usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_info_vbios"][::std::mem::size_of::<drm_amdgpu_info_vbios>() - 200usize];
+    ["Alignment of drm_amdgpu_info_vbios"]
+        [::std::mem::align_of::<drm_amdgpu_info_vbios>() - 4usize];
+    ["Offset of field: drm_amdgpu_info_vbios::name"]
+        [::std::mem::offset_of!(drm_amdgpu_info_vbios, name) - 0usize];
+    ["Offset of field: drm_amdgpu_info_vbios::vbios_pn"]
+        [::std::mem::offset_of!(drm_amdgpu_info_vbios, vbios_pn) - 64usize];
+    ["Offset of field: drm_amdgpu_info_vbios::version"]
+        [::std::mem::offset_of!(drm_amdgpu_info_vbios, version) - 128usize];
+    ["Offset of field: drm_amdgpu_info_vbios::pad"]
+        [::std::mem::offset_of!(drm_amdgpu_info_vbios, pad) - 132usize];
+    ["Offset of field: drm_amdgpu_info_vbios::vbios_ver_str"]
+        [::std::mem::offset_of!(drm_amdgpu_info_vbios, vbios_ver_str) - 136usize];
+    ["Offset of field: drm_amdgpu_info_vbios::date"]
+        [::std::mem::offset_of!(drm_amdgpu_info_vbios, date) - 168usize];
+};
+impl Default for drm_amdgpu_info_vbios {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
 pub struct drm_amdgpu_info_device {
     pub device_id: __u32,
     pub chip_rev: __u32,
@@ -2398,4 +3165,138 @@ const _: () = {
         [::std::mem::offset_of!(drm_amdgpu_info_device, pa_sc_tile_steering_override) - 352usize];
     ["Offset of field: drm_amdgpu_info_device::tcc_disabled_mask"]
         [::std::mem::offset_of!(drm_amdgpu_info_device, tcc_disabled_mask) - 360usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_amdgpu_info_hw_ip {
+    pub hw_ip_version_major: __u32,
+    pub hw_ip_version_minor: __u32,
+    pub capabilities_flags: __u64,
+    pub ib_start_alignment: __u32,
+    pub ib_size_alignment: __u32,
+    pub available_rings: __u32,
+    pub _pad: __u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_info_hw_ip"][::std::mem::size_of::<drm_amdgpu_info_hw_ip>() - 32usize];
+    ["Alignment of drm_amdgpu_info_hw_ip"]
+        [::std::mem::align_of::<drm_amdgpu_info_hw_ip>() - 8usize];
+    ["Offset of field: drm_amdgpu_info_hw_ip::hw_ip_version_major"]
+        [::std::mem::offset_of!(drm_amdgpu_info_hw_ip, hw_ip_version_major) - 0usize];
+    ["Offset of field: drm_amdgpu_info_hw_ip::hw_ip_version_minor"]
+        [::std::mem::offset_of!(drm_amdgpu_info_hw_ip, hw_ip_version_minor) - 4usize];
+    ["Offset of field: drm_amdgpu_info_hw_ip::capabilities_flags"]
+        [::std::mem::offset_of!(drm_amdgpu_info_hw_ip, capabilities_flags) - 8usize];
+    ["Offset of field: drm_amdgpu_info_hw_ip::ib_start_alignment"]
+        [::std::mem::offset_of!(drm_amdgpu_info_hw_ip, ib_start_alignment) - 16usize];
+    ["Offset of field: drm_amdgpu_info_hw_ip::ib_size_alignment"]
+        [::std::mem::offset_of!(drm_amdgpu_info_hw_ip, ib_size_alignment) - 20usize];
+    ["Offset of field: drm_amdgpu_info_hw_ip::available_rings"]
+        [::std::mem::offset_of!(drm_amdgpu_info_hw_ip, available_rings) - 24usize];
+    ["Offset of field: drm_amdgpu_info_hw_ip::_pad"]
+        [::std::mem::offset_of!(drm_amdgpu_info_hw_ip, _pad) - 28usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_amdgpu_info_num_handles {
+    pub uvd_max_handles: __u32,
+    pub uvd_used_handles: __u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_info_num_handles"]
+        [::std::mem::size_of::<drm_amdgpu_info_num_handles>() - 8usize];
+    ["Alignment of drm_amdgpu_info_num_handles"]
+        [::std::mem::align_of::<drm_amdgpu_info_num_handles>() - 4usize];
+    ["Offset of field: drm_amdgpu_info_num_handles::uvd_max_handles"]
+        [::std::mem::offset_of!(drm_amdgpu_info_num_handles, uvd_max_handles) - 0usize];
+    ["Offset of field: drm_amdgpu_info_num_handles::uvd_used_handles"]
+        [::std::mem::offset_of!(drm_amdgpu_info_num_handles, uvd_used_handles) - 4usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_amdgpu_info_vce_clock_table_entry {
+    pub sclk: __u32,
+    pub mclk: __u32,
+    pub eclk: __u32,
+    pub pad: __u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_info_vce_clock_table_entry"]
+        [::std::mem::size_of::<drm_amdgpu_info_vce_clock_table_entry>() - 16usize];
+    ["Alignment of drm_amdgpu_info_vce_clock_table_entry"]
+        [::std::mem::align_of::<drm_amdgpu_info_vce_clock_table_entry>() - 4usize];
+    ["Offset of field: drm_amdgpu_info_vce_clock_table_entry::sclk"]
+        [::std::mem::offset_of!(drm_amdgpu_info_vce_clock_table_entry, sclk) - 0usize];
+    ["Offset of field: drm_amdgpu_info_vce_clock_table_entry::mclk"]
+        [::std::mem::offset_of!(drm_amdgpu_info_vce_clock_table_entry, mclk) - 4usize];
+    ["Offset of field: drm_amdgpu_info_vce_clock_table_entry::eclk"]
+        [::std::mem::offset_of!(drm_amdgpu_info_vce_clock_table_entry, eclk) - 8usize];
+    ["Offset of field: drm_amdgpu_info_vce_clock_table_entry::pad"]
+        [::std::mem::offset_of!(drm_amdgpu_info_vce_clock_table_entry, pad) - 12usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_amdgpu_info_vce_clock_table {
+    pub entries: [drm_amdgpu_info_vce_clock_table_entry; 6usize],
+    pub num_valid_entries: __u32,
+    pub pad: __u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_info_vce_clock_table"]
+        [::std::mem::size_of::<drm_amdgpu_info_vce_clock_table>() - 104usize];
+    ["Alignment of drm_amdgpu_info_vce_clock_table"]
+        [::std::mem::align_of::<drm_amdgpu_info_vce_clock_table>() - 4usize];
+    ["Offset of field: drm_amdgpu_info_vce_clock_table::entries"]
+        [::std::mem::offset_of!(drm_amdgpu_info_vce_clock_table, entries) - 0usize];
+    ["Offset of field: drm_amdgpu_info_vce_clock_table::num_valid_entries"]
+        [::std::mem::offset_of!(drm_amdgpu_info_vce_clock_table, num_valid_entries) - 96usize];
+    ["Offset of field: drm_amdgpu_info_vce_clock_table::pad"]
+        [::std::mem::offset_of!(drm_amdgpu_info_vce_clock_table, pad) - 100usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_amdgpu_info_video_codec_info {
+    pub valid: __u32,
+    pub max_width: __u32,
+    pub max_height: __u32,
+    pub max_pixels_per_frame: __u32,
+    pub max_level: __u32,
+    pub pad: __u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_info_video_codec_info"]
+        [::std::mem::size_of::<drm_amdgpu_info_video_codec_info>() - 24usize];
+    ["Alignment of drm_amdgpu_info_video_codec_info"]
+        [::std::mem::align_of::<drm_amdgpu_info_video_codec_info>() - 4usize];
+    ["Offset of field: drm_amdgpu_info_video_codec_info::valid"]
+        [::std::mem::offset_of!(drm_amdgpu_info_video_codec_info, valid) - 0usize];
+    ["Offset of field: drm_amdgpu_info_video_codec_info::max_width"]
+        [::std::mem::offset_of!(drm_amdgpu_info_video_codec_info, max_width) - 4usize];
+    ["Offset of field: drm_amdgpu_info_video_codec_info::max_height"]
+        [::std::mem::offset_of!(drm_amdgpu_info_video_codec_info, max_height) - 8usize];
+    ["Offset of field: drm_amdgpu_info_video_codec_info::max_pixels_per_frame"]
+        [::std::mem::offset_of!(drm_amdgpu_info_video_codec_info, max_pixels_per_frame) - 12usize];
+    ["Offset of field: drm_amdgpu_info_video_codec_info::max_level"]
+        [::std::mem::offset_of!(drm_amdgpu_info_video_codec_info, max_level) - 16usize];
+    ["Offset of field: drm_amdgpu_info_video_codec_info::pad"]
+        [::std::mem::offset_of!(drm_amdgpu_info_video_codec_info, pad) - 20usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct drm_amdgpu_info_video_caps {
+    pub codec_info: [drm_amdgpu_info_video_codec_info; 8usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of drm_amdgpu_info_video_caps"]
+        [::std::mem::size_of::<drm_amdgpu_info_video_caps>() - 192usize];
+    ["Alignment of drm_amdgpu_info_video_caps"]
+        [::std::mem::align_of::<drm_amdgpu_info_video_caps>() - 4usize];
+    ["Offset of field: drm_amdgpu_info_video_caps::codec_info"]
+        [::std::mem::offset_of!(drm_amdgpu_info_video_caps, codec_info) - 0usize];
 };

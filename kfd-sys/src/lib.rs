@@ -2,8 +2,10 @@
 //!
 //! `bindings.rs` is produced by `scripts/gen-bindings.sh` from `<linux/kfd_ioctl.h>` (KFD ioctl
 //! 1.11, as Debian's linux-libc-dev ships it for Linux 6.1) and the subset of
-//! `<libdrm/amdgpu_drm.h>` and `<libdrm/drm.h>` that checkpoint/restore uses. It is never edited by
-//! hand; `scripts/gen-bindings.sh --check` verifies in CI that it is current.
+//! `<libdrm/amdgpu_drm.h>` and `<libdrm/drm.h>` that checkpoint/restore and the simulated render
+//! node use (the DRM core ioctls a render node answers or refuses, the `AMDGPU_INFO` queries and
+//! their result structs). It is never edited by hand; `scripts/gen-bindings.sh --check` verifies
+//! in CI that it is current.
 //!
 //! bindgen's compile-time layout assertions are kept: a struct whose size or field offset differs
 //! from the C header does not compile. The request codes (`_IOWR(...)` macros, which bindgen cannot

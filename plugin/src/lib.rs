@@ -9,6 +9,7 @@ pub mod hooks;
 pub mod inventory;
 pub mod kfd_version;
 pub mod logger;
+pub mod priv_data;
 pub mod restore;
 pub mod shim;
 pub mod shm;

@@ -7,6 +7,15 @@
 //! (reading multi-GB files twice would halve restore speed); a mismatch fails the restore before
 //! RESUME, and every fd the restore opened is closed on the way out, so the half-restored state
 //! goes away with the restored process that criu then kills.
+//!
+//! On a node with more GPUs than the image, the mapping takes a subset (see `topology::map`) and
+//! the process keeps its image's gpu_ids on it. The 6.1 driver's RESTORE wants one device bucket
+//! per GPU of the restoring process (`num_devices` equal to its per-device records, one per GPU
+//! its device cgroup allows), so the other GPUs are listed too, with no state and ids the image
+//! does not use ([`SpareGpu`]), and the private data gets their records
+//! ([`crate::priv_data`]). A host process therefore has those GPUs after the restore (it never
+//! names them: its runtime enumerated GPUs before the checkpoint); a container that must not have
+//! them is given only its GPUs by its device cgroup.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
@@ -57,6 +66,12 @@ pub enum RestoreError {
     /// No mapping of the image's GPUs onto this machine's exists.
     #[error("the checkpointed GPUs cannot be mapped onto this machine's:\n{0}")]
     Mapping(#[from] topology::MapError),
+    /// The restoring process's `/dev/kfd` does not have the GPUs the topology shows.
+    #[error("{0}")]
+    ProcessGpus(String),
+    /// The private data cannot be adapted to the restoring process's other GPUs.
+    #[error(transparent)]
+    PrivData(#[from] crate::priv_data::PrivDataError),
     /// This KFD has no checkpoint/restore interface (checked before anything is created).
     #[error(transparent)]
     Version(#[from] crate::kfd_version::VersionError),
@@ -79,7 +94,8 @@ impl RestoreError {
     pub fn errno(&self) -> Errno {
         match self {
             RestoreError::Kfd(e) => e.errno().unwrap_or(Errno::EIO),
-            RestoreError::Mapping(_) => Errno::ENODEV,
+            RestoreError::Mapping(_) | RestoreError::ProcessGpus(_) => Errno::ENODEV,
+            RestoreError::PrivData(_) => Errno::EINVAL,
             RestoreError::Version(_) => Errno::ENOSYS,
             RestoreError::Image(_) | RestoreError::Inconsistent { .. } => Errno::EINVAL,
             _ => Errno::EIO,
@@ -102,6 +118,18 @@ pub struct GpuRestore {
     pub verified: bool,
 }
 
+/// A GPU of the restoring process that the image did not have (a node with more GPUs): the
+/// 6.1 driver's RESTORE needs it listed, under an id the process does not use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpareGpu {
+    /// Its gpu_id on this machine.
+    pub gpu_id: u32,
+    /// The id the restored process has for it (its own gpu_id unless the image uses that id).
+    pub user_gpu_id: u32,
+    /// Its render minor.
+    pub render_minor: u32,
+}
+
 /// A restored `/dev/kfd`: the files the restored process keeps, and what criu still needs.
 #[derive(Debug)]
 pub struct Restored<T: Transport> {
@@ -111,6 +139,8 @@ pub struct Restored<T: Transport> {
     pub renders: BTreeMap<u32, RenderNode<T>>,
     /// The GPU mapping used.
     pub mapping: Mapping,
+    /// The process's GPUs beyond the image's (restored with no state on them).
+    pub spares: Vec<SpareGpu>,
     /// Offset changes for UPDATE_VMA_MAP.
     pub vmas: VmaRemaps,
     /// Per GPU.
@@ -331,6 +361,24 @@ pub fn restore_kfd<P: Platform>(
 
     let kfd = platform.open_kfd()?;
     crate::kfd_version::check(&kfd)?;
+    // A process without device state needs no RESTORE, so no bucket for any GPU.
+    let spares = if is_empty(&msg) {
+        Vec::new()
+    } else {
+        spare_gpus(&kfd, &mapping, &gpu_ids, &local)?
+    };
+    let spare_ids: Vec<u32> = spares.iter().map(|g| g.user_gpu_id).collect();
+    let priv_data = if spares.is_empty() {
+        std::borrow::Cow::Borrowed(&msg.priv_data)
+    } else {
+        std::borrow::Cow::Owned(crate::priv_data::for_more_devices(
+            &msg.priv_data,
+            gpu_ids.len(),
+            msg.bo_entries.len(),
+            msg.num_of_objects,
+            &spare_ids,
+        )?)
+    };
     let mut renders = BTreeMap::new();
     for &gpu in &gpu_ids {
         let m = mapping
@@ -342,7 +390,13 @@ pub fn restore_kfd<P: Platform>(
         };
         renders.insert(gpu, render);
     }
-    let devices = gpu_ids
+    // The driver keeps a reference to each render file it takes a VM from: the spares' files
+    // need not outlive the RESTORE in this process.
+    let spare_renders = spares
+        .iter()
+        .map(|g| platform.open_render(g.render_minor))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut devices = gpu_ids
         .iter()
         .map(|&gpu| {
             let m = mapping
@@ -356,6 +410,14 @@ pub fn restore_kfd<P: Platform>(
             })
         })
         .collect::<Result<Vec<_>, RestoreError>>()?;
+    for (g, render) in spares.iter().zip(&spare_renders) {
+        let bad = || inconsistent(id, format!("GPU id 0 among the spare GPUs {spares:?}"));
+        devices.push(RestoreDevice {
+            user_gpu_id: GpuId::new(g.user_gpu_id).ok_or_else(bad)?,
+            actual_gpu_id: GpuId::new(g.gpu_id).ok_or_else(bad)?,
+            drm: render.as_fd(),
+        });
+    }
     let bos: Vec<RestoreBo> = msg
         .bo_entries
         .iter()
@@ -373,9 +435,10 @@ pub fn restore_kfd<P: Platform>(
         log::info!("image {id} holds no GPU state; /dev/kfd is reopened only");
         Vec::new()
     } else {
-        kfd.criu_restore(&devices, &bos, &msg.priv_data, msg.num_of_objects)?
+        kfd.criu_restore(&devices, &bos, &priv_data, msg.num_of_objects)?
     };
     drop(devices);
+    drop(spare_renders);
 
     let gpus = copy_contents(platform, &mapping, &msg, &restored, readers, opts)?;
 
@@ -396,11 +459,91 @@ pub fn restore_kfd<P: Platform>(
         kfd,
         renders,
         mapping,
+        spares,
         vmas,
         gpus,
         pid: msg.pid,
         elapsed: start.elapsed(),
     }))
+}
+
+/// The restoring process's GPUs that `mapping` leaves out, with the ids the restore gives them.
+///
+/// Its `/dev/kfd` has a per-device record for every GPU its device cgroup lets it use
+/// (`GET_PROCESS_APERTURES_NEW` lists them; the kernel filters the topology it may read by the
+/// same rule), and the 6.1 driver's RESTORE wants a device bucket for each (`num_devices` must
+/// equal their number). A GPU the image did not have keeps its own gpu_id as the id the process
+/// knows it by, unless the image uses that id for another GPU (the restored process names its
+/// GPUs by the image's ids, which must stay unambiguous); then it gets the lowest 16-bit id that
+/// no GPU of the image or of this node has. The process never names these GPUs: its runtime
+/// enumerated the GPUs before the checkpoint.
+fn spare_gpus<T: Transport>(
+    kfd: &Kfd<T>,
+    mapping: &Mapping,
+    image_ids: &[u32],
+    local: &topology::Topology,
+) -> Result<Vec<SpareGpu>, RestoreError> {
+    let own: Vec<u32> = kfd
+        .get_process_apertures_new()?
+        .iter()
+        .map(|a| a.gpu_id)
+        .collect();
+    let own_list = || {
+        own.iter()
+            .map(|g| format!("{g:#x}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Some(m) = mapping
+        .gpus
+        .iter()
+        .find(|m| !own.contains(&m.destination_gpu_id))
+    {
+        return Err(RestoreError::ProcessGpus(format!(
+            "image GPU {:#x} maps to GPU {:#x} (renderD{}), which the restoring process may not              use: its /dev/kfd has GPUs [{}] (is the topology read from another node or outside              the container?)",
+            m.source_gpu_id,
+            m.destination_gpu_id,
+            m.destination_render_minor,
+            own_list()
+        )));
+    }
+    let local_ids: Vec<u32> = local.gpus().map(|n| n.gpu_id).collect();
+    let mut taken: Vec<u32> = image_ids.to_vec();
+    let mut out = Vec::new();
+    for &gpu in &own {
+        if mapping.gpus.iter().any(|m| m.destination_gpu_id == gpu) {
+            continue;
+        }
+        let node = local.gpus().find(|n| n.gpu_id == gpu).ok_or_else(|| {
+            RestoreError::ProcessGpus(format!(
+                "the restoring process's /dev/kfd has GPU {gpu:#x} (of [{}]), which the GPU                  topology does not show",
+                own_list()
+            ))
+        })?;
+        let user_gpu_id = if taken.contains(&gpu) {
+            (1..=0xffff)
+                .find(|id| !taken.contains(id) && !local_ids.contains(id) && !own.contains(id))
+                .ok_or_else(|| RestoreError::ProcessGpus("no free GPU id left".to_owned()))?
+        } else {
+            gpu
+        };
+        taken.push(user_gpu_id);
+        log::info!(
+            "GPU {gpu:#x} (renderD{}) is the restored process's too, but not the image's: it              gets no state{}",
+            node.render_minor(),
+            if user_gpu_id == gpu {
+                String::new()
+            } else {
+                format!(", and id {user_gpu_id:#x} (the image uses {gpu:#x} for another GPU)")
+            }
+        );
+        out.push(SpareGpu {
+            gpu_id: gpu,
+            user_gpu_id,
+            render_minor: node.render_minor(),
+        });
+    }
+    Ok(out)
 }
 
 /// Writes every GPU's pages file into its restored BOs, one thread per GPU.

@@ -1,5 +1,6 @@
-//! Mapping time for large nodes. The promise (issue: topology remap): a 16-GPU node with four
-//! xGMI hives of four maps in well under 10 ms.
+//! Mapping time for large nodes. The promises: a 16-GPU node with four xGMI hives of four maps
+//! in well under 10 ms (issue: topology remap), and so does an 8-GPU image onto a 16-GPU node
+//! (issue: GPU containers, restore onto a node with more GPUs).
 
 #![allow(clippy::unwrap_used, missing_docs)] // bench code
 
@@ -92,5 +93,81 @@ fn bench(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench);
+/// `gpus` GCDs two per CPU node, in hives of `hive`, with gpu_ids from `first_id`.
+fn gcds(gpus: usize, hive: usize, first_id: u32) -> Topology {
+    let mut b = TopologyBuilder::new().cpus(gpus / 2);
+    for i in 0..gpus {
+        let id = first_id + u32::try_from(i).unwrap();
+        b = b.gpu(GpuSpec::mi250x_gcd().numa(i / 2).caches(0).gpu_id(id));
+    }
+    for h in 0..gpus / hive {
+        b = b.hive(h * hive..(h + 1) * hive);
+    }
+    b.build()
+}
+
+fn bench_subsets(c: &mut Criterion) {
+    let on = CheckOptions::default();
+    let numa_off = on.with(topology::Check::Numa, false);
+    let sixteen = gcds(16, 8, 0xc000);
+    for (name, src, options) in [
+        (
+            "8 GCDs in a hive onto 16 in two hives of 8",
+            gcds(8, 8, 0x100),
+            on,
+        ),
+        (
+            "8 GCDs in a hive onto 16 in two hives of 8, KFD_NUMA_CHECK=0",
+            gcds(8, 8, 0x100),
+            numa_off,
+        ),
+        (
+            "8 GCDs in four hives of 2 onto 16 in two hives of 8",
+            gcds(8, 2, 0x100),
+            on,
+        ),
+        (
+            "2 GCDs in a hive onto 16 in two hives of 8",
+            gcds(2, 2, 0x100),
+            on,
+        ),
+    ] {
+        let m = map_gpus(&src, &sixteen, &options).unwrap();
+        assert_eq!(m.unused.len(), 16 - src.gpus().count());
+        c.bench_function(&format!("subset: {name}"), |b| {
+            b.iter(|| map_gpus(black_box(&src), black_box(&sixteen), &options));
+        });
+    }
+    let pcie = |gpus: usize, first_id: u32| {
+        let mut b = TopologyBuilder::new().cpus(2);
+        for i in 0..gpus {
+            let id = first_id + u32::try_from(i).unwrap();
+            b = b.gpu(GpuSpec::mi100().numa(i % 2).caches(0).gpu_id(id));
+        }
+        b.build()
+    };
+    let (src, dst) = (pcie(8, 0x100), pcie(16, 0xc000));
+    assert!(map_gpus(&src, &dst, &on).is_ok());
+    c.bench_function("subset: 8 PCIe GPUs onto 16 on two NUMA nodes", |b| {
+        b.iter(|| map_gpus(black_box(&src), black_box(&dst), &on));
+    });
+    // Fewer fitting GPUs than the image: one old GCD in each hive of 8.
+    let mut dst = gcds(16, 8, 0xc000);
+    for id in [0xc003, 0xc00c] {
+        dst.gpu_mut(id)
+            .unwrap()
+            .properties
+            .set(topology::model::keys::FW_VERSION, 1);
+    }
+    let src = gcds(8, 8, 0x100);
+    assert!(map_gpus(&src, &dst, &on).is_err());
+    c.bench_function(
+        "subset: refuse a hive of 8 onto two hives of 8 with 7 fitting each",
+        |b| {
+            b.iter(|| map_gpus(black_box(&src), black_box(&dst), &on));
+        },
+    );
+}
+
+criterion_group!(benches, bench, bench_subsets);
 criterion_main!(benches);

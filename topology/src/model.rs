@@ -603,6 +603,23 @@ impl Topology {
         hives
     }
 
+    /// The topology as a process that may use only the GPUs `keep` selects sees it (a
+    /// container's device cgroup): the other GPU nodes are missing, as the parser skips the nodes
+    /// the kernel does not let it read, and the links to them are no longer valid (so a hive
+    /// shrinks to its visible members). Node ids do not change; CPU nodes stay.
+    #[must_use]
+    pub fn restricted_to(&self, keep: impl Fn(&Node) -> bool) -> Self {
+        Self {
+            nodes: self
+                .nodes
+                .iter()
+                .filter(|n| !n.is_gpu() || keep(n))
+                .cloned()
+                .collect(),
+            ..self.clone()
+        }
+    }
+
     /// The same topology with its nodes in `order` (a permutation of the node ids) and renumbered
     /// 0.. in that order; links follow their nodes. Used to make "same machine, enumerated
     /// differently" variants.

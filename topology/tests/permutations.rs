@@ -1,5 +1,6 @@
-//! Property: the same machine enumerated differently always maps, bijectively, keeping every
-//! equality property and every hive.
+//! Properties: the same machine enumerated differently always maps, bijectively, keeping every
+//! equality property and every hive; and so does a machine onto a larger one that holds it (more
+//! GPUs, anywhere in the enumeration), injectively.
 
 #![allow(clippy::unwrap_used)] // test code
 
@@ -38,29 +39,77 @@ fn machine(cpus: usize, genes: &[GpuGene]) -> Topology {
 }
 
 fn case() -> impl Strategy<Value = (Topology, Vec<u32>, Vec<u32>)> {
+    (1usize..=3, prop::collection::vec(gene(), 1..=10)).prop_flat_map(|(cpus, genes)| {
+        let t = machine(cpus, &genes);
+        let ids: Vec<u32> = t.nodes.iter().map(|n| n.id).collect();
+        let n_gpus = genes.len();
+        (
+            Just(t),
+            Just(ids).prop_shuffle(),
+            prop::collection::hash_set(1u32..=0xffff, n_gpus)
+                .prop_map(|s| s.into_iter().collect::<Vec<u32>>()),
+        )
+    })
+}
+
+fn gene() -> impl Strategy<Value = GpuGene> {
+    any::<(u8, u8, bool, Option<u8>)>().prop_map(|(m, n, t, h)| (m, n, t, h.map(|h| h % 3)))
+}
+
+/// A machine, and a larger one: the same GPUs plus `extra`, enumerated in a shuffled order.
+fn superset_case() -> impl Strategy<Value = (Topology, Topology, Vec<u32>)> {
     (
         1usize..=3,
-        prop::collection::vec(
-            any::<(u8, u8, bool, Option<u8>)>()
-                .prop_map(|(m, n, t, h)| (m, n, t, h.map(|h| h % 3))),
-            1..=10,
-        ),
+        prop::collection::vec(gene(), 1..=8),
+        prop::collection::vec(gene(), 1..=8),
     )
-        .prop_flat_map(|(cpus, genes)| {
-            let t = machine(cpus, &genes);
-            let ids: Vec<u32> = t.nodes.iter().map(|n| n.id).collect();
-            let n_gpus = genes.len();
-            (
-                Just(t),
-                Just(ids).prop_shuffle(),
-                prop::collection::hash_set(1u32..=0xffff, n_gpus)
-                    .prop_map(|s| s.into_iter().collect::<Vec<u32>>()),
-            )
+        .prop_flat_map(|(cpus, genes, extra)| {
+            let src = machine(cpus, &genes);
+            let all: Vec<GpuGene> = genes.iter().chain(&extra).copied().collect();
+            let dst = machine(cpus, &all);
+            let ids: Vec<u32> = dst.nodes.iter().map(|n| n.id).collect();
+            (Just(src), Just(dst), Just(ids).prop_shuffle())
         })
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn a_machine_always_maps_into_a_larger_one_that_holds_it(
+        (src, dst, order) in superset_case()
+    ) {
+        let mut dst = dst.renumbered(&order);
+        for (i, node) in dst.nodes.iter_mut().filter(|n| n.is_gpu()).enumerate() {
+            node.gpu_id = 0x8000 + u32::try_from(i).unwrap();
+        }
+        let m = map_gpus(&src, &dst, &CheckOptions::default())
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+
+        // Injective, and every other GPU is listed as unused.
+        let mut targets: Vec<u32> = m.gpus.iter().map(|g| g.destination_gpu_id).collect();
+        targets.extend(m.unused.iter().map(|u| u.gpu.gpu_id));
+        targets.sort_unstable();
+        let mut all: Vec<u32> = dst.gpus().map(|n| n.gpu_id).collect();
+        all.sort_unstable();
+        prop_assert_eq!(targets, all);
+        prop_assert_eq!(m.gpus.len(), src.gpus().count());
+
+        for g in &m.gpus {
+            let (s, d) = (src.gpu(g.source_gpu_id).unwrap(), dst.gpu(g.destination_gpu_id).unwrap());
+            for key in EQUAL_PROPERTIES {
+                prop_assert_eq!(s.prop(key), d.prop(key), "{}", key);
+            }
+        }
+        let dst_hives = dst.hives();
+        for hive in src.hives() {
+            let images: Vec<u32> = hive.iter().map(|g| m.destination_gpu(*g).unwrap()).collect();
+            prop_assert!(
+                dst_hives.iter().any(|h| images.iter().all(|g| h.contains(g))),
+                "hive {:x?} -> {:x?}", hive, images
+            );
+        }
+    }
 
     #[test]
     fn a_renumbered_machine_always_maps_and_keeps_properties_and_hives(

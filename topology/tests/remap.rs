@@ -298,11 +298,11 @@ fn numa_placement_violated_is_refused_unless_the_numa_check_is_off() {
 
 #[rstest]
 #[case::fewer_gpus_here(mi100x4(), TopologyBuilder::new().cpus(2).gpus(3, &GpuSpec::mi100()).build())]
-#[case::more_gpus_here(mi210_hive4(), mi250x_hive8())]
 #[case::no_gpus_here(mi100x4(), TopologyBuilder::new().cpus(2).build())]
-fn different_gpu_counts_always_fail(#[case] src: Topology, #[case] dst: Topology) {
+fn fewer_gpus_here_always_fail(#[case] src: Topology, #[case] dst: Topology) {
     let err = map_gpus(&src, &dst, &CheckOptions::all(false)).unwrap_err();
     assert!(matches!(err, MapError::GpuCount { .. }), "{err}");
+    assert!(err.to_string().contains("at least as many"), "{err}");
 }
 
 #[test]

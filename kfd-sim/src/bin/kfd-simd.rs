@@ -50,6 +50,22 @@ enum Command {
         /// The directory to write (created if needed).
         dir: PathBuf,
     },
+    /// Write the sysfs slice AMD's userspace reads (the KFD topology, the GPUs' PCI functions with
+    /// their DRM minors, the amdgpu module), laid out like /sys, into DIR.
+    WriteSysfs {
+        /// A built-in preset (see `kfd-simd presets`).
+        #[arg(long, conflicts_with = "file", required_unless_present = "file")]
+        preset: Option<String>,
+        /// A preset file (TOML, or JSON if it ends in .json).
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// Also give each CUSE-served render node (devices/virtual/cuse/dri!renderD*) the device
+        /// link of a DRM minor.
+        #[arg(long)]
+        cuse: bool,
+        /// The directory to write (created if needed), standing for /sys.
+        dir: PathBuf,
+    },
     /// Serve /dev/kfd and one render node (/dev/dri/renderD*) per GPU over CUSE (needs root and
     /// /dev/cuse) until SIGTERM or SIGINT. Prints a `READY` line when every node exists.
     Serve {
@@ -62,6 +78,11 @@ enum Command {
         /// Where to write the sysfs topology tree that clients read (AMDGPU_CR_TOPOLOGY_ROOT).
         #[arg(long)]
         topology_dir: PathBuf,
+        /// Also write the sysfs slice AMD's userspace reads, laid out like /sys, into this
+        /// directory (see `write-sysfs`; the CUSE render nodes get their device links), for
+        /// ci/vm-lane.d/kfd.inc's mount_sim_sysfs to mount over /sys.
+        #[arg(long)]
+        sysfs_dir: Option<PathBuf>,
         /// The CUSE control device.
         #[arg(long, default_value = "/dev/cuse")]
         cuse: PathBuf,
@@ -74,6 +95,14 @@ enum Command {
         /// Seconds to wait for the device nodes to appear.
         #[arg(long, default_value_t = 10)]
         ready_timeout: u64,
+        /// The control device of the kfd_bridge kernel module (ci/kmod): when it exists, the
+        /// devices are served through the module's proxies, which add mmap and fds installed into
+        /// the caller.
+        #[arg(long, default_value = kfd_sim::cuse::bridge::DEFAULT_PATH)]
+        bridge: PathBuf,
+        /// Plain CUSE even when the kfd_bridge module is loaded.
+        #[arg(long)]
+        no_bridge: bool,
         /// The KFD interface version to report (MAJOR.MINOR, e.g. 1.7 for a kernel without
         /// checkpoint/restore); default: the simulator's own, 1.11.
         #[arg(long, value_parser = parse_version)]
@@ -94,6 +123,7 @@ struct Serve {
     preset: Option<String>,
     file: Option<PathBuf>,
     topology_dir: PathBuf,
+    sysfs_dir: Option<PathBuf>,
     cfg: ServeConfig,
     ready_timeout: Duration,
 }
@@ -109,6 +139,12 @@ fn serve(args: Serve) -> Result<(), String> {
         .to_string());
     }
     topology::write(&topology, &args.topology_dir).map_err(|e| e.to_string())?;
+    if let Some(dir) = &args.sysfs_dir {
+        let opts = kfd_sim::sysfs::SysfsOptions {
+            cuse_render_nodes: true,
+        };
+        kfd_sim::sysfs::write(&topology, dir, opts).map_err(|e| e.to_string())?;
+    }
     // Block the termination signals before any thread exists, so that only sigwait sees them.
     let signals = TermSignals::block().map_err(|e| format!("blocking signals: {e}"))?;
     let server = CuseServer::start(topology, &args.cfg).map_err(|e| e.to_string())?;
@@ -133,8 +169,20 @@ fn serve(args: Serve) -> Result<(), String> {
             .map(|d| format!(" AMDGPU_CR_KFD_PATH={}", d.path.display()))
             .unwrap_or_default()
     );
+    if let Some(dir) = &args.sysfs_dir {
+        let _ = writeln!(out, "kfd-simd: sysfs slice in {}", dir.display());
+    }
     for d in &devices {
-        let _ = writeln!(out, "kfd-simd: serving {}", d.path.display());
+        match &d.backend {
+            Some(b) => writeln!(
+                out,
+                "kfd-simd: serving {} (kfd_bridge proxy of {})",
+                d.path.display(),
+                b.display()
+            ),
+            None => writeln!(out, "kfd-simd: serving {}", d.path.display()),
+        }
+        .ok();
     }
     let paths: Vec<String> = devices
         .iter()
@@ -232,24 +280,48 @@ fn run(cli: Cli) -> Result<(), String> {
             preset,
             file,
             topology_dir,
+            sysfs_dir,
             cuse,
             kfd_name,
             max_threads,
             ready_timeout,
+            bridge,
+            no_bridge,
             kfd_version,
         } => serve(Serve {
             preset,
             file,
             topology_dir,
+            sysfs_dir,
             cfg: ServeConfig {
                 cuse_path: cuse,
                 kfd_name,
                 max_threads,
+                bridge_path: (!no_bridge).then_some(bridge),
                 kfd_version,
                 ..ServeConfig::default()
             },
             ready_timeout: Duration::from_secs(ready_timeout),
         }),
+        Command::WriteSysfs {
+            preset,
+            file,
+            cuse,
+            dir,
+        } => {
+            let preset = load_preset(preset, file)?;
+            let topology = preset.to_topology().map_err(|e| e.to_string())?;
+            let opts = kfd_sim::sysfs::SysfsOptions {
+                cuse_render_nodes: cuse,
+            };
+            kfd_sim::sysfs::write(&topology, &dir, opts).map_err(|e| e.to_string())?;
+            println!(
+                "wrote the sysfs slice of {} to {}",
+                preset.name,
+                dir.display()
+            );
+            Ok(())
+        }
         Command::WriteTopology { preset, file, dir } => {
             let preset = load_preset(preset, file)?;
             let topology = preset.to_topology().map_err(|e| e.to_string())?;

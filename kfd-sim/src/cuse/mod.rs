@@ -10,6 +10,9 @@
 //!   fetched with `pidfd_getfd`, fds the kernel would install kept in the daemon for the client
 //!   to fetch (the client side of that is `kfd_abi::cuse`).
 //!
+//! - [`bridge`]: with the VM lane's kernel module loaded (`ci/kmod/kfd_bridge`), the devices are
+//!   served through its proxies, which add mmap and fds installed into the caller.
+//!
 //! Three request codes exist only here, all outside the real drivers' tables (real amdkfd
 //! answers `EINVAL`/`ENOTTY`, a real amdgpu render node `EINVAL`):
 //! `kfd_abi::cuse::SIM_DAEMON_PID` (`_IOR('K', 0x7f, u32)`), `kfd_abi::cuse::SIM_CLOSE_FD`
@@ -19,6 +22,7 @@
 //! Needs root (or at least CAP_SYS_ADMIN to open `/dev/cuse`, and ptrace access to the clients
 //! for `process_vm_*` and `pidfd_getfd`).
 
+pub mod bridge;
 mod client;
 pub mod os;
 pub mod proto;
@@ -82,6 +86,9 @@ pub enum CuseError {
         /// Missing nodes.
         missing: String,
     },
+    /// The kernel module's control device exists but could not be used.
+    #[error(transparent)]
+    Bridge(#[from] bridge::BridgeError),
     /// The machine could not be built.
     #[error(transparent)]
     Machine(#[from] MachineError),

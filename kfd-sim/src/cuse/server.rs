@@ -42,14 +42,15 @@ use std::time::{Duration, Instant};
 use kfd_abi::Errno;
 use topology::Topology;
 
+use super::bridge::{self, Bridge, HandOvers};
 use super::client::CuseClient;
 use super::os::{self, ProcStatus};
 use super::proto::{self, InHeader, Opcode};
 use super::{CuseError, CUSE_FILE_DEV, SIM_PROBE};
+use crate::host::FileKey;
 use crate::machine::{lock, FileKind, MachineInner, OpenFile};
 use crate::process::KfdProcess;
 use crate::render::RenderFile;
-use crate::sys::FileKey;
 
 /// The DRM character major: render nodes are served with their real numbers.
 pub const DRM_MAJOR: u32 = 226;
@@ -74,6 +75,9 @@ pub struct ServeConfig {
     pub dev_root: PathBuf,
     /// Reader threads per device at most.
     pub max_threads: usize,
+    /// The control device of the kernel module that gives our devices mmap and fd installation
+    /// (`ci/kmod/kfd_bridge`); used when it exists. `None`: plain CUSE even if it does.
+    pub bridge_path: Option<PathBuf>,
     /// The KFD interface version GET_VERSION reports (`None`: the simulator's own, 1.11).
     pub kfd_version: Option<kfd_abi::kfd::Version>,
 }
@@ -85,6 +89,7 @@ impl Default for ServeConfig {
             kfd_name: "kfd".into(),
             dev_root: PathBuf::from("/dev"),
             max_threads: 32,
+            bridge_path: Some(PathBuf::from(bridge::DEFAULT_PATH)),
             kfd_version: None,
         }
     }
@@ -109,10 +114,12 @@ pub enum DeviceRole {
 pub struct ServedDevice {
     /// KFD or render node.
     pub role: DeviceRole,
-    /// The CUSE DEVNAME (`kfd`, `dri/renderD128`).
+    /// The CUSE DEVNAME (`kfd`, `dri/renderD128`; `kfd-sim/...` behind the bridge).
     pub devname: String,
-    /// The node under the dev root.
+    /// The node clients open, under the dev root.
     pub path: PathBuf,
+    /// Behind the kernel module's proxy at `path`: the CUSE node itself.
+    pub backend: Option<PathBuf>,
 }
 
 struct Device {
@@ -145,6 +152,9 @@ pub(crate) struct Shared {
     next_fh: AtomicU64,
     procs: Mutex<HashMap<u32, ProcEntry>>,
     pub(crate) render_rdevs: Vec<u64>,
+    /// The kernel module's control device, when our devices are served through it (taken out
+    /// at shutdown, which removes the proxies).
+    bridge: Mutex<Option<Arc<Bridge>>>,
     stop_rx: UnixStream,
     max_threads: usize,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -158,6 +168,10 @@ pub struct CuseServer {
     devices: Vec<Arc<Device>>,
     stop_tx: Option<UnixStream>,
     reaper: Option<JoinHandle<()>>,
+    /// The dev root of the public nodes.
+    dev_root: PathBuf,
+    /// Whether the bridge's proxies exist yet (made once the CUSE nodes have appeared).
+    proxies_made: AtomicBool,
 }
 
 impl std::fmt::Debug for CuseServer {
@@ -172,6 +186,10 @@ impl CuseServer {
     /// Registers `/dev/<kfd_name>` and `/dev/dri/renderD<minor>` for every GPU of `topology`
     /// and starts serving them. The nodes appear shortly after: see [`wait_ready`].
     ///
+    /// When the kernel module's control device exists ([`ServeConfig::bridge_path`]), the CUSE
+    /// devices get private names and the module's proxies the public ones (see
+    /// [`bridge`](super::bridge)); [`wait_ready`] makes the proxies.
+    ///
     /// [`wait_ready`]: CuseServer::wait_ready
     pub fn start(topology: Topology, cfg: &ServeConfig) -> Result<Self, CuseError> {
         if !cfg.cuse_path.exists() {
@@ -179,7 +197,11 @@ impl CuseServer {
                 path: cfg.cuse_path.clone(),
             });
         }
-        Self::start_with(topology, cfg, || open_cuse(cfg))
+        let bridge = match cfg.bridge_path.as_deref().filter(|p| p.exists()) {
+            Some(p) => Some(Bridge::open(p)?),
+            None => None,
+        };
+        Self::start_with(topology, cfg, bridge, || open_cuse(cfg))
     }
 
     /// [`start`](Self::start) with the connections made by `connect` (one per device, each with
@@ -187,6 +209,7 @@ impl CuseServer {
     fn start_with(
         topology: Topology,
         cfg: &ServeConfig,
+        bridge: Option<Bridge>,
         mut connect: impl FnMut() -> Result<File, CuseError>,
     ) -> Result<Self, CuseError> {
         let machine = Arc::new(MachineInner::new(topology)?);
@@ -216,6 +239,7 @@ impl CuseServer {
             next_fh: AtomicU64::new(1),
             procs: Mutex::new(HashMap::new()),
             render_rdevs,
+            bridge: Mutex::new(None),
             stop_rx,
             max_threads: cfg.max_threads.max(2),
             threads: Mutex::new(Vec::new()),
@@ -225,14 +249,30 @@ impl CuseServer {
             devices: Vec::new(),
             stop_tx: Some(stop_tx),
             reaper: None,
+            dev_root: cfg.dev_root.clone(),
+            proxies_made: AtomicBool::new(false),
         };
-        for (role, devname) in roles {
-            let cuse = register(connect()?, role, &devname)?;
+        let bridged = bridge.is_some();
+        if let Some(b) = bridge {
+            log::info!(
+                "kfd-simd: serving through the kernel module ({}): mmap and installed fds",
+                b.path().display()
+            );
+            *lock(&shared.bridge) = Some(Arc::new(b));
+        }
+        for (role, public) in roles {
+            let devname = if bridged {
+                bridge::backend_devname(&public)
+            } else {
+                public.clone()
+            };
+            let cuse = register(connect()?, role, &devname, bridged)?;
             let dev = Arc::new(Device {
                 cuse,
                 info: ServedDevice {
                     role,
-                    path: cfg.dev_root.join(&devname),
+                    path: cfg.dev_root.join(&public),
+                    backend: bridged.then(|| cfg.dev_root.join(&devname)),
                     devname,
                 },
                 idle: AtomicUsize::new(0),
@@ -259,9 +299,45 @@ impl CuseServer {
     }
 
     /// Waits until every device node exists as a character device; fails when the kernel
-    /// refused a device or after `timeout`.
+    /// refused a device or after `timeout`. Behind the bridge: waits for the CUSE nodes, puts
+    /// the module's proxies in front of them, then waits for the public nodes.
     pub fn wait_ready(&self, timeout: Duration) -> Result<(), CuseError> {
         let start = Instant::now();
+        let bridge = lock(&self.shared.bridge).clone();
+        if let Some(b) = bridge {
+            if !self.proxies_made.load(Ordering::SeqCst) {
+                self.wait_nodes(start, timeout, |d| d.backend.as_deref())?;
+                for d in &self.devices {
+                    let backend = d.info.backend.as_deref().unwrap_or(&d.info.path);
+                    let public = d
+                        .info
+                        .path
+                        .strip_prefix(&self.dev_root)
+                        .map_or_else(|_| d.info.devname.clone(), |p| p.display().to_string());
+                    let (major, minor) = match d.info.role {
+                        DeviceRole::Kfd => (0, 0),
+                        DeviceRole::Render { minor, .. } => (DRM_MAJOR, minor),
+                    };
+                    let (ma, mi) = b.create(backend, &bridge::proxy_name(&public), major, minor)?;
+                    log::info!(
+                        "kfd-simd: {} ({ma}:{mi}) -> {}",
+                        d.info.path.display(),
+                        backend.display()
+                    );
+                }
+                self.proxies_made.store(true, Ordering::SeqCst);
+            }
+        }
+        self.wait_nodes(start, timeout, |d| Some(&d.path))
+    }
+
+    /// Waits until the `node` of every device is a character device.
+    fn wait_nodes(
+        &self,
+        start: Instant,
+        timeout: Duration,
+        node: impl Fn(&ServedDevice) -> Option<&Path>,
+    ) -> Result<(), CuseError> {
         loop {
             if let Some(d) = self.devices.iter().find(|d| d.dead.load(Ordering::SeqCst)) {
                 return Err(CuseError::Register {
@@ -274,8 +350,9 @@ impl CuseServer {
             let missing: Vec<String> = self
                 .devices
                 .iter()
-                .filter(|d| !is_char_device(&d.info.path))
-                .map(|d| d.info.path.display().to_string())
+                .filter_map(|d| node(&d.info))
+                .filter(|p| !is_char_device(p))
+                .map(|p| p.display().to_string())
                 .collect();
             if missing.is_empty() {
                 return Ok(());
@@ -288,6 +365,12 @@ impl CuseServer {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The state the reader threads share.
+    #[cfg(test)]
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
     }
 
     /// Stops serving: readers finish their current request, the devices disappear.
@@ -307,6 +390,17 @@ impl CuseServer {
             if batch.is_empty() {
                 break;
             }
+            // A reader sleeping in a call (WAIT_EVENTS of a live client) never looks at the stop
+            // signal: its call ends as an interrupted one does (EINTR), until every reader is out.
+            while !batch.iter().all(JoinHandle::is_finished) {
+                for d in &self.devices {
+                    for signal in lock(&d.inflight).values() {
+                        signal.store(true, Ordering::SeqCst);
+                    }
+                }
+                self.shared.wake_event_waiters();
+                std::thread::sleep(Duration::from_millis(20));
+            }
             for t in batch {
                 if t.join().is_err() {
                     log::error!("kfd-simd: a reader thread panicked");
@@ -316,6 +410,9 @@ impl CuseServer {
         if let Some(r) = self.reaper.take() {
             let _ = r.join();
         }
+        // Closing the module's control device removes the proxies (files open through them keep
+        // what they opened, and get errors from here on).
+        drop(lock(&self.shared.bridge).take());
         // Dropping the devices closes the /dev/cuse fds: the kernel removes the nodes.
         self.devices.clear();
         lock(&self.shared.files).clear();
@@ -355,8 +452,9 @@ fn open_cuse(cfg: &ServeConfig) -> Result<File, CuseError> {
         })
 }
 
-/// Answers the CUSE_INIT of one new connection: registers `devname` with the numbers of `role`.
-fn register(file: File, role: DeviceRole, devname: &str) -> Result<File, CuseError> {
+/// Answers the CUSE_INIT of one new connection: registers `devname` with the numbers of `role`
+/// (dynamic ones behind the bridge, whose proxies take the real numbers).
+fn register(file: File, role: DeviceRole, devname: &str, bridged: bool) -> Result<File, CuseError> {
     let reg = |what: String| CuseError::Register {
         devname: devname.to_owned(),
         what,
@@ -396,8 +494,8 @@ fn register(file: File, role: DeviceRole, devname: &str) -> Result<File, CuseErr
         return Err(reg("the kernel does not offer unrestricted ioctls".into()));
     }
     let (dev_major, dev_minor) = match role {
-        DeviceRole::Kfd => (0, 0),
-        DeviceRole::Render { minor, .. } => (DRM_MAJOR, minor),
+        DeviceRole::Render { minor, .. } if !bridged => (DRM_MAJOR, minor),
+        _ => (0, 0),
     };
     let out = proto::CuseInitOut {
         minor,
@@ -641,8 +739,13 @@ impl Shared {
             dev.info.devname
         );
         signal.store(true, Ordering::SeqCst);
-        // Wake every event waiter; the interrupted one sees its flag, the others sleep again.
-        // Taking each process's lock first orders the wake-up after a waiter's flag check.
+        self.wake_event_waiters();
+        None
+    }
+
+    /// Wakes every event waiter; the interrupted ones see their flag, the others sleep again.
+    /// Taking each process's lock first orders the wake-up after a waiter's flag check.
+    fn wake_event_waiters(&self) {
         let procs: Vec<Arc<KfdProcess>> = lock(&self.procs)
             .values()
             .filter_map(|e| e.kfd.clone())
@@ -651,7 +754,6 @@ impl Shared {
             let _state = p.lock();
             p.events_cv.notify_all();
         }
-        None
     }
 
     fn ioctl(&self, dev: &Device, h: &InHeader, body: &[u8], signal: &AtomicBool) -> Vec<u8> {
@@ -666,12 +768,16 @@ impl Shared {
             Ok(st) => st,
             Err(_) => return proto::ioctl_reply(h.unique, Err(Errno::ESRCH)),
         };
+        let bridge = lock(&self.bridge).clone();
+        let handovers = bridge.as_ref().map(|_| HandOvers::default());
         let client = CuseClient {
             shared: self,
             tid: h.pid,
             status: st,
             may_probe: dev.info.role == DeviceRole::Kfd,
             signal,
+            arg: io.arg,
+            handovers: handovers.as_ref(),
         };
         log::trace!(
             "kfd-simd: {} {} on fh {} by tid {} (tgid {})",
@@ -690,16 +796,33 @@ impl Shared {
             }
             kfd_abi::cuse::SIM_CLOSE_FD => client.close_installed(io.arg),
             SIM_PROBE if st.tgid == self.own_pid => i32::try_from(io.fh).map_err(|_| Errno::EBADF),
+            bridge::proto::SIM_MMAP if bridge.is_some() => {
+                let caller = self.kfd_process_if_any(st.tgid);
+                bridge.as_ref().map_or(Err(Errno::EINVAL), |b| {
+                    b.answer_mmap(&self.machine, &file, caller.as_ref(), h.pid, io.arg)
+                })
+            }
             cmd => match &file.kind {
-                FileKind::Kfd(p) => {
-                    crate::dispatch::kfd_ioctl(&self.machine, p, &client, cmd, io.arg)
-                }
+                FileKind::Kfd(p) => crate::kfd::kfd_ioctl(&self.machine, p, &client, cmd, io.arg),
                 FileKind::Render(r) => {
                     crate::render::dispatch(&self.machine, r, &client, cmd, io.arg)
                 }
             },
         };
+        // The fds this call installs reach the caller through the module, before our answer.
+        let r = match (r, bridge, handovers) {
+            (Ok(v), Some(b), Some(fds)) => b.deliver(h.pid, fds.into_inner()).map(|()| v),
+            (r, ..) => r,
+        };
         proto::ioctl_reply(h.unique, r)
+    }
+
+    /// The KFD process of live process `tgid`, if it has opened /dev/kfd (`kfd_get_process`).
+    fn kfd_process_if_any(&self, tgid: u32) -> Option<Arc<KfdProcess>> {
+        lock(&self.procs)
+            .get(&tgid)
+            .filter(|e| !entry_exited(e))
+            .and_then(|e| e.kfd.clone())
     }
 
     /// The KFD process of `tgid`, created on its first open of /dev/kfd and kept until the
@@ -786,6 +909,14 @@ impl Shared {
         fd.is_some()
     }
 
+    /// How many fds installed for `tgid` wait to be fetched.
+    #[cfg(test)]
+    pub(crate) fn installed_count(&self, tgid: u32) -> usize {
+        lock(&self.procs)
+            .get(&tgid)
+            .map_or(0, |e| e.installed.len())
+    }
+
     /// Whether `fh` is an open file of ours.
     pub(crate) fn has_file(&self, fh: u64) -> bool {
         lock(&self.files).contains_key(&fh)
@@ -821,7 +952,7 @@ pub(crate) fn cuse_file_key(fh: u64) -> FileKey {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! The server against a fake kernel: a `SOCK_SEQPACKET` socket plays `/dev/cuse` (one message
     //! per request and per reply), and this test process plays the client (the header names our
     //! pid, so the server reads and writes our memory with `process_vm_*`).
@@ -833,7 +964,7 @@ mod tests {
     use crate::cuse::proto::{request, FUSE_IOCTL_UNRESTRICTED};
     use kfd_abi::ioctl::kfd;
 
-    struct FakeKernel {
+    pub(crate) struct FakeKernel {
         end: UnixStream,
         unique: u64,
     }
@@ -921,6 +1052,7 @@ mod tests {
         let s = CuseServer::start_with(
             preset.to_topology().unwrap(),
             &ServeConfig::default(),
+            None,
             || Ok(files.pop().unwrap()),
         )
         .unwrap();
@@ -928,7 +1060,7 @@ mod tests {
     }
 
     /// A server for /dev/kfd and two render nodes, past CUSE_INIT.
-    fn initialised_server() -> (CuseServer, Vec<FakeKernel>) {
+    pub(crate) fn initialised_server() -> (CuseServer, Vec<FakeKernel>) {
         let (s, mut k) = server(3);
         for kk in &mut k {
             kk.recv();
@@ -1086,6 +1218,56 @@ mod tests {
     }
 
     #[test]
+    fn shutdown_ends_a_call_that_sleeps_for_ever() {
+        let (s, mut k) = initialised_server();
+        let fh = k[0].open(me()).unwrap();
+        let mut ev = kfd_sys::kfd_ioctl_create_event_args {
+            event_type: kfd_sys::KFD_IOC_EVENT_SIGNAL,
+            ..Default::default()
+        };
+        let addr = std::ptr::addr_of_mut!(ev) as u64;
+        assert_eq!(k[0].ioctl(me(), fh, kfd::CREATE_EVENT, addr), 0);
+        let mut data = kfd_sys::kfd_event_data {
+            event_id: ev.event_id,
+            ..Default::default()
+        };
+        let mut wait = kfd_sys::kfd_ioctl_wait_events_args {
+            events_ptr: std::ptr::addr_of_mut!(data) as u64,
+            num_events: 1,
+            wait_for_all: 1,
+            timeout: u32::MAX,
+            ..Default::default()
+        };
+        let body = ioctl_body(fh, kfd::WAIT_EVENTS, std::ptr::addr_of_mut!(wait) as u64);
+        let waiting = k[0].send(39, me(), &body);
+        let start = Instant::now();
+        while lock(&s.devices[0].inflight).is_empty() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the wait never started"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // A client that waits for ever does not keep the daemon from stopping.
+        let stopping = std::thread::spawn(move || s.shutdown());
+        let start = Instant::now();
+        while !stopping.is_finished() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "shutdown hangs on a sleeping call"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        stopping.join().unwrap();
+        let (err, unique, out) = k[0].recv();
+        assert_eq!((err, unique), (0, waiting));
+        assert_eq!(
+            i32::from_ne_bytes(out[..4].try_into().unwrap()),
+            -libc::EINTR
+        );
+    }
+
+    #[test]
     fn open_ioctl_release_on_kfd() {
         let (s, mut k) = initialised_server();
         let fh = k[0].open(me()).unwrap();
@@ -1106,7 +1288,7 @@ mod tests {
         // Errors come back as -errno in the result: a wild pointer, an unknown number, a handle
         // that was never opened, a caller that does not exist.
         assert_eq!(k[0].ioctl(me(), fh, kfd::GET_VERSION, 0x10), -libc::EFAULT);
-        assert_eq!(k[0].ioctl(me(), fh, 0xdead_beef, addr), -libc::EINVAL);
+        assert_eq!(k[0].ioctl(me(), fh, 0xdead_beef, addr), -libc::ENOTTY);
         assert_eq!(
             k[0].ioctl(me(), 999_999, kfd::GET_VERSION, addr),
             -libc::EBADF

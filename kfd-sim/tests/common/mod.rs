@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod criu;
+
 use std::os::fd::AsFd;
 
 use kfd_abi::{AllocFlags, GpuId, IoctlError, Kfd, Transport};

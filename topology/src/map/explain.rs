@@ -195,8 +195,9 @@ impl Display for Reason {
                 destination_cpus,
             } => write!(
                 f,
-                "hangs off CPU node(s) {destination_cpus:?}, but the image's CPU node \
-                 {source_cpu} is already mapped to CPU node {to}"
+                "hangs off {}, but the image GPU's CPU node {source_cpu} already went to CPU \
+                 node {to}",
+                cpu_nodes(destination_cpus)
             ),
             Reason::NumaConflict {
                 source_cpu,
@@ -204,8 +205,8 @@ impl Display for Reason {
                 destination_cpus,
             } => write!(
                 f,
-                "hangs off CPU node(s) {destination_cpus:?}, already taken by CPU nodes of the \
-                 image other than {source_cpu}"
+                "hangs off {}, already taken by CPU nodes of the image other than {source_cpu}",
+                cpu_nodes(destination_cpus)
             ),
             Reason::Starves {
                 source_gpu: Some(gpu),
@@ -251,14 +252,25 @@ pub struct NumaGroup {
     pub gpus: Vec<u32>,
 }
 
+/// A group of destination GPUs joined by xGMI links, judged for one hive of the image.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LocalHive {
+    /// Its GPUs.
+    pub gpus: Vec<GpuRef>,
+    /// How many of them can take one of the image hive's GPUs.
+    pub fitting: usize,
+    /// The others, each with why it cannot take the hive's first GPU.
+    pub rejected: Vec<Rejection>,
+}
+
 /// Why the source GPUs cannot be mapped onto the destination's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum MapError {
-    /// Different numbers of GPUs.
+    /// Fewer GPUs here than in the image.
     #[error(
-        "the image was taken with {image_gpus} GPU(s) but this node has {local_gpus}; restore \
-         needs the same number (inside a container, check which GPUs are visible)"
+        "the image was taken with {image_gpus} GPU(s) but this node has only {local_gpus}; \
+         restore needs at least as many (inside a container, check which GPUs it may use)"
     )]
     GpuCount {
         /// GPUs in the image.
@@ -281,6 +293,16 @@ pub enum MapError {
         destinations: Vec<u32>,
         /// For each competing source GPU, why the other destinations are ruled out.
         unplaced: Vec<Unplaced>,
+    },
+    /// A hive of the image needs that many GPUs of one hive here that can take its GPUs, and no
+    /// hive here has them (e.g. one GPU of each hive has older firmware).
+    #[error("{}", display_no_hive_fits(image_hive, local_hives))]
+    NoHiveFits {
+        /// The image's GPUs joined by xGMI links.
+        image_hive: Vec<GpuRef>,
+        /// Each group of GPUs joined by xGMI links here, with how many of them can take one of
+        /// the image hive's GPUs and why the others cannot.
+        local_hives: Vec<LocalHive>,
     },
     /// The GPUs fit individually but not with their NUMA placement kept.
     #[error("{}", display_numa(image, local))]
@@ -376,6 +398,32 @@ fn display_contention(sources: &[u32], destinations: &[u32], unplaced: &[Unplace
     out
 }
 
+fn display_no_hive_fits(image_hive: &[GpuRef], local_hives: &[LocalHive]) -> String {
+    let k = image_hive.len();
+    let mut out = format!(
+        "the image's {} form an xGMI hive of {k}, which must go into one xGMI hive here; no hive \
+         here has {k} GPUs that can take its GPUs:",
+        gpu_list(image_hive)
+    );
+    for h in local_hives {
+        let _ = write!(
+            out,
+            "\n  the hive of {}, {}: {} can{}",
+            h.gpus.len(),
+            gpu_list(&h.gpus),
+            h.fitting,
+            if h.rejected.is_empty() { "" } else { "; not:" }
+        );
+        for line in rejection_lines(&h.rejected)
+            .lines()
+            .filter(|l| !l.is_empty())
+        {
+            let _ = write!(out, "\n  {line}");
+        }
+    }
+    out
+}
+
 fn display_numa(image: &[NumaGroup], local: &[NumaGroup]) -> String {
     let groups = |g: &[NumaGroup]| {
         g.iter()
@@ -410,7 +458,21 @@ fn display_no_consistent(partial: &[(u32, u32)], stuck: &Unplaced) -> String {
     out
 }
 
-fn hex_list(ids: &[u32]) -> String {
+/// "CPU node 1" or "CPU nodes 1, 2".
+fn cpu_nodes(ids: &[u32]) -> String {
+    let list = ids
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if ids.len() == 1 {
+        format!("CPU node {list}")
+    } else {
+        format!("CPU nodes {list}")
+    }
+}
+
+pub(super) fn hex_list(ids: &[u32]) -> String {
     ids.iter()
         .map(|id| format!("{id:#06x}"))
         .collect::<Vec<_>>()

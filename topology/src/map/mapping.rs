@@ -5,6 +5,8 @@ use std::fmt::{self, Display};
 
 use serde::Serialize;
 
+use super::choice::{unused_lines, UnusedGpu, PREFERENCE_ORDER};
+
 /// One mapped GPU.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct GpuMapping {
@@ -31,6 +33,9 @@ pub struct Mapping {
     /// to, in source order. One to one when `KFD_NUMA_CHECK` is on; otherwise the CPU node that
     /// each source CPU node's first GPU landed next to.
     pub cpus: Vec<(u32, u32)>,
+    /// The destination GPUs the mapping does not use (a node with more GPUs than the source),
+    /// in destination node order, each with why.
+    pub unused: Vec<UnusedGpu>,
 }
 
 impl Mapping {
@@ -86,6 +91,17 @@ impl Display for Mapping {
         }
         for (s, d) in &self.cpus {
             writeln!(f, "CPU node {s} -> CPU node {d}")?;
+        }
+        if !self.unused.is_empty() {
+            writeln!(
+                f,
+                "Uses {} of the {} GPUs here, preferring {PREFERENCE_ORDER}; left out:",
+                self.gpus.len(),
+                self.gpus.len() + self.unused.len()
+            )?;
+            for line in unused_lines(&self.unused) {
+                writeln!(f, "  {line}")?;
+            }
         }
         Ok(())
     }

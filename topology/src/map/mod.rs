@@ -20,15 +20,23 @@
 //! with "a more capable destination is accepted" (see criu-plugin.md section 5, intent versus
 //! letter).
 //!
+//! The destination may have more GPUs than the source (a 2-GPU job onto a free 2 of an 8-GPU
+//! node): the source GPUs take the best-fitting subset and the others stay unused, each listed
+//! in [`Mapping::unused`] with why. Fewer GPUs than the source is [`MapError::GpuCount`].
+//!
 //! The search is a backtracking over destination candidates with forward checking (every
-//! unplaced GPU keeps a candidate, and a perfect bipartite matching still exists). It is complete:
-//! if a mapping exists it is found. Candidates with the same gpu_id are tried first, then the one
-//! at the same position, so the identity mapping is returned whenever it is valid.
+//! unplaced GPU keeps a candidate, and a bipartite matching that places all of them still
+//! exists). It is complete: if a mapping exists it is found. Among the destinations that pass the
+//! rules, candidates are tried in a fixed order of preference (`choice`: same gpu_id, hive size,
+//! NUMA placement, closest checked properties, lowest node id), so the identity mapping is
+//! returned whenever it is valid, and the same inputs always give the same mapping.
 //!
 //! The module holds the rules of one GPU pair (`rules`), the solver's view of a topology (`side`),
-//! the search (`solver`, with a bipartite matching in `matching`), the result ([`Mapping`]) and
-//! the explanation of a failure ([`MapError`] and the types it names, with their text).
+//! the order of preference and the explanation of unused GPUs (`choice`), the search (`solver`,
+//! with a bipartite matching in `matching`), the result ([`Mapping`]) and the explanation of a
+//! failure ([`MapError`] and the types it names, with their text).
 
+mod choice;
 mod explain;
 mod mapping;
 mod matching;
@@ -39,7 +47,8 @@ mod solver;
 use crate::model::{keys, Topology};
 use crate::options::CheckOptions;
 
-pub use explain::{GpuRef, MapError, NumaGroup, Reason, Rejection, Unplaced};
+pub use choice::{unused_lines, Preference, Unused, UnusedGpu, PREFERENCE_ORDER};
+pub use explain::{GpuRef, LocalHive, MapError, NumaGroup, Reason, Rejection, Unplaced};
 pub use mapping::{GpuMapping, Mapping};
 
 /// Node properties that must be equal on both sides, in the order they are reported.

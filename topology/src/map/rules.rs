@@ -111,6 +111,26 @@ fn unmatched_cpu_link(s: &Gpu, d: &Gpu) -> Option<(u32, CpuLink)> {
     })
 }
 
+/// `d`'s first static reason against `s`, with the checks that, all turned off, would lift
+/// every reason (none when `d` can take `s`).
+pub(super) fn rejection(s: &Gpu, d: &Gpu, options: &CheckOptions) -> Option<Rejection> {
+    let reasons = static_reasons(s, d, options);
+    let first = reasons.first()?.clone();
+    let mut lifted_by: Vec<Check> = Vec::new();
+    if reasons.iter().all(|r| r.check().is_some()) {
+        for c in reasons.iter().filter_map(Reason::check) {
+            if !lifted_by.contains(&c) {
+                lifted_by.push(c);
+            }
+        }
+    }
+    Some(Rejection {
+        destination: d.r,
+        reason: first,
+        lifted_by,
+    })
+}
+
 /// Every destination's first static reason for `s`, with the checks that would lift it.
 pub(super) fn static_rejections(
     src: &Side,
@@ -120,22 +140,6 @@ pub(super) fn static_rejections(
 ) -> Vec<Rejection> {
     dst.gpus
         .iter()
-        .filter_map(|dg| {
-            let reasons = static_reasons(&src.gpus[s], dg, options);
-            let first = reasons.first()?.clone();
-            let mut lifted_by: Vec<Check> = Vec::new();
-            if reasons.iter().all(|r| r.check().is_some()) {
-                for c in reasons.iter().filter_map(Reason::check) {
-                    if !lifted_by.contains(&c) {
-                        lifted_by.push(c);
-                    }
-                }
-            }
-            Some(Rejection {
-                destination: dg.r,
-                reason: first,
-                lifted_by,
-            })
-        })
+        .filter_map(|dg| rejection(&src.gpus[s], dg, options))
         .collect()
 }

@@ -39,6 +39,8 @@ pub(super) struct Side {
     pub(super) cpu_ids: Vec<u32>,
     /// xgmi[a][b]: the xGMI link a -> b, and whether it is two-way.
     pub(super) xgmi: Vec<Vec<Option<bool>>>,
+    /// share_cpu[a][b]: GPUs a and b hang off a common CPU node (NUMA neighbours).
+    pub(super) share_cpu: Vec<Vec<bool>>,
 }
 
 impl Side {
@@ -91,10 +93,23 @@ impl Side {
                     .map_or(0, Vec::len),
             });
         }
+        let share_cpu = gpus
+            .iter()
+            .map(|a| {
+                gpus.iter()
+                    .map(|b| {
+                        a.cpu_links
+                            .iter()
+                            .any(|la| b.cpu_links.iter().any(|lb| la.cpu == lb.cpu))
+                    })
+                    .collect()
+            })
+            .collect();
         Self {
             gpus,
             cpu_ids,
             xgmi,
+            share_cpu,
         }
     }
 

@@ -1,7 +1,10 @@
-//! The simulator's only contact with raw OS interfaces: memfds, shared mappings, cross-process
-//! memory access, fd identity, clocks, and plain-data views of the `kfd-sys` argument structs.
+//! The simulator model's glue to the host OS: memfds, shared mappings, cross-process memory
+//! access, fd identity, clocks, and plain-data views of the `kfd-sys` argument structs.
 //!
-//! Every `unsafe` block of the crate lives here, each with its `SAFETY` argument.
+//! The raw OS calls of the device model live here, each `unsafe` block with its `SAFETY`
+//! argument. The crate's other `unsafe` code: the CUSE front end's system calls
+//! ([`cuse::os`](crate::cuse::os)), the in-process `Transport` (an `unsafe` trait of `kfd-abi`),
+//! and the model workload's calls of `kfd-abi`'s `unsafe` wrappers (queues keep user pointers).
 
 use std::ffi::CString;
 use std::io;
@@ -179,6 +182,14 @@ impl SharedMap {
         (off.checked_add(len)? <= self.len).then_some(off)
     }
 
+    /// The mapping's byte range `[offset, offset + len)` for a transfer with another process, as
+    /// `(offset, len)`; `EFAULT` when it does not lie inside the mapping.
+    fn transfer_range(&self, offset: u64, len: u64) -> Result<(usize, usize), Errno> {
+        let len = usize::try_from(len).map_err(|_| Errno::EFAULT)?;
+        let off = self.check(offset, len).ok_or(Errno::EFAULT)?;
+        Ok((off, len))
+    }
+
     /// Copies `len` bytes from `src` at `src_off` to this mapping at `dst_off` (`memmove`: the
     /// ranges may overlap when both are the same mapping); `false` if either is out of bounds.
     pub fn copy_from(&self, dst_off: u64, src: &SharedMap, src_off: u64, len: u64) -> bool {
@@ -242,8 +253,7 @@ impl SharedMap {
         pid: libc::pid_t,
         remote: u64,
     ) -> Result<(), Errno> {
-        let len = usize::try_from(len).map_err(|_| Errno::EFAULT)?;
-        let off = self.check(offset, len).ok_or(Errno::EFAULT)?;
+        let (off, len) = self.transfer_range(offset, len)?;
         BOUNCE.with_borrow_mut(|bounce| {
             if bounce.is_empty() {
                 bounce.resize(BOUNCE_BYTES, 0);
@@ -269,8 +279,7 @@ impl SharedMap {
         pid: libc::pid_t,
         remote: u64,
     ) -> Result<(), Errno> {
-        let len = usize::try_from(len).map_err(|_| Errno::EFAULT)?;
-        let off = self.check(offset, len).ok_or(Errno::EFAULT)?;
+        let (off, len) = self.transfer_range(offset, len)?;
         // SAFETY: the local range lies inside the live mapping (checked), which the kernel only
         // reads; the remote range is only touched by the kernel, which fails cleanly.
         unsafe { vm_transfer(pid, self.ptr.as_ptr().add(off), remote, len, true) }

@@ -9,25 +9,28 @@
 //!   then the MQD, then the control stack), events (64 bytes), SVM ranges (24-byte header, then
 //!   `4 + num_devices` attributes of 8 bytes).
 
+use std::mem::{offset_of, size_of};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use kfd_abi::mmap_offset as mo;
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use crate::dispatch::{
-    bind_vm, create_event_locked, create_queue_locked, fd_of, get_u32, get_u64, kmalloc_check,
-    kmap_event_page, map_bo_on, new_bo, put_u32, put_u64, svm_apply, xnack_supported, Cx,
-    QueueRestore, R,
-};
+use super::events::{create_event_locked, kmap_event_page};
+use super::memory::{map_bo_on, new_bo};
+use super::process::{bind_vm, xnack_supported};
+use super::queues::{create_queue_locked, QueueRestore};
+use super::svm::svm_apply;
+use super::{kmalloc_check, KfdCall};
+use crate::client::{Client, FdSlot};
+use crate::host::Pod;
 use crate::process::limits::*;
 use crate::process::{ProcState, Queue, QueueKind, SvmAccess};
-use crate::sys::Pod;
-
-/// A record size as a u64 offset.
-const fn u(n: usize) -> u64 {
-    n as u64
-}
+use crate::uaccess::{
+    copy_from_user, copy_to_user, fd_from_field, fd_to_field, get_u32, get_u64, put_u32, put_u64,
+    struct_bytes, IoctlResult,
+};
 
 /// `KFD_CRIU_PRIV_VERSION`.
 pub const PRIV_VERSION: u32 = 1;
@@ -51,6 +54,11 @@ pub const OBJECT_QUEUE: u32 = 0;
 pub const OBJECT_EVENT: u32 = 1;
 /// SVM range object.
 pub const OBJECT_SVM_RANGE: u32 = 2;
+
+/// Size of a `kfd_criu_device_bucket`.
+const DEVICE_BUCKET_SIZE: usize = size_of::<sys::kfd_criu_device_bucket>();
+/// Size of a `kfd_criu_bo_bucket`.
+const BO_BUCKET_SIZE: usize = size_of::<sys::kfd_criu_bo_bucket>();
 
 /// Offsets in a queue record header.
 mod q {
@@ -87,7 +95,8 @@ mod ev {
     pub const EXCEPTION: usize = 32;
 }
 
-/// `kfd_ioctl_criu_args`, decoded field by field (the struct has tail padding).
+/// `kfd_ioctl_criu_args`, decoded field by field (the struct has tail padding, so it is not
+/// [`Pod`]).
 #[derive(Debug, Default)]
 struct CriuArgs {
     devices: u64,
@@ -101,46 +110,53 @@ struct CriuArgs {
     op: u32,
 }
 
+/// The byte offset of a field of `kfd_ioctl_criu_args`.
+macro_rules! at {
+    ($field:ident) => {
+        offset_of!(sys::kfd_ioctl_criu_args, $field)
+    };
+}
+
 impl CriuArgs {
-    fn load(k: &[u8]) -> Self {
+    fn load(kdata: &[u8]) -> Self {
         Self {
-            devices: get_u64(k, 0),
-            bos: get_u64(k, 8),
-            priv_data: get_u64(k, 16),
-            priv_data_size: get_u64(k, 24),
-            num_devices: get_u32(k, 32),
-            num_bos: get_u32(k, 36),
-            num_objects: get_u32(k, 40),
-            pid: get_u32(k, 44),
-            op: get_u32(k, 48),
+            devices: get_u64(kdata, at!(devices)),
+            bos: get_u64(kdata, at!(bos)),
+            priv_data: get_u64(kdata, at!(priv_data)),
+            priv_data_size: get_u64(kdata, at!(priv_data_size)),
+            num_devices: get_u32(kdata, at!(num_devices)),
+            num_bos: get_u32(kdata, at!(num_bos)),
+            num_objects: get_u32(kdata, at!(num_objects)),
+            pid: get_u32(kdata, at!(pid)),
+            op: get_u32(kdata, at!(op)),
         }
     }
 
-    fn store(&self, k: &mut [u8]) {
-        put_u64(k, 0, self.devices);
-        put_u64(k, 8, self.bos);
-        put_u64(k, 16, self.priv_data);
-        put_u64(k, 24, self.priv_data_size);
-        put_u32(k, 32, self.num_devices);
-        put_u32(k, 36, self.num_bos);
-        put_u32(k, 40, self.num_objects);
-        put_u32(k, 44, self.pid);
-        put_u32(k, 48, self.op);
+    fn store(&self, kdata: &mut [u8]) {
+        put_u64(kdata, at!(devices), self.devices);
+        put_u64(kdata, at!(bos), self.bos);
+        put_u64(kdata, at!(priv_data), self.priv_data);
+        put_u64(kdata, at!(priv_data_size), self.priv_data_size);
+        put_u32(kdata, at!(num_devices), self.num_devices);
+        put_u32(kdata, at!(num_bos), self.num_bos);
+        put_u32(kdata, at!(num_objects), self.num_objects);
+        put_u32(kdata, at!(pid), self.pid);
+        put_u32(kdata, at!(op), self.op);
     }
 }
 
 /// `kfd_ioctl_criu`.
-pub(crate) fn criu_op(cx: &Cx<'_>, k: &mut [u8]) -> R {
-    let mut a = CriuArgs::load(k);
+pub(super) fn criu_op(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    let mut a = CriuArgs::load(kdata);
     let r = match a.op {
-        sys::KFD_CRIU_OP_PROCESS_INFO => process_info(cx, &mut a),
-        sys::KFD_CRIU_OP_CHECKPOINT => checkpoint(cx, &a),
-        sys::KFD_CRIU_OP_UNPAUSE => unpause(cx),
-        sys::KFD_CRIU_OP_RESTORE => restore(cx, &a),
-        sys::KFD_CRIU_OP_RESUME => resume(cx, &a),
+        sys::KFD_CRIU_OP_PROCESS_INFO => process_info(call, &mut a),
+        sys::KFD_CRIU_OP_CHECKPOINT => checkpoint(call, &a),
+        sys::KFD_CRIU_OP_UNPAUSE => unpause(call),
+        sys::KFD_CRIU_OP_RESTORE => restore(call, &a),
+        sys::KFD_CRIU_OP_RESUME => resume(call, &a),
         _ => Err(Errno::EINVAL),
     };
-    a.store(k);
+    a.store(kdata);
     r
 }
 
@@ -161,25 +177,25 @@ fn object_info(st: &ProcState) -> ObjectInfo {
     let queues: u64 = st
         .queues
         .values()
-        .map(|q| u(QUEUE_PRIV_SIZE) + q.mqd.len() as u64 + q.ctl_stack.len() as u64)
+        .map(|q| QUEUE_PRIV_SIZE as u64 + q.mqd.len() as u64 + q.ctl_stack.len() as u64)
         .sum();
     let nev = st.events.len() as u64;
-    let svm = st.svm.len() as u64 * (u(SVM_PRIV_SIZE) + 8 * (4 + ndev));
+    let svm = st.svm.len() as u64 * (SVM_PRIV_SIZE as u64 + 8 * (4 + ndev));
     ObjectInfo {
         num_devices: len32(st.pdds.len()),
         num_bos: len32(st.criu_bo_count()),
         num_objects: len32(st.queues.len() + st.events.len() + st.svm.len()),
-        priv_size: u(PROCESS_PRIV_SIZE)
-            + u(DEVICE_PRIV_SIZE) * ndev
-            + u(BO_PRIV_SIZE) * nbos
+        priv_size: PROCESS_PRIV_SIZE as u64
+            + DEVICE_PRIV_SIZE as u64 * ndev
+            + BO_PRIV_SIZE as u64 * nbos
             + queues
-            + u(EVENT_PRIV_SIZE) * nev
+            + EVENT_PRIV_SIZE as u64 * nev
             + svm,
     }
 }
 
-fn process_info(cx: &Cx<'_>, a: &mut CriuArgs) -> R {
-    let mut st = cx.p.lock();
+fn process_info(call: &KfdCall<'_>, a: &mut CriuArgs) -> IoctlResult {
+    let mut st = call.process.lock();
     if st.pdds.is_empty() {
         return Err(Errno::ENODEV);
     }
@@ -188,9 +204,9 @@ fn process_info(cx: &Cx<'_>, a: &mut CriuArgs) -> R {
     st.queues_paused = true;
     log::info!(
         "kfd-sim: pid {}: queues paused (CRIU PROCESS_INFO)",
-        cx.p.pid
+        call.process.pid
     );
-    a.pid = cx.p.pid;
+    a.pid = call.process.pid;
     let info = object_info(&st);
     a.num_devices = info.num_devices;
     a.num_bos = info.num_bos;
@@ -199,21 +215,57 @@ fn process_info(cx: &Cx<'_>, a: &mut CriuArgs) -> R {
     Ok(0)
 }
 
-fn unpause(cx: &Cx<'_>) -> R {
-    let mut st = cx.p.lock();
+fn unpause(call: &KfdCall<'_>) -> IoctlResult {
+    let mut st = call.process.lock();
     if !st.queues_paused {
         return Err(Errno::EINVAL);
     }
     st.evictions = st.evictions.saturating_sub(1);
     st.queues_paused = false;
-    log::info!("kfd-sim: pid {}: queues running (CRIU UNPAUSE)", cx.p.pid);
+    log::info!(
+        "kfd-sim: pid {}: queues running (CRIU UNPAUSE)",
+        call.process.pid
+    );
     Ok(0)
 }
 
-fn pod_bytes<T: Pod>(v: &T) -> Vec<u8> {
-    let mut b = vec![0u8; std::mem::size_of::<T>()];
-    v.write_to(&mut b);
-    b
+/// The dma-buf fds one CRIU_OP has installed in the caller so far. Dropped before
+/// [`keep`](Self::keep), it closes them again: every failure of the op after its first
+/// `fd_install` takes them back, as the driver closes the fds it installed when CHECKPOINT or
+/// RESTORE fails.
+struct InstalledFds<'a> {
+    client: &'a dyn Client,
+    fds: Vec<i32>,
+}
+
+impl<'a> InstalledFds<'a> {
+    fn new(client: &'a dyn Client) -> Self {
+        Self {
+            client,
+            fds: Vec::new(),
+        }
+    }
+
+    /// `fd_install` of `fd` in the caller; its number as a bucket's `dmabuf_fd` carries it, at
+    /// `slot` of the caller's memory.
+    fn install(&mut self, fd: OwnedFd, slot: FdSlot) -> Result<u32, Errno> {
+        let raw = self.client.install_fd_at(fd, slot)?;
+        self.fds.push(raw);
+        Ok(fd_to_field(raw))
+    }
+
+    /// The op succeeded: the fds stay with the caller.
+    fn keep(mut self) {
+        self.fds.clear();
+    }
+}
+
+impl Drop for InstalledFds<'_> {
+    fn drop(&mut self) {
+        for &fd in &self.fds {
+            self.client.uninstall_fd(fd);
+        }
+    }
 }
 
 /// Serialises the queue, event and SVM records.
@@ -288,11 +340,11 @@ fn write_objects(st: &ProcState, out: &mut Vec<u8>) {
     }
 }
 
-fn checkpoint(cx: &Cx<'_>, a: &CriuArgs) -> R {
+fn checkpoint(call: &KfdCall<'_>, a: &CriuArgs) -> IoctlResult {
     if a.devices == 0 || a.bos == 0 || a.priv_data == 0 {
         return Err(Errno::EINVAL);
     }
-    let st = cx.p.lock();
+    let st = call.process.lock();
     if st.pdds.is_empty() {
         return Err(Errno::ENODEV);
     }
@@ -312,8 +364,8 @@ fn checkpoint(cx: &Cx<'_>, a: &CriuArgs) -> R {
     priv_data.extend_from_slice(&u32::from(st.xnack).to_le_bytes());
     let mut dev_buckets = Vec::new();
     for pdd in &st.pdds {
-        let actual = cx.m.devices.get(pdd.dev).map_or(0, |d| d.gpu_id);
-        dev_buckets.extend(pod_bytes(&sys::kfd_criu_device_bucket {
+        let actual = call.machine.devices.get(pdd.dev).map_or(0, |d| d.gpu_id);
+        dev_buckets.extend(struct_bytes(&sys::kfd_criu_device_bucket {
             user_gpu_id: pdd.user_gpu_id,
             actual_gpu_id: actual,
             drm_fd: 0,
@@ -321,14 +373,13 @@ fn checkpoint(cx: &Cx<'_>, a: &CriuArgs) -> R {
         }));
         priv_data.extend_from_slice(&[0u8; DEVICE_PRIV_SIZE]);
     }
-    cx.c.write_user(a.devices, &dev_buckets)
-        .map_err(|_| Errno::EFAULT)?;
+    copy_to_user(call.client, a.devices, &dev_buckets)?;
 
     // BO records (the buckets get their dma-buf fds last).
     let mut buckets = Vec::new();
     let mut exports = Vec::new();
     for pdd in &st.pdds {
-        let actual = cx.m.devices.get(pdd.dev).map_or(0, |d| d.gpu_id);
+        let actual = call.machine.devices.get(pdd.dev).map_or(0, |d| d.gpu_id);
         for (&idr, bo) in pdd.bos.iter().filter(|(_, b)| b.va > GPUVM_BASE) {
             let offset = if bo.flags & sys::KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL != 0 {
                 mo::TYPE_DOORBELL | mo::gpu_id(actual)
@@ -374,51 +425,40 @@ fn checkpoint(cx: &Cx<'_>, a: &CriuArgs) -> R {
     }
     write_objects(&st, &mut priv_data);
     drop(st);
-    cx.c.write_user(a.priv_data, &priv_data)
-        .map_err(|_| Errno::EFAULT)?;
+    copy_to_user(call.client, a.priv_data, &priv_data)?;
 
     // The last step that can fail: install the dma-bufs and copy the buckets out.
-    let mut installed = Vec::new();
-    let undo = |installed: &[i32]| installed.iter().for_each(|&fd| cx.c.uninstall_fd(fd));
-    for (bucket, export) in buckets.iter_mut().zip(exports) {
+    let mut installed = InstalledFds::new(call.client);
+    for (i, (bucket, export)) in buckets.iter_mut().zip(exports).enumerate() {
         let Some((backing, writable)) = export else {
             continue;
         };
-        let fd = match backing.export(writable) {
-            Ok(fd) => fd,
-            Err(e) => {
-                undo(&installed);
-                return Err(Errno::from_io(&e));
-            }
-        };
-        match cx.c.install_fd(fd) {
-            Ok(raw) => {
-                installed.push(raw);
-                bucket.dmabuf_fd = u32::from_ne_bytes(raw.to_ne_bytes());
-            }
-            Err(e) => {
-                undo(&installed);
-                return Err(e);
-            }
-        }
+        let fd = backing.export(writable).map_err(|e| Errno::from_io(&e))?;
+        bucket.dmabuf_fd = installed.install(fd, dmabuf_fd_slot(a.bos, i))?;
     }
-    let bytes: Vec<u8> = buckets.iter().flat_map(pod_bytes).collect();
-    if cx.c.write_user(a.bos, &bytes).is_err() {
-        undo(&installed);
-        return Err(Errno::EFAULT);
-    }
+    let bytes: Vec<u8> = buckets.iter().flat_map(struct_bytes).collect();
+    copy_to_user(call.client, a.bos, &bytes)?;
+    installed.keep();
     Ok(0)
 }
 
+/// Where the dma-buf fd of BO bucket `i` of the array at `bos` is written.
+fn dmabuf_fd_slot(bos: u64, i: usize) -> FdSlot {
+    let at = i
+        .saturating_mul(BO_BUCKET_SIZE)
+        .saturating_add(std::mem::offset_of!(sys::kfd_criu_bo_bucket, dmabuf_fd));
+    FdSlot::User(bos.wrapping_add(u64::try_from(at).unwrap_or(u64::MAX)))
+}
+
 /// Reads priv_data records from user memory with the kernel's bounds checks.
-struct PrivReader<'a, 'b> {
-    cx: &'a Cx<'b>,
+struct PrivReader<'a> {
+    client: &'a dyn Client,
     base: u64,
     max: u64,
     off: u64,
 }
 
-impl PrivReader<'_, '_> {
+impl PrivReader<'_> {
     /// `EINVAL` if `len` more bytes would pass the declared size.
     fn check(&self, len: u64) -> Result<(), Errno> {
         match self.off.checked_add(len) {
@@ -427,16 +467,35 @@ impl PrivReader<'_, '_> {
         }
     }
 
-    fn take(&mut self, len: u64) -> Result<Vec<u8>, Errno> {
+    /// The next `len` bytes, without consuming them.
+    fn peek(&self, len: u64) -> Result<Vec<u8>, Errno> {
         self.check(len)?;
         let at = self.base.checked_add(self.off).ok_or(Errno::EFAULT)?;
-        let b = self.cx.read_bytes(at, len).map_err(|_| Errno::EFAULT)?;
+        copy_from_user(self.client, at, len).map_err(|_| Errno::EFAULT)
+    }
+
+    /// The next `len` bytes.
+    fn take(&mut self, len: u64) -> Result<Vec<u8>, Errno> {
+        let b = self.peek(len)?;
         self.off += len;
         Ok(b)
     }
+
+    /// The type of the object record that comes next (its first `u32`).
+    fn peek_object_type(&self) -> Result<u32, Errno> {
+        Ok(get_u32(&self.peek(4)?, 0))
+    }
 }
 
-fn restore(cx: &Cx<'_>, a: &CriuArgs) -> R {
+/// `criu_restore`: process record, devices, BOs, objects, then the size check, each step failing
+/// with the driver's errno.
+///
+/// On failure, nothing outside the restoring process is left changed: the dma-buf fds installed
+/// for its BOs are closed again (in process and over CUSE alike). What the steps before the
+/// failure did to the restoring KFD process itself stays, as in the 6.1 driver, which does not
+/// roll back (recorded user gpu ids, VMs taken from render nodes, BOs, queues and events, the
+/// eviction); it all goes with the process, and VRAM, SDMA slots and doorbells with it.
+fn restore(call: &KfdCall<'_>, a: &CriuArgs) -> IoctlResult {
     if a.bos == 0
         || a.devices == 0
         || a.priv_data == 0
@@ -446,23 +505,23 @@ fn restore(cx: &Cx<'_>, a: &CriuArgs) -> R {
     {
         return Err(Errno::EINVAL);
     }
-    let mut st = cx.p.lock();
+    let mut st = call.process.lock();
     // Queues stay evicted until RESUME.
     st.evictions += 1;
     let mut rd = PrivReader {
-        cx,
+        client: call.client,
         base: a.priv_data,
         max: a.priv_data_size,
         off: 0,
     };
 
     // Process record.
-    let rec = rd.take(u(PROCESS_PRIV_SIZE))?;
+    let rec = rd.take(PROCESS_PRIV_SIZE as u64)?;
     if get_u32(&rec, 0) != PRIV_VERSION {
         return Err(Errno::EINVAL);
     }
     let xnack = get_u32(&rec, 4) != 0;
-    if xnack && !xnack_supported(cx.m) {
+    if xnack && !xnack_supported(call.machine) {
         return Err(Errno::EPERM);
     }
     st.xnack = xnack;
@@ -471,21 +530,19 @@ fn restore(cx: &Cx<'_>, a: &CriuArgs) -> R {
     if a.num_devices as usize != st.pdds.len() {
         return Err(Errno::EINVAL);
     }
-    rd.check(u(DEVICE_PRIV_SIZE) * u64::from(a.num_devices))?;
-    const DBU: usize = std::mem::size_of::<sys::kfd_criu_device_bucket>();
-    const DB: u64 = DBU as u64;
-    kmalloc_check(DB * u64::from(a.num_devices))?;
-    let raw = cx
-        .read_bytes(a.devices, DB * u64::from(a.num_devices))
-        .map_err(|_| Errno::EFAULT)?;
-    for chunk in raw.chunks_exact(DBU) {
+    rd.check(DEVICE_PRIV_SIZE as u64 * u64::from(a.num_devices))?;
+    let device_buckets = DEVICE_BUCKET_SIZE as u64 * u64::from(a.num_devices);
+    kmalloc_check(device_buckets)?;
+    let raw = copy_from_user(call.client, a.devices, device_buckets).map_err(|_| Errno::EFAULT)?;
+    for chunk in raw.chunks_exact(DEVICE_BUCKET_SIZE) {
         let b = sys::kfd_criu_device_bucket::read_from(chunk).ok_or(Errno::EFAULT)?;
         if b.user_gpu_id == 0 {
             return Err(Errno::EINVAL);
         }
-        let dev =
-            cx.m.device_by_gpu_id(b.actual_gpu_id)
-                .ok_or(Errno::EINVAL)?;
+        let dev = call
+            .machine
+            .device_by_gpu_id(b.actual_gpu_id)
+            .ok_or(Errno::EINVAL)?;
         let pi = st
             .pdds
             .iter()
@@ -494,53 +551,54 @@ fn restore(cx: &Cx<'_>, a: &CriuArgs) -> R {
         if let Some(p) = st.pdds.get_mut(pi) {
             p.user_gpu_id = b.user_gpu_id;
         }
-        let key =
-            cx.c.resolve_fd(fd_of(b.drm_fd))
-                .map_err(|_| Errno::EINVAL)?;
+        let key = call
+            .client
+            .resolve_fd(fd_from_field(b.drm_fd))
+            .map_err(|_| Errno::EINVAL)?;
         if st.pdds.get(pi).is_some_and(|p| p.drm.is_some()) {
             return Err(Errno::EINVAL);
         }
-        bind_vm(cx, &mut st, pi, key, cx.p.pid).map_err(|_| Errno::EINVAL)?;
+        bind_vm(call, &mut st, pi, key, call.process.pid).map_err(|_| Errno::EINVAL)?;
     }
-    rd.off += u(DEVICE_PRIV_SIZE) * u64::from(a.num_devices);
+    rd.off += DEVICE_PRIV_SIZE as u64 * u64::from(a.num_devices);
 
     // BOs.
     let nbos = u64::from(a.num_bos);
-    rd.check(u(BO_PRIV_SIZE) * nbos)?;
+    rd.check(BO_PRIV_SIZE as u64 * nbos)?;
     st.restore_pending = true;
-    const BBU: usize = std::mem::size_of::<sys::kfd_criu_bo_bucket>();
-    const BB: u64 = BBU as u64;
-    if BB * nbos > KVMALLOC_MAX {
+    let bo_buckets = BO_BUCKET_SIZE as u64 * nbos;
+    if bo_buckets > KVMALLOC_MAX {
         return Err(Errno::ENOMEM);
     }
-    let raw = cx.read_bytes(a.bos, BB * nbos).map_err(|_| Errno::EFAULT)?;
+    let raw = copy_from_user(call.client, a.bos, bo_buckets).map_err(|_| Errno::EFAULT)?;
     let mut buckets: Vec<sys::kfd_criu_bo_bucket> = raw
-        .chunks_exact(BBU)
+        .chunks_exact(BO_BUCKET_SIZE)
         .filter_map(sys::kfd_criu_bo_bucket::read_from)
         .collect();
-    let privs = rd.take(u(BO_PRIV_SIZE) * nbos)?;
-    let mut installed: Vec<i32> = Vec::new();
-    let undo = |installed: &[i32]| installed.iter().for_each(|&fd| cx.c.uninstall_fd(fd));
-    for (bucket, rec) in buckets.iter_mut().zip(privs.chunks_exact(BO_PRIV_SIZE)) {
-        if let Err(e) = restore_bo(cx, &mut st, bucket, rec, &mut installed) {
-            undo(&installed);
-            return Err(e);
-        }
+    let privs = rd.take(BO_PRIV_SIZE as u64 * nbos)?;
+    // From the first dma-buf fd on, every failure closes the fds installed so far.
+    let mut installed = InstalledFds::new(call.client);
+    for (i, (bucket, rec)) in buckets
+        .iter_mut()
+        .zip(privs.chunks_exact(BO_PRIV_SIZE))
+        .enumerate()
+    {
+        restore_bo(
+            call,
+            &mut st,
+            bucket,
+            rec,
+            dmabuf_fd_slot(a.bos, i),
+            &mut installed,
+        )?;
     }
-    let out: Vec<u8> = buckets.iter().flat_map(pod_bytes).collect();
-    if cx.c.write_user(a.bos, &out).is_err() {
-        undo(&installed);
-        return Err(Errno::EFAULT);
-    }
+    let out: Vec<u8> = buckets.iter().flat_map(struct_bytes).collect();
+    copy_to_user(call.client, a.bos, &out)?;
 
     // Objects.
     for _ in 0..a.num_objects {
-        rd.check(4)?;
-        let at = a.priv_data.checked_add(rd.off).ok_or(Errno::EFAULT)?;
-        let mut ty = [0u8; 4];
-        cx.c.read_user(at, &mut ty).map_err(|_| Errno::EFAULT)?;
-        match u32::from_le_bytes(ty) {
-            OBJECT_QUEUE => restore_queue(cx, &mut st, &mut rd)?,
+        match rd.peek_object_type()? {
+            OBJECT_QUEUE => restore_queue(call, &mut st, &mut rd)?,
             OBJECT_EVENT => restore_event(&mut st, &mut rd)?,
             OBJECT_SVM_RANGE => restore_svm(&mut st, &mut rd)?,
             _ => return Err(Errno::EINVAL),
@@ -549,20 +607,22 @@ fn restore(cx: &Cx<'_>, a: &CriuArgs) -> R {
     if rd.off != a.priv_data_size {
         return Err(Errno::EINVAL);
     }
+    installed.keep();
     Ok(0)
 }
 
 fn restore_bo(
-    cx: &Cx<'_>,
+    call: &KfdCall<'_>,
     st: &mut ProcState,
     bucket: &mut sys::kfd_criu_bo_bucket,
     rec: &[u8],
-    installed: &mut Vec<i32>,
+    slot: FdSlot,
+    installed: &mut InstalledFds<'_>,
 ) -> Result<(), Errno> {
     use sys::*;
     let pi = st.pdd_by_user_id(bucket.gpu_id).ok_or(Errno::ENODEV)?;
     let dev = st.pdds.get(pi).map(|p| p.dev).ok_or(Errno::ENODEV)?;
-    let actual = cx.m.devices.get(dev).map_or(0, |d| d.gpu_id);
+    let actual = call.machine.devices.get(dev).map_or(0, |d| d.gpu_id);
     let flags = bucket.alloc_flags;
     if flags & KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL != 0 {
         if bucket.size != DOORBELL_SLICE {
@@ -576,10 +636,10 @@ fn restore_bo(
     }
     let user_addr = get_u64(rec, 0);
     let idr = get_u32(rec, 8);
-    let bo = new_bo(cx, dev, bucket.addr, bucket.size, flags, user_addr, false)?;
+    let bo = new_bo(call, dev, bucket.addr, bucket.size, flags, user_addr, false)?;
     let pdd = st.pdds.get_mut(pi).ok_or(Errno::ENODEV)?;
     if pdd.bos.contains_key(&idr) || idr > i32::MAX as u32 {
-        cx.p.release_bo(dev, &bo);
+        call.process.release_bo(dev, &bo);
         return Err(Errno::ENOMEM);
     }
     if flags & KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL != 0 {
@@ -604,9 +664,7 @@ fn restore_bo(
     match export {
         Some(b) => {
             let fd = b.export(true).map_err(|e| Errno::from_io(&e))?;
-            let raw = cx.c.install_fd(fd)?;
-            installed.push(raw);
-            bucket.dmabuf_fd = u32::from_ne_bytes(raw.to_ne_bytes());
+            bucket.dmabuf_fd = installed.install(fd, slot)?;
         }
         None => bucket.dmabuf_fd = KFD_INVALID_FD,
     }
@@ -614,11 +672,11 @@ fn restore_bo(
 }
 
 fn restore_queue(
-    cx: &Cx<'_>,
+    call: &KfdCall<'_>,
     st: &mut ProcState,
-    rd: &mut PrivReader<'_, '_>,
+    rd: &mut PrivReader<'_>,
 ) -> Result<(), Errno> {
-    let h = rd.take(u(QUEUE_PRIV_SIZE))?;
+    let h = rd.take(QUEUE_PRIV_SIZE as u64)?;
     let mqd_size = u64::from(get_u32(&h, q::MQD_SIZE));
     let ctl_size = u64::from(get_u32(&h, q::CTL_STACK_SIZE));
     let extra = mqd_size + ctl_size;
@@ -661,7 +719,7 @@ fn restore_queue(
         ctl_stack,
     };
     let ctl = len32(restore.ctl_stack.len());
-    create_queue_locked(cx.m, st, queue, ctl, Some(restore))?;
+    create_queue_locked(call.machine, st, queue, ctl, Some(restore))?;
     if gws {
         if let Some(p) = st.pdds.get_mut(pi) {
             p.gws_taken = true;
@@ -670,8 +728,8 @@ fn restore_queue(
     Ok(())
 }
 
-fn restore_event(st: &mut ProcState, rd: &mut PrivReader<'_, '_>) -> Result<(), Errno> {
-    let r = rd.take(u(EVENT_PRIV_SIZE))?;
+fn restore_event(st: &mut ProcState, rd: &mut PrivReader<'_>) -> Result<(), Errno> {
+    let r = rd.take(EVENT_PRIV_SIZE as u64)?;
     let handle = get_u64(&r, ev::USER_HANDLE);
     if handle != 0 {
         kmap_event_page(st, handle)?;
@@ -693,8 +751,8 @@ fn restore_event(st: &mut ProcState, rd: &mut PrivReader<'_, '_>) -> Result<(), 
     Ok(())
 }
 
-fn restore_svm(st: &mut ProcState, rd: &mut PrivReader<'_, '_>) -> Result<(), Errno> {
-    let h = rd.take(u(SVM_PRIV_SIZE))?;
+fn restore_svm(st: &mut ProcState, rd: &mut PrivReader<'_>) -> Result<(), Errno> {
+    let h = rd.take(SVM_PRIV_SIZE as u64)?;
     let nattr = 4 + st.pdds.len() as u64;
     let raw = rd.take(8 * nattr)?;
     let attrs: Vec<(u32, u32)> = raw
@@ -706,8 +764,8 @@ fn restore_svm(st: &mut ProcState, rd: &mut PrivReader<'_, '_>) -> Result<(), Er
     Ok(())
 }
 
-fn resume(cx: &Cx<'_>, a: &CriuArgs) -> R {
-    let target = cx.m.find_process(a.pid).ok_or(Errno::ESRCH)?;
+fn resume(call: &KfdCall<'_>, a: &CriuArgs) -> IoctlResult {
+    let target = call.machine.find_process(a.pid).ok_or(Errno::ESRCH)?;
     let mut st = target.lock();
     // Apply the SVM attributes stored at RESTORE.
     for (start, size, attrs) in std::mem::take(&mut st.svm_restored) {
@@ -722,4 +780,72 @@ fn resume(cx: &Cx<'_>, a: &CriuArgs) -> R {
     st.evictions = st.evictions.saturating_sub(1);
     log::info!("kfd-sim: pid {}: queues running (CRIU RESUME)", target.pid);
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::os::fd::{IntoRawFd, RawFd};
+
+    use super::*;
+    use crate::host::FileKey;
+
+    /// A caller that records which fds were installed for it and which were taken back.
+    #[derive(Default)]
+    struct FdTable {
+        open: RefCell<Vec<RawFd>>,
+    }
+
+    impl Client for FdTable {
+        fn pid(&self) -> u32 {
+            1
+        }
+        fn can_checkpoint_restore(&self) -> bool {
+            true
+        }
+        fn is_ptrace_parent_of(&self, _pid: u32) -> bool {
+            false
+        }
+        fn read_user(&self, _addr: u64, _buf: &mut [u8]) -> Result<(), Errno> {
+            Err(Errno::EFAULT)
+        }
+        fn write_user(&self, _addr: u64, _buf: &[u8]) -> Result<(), Errno> {
+            Err(Errno::EFAULT)
+        }
+        fn resolve_fd(&self, _raw: i32) -> Result<FileKey, Errno> {
+            Err(Errno::EBADF)
+        }
+        fn install_fd(&self, fd: OwnedFd) -> Result<i32, Errno> {
+            let raw = fd.into_raw_fd();
+            self.open.borrow_mut().push(raw);
+            Ok(raw)
+        }
+        fn uninstall_fd(&self, raw: RawFd) {
+            self.open.borrow_mut().retain(|&fd| fd != raw);
+            crate::host::close_raw(raw);
+        }
+    }
+
+    fn memfd() -> OwnedFd {
+        crate::host::memfd("kfd-sim:test").unwrap()
+    }
+
+    #[test]
+    fn installed_fds_are_taken_back_unless_the_op_succeeds() {
+        let table = FdTable::default();
+        {
+            let mut failed = InstalledFds::new(&table);
+            let a = failed.install(memfd(), FdSlot::User(0)).unwrap();
+            let b = failed.install(memfd(), FdSlot::User(0)).unwrap();
+            assert_ne!(a, b);
+            assert_eq!(table.open.borrow().len(), 2);
+        }
+        assert!(table.open.borrow().is_empty(), "a failed op leaves no fd");
+
+        let mut done = InstalledFds::new(&table);
+        let fd = done.install(memfd(), FdSlot::User(0)).unwrap();
+        done.keep();
+        assert_eq!(*table.open.borrow(), [fd_from_field(fd)]);
+        table.uninstall_fd(fd_from_field(fd));
+    }
 }

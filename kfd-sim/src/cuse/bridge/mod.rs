@@ -1,0 +1,334 @@
+//! The daemon's side of `kfd_bridge`, the kernel module of the VM lane (`ci/kmod/kfd_bridge`,
+//! whose README.md describes the protocol): with the module loaded, `/dev/kfd-bridge` exists and
+//! the server puts a proxy device in front of each of its CUSE devices.
+//!
+//! - The CUSE devices get private names (`/dev/kfd-sim/kfd`, `/dev/kfd-sim/dri-renderD128`, with
+//!   dynamic numbers); the proxies take the public ones (`/dev/kfd` with a dynamic major,
+//!   `/dev/dri/renderD<minor>` as 226:minor) and exist while the control file is open.
+//! - A proxy forwards open, ioctl, poll, read, write and release to the CUSE device in the
+//!   caller's context, so requests arrive as before, with the caller's pid.
+//! - mmap: the module sends [`proto::SIM_MMAP`] with a query id through the CUSE device; we read
+//!   the query from the control device, decide what backs it (the `mmap` module: the drivers'
+//!   rules and errno) and answer with one of our memfds; the ioctl's result is the mmap's.
+//! - Fds the driver installs (CRIU_OP's dma-bufs, the SMI event fd, PRIME exports): the dispatcher
+//!   names where each number goes ([`FdSlot`](crate::client::FdSlot)); before answering the ioctl
+//!   we hand the fds and those addresses to the module (`Bridge::deliver`), and the proxy
+//!   installs them into the caller, in the caller's context, when the call returns. No
+//!   `pidfd_getfd` is involved, so it works in any pid namespace.
+
+mod mmap;
+pub mod proto;
+mod sys;
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use kfd_abi::Errno;
+
+use crate::machine::{lock, MachineInner, OpenFile};
+use crate::process::KfdProcess;
+
+pub(crate) use mmap::Backings;
+
+/// Where the module's control device appears.
+pub const DEFAULT_PATH: &str = "/dev/kfd-bridge";
+
+/// Directory under the dev root of the private CUSE names.
+pub const PRIVATE_DIR: &str = "kfd-sim";
+
+/// Why the bridge could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum BridgeError {
+    /// The control device could not be opened.
+    #[error("opening {}: {source} (the kfd_bridge module's control device; needs root)", path.display())]
+    Open {
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+    /// The module speaks another protocol version.
+    #[error(
+        "{} speaks protocol version {got}, this kfd-simd version {}: rebuild the module from \
+         this checkout (ci/kmod/build.sh)",
+        path.display(),
+        proto::VERSION
+    )]
+    Version {
+        /// The path.
+        path: PathBuf,
+        /// What the module answered (0: the request failed).
+        got: u32,
+    },
+    /// A proxy device could not be created.
+    #[error(
+        "creating the proxy device {name} (numbers {major}:{minor}) in front of {}: {source} \
+         (EBUSY: the numbers are taken, e.g. by a real DRM driver; EEXIST: another daemon \
+         serves the name)",
+        backend.display()
+    )]
+    Create {
+        /// The proxy's name.
+        name: String,
+        /// The CUSE node.
+        backend: PathBuf,
+        /// Requested major (0: dynamic).
+        major: u32,
+        /// Requested minor.
+        minor: u32,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+/// The CUSE devname of the device served publicly as `public` (`dri/renderD128` ->
+/// `kfd-sim/dri-renderD128`).
+pub fn backend_devname(public: &str) -> String {
+    format!("{PRIVATE_DIR}/{}", public.replace('/', "-"))
+}
+
+/// The proxy device's name for `public` (`dri/renderD128` -> `dri!renderD128`: the driver core
+/// turns `!` into `/` under /dev).
+pub fn proxy_name(public: &str) -> String {
+    public.replace('/', "!")
+}
+
+/// An open control device of the module; its proxies exist while it is open.
+#[derive(Debug)]
+pub struct Bridge {
+    ctl: File,
+    path: PathBuf,
+    backings: Backings,
+}
+
+/// An fd the driver would install into the caller of the ioctl being served, kept until the
+/// ioctl has succeeded.
+#[derive(Debug)]
+pub(crate) struct HandOver {
+    /// Our copy (its close-on-exec flag is the one the installed fd gets).
+    pub fd: OwnedFd,
+    /// Where the number goes in the caller's memory.
+    pub addr: u64,
+}
+
+/// The fds one call would install into its caller, collected while the dispatcher serves it.
+///
+/// Nothing leaves this list before the call has succeeded: the server hands its contents to the
+/// module ([`Bridge::deliver`]) only then, and drops them otherwise. A step of the call that
+/// fails after an install withdraws the fd at once ([`Client::uninstall_fd`], e.g. the guard of
+/// CRIU_OP's dma-bufs), so the list holds exactly what the caller is to get.
+///
+/// [`Client::uninstall_fd`]: crate::client::Client::uninstall_fd
+#[derive(Debug, Default)]
+pub(crate) struct HandOvers(Mutex<Vec<HandOver>>);
+
+impl HandOvers {
+    /// Keeps `fd` for the caller, its number to be written at `addr`. Returns our own number,
+    /// which stands where the call writes the number until the module writes the caller's.
+    pub(crate) fn hold(&self, fd: OwnedFd, addr: u64) -> RawFd {
+        let raw = fd.as_raw_fd();
+        lock(&self.0).push(HandOver { fd, addr });
+        raw
+    }
+
+    /// Drops (closes) the held fd whose number [`hold`](Self::hold) returned; `false` when no
+    /// such fd is held.
+    pub(crate) fn withdraw(&self, raw: RawFd) -> bool {
+        let mut held = lock(&self.0);
+        let before = held.len();
+        held.retain(|h| h.fd.as_raw_fd() != raw);
+        held.len() != before
+    }
+
+    /// What the call hands over, in the order it was held.
+    pub(crate) fn into_inner(self) -> Vec<HandOver> {
+        self.0
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Bridge {
+    /// Opens the control device at `path` and checks the protocol version.
+    pub fn open(path: &Path) -> Result<Self, BridgeError> {
+        let ctl = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|source| BridgeError::Open {
+                path: path.to_owned(),
+                source,
+            })?;
+        let got = sys::version(ctl.as_fd()).unwrap_or(0);
+        if got != proto::VERSION {
+            return Err(BridgeError::Version {
+                path: path.to_owned(),
+                got,
+            });
+        }
+        Ok(Self {
+            ctl,
+            path: path.to_owned(),
+            backings: Backings::default(),
+        })
+    }
+
+    /// The control device's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Creates the proxy `name` (see [`proxy_name`]) in front of the CUSE node `backend`, with
+    /// the numbers `major:minor` (major 0: a dynamic one). Returns the numbers it got.
+    pub fn create(
+        &self,
+        backend: &Path,
+        name: &str,
+        major: u32,
+        minor: u32,
+    ) -> Result<(u32, u32), BridgeError> {
+        let err = |source| BridgeError::Create {
+            name: name.to_owned(),
+            backend: backend.to_owned(),
+            major,
+            minor,
+            source,
+        };
+        let mut c = proto::Create {
+            backend: [0; 128],
+            name: [0; 64],
+            major,
+            minor,
+        };
+        let b = backend.as_os_str().as_encoded_bytes();
+        let n = name.as_bytes();
+        // Room for the NUL that the zeroed tail provides.
+        if b.len() >= c.backend.len() || n.len() >= c.name.len() {
+            return Err(err(io::Error::from_raw_os_error(libc::ENAMETOOLONG)));
+        }
+        c.backend[..b.len()].copy_from_slice(b);
+        c.name[..n.len()].copy_from_slice(n);
+        sys::create(self.ctl.as_fd(), &mut c).map_err(err)?;
+        Ok((c.major, c.minor))
+    }
+
+    /// Answers mmap query `id` of thread `tid` on `file` (the module's [`proto::SIM_MMAP`]);
+    /// `caller` is the calling process's KFD process, if it has one. The result is the mmap's.
+    pub(crate) fn answer_mmap(
+        &self,
+        machine: &MachineInner,
+        file: &OpenFile,
+        caller: Option<&Arc<KfdProcess>>,
+        tid: u32,
+        id: u64,
+    ) -> Result<i32, Errno> {
+        let mut q = proto::MmapQuery {
+            id,
+            ..proto::MmapQuery::default()
+        };
+        if let Err(e) = sys::mmap_query(self.ctl.as_fd(), &mut q) {
+            // Only the module sends SIM_MMAP, and only while the query exists.
+            log::warn!("kfd-simd: mmap query {id} of tid {tid}: {e}");
+            return Err(Errno::EINVAL);
+        }
+        if q.tid != tid {
+            // Someone else's query (the proxies never forward SIM_MMAP from userspace).
+            log::warn!(
+                "kfd-simd: mmap query {id} belongs to tid {}, not to the caller {tid}",
+                q.tid
+            );
+            return Err(Errno::EINVAL);
+        }
+        let target = mmap::resolve(machine, &self.backings, file, caller, &q).inspect_err(|e| {
+            log::debug!(
+                "kfd-simd: tid {tid}: mmap of {:#x}+{:#x} (flags {:#x}): {e}",
+                q.offset,
+                q.length,
+                q.flags
+            );
+        })?;
+        let fd = target
+            .backing
+            .export(true)
+            .map_err(|e| Errno::from_io(&e))?;
+        let fd_num = fd.as_raw_fd();
+        let a = proto::MmapAnswer {
+            id,
+            fd: fd_num,
+            flags: target.vma,
+            offset: target.offset,
+        };
+        sys::mmap_answer(self.ctl.as_fd(), &a).map_err(|e| {
+            log::warn!("kfd-simd: answering mmap query {id}: {e}");
+            Errno::from_io(&e)
+        })?;
+        log::trace!(
+            "kfd-simd: tid {tid}: mmap of {:#x}+{:#x} -> memfd +{:#x} (vma flags {:#x})",
+            q.offset,
+            q.length,
+            target.offset,
+            target.vma
+        );
+        Ok(0)
+    }
+
+    /// Hands the fds of a successful ioctl of thread `tid` to the module, which installs them
+    /// into the caller when the call returns. Our copies are closed afterwards (the module holds
+    /// its own references).
+    pub(crate) fn deliver(&self, tid: u32, fds: Vec<HandOver>) -> Result<(), Errno> {
+        if fds.is_empty() {
+            return Ok(());
+        }
+        let mut entries = Vec::with_capacity(fds.len());
+        for h in &fds {
+            let cloexec = sys::is_cloexec(h.fd.as_fd()).map_err(|e| Errno::from_io(&e))?;
+            entries.push(proto::PushFd {
+                fd: h.fd.as_raw_fd(),
+                flags: if cloexec {
+                    libc::O_CLOEXEC.unsigned_abs()
+                } else {
+                    0
+                },
+                addr: h.addr,
+            });
+        }
+        sys::push_fds(self.ctl.as_fd(), tid, &entries).map_err(|e| {
+            log::warn!(
+                "kfd-simd: handing {} fds for tid {tid} to the module: {e}",
+                fds.len()
+            );
+            Errno::from_io(&e)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_and_proxy_names() {
+        assert_eq!(backend_devname("kfd"), "kfd-sim/kfd");
+        assert_eq!(backend_devname("dri/renderD128"), "kfd-sim/dri-renderD128");
+        assert_eq!(proxy_name("dri/renderD128"), "dri!renderD128");
+        assert_eq!(proxy_name("kfd"), "kfd");
+    }
+
+    #[test]
+    fn a_missing_control_device_is_a_clear_error() {
+        let err = Bridge::open(Path::new("/nonexistent/kfd-bridge")).unwrap_err();
+        assert!(matches!(err, BridgeError::Open { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_file_that_is_not_the_module_is_refused_by_version() {
+        let err = Bridge::open(Path::new("/dev/null")).unwrap_err();
+        assert!(matches!(err, BridgeError::Version { got: 0, .. }), "{err}");
+        assert!(err.to_string().contains("ci/kmod/build.sh"));
+    }
+}

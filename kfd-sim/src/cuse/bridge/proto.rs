@@ -1,0 +1,157 @@
+//! The kfd_bridge module's interface, mirrored from `ci/kmod/kfd_bridge/kfd_bridge.h` (which
+//! `ci/kmod/kfd_bridge/README.md` describes): request codes of the control device, their
+//! argument structs, and the one request the module sends to our CUSE devices.
+
+use std::mem::size_of;
+
+use kfd_abi::ioctl::{encode, Dir};
+
+/// `KFD_BRIDGE_VERSION`: the protocol version this daemon speaks.
+pub const VERSION: u32 = 1;
+
+const TYPE: u8 = 0xB7;
+
+/// `KFD_BRIDGE_IOC_VERSION`: the module's protocol version.
+pub const IOC_VERSION: u32 = encode(Dir::Read, TYPE, 0, size_of::<u32>());
+/// `KFD_BRIDGE_IOC_CREATE`: a proxy device in front of one of our CUSE devices.
+pub const IOC_CREATE: u32 = encode(Dir::ReadWrite, TYPE, 1, size_of::<Create>());
+/// `KFD_BRIDGE_IOC_MMAP_QUERY`: what a pending mmap asks for.
+pub const IOC_MMAP_QUERY: u32 = encode(Dir::ReadWrite, TYPE, 2, size_of::<MmapQuery>());
+/// `KFD_BRIDGE_IOC_MMAP_ANSWER`: the memory that backs it.
+pub const IOC_MMAP_ANSWER: u32 = encode(Dir::Write, TYPE, 3, size_of::<MmapAnswer>());
+/// `KFD_BRIDGE_IOC_PUSH_FDS`: fds to install into the caller of the ioctl being served.
+pub const IOC_PUSH_FDS: u32 = encode(Dir::Write, TYPE, 4, size_of::<PushFds>());
+
+/// `KFD_BRIDGE_SIM_MMAP` (`_IO('K', 0x7c)`): the module asks the device to answer mmap query
+/// `arg`. Outside amdkfd's table (0x01..0x24) and amdgpu's driver ioctls, like the other
+/// simulator-only codes; the proxies refuse it from userspace.
+pub const SIM_MMAP: u32 = encode(Dir::None, b'K', 0x7c, 0);
+
+/// `struct kfd_bridge_create`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Create {
+    /// Path of the CUSE node, NUL-terminated.
+    pub backend: [u8; 128],
+    /// Device name (`!` for `/`), NUL-terminated.
+    pub name: [u8; 64],
+    /// In: 0 for a dynamic major; out: the major.
+    pub major: u32,
+    /// The minor (in and out).
+    pub minor: u32,
+}
+
+/// `struct kfd_bridge_mmap_query`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MmapQuery {
+    /// The query (the SIM_MMAP argument).
+    pub id: u64,
+    /// Byte offset of the mapping in the device (`vm_pgoff << PAGE_SHIFT`).
+    pub offset: u64,
+    /// Bytes.
+    pub length: u64,
+    /// `MAP_*` bits below.
+    pub flags: u32,
+    /// The mapping thread (our pid namespace).
+    pub tid: u32,
+}
+
+/// `KFD_BRIDGE_MAP_SHARED`.
+pub const MAP_SHARED: u32 = 1 << 0;
+/// `KFD_BRIDGE_MAP_READ`.
+pub const MAP_READ: u32 = 1 << 1;
+/// `KFD_BRIDGE_MAP_WRITE`.
+pub const MAP_WRITE: u32 = 1 << 2;
+/// `KFD_BRIDGE_MAP_EXEC`.
+pub const MAP_EXEC: u32 = 1 << 3;
+/// `KFD_BRIDGE_MAP_MAYWRITE`: the mapping may become writable (`VM_MAYWRITE`).
+pub const MAP_MAYWRITE: u32 = 1 << 4;
+
+/// `struct kfd_bridge_mmap_answer`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MmapAnswer {
+    /// The query.
+    pub id: u64,
+    /// Our memfd.
+    pub fd: i32,
+    /// `VMA_*` bits below.
+    pub flags: u32,
+    /// Byte offset in the memfd of the mapping's first page.
+    pub offset: u64,
+}
+
+/// `KFD_BRIDGE_VMA_IO`: `VM_IO`.
+pub const VMA_IO: u32 = 1 << 0;
+/// `KFD_BRIDGE_VMA_DONTCOPY`: `VM_DONTCOPY`, not inherited by fork.
+pub const VMA_DONTCOPY: u32 = 1 << 1;
+/// `KFD_BRIDGE_VMA_NORESERVE`: `VM_NORESERVE`.
+pub const VMA_NORESERVE: u32 = 1 << 2;
+/// `KFD_BRIDGE_VMA_DONTDUMP`: `VM_DONTDUMP`, not in core dumps.
+pub const VMA_DONTDUMP: u32 = 1 << 3;
+/// `KFD_BRIDGE_VMA_ACCESS`: readable through ptrace and `/proc/PID/mem`.
+pub const VMA_ACCESS: u32 = 1 << 4;
+/// `KFD_BRIDGE_VMA_NO_MAYWRITE`: clear `VM_MAYWRITE`.
+pub const VMA_NO_MAYWRITE: u32 = 1 << 5;
+
+/// `struct kfd_bridge_fd`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PushFd {
+    /// Our fd of the file to install.
+    pub fd: i32,
+    /// 0 or `O_CLOEXEC`.
+    pub flags: u32,
+    /// The caller's address of the `u32` that receives the number.
+    pub addr: u64,
+}
+
+/// `struct kfd_bridge_push_fds`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PushFds {
+    /// The calling thread (the pid of the FUSE request).
+    pub tid: u32,
+    /// Entries.
+    pub count: u32,
+    /// Address of `count` [`PushFd`]s.
+    pub fds: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The values the C header's macros give (printed by a C program built with kfd_bridge.h).
+    #[test]
+    fn request_codes_match_the_header() {
+        assert_eq!(IOC_VERSION, 0x8004_b700);
+        assert_eq!(IOC_CREATE, 0xc0c8_b701);
+        assert_eq!(IOC_MMAP_QUERY, 0xc020_b702);
+        assert_eq!(IOC_MMAP_ANSWER, 0x4018_b703);
+        assert_eq!(IOC_PUSH_FDS, 0x4010_b704);
+        assert_eq!(SIM_MMAP, 0x0000_4b7c);
+    }
+
+    #[test]
+    fn struct_sizes_match_the_header() {
+        assert_eq!(size_of::<Create>(), 200);
+        assert_eq!(size_of::<MmapQuery>(), 32);
+        assert_eq!(size_of::<MmapAnswer>(), 24);
+        assert_eq!(size_of::<PushFd>(), 16);
+        assert_eq!(size_of::<PushFds>(), 16);
+    }
+
+    #[test]
+    fn sim_mmap_is_outside_both_drivers_and_the_other_simulator_codes() {
+        assert!(kfd_abi::ioctl::kfd::lookup(SIM_MMAP).is_none());
+        for other in [
+            super::super::super::SIM_PROBE,
+            kfd_abi::cuse::SIM_DAEMON_PID,
+            kfd_abi::cuse::SIM_CLOSE_FD,
+        ] {
+            assert_ne!(SIM_MMAP, other);
+        }
+    }
+}

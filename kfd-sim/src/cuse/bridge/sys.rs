@@ -1,0 +1,109 @@
+//! The bridge's contact with the OS: the control device's ioctls and an fd's close-on-exec flag.
+//! Every `unsafe` block of the bridge is here.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use super::proto::{self, Create, MmapAnswer, MmapQuery, PushFd, PushFds};
+
+/// One ioctl on the control device whose argument is a `T`.
+///
+/// # Safety
+///
+/// `request` must be one of the control device's codes whose argument struct is `T` (the module
+/// reads and writes exactly `size_of::<T>()` bytes there) and `T` must contain no pointers the
+/// module follows, except those the caller keeps valid for the call.
+unsafe fn ioctl_with<T>(fd: BorrowedFd<'_>, request: u32, arg: &mut T) -> io::Result<i32> {
+    debug_assert_eq!(kfd_abi::ioctl::size(request), std::mem::size_of::<T>());
+    // SAFETY: `fd` is open for the call; `arg` is a live, exclusive `T` of the size the request
+    // encodes (the caller's contract).
+    let r = unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            libc::c_ulong::from(request),
+            std::ptr::from_mut(arg),
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// `KFD_BRIDGE_IOC_VERSION`.
+pub(super) fn version(fd: BorrowedFd<'_>) -> io::Result<u32> {
+    let mut v = 0u32;
+    // SAFETY: IOC_VERSION's argument is a u32, which the module writes.
+    unsafe { ioctl_with(fd, proto::IOC_VERSION, &mut v) }?;
+    Ok(v)
+}
+
+/// `KFD_BRIDGE_IOC_CREATE`.
+pub(super) fn create(fd: BorrowedFd<'_>, c: &mut Create) -> io::Result<()> {
+    // SAFETY: IOC_CREATE's argument is a `Create` (plain data, no pointers).
+    unsafe { ioctl_with(fd, proto::IOC_CREATE, c) }.map(drop)
+}
+
+/// `KFD_BRIDGE_IOC_MMAP_QUERY`.
+pub(super) fn mmap_query(fd: BorrowedFd<'_>, q: &mut MmapQuery) -> io::Result<()> {
+    // SAFETY: IOC_MMAP_QUERY's argument is a `MmapQuery` (plain data).
+    unsafe { ioctl_with(fd, proto::IOC_MMAP_QUERY, q) }.map(drop)
+}
+
+/// `KFD_BRIDGE_IOC_MMAP_ANSWER`.
+pub(super) fn mmap_answer(fd: BorrowedFd<'_>, a: &MmapAnswer) -> io::Result<()> {
+    let mut a = *a;
+    // SAFETY: IOC_MMAP_ANSWER's argument is a `MmapAnswer` (plain data; its fd is only looked up
+    // in our table).
+    unsafe { ioctl_with(fd, proto::IOC_MMAP_ANSWER, &mut a) }.map(drop)
+}
+
+/// `KFD_BRIDGE_IOC_PUSH_FDS` of `fds` for thread `tid`.
+pub(super) fn push_fds(fd: BorrowedFd<'_>, tid: u32, fds: &[PushFd]) -> io::Result<()> {
+    let count = u32::try_from(fds.len()).map_err(|_| io::Error::from_raw_os_error(libc::E2BIG))?;
+    let mut p = PushFds {
+        tid,
+        count,
+        fds: fds.as_ptr() as u64,
+    };
+    // SAFETY: IOC_PUSH_FDS's argument is a `PushFds` whose `fds` points to `count` entries that
+    // `fds` keeps alive for the call; the module only reads them.
+    unsafe { ioctl_with(fd, proto::IOC_PUSH_FDS, &mut p) }.map(drop)
+}
+
+/// Whether `fd` is close-on-exec (`F_GETFD`).
+pub(super) fn is_cloexec(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    // SAFETY: F_GETFD on an fd borrowed for the call; no pointers.
+    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(r & libc::FD_CLOEXEC != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn close_on_exec_is_read_back() {
+        let f = std::fs::File::open("/dev/null").unwrap();
+        assert!(is_cloexec(f.as_fd()).unwrap(), "std opens close-on-exec");
+        let inheritable = crate::host::dup_inheritable(f.as_fd()).unwrap();
+        assert!(!is_cloexec(inheritable.as_fd()).unwrap());
+    }
+
+    #[test]
+    fn control_requests_on_another_file_fail_cleanly() {
+        // /dev/null has no ioctls: every request is ENOTTY, nothing is read or written.
+        let f = std::fs::File::open("/dev/null").unwrap();
+        assert_eq!(
+            version(f.as_fd()).unwrap_err().raw_os_error(),
+            Some(libc::ENOTTY)
+        );
+        let e = push_fds(f.as_fd(), 1, &[PushFd::default()]).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTTY));
+    }
+}

@@ -1,0 +1,331 @@
+//! Ioctls on events (`kfd_events.c`): creating and destroying them with their ids and signal
+//! slots, the signal page, setting and resetting, waiting (interruptibly, with the driver's
+//! results); and the SMI event fd (`kfd_smi_events.c`).
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kfd_abi::mmap_offset as mo;
+use kfd_abi::Errno;
+use kfd_sys as sys;
+
+use super::memory::handle_parts;
+use super::{kmalloc_check, KfdCall};
+use crate::client::FdSlot;
+use crate::process::limits::*;
+use crate::process::{waiter, Event, ProcState, SignalPage};
+use crate::uaccess::{copy_struct_from_user, copy_to_user, fd_to_field, with_args, IoctlResult};
+
+/// `kfd_kmap_event_page`: the BO behind `handle` becomes the signal page.
+pub(super) fn kmap_event_page(st: &mut ProcState, handle: u64) -> Result<(), Errno> {
+    if st.signal.is_some() {
+        return Err(Errno::EINVAL);
+    }
+    let (gpu_id, idr) = handle_parts(handle);
+    let pi = st.pdd_by_user_id(gpu_id).ok_or(Errno::EINVAL)?;
+    st.bind(pi)?;
+    let bo = st
+        .pdds
+        .get(pi)
+        .and_then(|p| p.bos.get(&idr))
+        .ok_or(Errno::EINVAL)?;
+    let backing = match &bo.backing {
+        Some(b) if bo.flags & sys::KFD_IOC_ALLOC_MEM_FLAGS_GTT != 0 => Arc::clone(b),
+        _ => return Err(Errno::EINVAL),
+    };
+    let slots = u32::try_from(bo.size / 8)
+        .unwrap_or(u32::MAX)
+        .min(SIGNAL_EVENT_LIMIT);
+    let init_len = usize::try_from((u64::from(slots) * 8).min(backing.size)).unwrap_or(0);
+    let init = vec![0xffu8; init_len];
+    backing.write(0, &init);
+    st.signal = Some(SignalPage {
+        handle,
+        backing: Some(backing),
+        slots,
+    });
+    Ok(())
+}
+
+/// Creates an event (with its id at restore). Returns the id.
+pub(super) fn create_event_locked(
+    st: &mut ProcState,
+    ty: u32,
+    auto_reset: bool,
+    signaled: bool,
+    restore_id: Option<u32>,
+) -> Result<u32, Errno> {
+    let id = if Event::is_signal(ty) {
+        let page = st.signal.get_or_insert_with(|| SignalPage {
+            handle: 0,
+            backing: None,
+            slots: DEFAULT_SIGNAL_SLOTS,
+        });
+        let slots = page.slots;
+        if st.signal_event_count >= slots {
+            return Err(Errno::ENOSPC);
+        }
+        let id = match restore_id {
+            Some(id) if st.events.contains_key(&id) => return Err(Errno::ENOSPC),
+            Some(id) => id,
+            None => (0..slots)
+                .find(|i| !st.events.contains_key(i))
+                .ok_or(Errno::ENOSPC)?,
+        };
+        if let Some(b) = st.signal.as_ref().and_then(|p| p.backing.as_ref()) {
+            b.write(u64::from(id) * 8, &u64::MAX.to_le_bytes());
+        }
+        st.signal_event_count += 1;
+        id
+    } else {
+        match restore_id {
+            Some(id) if st.events.contains_key(&id) || id < FIRST_NONSIGNAL_EVENT_ID => {
+                return Err(Errno::ENOSPC)
+            }
+            Some(id) => id,
+            None => {
+                let mut cand = FIRST_NONSIGNAL_EVENT_ID;
+                for &id in st
+                    .events
+                    .range(FIRST_NONSIGNAL_EVENT_ID..)
+                    .map(|(id, _)| id)
+                {
+                    if id != cand {
+                        break;
+                    }
+                    cand = cand.checked_add(1).ok_or(Errno::ENOSPC)?;
+                }
+                if cand > LAST_NONSIGNAL_EVENT_ID {
+                    return Err(Errno::ENOSPC);
+                }
+                cand
+            }
+        }
+    };
+    st.events.insert(
+        id,
+        Event {
+            ty,
+            auto_reset,
+            signaled,
+            waiters: Vec::new(),
+            exception: [0; 32],
+        },
+    );
+    Ok(id)
+}
+
+pub(super) fn create_event(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    with_args(kdata, |a: &mut sys::kfd_ioctl_create_event_args| {
+        let mut st = call.process.lock();
+        if a.event_page_offset != 0 {
+            kmap_event_page(&mut st, a.event_page_offset)?;
+        }
+        a.event_page_offset = 0;
+        let id = create_event_locked(&mut st, a.event_type, a.auto_reset != 0, false, None)?;
+        if Event::is_signal(a.event_type) {
+            a.event_page_offset = mo::TYPE_EVENTS;
+            a.event_slot_index = id;
+        }
+        a.event_id = id;
+        a.event_trigger_data = id;
+        Ok(0)
+    })
+}
+
+pub(super) fn destroy_event(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    with_args(kdata, |a: &mut sys::kfd_ioctl_destroy_event_args| {
+        let mut st = call.process.lock();
+        let ev = st.events.remove(&a.event_id).ok_or(Errno::EINVAL)?;
+        for w in &ev.waiters {
+            w.store(waiter::GONE, Ordering::SeqCst);
+        }
+        if Event::is_signal(ev.ty) {
+            st.signal_event_count = st.signal_event_count.saturating_sub(1);
+        }
+        call.process.events_cv.notify_all();
+        Ok(0)
+    })
+}
+
+/// The signal event `id` that SET_EVENT and RESET_EVENT act on: `EINVAL` if there is none, or
+/// it is of another type.
+fn signal_event(st: &mut ProcState, id: u32) -> Result<&mut Event, Errno> {
+    let ev = st.events.get_mut(&id).ok_or(Errno::EINVAL)?;
+    if ev.ty != sys::KFD_IOC_EVENT_SIGNAL {
+        return Err(Errno::EINVAL);
+    }
+    Ok(ev)
+}
+
+pub(super) fn set_event(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    with_args(kdata, |a: &mut sys::kfd_ioctl_set_event_args| {
+        let mut st = call.process.lock();
+        signal_event(&mut st, a.event_id)?.set();
+        call.process.events_cv.notify_all();
+        Ok(0)
+    })
+}
+
+pub(super) fn reset_event(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    with_args(kdata, |a: &mut sys::kfd_ioctl_reset_event_args| {
+        let mut st = call.process.lock();
+        signal_event(&mut st, a.event_id)?.signaled = false;
+        Ok(0)
+    })
+}
+
+const EVENT_DATA_SIZE: u64 = std::mem::size_of::<sys::kfd_event_data>() as u64;
+
+/// Size of the kernel's per-event waiter record (for its allocation limit).
+const WAITER_SIZE: u64 = 56;
+
+const TIMEOUT_INFINITE: u32 = 0xffff_ffff;
+
+pub(super) fn wait_events(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    with_args(kdata, |a: &mut sys::kfd_ioctl_wait_events_args| {
+        let r = wait_on_events(call, a);
+        match r {
+            Ok(result) => {
+                a.wait_result = result;
+                if result == sys::KFD_IOC_WAIT_RESULT_FAIL {
+                    return Err(Errno::EIO);
+                }
+                Ok(0)
+            }
+            Err(e) => {
+                a.wait_result = sys::KFD_IOC_WAIT_RESULT_FAIL;
+                Err(e)
+            }
+        }
+    })
+}
+
+fn wait_on_events(call: &KfdCall<'_>, a: &sys::kfd_ioctl_wait_events_args) -> Result<u32, Errno> {
+    let n = u64::from(a.num_events);
+    kmalloc_check(n * WAITER_SIZE)?;
+    let all = a.wait_for_all != 0;
+    let mut st = call.process.lock();
+    let mut waiters: Vec<(u32, Arc<AtomicU8>)> = Vec::new();
+    let cleanup = |st: &mut ProcState, waiters: &[(u32, Arc<AtomicU8>)]| {
+        for (id, w) in waiters {
+            if let Some(ev) = st.events.get_mut(id) {
+                ev.waiters.retain(|x| !Arc::ptr_eq(x, w));
+            }
+        }
+    };
+    for i in 0..n {
+        let addr = a
+            .events_ptr
+            .checked_add(i * EVENT_DATA_SIZE)
+            .ok_or(Errno::EFAULT);
+        let data = match addr
+            .and_then(|addr| copy_struct_from_user::<sys::kfd_event_data>(call.client, addr))
+        {
+            Ok(d) => d,
+            Err(_) => {
+                cleanup(&mut st, &waiters);
+                return Err(Errno::EFAULT);
+            }
+        };
+        let Some(ev) = st.events.get_mut(&data.event_id) else {
+            cleanup(&mut st, &waiters);
+            return Err(Errno::EINVAL);
+        };
+        let activated = ev.signaled;
+        ev.signaled = ev.signaled && !ev.auto_reset;
+        let w = Arc::new(AtomicU8::new(if activated {
+            waiter::ACTIVATED
+        } else {
+            waiter::WAITING
+        }));
+        if !activated {
+            ev.waiters.push(Arc::clone(&w));
+        }
+        waiters.push((data.event_id, w));
+    }
+    let condition = |waiters: &[(u32, Arc<AtomicU8>)]| {
+        let mut activated = 0usize;
+        for (_, w) in waiters {
+            match w.load(Ordering::SeqCst) {
+                waiter::GONE => return sys::KFD_IOC_WAIT_RESULT_FAIL,
+                waiter::ACTIVATED if !all => return sys::KFD_IOC_WAIT_RESULT_COMPLETE,
+                waiter::ACTIVATED => activated += 1,
+                _ => {}
+            }
+        }
+        if activated == waiters.len() {
+            sys::KFD_IOC_WAIT_RESULT_COMPLETE
+        } else {
+            sys::KFD_IOC_WAIT_RESULT_TIMEOUT
+        }
+    };
+    let deadline = match a.timeout {
+        0 | TIMEOUT_INFINITE => None,
+        ms => Instant::now().checked_add(Duration::from_millis(u64::from(ms))),
+    };
+    let result = loop {
+        let r = condition(&waiters);
+        if r != sys::KFD_IOC_WAIT_RESULT_TIMEOUT || a.timeout == 0 {
+            break r;
+        }
+        // The driver ends the sleep with -ERESTARTSYS; FUSE can only carry EINTR.
+        if call.client.signal_pending() {
+            cleanup(&mut st, &waiters);
+            return Err(Errno::EINTR);
+        }
+        if a.timeout == TIMEOUT_INFINITE {
+            st = call
+                .process
+                .events_cv
+                .wait(st)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            continue;
+        }
+        let now = Instant::now();
+        let Some(left) = deadline
+            .and_then(|d| d.checked_duration_since(now))
+            .filter(|d| !d.is_zero())
+        else {
+            break condition(&waiters);
+        };
+        st = match call.process.events_cv.wait_timeout(st, left) {
+            Ok((g, _)) => g,
+            Err(e) => e.into_inner().0,
+        };
+    };
+    cleanup(&mut st, &waiters);
+    if result == sys::KFD_IOC_WAIT_RESULT_COMPLETE {
+        // copy_signaled_event_data: memory exception data of fired memory events.
+        for (i, (id, w)) in (0u64..).zip(&waiters) {
+            if w.load(Ordering::SeqCst) != waiter::ACTIVATED {
+                continue;
+            }
+            let Some(ev) = st.events.get(id) else {
+                continue;
+            };
+            if ev.ty == sys::KFD_IOC_EVENT_MEMORY {
+                let addr = a.events_ptr.wrapping_add(i * EVENT_DATA_SIZE);
+                copy_to_user(call.client, addr, &ev.exception)?;
+            }
+        }
+    }
+    Ok(result)
+}
+
+pub(super) fn smi_events(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    with_args(kdata, |a: &mut sys::kfd_ioctl_smi_events_args| {
+        if call.process.lock().pdd_by_user_id(a.gpuid).is_none() {
+            return Err(Errno::EINVAL);
+        }
+        let fd = crate::host::memfd("kfd-sim:[kfd_smi_ev]").map_err(|e| Errno::from_io(&e))?;
+        let slot = FdSlot::ArgField(std::mem::offset_of!(
+            sys::kfd_ioctl_smi_events_args,
+            anon_fd
+        ));
+        let raw = call.client.install_fd_at(fd, slot)?;
+        a.anon_fd = fd_to_field(raw);
+        Ok(0)
+    })
+}

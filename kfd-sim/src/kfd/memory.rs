@@ -1,0 +1,405 @@
+//! Ioctls on GPU memory (`amdgpu_amdkfd_gpuvm.c` and their `kfd_chardev.c` entries): allocating
+//! and freeing buffer objects (VRAM, GTT, userptr, doorbell, MMIO), mapping them into and out of
+//! the GPU VMs, dma-buf info and import, and the VRAM still available.
+
+use std::sync::Arc;
+
+use kfd_abi::mmap_offset as mo;
+use kfd_abi::Errno;
+use kfd_sys as sys;
+
+use super::{kmalloc_check, KfdCall};
+use crate::machine::lock;
+use crate::memory::{Backing, Domain};
+use crate::process::limits::*;
+use crate::process::{align_up, domain_of, vm_unmap_bo, Bo, ProcState};
+use crate::render::{VmMapping, VmTarget};
+use crate::uaccess::{
+    check_user_range, copy_from_user, fd_from_field, get_u32, with_args, IoctlResult,
+};
+
+/// Creates a BO's memory and accounting (`amdgpu_amdkfd_gpuvm_alloc_memory_of_gpu`).
+/// `check_user` validates a userptr's pages (not at CRIU restore).
+pub(super) fn new_bo(
+    call: &KfdCall<'_>,
+    dev: usize,
+    va: u64,
+    size: u64,
+    flags: u32,
+    user_addr: u64,
+    check_user: bool,
+) -> Result<Bo, Errno> {
+    use sys::*;
+    let device = call.machine.devices.get(dev).ok_or(Errno::EINVAL)?;
+    let aligned = align_up(size);
+    let domain = domain_of(flags);
+    let userptr = domain.is_none() && flags & KFD_IOC_ALLOC_MEM_FLAGS_USERPTR != 0;
+    if domain.is_none() && !userptr {
+        if flags & (KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL | KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP) == 0 {
+            return Err(Errno::EINVAL);
+        }
+        if size > u64::from(u32::MAX) {
+            return Err(Errno::EINVAL);
+        }
+    }
+    if userptr && user_addr == 0 {
+        return Err(Errno::EINVAL);
+    }
+    // Memory limits.
+    let vram = domain == Some(Domain::Vram);
+    let system = domain == Some(Domain::Gtt) || userptr;
+    if vram {
+        let mut s = lock(&device.state);
+        let total = s.vram_used.checked_add(aligned).ok_or(Errno::ENOMEM)?;
+        if total > device.vram_size {
+            return Err(Errno::ENOMEM);
+        }
+        s.vram_used = total;
+    } else if system {
+        call.machine.reserve_system(aligned)?;
+    }
+    let unreserve = || {
+        if vram {
+            let mut s = lock(&device.state);
+            s.vram_used = s.vram_used.saturating_sub(aligned);
+        } else if system {
+            call.machine.release_system(aligned);
+        }
+    };
+    if userptr && check_user {
+        let last = user_addr.saturating_add(aligned.saturating_sub(1));
+        if let Err(e) = check_user_range(call.client, user_addr, last) {
+            unreserve();
+            return Err(e);
+        }
+    }
+    let backing = match domain {
+        Some(d) => {
+            let visible =
+                d == Domain::Gtt || flags & KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC != 0 || device.large_bar;
+            match Backing::new(aligned, d, dev, visible) {
+                Ok(b) => {
+                    let b = Arc::new(b);
+                    call.machine.register_dmabuf(&b);
+                    Some(b)
+                }
+                Err(e) => {
+                    log::warn!("kfd-sim: cannot back a {aligned}-byte BO: {e}");
+                    unreserve();
+                    return Err(Errno::ENOMEM);
+                }
+            }
+        }
+        None => None,
+    };
+    Ok(Bo {
+        va,
+        size: aligned,
+        flags,
+        mmap_offset: device.alloc_mmap_offset(aligned),
+        user_addr: if userptr { user_addr } else { 0 },
+        user_mem: userptr.then(|| call.client.process_memory()),
+        backing,
+        accounted: true,
+        mapped: Vec::new(),
+    })
+}
+
+pub(super) fn alloc_memory_of_gpu(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    use sys::*;
+    with_args(kdata, |a: &mut kfd_ioctl_alloc_memory_of_gpu_args| {
+        let flags = a.flags;
+        if a.size == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let mut st = call.process.lock();
+        let first = a.va_addr >> 12;
+        let last = a.va_addr.wrapping_add(a.size - 1) >> 12;
+        if st
+            .svm
+            .iter()
+            .any(|r| (r.start >> 12) <= last && first <= (r.end() - 1) >> 12)
+        {
+            return Err(Errno::EADDRINUSE);
+        }
+        let pi = st.pdd_by_user_id(a.gpu_id).ok_or(Errno::EINVAL)?;
+        let dev = st.pdds.get(pi).map(|p| p.dev).ok_or(Errno::EINVAL)?;
+        let large_bar = call.machine.devices.get(dev).is_some_and(|d| d.large_bar);
+        if flags & KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC != 0
+            && flags & KFD_IOC_ALLOC_MEM_FLAGS_VRAM != 0
+            && !large_bar
+        {
+            return Err(Errno::EINVAL);
+        }
+        st.bind(pi)?;
+        if flags & KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL != 0 {
+            if a.size != DOORBELL_SLICE {
+                return Err(Errno::EINVAL);
+            }
+        } else if flags & KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP != 0 && a.size != PAGE_SIZE {
+            return Err(Errno::EINVAL);
+        }
+        let bo = new_bo(call, dev, a.va_addr, a.size, flags, a.mmap_offset, true)?;
+        let pdd = st.pdds.get_mut(pi).ok_or(Errno::EINVAL)?;
+        let Some(idr) = pdd.free_idr() else {
+            call.process.release_bo(dev, &bo);
+            return Err(Errno::EFAULT);
+        };
+        let offset = bo.mmap_offset;
+        pdd.bos.insert(idr, bo);
+        a.handle = bo_handle(a.gpu_id, idr);
+        a.mmap_offset = if flags & KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP != 0 {
+            mo::TYPE_MMIO | mo::gpu_id(a.gpu_id)
+        } else {
+            offset
+        };
+        Ok(0)
+    })
+}
+
+pub(super) fn free_memory_of_gpu(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    with_args(kdata, |a: &mut sys::kfd_ioctl_free_memory_of_gpu_args| {
+        let mut st = call.process.lock();
+        if st
+            .signal
+            .as_ref()
+            .is_some_and(|s| s.handle != 0 && s.handle == a.handle)
+        {
+            return Err(Errno::EPERM);
+        }
+        let (gpu_id, idr) = handle_parts(a.handle);
+        let pi = st.pdd_by_user_id(gpu_id).ok_or(Errno::EINVAL)?;
+        let pdd = st.pdds.get_mut(pi).ok_or(Errno::EINVAL)?;
+        let bo = pdd.bos.get(&idr).ok_or(Errno::EINVAL)?;
+        if !bo.mapped.is_empty() {
+            return Err(Errno::EBUSY);
+        }
+        let dev = pdd.dev;
+        if let Some(bo) = pdd.bos.remove(&idr) {
+            call.process.release_bo(dev, &bo);
+        }
+        Ok(0)
+    })
+}
+
+/// The VM mapping(s) of a BO.
+pub(super) fn vm_target(bo: &Bo) -> VmTarget {
+    if let Some(b) = &bo.backing {
+        VmTarget::Memory {
+            backing: Arc::clone(b),
+            offset: 0,
+        }
+    } else if let (true, Some(mem)) = (
+        bo.flags & sys::KFD_IOC_ALLOC_MEM_FLAGS_USERPTR != 0,
+        bo.user_mem,
+    ) {
+        VmTarget::User {
+            cpu_addr: bo.user_addr,
+            mem,
+        }
+    } else if bo.flags & sys::KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL != 0 {
+        VmTarget::Doorbell
+    } else {
+        VmTarget::Mmio
+    }
+}
+
+/// `amdgpu_amdkfd_gpuvm_map_memory_to_gpu` of BO `(pi, idr)` on the VM of pdd `peer`.
+pub(super) fn map_bo_on(st: &mut ProcState, pi: usize, idr: u32, peer: usize) -> Result<(), Errno> {
+    let drm = st.bind(peer)?.clone();
+    let peer_dev = st.pdds.get(peer).map(|p| p.dev).ok_or(Errno::EINVAL)?;
+    let bo = st
+        .pdds
+        .get_mut(pi)
+        .and_then(|p| p.bos.get_mut(&idr))
+        .ok_or(Errno::ENOMEM)?;
+    if bo.mapped.contains(&peer_dev) {
+        return Ok(());
+    }
+    let writable = bo.flags & sys::KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE != 0;
+    let mut vm = lock(&drm.vm);
+    vm.map(
+        bo.va,
+        VmMapping {
+            size: bo.size,
+            target: vm_target(bo),
+            writable,
+        },
+    )?;
+    if bo.flags & sys::KFD_IOC_ALLOC_MEM_FLAGS_AQL_QUEUE_MEM != 0 {
+        let second = VmMapping {
+            size: bo.size,
+            target: vm_target(bo),
+            writable,
+        };
+        if let Err(e) = vm.map(bo.va.saturating_add(bo.size), second) {
+            vm.unmap(bo.va);
+            return Err(e);
+        }
+    }
+    bo.mapped.push(peer_dev);
+    Ok(())
+}
+
+/// A BO handle as userspace holds it: the user gpu id above the IDR handle.
+fn bo_handle(gpu_id: u32, idr: u32) -> u64 {
+    (u64::from(gpu_id) << 32) | u64::from(idr)
+}
+
+/// A BO handle's user gpu id and IDR handle.
+pub(super) fn handle_parts(handle: u64) -> (u32, u32) {
+    let gpu_id = u32::try_from(handle >> 32).unwrap_or(u32::MAX);
+    let idr = u32::try_from(handle & 0xffff_ffff).unwrap_or(u32::MAX);
+    (gpu_id, idr)
+}
+
+/// `ENOMEM` unless the pdd `pi` has a BO with IDR handle `idr` (as the driver's lookup fails).
+fn bo_exists(st: &ProcState, pi: usize, idr: u32) -> Result<(), Errno> {
+    if st.pdds.get(pi).is_some_and(|p| p.bos.contains_key(&idr)) {
+        Ok(())
+    } else {
+        Err(Errno::ENOMEM)
+    }
+}
+
+/// The device list of MAP/UNMAP_MEMORY_TO/FROM_GPU: `n_devices` non-zero and not below the
+/// progress `n_success` (`EINVAL`), then the array of user gpu ids (`copy_from_user`).
+fn device_ids(
+    call: &KfdCall<'_>,
+    ptr: u64,
+    n_devices: u32,
+    n_success: u32,
+) -> Result<Vec<u32>, Errno> {
+    if n_devices == 0 || n_success > n_devices {
+        return Err(Errno::EINVAL);
+    }
+    let bytes = u64::from(n_devices) * 4;
+    kmalloc_check(bytes)?;
+    let ids = copy_from_user(call.client, ptr, bytes).map_err(|_| Errno::EFAULT)?;
+    Ok(ids.chunks_exact(4).map(|c| get_u32(c, 0)).collect())
+}
+
+pub(super) fn map_memory_to_gpu(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    with_args(kdata, |a: &mut sys::kfd_ioctl_map_memory_to_gpu_args| {
+        let ids = device_ids(call, a.device_ids_array_ptr, a.n_devices, a.n_success)?;
+        let mut st = call.process.lock();
+        let (gpu_id, idr) = handle_parts(a.handle);
+        let pi = st.pdd_by_user_id(gpu_id).ok_or(Errno::EINVAL)?;
+        st.bind(pi)?;
+        bo_exists(&st, pi, idr)?;
+        for (i, &id) in ids.iter().enumerate().skip(a.n_success as usize) {
+            let peer = st.pdd_by_user_id(id).ok_or(Errno::EINVAL)?;
+            map_bo_on(&mut st, pi, idr, peer)?;
+            a.n_success = u32::try_from(i + 1).unwrap_or(u32::MAX);
+        }
+        Ok(0)
+    })
+}
+
+pub(super) fn unmap_memory_from_gpu(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    with_args(
+        kdata,
+        |a: &mut sys::kfd_ioctl_unmap_memory_from_gpu_args| {
+            let ids = device_ids(call, a.device_ids_array_ptr, a.n_devices, a.n_success)?;
+            let mut st = call.process.lock();
+            let (gpu_id, idr) = handle_parts(a.handle);
+            let pi = st.pdd_by_user_id(gpu_id).ok_or(Errno::EINVAL)?;
+            bo_exists(&st, pi, idr)?;
+            for (i, &id) in ids.iter().enumerate().skip(a.n_success as usize) {
+                let peer = st.pdd_by_user_id(id).ok_or(Errno::EINVAL)?;
+                let peer_dev = st.pdds.get(peer).map(|p| p.dev).ok_or(Errno::EINVAL)?;
+                let pdds = &mut st.pdds;
+                let Some(bo) = pdds.get_mut(pi).and_then(|p| p.bos.get_mut(&idr)) else {
+                    return Err(Errno::ENOMEM);
+                };
+                let Some(pos) = bo.mapped.iter().position(|&d| d == peer_dev) else {
+                    return Err(Errno::EINVAL);
+                };
+                bo.mapped.remove(pos);
+                if let Some(bo) = pdds.get(pi).and_then(|p| p.bos.get(&idr)) {
+                    vm_unmap_bo(pdds, bo, peer_dev);
+                }
+                a.n_success = u32::try_from(i + 1).unwrap_or(u32::MAX);
+            }
+            Ok(0)
+        },
+    )
+}
+
+pub(super) fn get_dmabuf_info(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    with_args(kdata, |a: &mut sys::kfd_ioctl_get_dmabuf_info_args| {
+        if call.machine.devices.is_empty() {
+            return Err(Errno::EINVAL);
+        }
+        if a.metadata_ptr != 0 {
+            kmalloc_check(u64::from(a.metadata_size))?;
+        }
+        let key = call.client.resolve_fd(fd_from_field(a.dmabuf_fd))?;
+        let b = call.machine.dmabuf(key).ok_or(Errno::EINVAL)?;
+        let dev = call.machine.devices.get(b.device).ok_or(Errno::EINVAL)?;
+        a.size = b.size;
+        a.gpu_id = dev.gpu_id;
+        a.flags = match b.domain {
+            Domain::Vram => sys::KFD_IOC_ALLOC_MEM_FLAGS_VRAM,
+            Domain::Gtt => sys::KFD_IOC_ALLOC_MEM_FLAGS_GTT,
+        };
+        if b.cpu_visible {
+            a.flags |= sys::KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC;
+        }
+        // No metadata is ever attached: nothing to copy.
+        a.metadata_size = 0;
+        Ok(0)
+    })
+}
+
+pub(super) fn import_dmabuf(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    with_args(kdata, |a: &mut sys::kfd_ioctl_import_dmabuf_args| {
+        let key = call.client.resolve_fd(fd_from_field(a.dmabuf_fd))?;
+        let backing = call.machine.dmabuf(key);
+        let mut st = call.process.lock();
+        let pi = st.pdd_by_user_id(a.gpu_id).ok_or(Errno::EINVAL)?;
+        st.bind(pi)?;
+        let b = backing.ok_or(Errno::EINVAL)?;
+        let pdd = st.pdds.get_mut(pi).ok_or(Errno::EINVAL)?;
+        if b.device != pdd.dev {
+            return Err(Errno::EINVAL);
+        }
+        let domain = match b.domain {
+            Domain::Vram => sys::KFD_IOC_ALLOC_MEM_FLAGS_VRAM,
+            Domain::Gtt => sys::KFD_IOC_ALLOC_MEM_FLAGS_GTT,
+        };
+        let dev = call.machine.devices.get(pdd.dev).ok_or(Errno::EINVAL)?;
+        let bo = Bo {
+            va: a.va_addr,
+            size: b.size,
+            flags: domain
+                | sys::KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE
+                | sys::KFD_IOC_ALLOC_MEM_FLAGS_EXECUTABLE,
+            mmap_offset: dev.alloc_mmap_offset(b.size),
+            user_addr: 0,
+            user_mem: None,
+            backing: Some(b),
+            accounted: false,
+            mapped: Vec::new(),
+        };
+        let idr = pdd.free_idr().ok_or(Errno::EFAULT)?;
+        pdd.bos.insert(idr, bo);
+        a.handle = bo_handle(a.gpu_id, idr);
+        Ok(0)
+    })
+}
+
+pub(super) fn available_memory(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    with_args(kdata, |a: &mut sys::kfd_ioctl_get_available_memory_args| {
+        let st = call.process.lock();
+        let pi = st.pdd_by_user_id(a.gpu_id).ok_or(Errno::EINVAL)?;
+        let dev = st
+            .pdds
+            .get(pi)
+            .and_then(|p| call.machine.devices.get(p.dev))
+            .ok_or(Errno::EINVAL)?;
+        let used = lock(&dev.state).vram_used;
+        a.available = dev.vram_size.saturating_sub(used) & !(VRAM_AVAILABILITY_ALIGN - 1);
+        Ok(0)
+    })
+}

@@ -1,0 +1,274 @@
+//! The SVM ioctl (`kfd_svm.c`): setting and getting the attributes of shared virtual memory
+//! ranges, split and merged at their borders.
+
+use std::mem::{offset_of, size_of};
+
+use kfd_abi::Errno;
+use kfd_sys as sys;
+
+use super::KfdCall;
+use crate::host::access_ok;
+use crate::machine::lock;
+use crate::process::{ProcState, SvmAccess, SvmRange};
+use crate::uaccess::{check_user_range, get_u32, get_u64, put_u32, put_u64, IoctlResult};
+
+/// Byte offsets in `kfd_ioctl_svm_args`, whose attributes follow it in the ioctl buffer.
+const START: usize = offset_of!(sys::kfd_ioctl_svm_args, start_addr);
+const SIZE: usize = offset_of!(sys::kfd_ioctl_svm_args, size);
+const SVM_HDR: usize = offset_of!(sys::kfd_ioctl_svm_args, attrs);
+/// One `kfd_ioctl_svm_attribute`, and the offsets of its fields.
+const SVM_ATTR: usize = size_of::<sys::kfd_ioctl_svm_attribute>();
+const ATTR_TYPE: usize = offset_of!(sys::kfd_ioctl_svm_attribute, type_);
+const ATTR_VALUE: usize = offset_of!(sys::kfd_ioctl_svm_attribute, value);
+const SVM_UNDEFINED: u32 = sys::KFD_IOCTL_SVM_LOCATION_UNDEFINED;
+const SVM_DEFAULT_FLAGS: u32 =
+    sys::KFD_IOCTL_SVM_FLAG_HOST_ACCESS | sys::KFD_IOCTL_SVM_FLAG_COHERENT;
+
+/// A range with default attributes.
+pub(super) fn svm_default(st: &ProcState, start: u64, end: u64) -> SvmRange {
+    let access = if st.xnack {
+        SvmAccess::Access
+    } else {
+        SvmAccess::None
+    };
+    SvmRange {
+        start,
+        size: end - start,
+        preferred: SVM_UNDEFINED,
+        prefetch: SVM_UNDEFINED,
+        flags: SVM_DEFAULT_FLAGS,
+        granularity: 9,
+        access: vec![access; st.pdds.len()],
+    }
+}
+
+/// `svm_range_is_valid`: the range must be mapped in the caller and not overlap a BO mapping.
+fn svm_range_valid(call: &KfdCall<'_>, st: &ProcState, start: u64, end: u64) -> Result<(), Errno> {
+    check_user_range(call.client, start, end - 1)?;
+    for pdd in &st.pdds {
+        if let Some(drm) = &pdd.drm {
+            let vm = lock(&drm.vm);
+            if vm
+                .mappings()
+                .any(|(va, m)| va < end && start < va.saturating_add(m.size))
+            {
+                return Err(Errno::EADDRINUSE);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Applies SET_ATTR attributes to `[start, end)`, splitting existing ranges at the borders.
+pub(super) fn svm_apply(st: &mut ProcState, start: u64, end: u64, attrs: &[(u32, u32)]) {
+    let old = std::mem::take(&mut st.svm);
+    let mut keep = Vec::new();
+    let mut inside = Vec::new();
+    for r in old {
+        if r.end() <= start || r.start >= end {
+            keep.push(r);
+            continue;
+        }
+        if r.start < start {
+            keep.push(SvmRange {
+                size: start - r.start,
+                ..r.clone()
+            });
+        }
+        if r.end() > end {
+            keep.push(SvmRange {
+                start: end,
+                size: r.end() - end,
+                ..r.clone()
+            });
+        }
+        let s = r.start.max(start);
+        let e = r.end().min(end);
+        inside.push(SvmRange {
+            start: s,
+            size: e - s,
+            ..r
+        });
+    }
+    // Gaps become new ranges with default attributes.
+    inside.sort_by_key(|r| r.start);
+    let mut cursor = start;
+    let mut gaps = Vec::new();
+    for r in &inside {
+        if r.start > cursor {
+            gaps.push(svm_default(st, cursor, r.start));
+        }
+        cursor = r.end();
+    }
+    if cursor < end {
+        gaps.push(svm_default(st, cursor, end));
+    }
+    inside.extend(gaps);
+    for r in &mut inside {
+        for &(ty, value) in attrs {
+            match ty {
+                sys::KFD_IOCTL_SVM_ATTR_PREFERRED_LOC => r.preferred = value,
+                sys::KFD_IOCTL_SVM_ATTR_PREFETCH_LOC => r.prefetch = value,
+                sys::KFD_IOCTL_SVM_ATTR_ACCESS
+                | sys::KFD_IOCTL_SVM_ATTR_ACCESS_IN_PLACE
+                | sys::KFD_IOCTL_SVM_ATTR_NO_ACCESS => {
+                    if let Some(slot) = st.pdd_by_user_id(value).and_then(|i| r.access.get_mut(i)) {
+                        *slot = match ty {
+                            sys::KFD_IOCTL_SVM_ATTR_ACCESS => SvmAccess::Access,
+                            sys::KFD_IOCTL_SVM_ATTR_ACCESS_IN_PLACE => SvmAccess::InPlace,
+                            _ => SvmAccess::None,
+                        };
+                    }
+                }
+                sys::KFD_IOCTL_SVM_ATTR_SET_FLAGS => r.flags |= value,
+                sys::KFD_IOCTL_SVM_ATTR_CLR_FLAGS => r.flags &= !value,
+                sys::KFD_IOCTL_SVM_ATTR_GRANULARITY => r.granularity = value.min(0x3f),
+                _ => {}
+            }
+        }
+    }
+    keep.extend(inside);
+    keep.sort_by_key(|r| r.start);
+    st.svm = keep;
+}
+
+fn svm_location_ok(st: &ProcState, v: u32) -> bool {
+    v == sys::KFD_IOCTL_SVM_LOCATION_SYSMEM || v == SVM_UNDEFINED || st.pdd_by_user_id(v).is_some()
+}
+
+pub(super) fn svm(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    let start = get_u64(kdata, START) >> 12;
+    let npages = get_u64(kdata, SIZE) >> 12;
+    let op = get_u32(kdata, offset_of!(sys::kfd_ioctl_svm_args, op));
+    let nattr = get_u32(kdata, offset_of!(sys::kfd_ioctl_svm_args, nattr)) as usize;
+    // The attributes travel in the ioctl buffer: its size (from the caller's code) must hold them.
+    let attr_end = nattr
+        .checked_mul(SVM_ATTR)
+        .and_then(|n| n.checked_add(SVM_HDR));
+    let Some(attr_end) = attr_end.filter(|&e| e <= kdata.len()) else {
+        return Err(Errno::EINVAL);
+    };
+    let attrs: Vec<(u32, u32)> = (SVM_HDR..attr_end)
+        .step_by(SVM_ATTR)
+        .map(|off| {
+            (
+                get_u32(kdata, off + ATTR_TYPE),
+                get_u32(kdata, off + ATTR_VALUE),
+            )
+        })
+        .collect();
+    let r = svm_op(call, start, npages, op, &attrs, kdata);
+    put_u64(kdata, START, start << 12);
+    put_u64(kdata, SIZE, npages << 12);
+    r
+}
+
+fn svm_op(
+    call: &KfdCall<'_>,
+    start_p: u64,
+    npages: u64,
+    op: u32,
+    attrs: &[(u32, u32)],
+    kdata: &mut [u8],
+) -> IoctlResult {
+    let start = start_p << 12;
+    let end = start_p
+        .checked_add(npages)
+        .and_then(|e| e.checked_mul(4096))
+        .ok_or(Errno::EINVAL)?;
+    if npages == 0 || !access_ok(start, npages << 12) {
+        return Err(Errno::EINVAL);
+    }
+    let mut st = call.process.lock();
+    match op {
+        sys::KFD_IOCTL_SVM_OP_SET_ATTR => {
+            for &(ty, v) in attrs {
+                let ok = match ty {
+                    sys::KFD_IOCTL_SVM_ATTR_PREFERRED_LOC
+                    | sys::KFD_IOCTL_SVM_ATTR_PREFETCH_LOC => svm_location_ok(&st, v),
+                    sys::KFD_IOCTL_SVM_ATTR_ACCESS
+                    | sys::KFD_IOCTL_SVM_ATTR_ACCESS_IN_PLACE
+                    | sys::KFD_IOCTL_SVM_ATTR_NO_ACCESS => st.pdd_by_user_id(v).is_some(),
+                    sys::KFD_IOCTL_SVM_ATTR_SET_FLAGS
+                    | sys::KFD_IOCTL_SVM_ATTR_CLR_FLAGS
+                    | sys::KFD_IOCTL_SVM_ATTR_GRANULARITY => true,
+                    _ => false,
+                };
+                if !ok {
+                    return Err(Errno::EINVAL);
+                }
+            }
+            svm_range_valid(call, &st, start, end)?;
+            svm_apply(&mut st, start, end, attrs);
+            Ok(0)
+        }
+        sys::KFD_IOCTL_SVM_OP_GET_ATTR => {
+            for &(ty, _) in attrs {
+                if ty > sys::KFD_IOCTL_SVM_ATTR_GRANULARITY {
+                    return Err(Errno::EINVAL);
+                }
+            }
+            svm_range_valid(call, &st, start, end)?;
+            let found: Vec<&SvmRange> = st
+                .svm
+                .iter()
+                .filter(|r| r.start < end && start < r.end())
+                .collect();
+            let default = svm_default(&st, start, end);
+            let ranges: Vec<&SvmRange> = if found.is_empty() {
+                vec![&default]
+            } else {
+                found
+            };
+            let first = ranges.first().copied().unwrap_or(&default);
+            let same = |f: fn(&SvmRange) -> u32| {
+                let v = f(first);
+                if ranges.iter().all(|r| f(r) == v) {
+                    v
+                } else {
+                    SVM_UNDEFINED
+                }
+            };
+            let location = same(|r| r.preferred);
+            let prefetch = same(|r| r.prefetch);
+            let flags_and = ranges.iter().fold(u32::MAX, |acc, r| acc & r.flags);
+            let flags_or = ranges.iter().fold(0, |acc, r| acc | r.flags);
+            let granularity = ranges.iter().map(|r| r.granularity).min().unwrap_or(9);
+            let mut out = Vec::with_capacity(attrs.len());
+            for &(ty, v) in attrs {
+                let (ty, v) = match ty {
+                    sys::KFD_IOCTL_SVM_ATTR_PREFERRED_LOC => (ty, location),
+                    sys::KFD_IOCTL_SVM_ATTR_PREFETCH_LOC => (ty, prefetch),
+                    sys::KFD_IOCTL_SVM_ATTR_ACCESS
+                    | sys::KFD_IOCTL_SVM_ATTR_ACCESS_IN_PLACE
+                    | sys::KFD_IOCTL_SVM_ATTR_NO_ACCESS => {
+                        let gi = st.pdd_by_user_id(v).ok_or(Errno::EINVAL)?;
+                        let all =
+                            |a: SvmAccess| ranges.iter().all(|r| r.access.get(gi) == Some(&a));
+                        let t = if all(SvmAccess::InPlace) {
+                            sys::KFD_IOCTL_SVM_ATTR_ACCESS_IN_PLACE
+                        } else if ranges
+                            .iter()
+                            .all(|r| r.access.get(gi).is_some_and(|&a| a != SvmAccess::None))
+                        {
+                            sys::KFD_IOCTL_SVM_ATTR_ACCESS
+                        } else {
+                            sys::KFD_IOCTL_SVM_ATTR_NO_ACCESS
+                        };
+                        (t, v)
+                    }
+                    sys::KFD_IOCTL_SVM_ATTR_SET_FLAGS => (ty, flags_and),
+                    sys::KFD_IOCTL_SVM_ATTR_CLR_FLAGS => (ty, !flags_or),
+                    _ => (ty, granularity),
+                };
+                out.push((ty, v));
+            }
+            for (i, (ty, v)) in out.into_iter().enumerate() {
+                put_u32(kdata, SVM_HDR + i * SVM_ATTR + ATTR_TYPE, ty);
+                put_u32(kdata, SVM_HDR + i * SVM_ATTR + ATTR_VALUE, v);
+            }
+            Ok(0)
+        }
+        _ => Err(Errno::EINVAL),
+    }
+}

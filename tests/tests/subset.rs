@@ -1,0 +1,253 @@
+//! Restoring onto a node with more GPUs than the image, end to end: the plugin engine driven as
+//! criu drives it against the in-process simulator, the model workload verifying every byte,
+//! queue and event on the GPUs the mapping chose.
+//!
+//! The restored process keeps its image's gpu_ids. As the 6.1 driver requires, its RESTORE lists
+//! every GPU of the restoring process (one per-device record per GPU it may use), so a host
+//! process on a bigger node also has the other GPUs, with no state, under ids the image does not
+//! use; a container's device cgroup is what keeps them from it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use amdgpu_cr::demo::{self, SimNode};
+use amdgpu_plugin::copy::Staging;
+use amdgpu_plugin::criu::Settings;
+use kfd_sim::preset::Preset;
+use kfd_sim::workload::{Manifest, Spec};
+
+fn spec() -> Spec {
+    Spec {
+        seed: 15,
+        vram: vec![3 << 20, 64 << 10],
+        gtt: vec![256 << 10],
+        queues: 1,
+        events: 3,
+    }
+}
+
+fn settings() -> Settings {
+    let mut s = Settings::from_lookup(|_| None, false);
+    s.staging = Staging {
+        buffer_size: 1 << 20,
+        buffers: 2,
+    };
+    s
+}
+
+/// One MI250X: two GCDs in a hive on one NUMA node, with gpu_ids of its own.
+fn mi250x2(ids: [u32; 2]) -> Preset {
+    let mut p = Preset::mi250x8().with_name("mi250x2");
+    p.gpus.truncate(2);
+    p.numa.truncate(1);
+    p.with_gpu_ids(&ids)
+}
+
+/// Checkpoints the workload running on every GPU of `preset`.
+fn dump(preset: &Preset) -> (tempfile::TempDir, demo::ImageIds, Manifest) {
+    let dir = tempfile::tempdir().unwrap();
+    let src = SimNode::new(preset).unwrap();
+    let target = demo::start_target(&src, &spec()).unwrap();
+    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings()).unwrap();
+    (dir, ids, target.workload.manifest().clone())
+}
+
+/// The GPU ids of `preset` at these indices.
+fn ids_at(preset: &Preset, indices: impl IntoIterator<Item = usize>) -> Vec<u32> {
+    indices.into_iter().map(|i| preset.gpus[i].gpu_id).collect()
+}
+
+/// The restored process's GPUs as its `/dev/kfd` names them.
+fn process_gpus(restored: &demo::RestoredTarget) -> Vec<u32> {
+    let mut ids: Vec<u32> = restored
+        .kfd
+        .get_process_apertures_new()
+        .unwrap()
+        .iter()
+        .map(|a| a.gpu_id)
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// 8 onto 16: an MI250x8 image restores onto the first of an MI250x16 node's two hives; the
+/// other hive holds nothing.
+#[test]
+fn an_eight_gcd_image_restores_onto_one_hive_of_a_sixteen_gcd_node() {
+    let small = Preset::mi250x8();
+    let big = Preset::mi250x16();
+    let (dir, ids, manifest) = dump(&small);
+    let node = SimNode::new(&big).unwrap();
+    let (restored, _) = demo::restore(&node, dir.path(), &ids, &settings()).unwrap();
+
+    let report = restored.verify(&manifest).unwrap();
+    assert_eq!(report.bytes, manifest.pattern_bytes());
+    assert_eq!(report.queues, 8);
+    assert_eq!(report.events, 3);
+
+    let used: Vec<u32> = restored
+        .mapping
+        .iter()
+        .map(|m| m.destination_gpu_id)
+        .collect();
+    assert_eq!(used, ids_at(&big, 0..8), "the first hive, in order");
+    for gpu in ids_at(&big, 8..16) {
+        assert_eq!(node.machine.vram_used(gpu), Some(0), "GPU {gpu:#x}");
+    }
+    // The process knows its GPUs by the image's ids; the other hive's are there with no state.
+    let mut expected = ids_at(&small, 0..8);
+    expected.extend(ids_at(&big, 8..16));
+    expected.sort_unstable();
+    assert_eq!(process_gpus(&restored), expected);
+}
+
+/// 2 of 8: one MI250X's two GCDs restore onto two GCDs of an MI250x8 node that share a hive and
+/// a NUMA node (GCDs 0 and 1), also when criu restores the render nodes before `/dev/kfd`
+/// (they are opened on the GPUs the mapping chooses).
+#[rstest::rstest]
+fn two_gcds_restore_onto_a_pair_of_an_eight_gcd_node(#[values(false, true)] renders_first: bool) {
+    let big = Preset::mi250x8();
+    let (dir, mut ids, manifest) = dump(&mi250x2([0x1111, 0x2222]));
+    ids.renders_first = renders_first;
+    let node = SimNode::new(&big).unwrap();
+    let (restored, _) = demo::restore(&node, dir.path(), &ids, &settings()).unwrap();
+    restored.verify(&manifest).unwrap();
+    let used: Vec<u32> = restored
+        .mapping
+        .iter()
+        .map(|m| m.destination_gpu_id)
+        .collect();
+    assert_eq!(used, ids_at(&big, 0..2));
+    assert_eq!(big.gpus[0].numa, big.gpus[1].numa);
+}
+
+/// When a GPU left out has the gpu_id an image GPU had (that image GPU went elsewhere), it gets
+/// another id, so the ids the process uses stay unambiguous.
+#[test]
+fn a_left_out_gpu_with_an_image_gpu_id_gets_another_id() {
+    let mut big = Preset::mi250x8();
+    let fw = big.gpus[0].fw_version.unwrap_or(78);
+    big.gpus[0].fw_version = Some(fw.saturating_sub(10));
+    let image = ids_at(&big, 0..2);
+    let (dir, ids, manifest) = dump(&mi250x2([image[0], image[1]]));
+    let node = SimNode::new(&big).unwrap();
+    let (restored, _) = demo::restore(&node, dir.path(), &ids, &settings()).unwrap();
+    restored.verify(&manifest).unwrap();
+
+    // GCD 0 is too old, so the pair goes to the next two GCDs that share a NUMA node.
+    let used: Vec<u32> = restored
+        .mapping
+        .iter()
+        .map(|m| m.destination_gpu_id)
+        .collect();
+    assert_eq!(used, ids_at(&big, 2..4));
+    let gpus = process_gpus(&restored);
+    assert_eq!(gpus.len(), 8, "{gpus:x?}");
+    let mut distinct = gpus.clone();
+    distinct.dedup();
+    assert_eq!(distinct, gpus, "no id twice");
+    for id in image.iter().chain(&ids_at(&big, 4..8)) {
+        assert!(gpus.contains(id), "{id:#x} in {gpus:x?}");
+    }
+}
+
+/// A process restored onto a bigger node checkpoints again (its image now lists every GPU it
+/// has) and restores onto a node like that one.
+#[test]
+fn a_process_restored_onto_a_bigger_node_is_checkpointed_and_restored_again() {
+    let big = Preset::mi250x8();
+    let (dir, ids, manifest) = dump(&mi250x2([0x1111, 0x2222]));
+    let second = SimNode::new(&big).unwrap();
+    let (restored, _) = demo::restore(&second, dir.path(), &ids, &settings()).unwrap();
+    restored.verify(&manifest).unwrap();
+
+    let dir2 = tempfile::tempdir().unwrap();
+    let renders: Vec<_> = restored.renders.iter().collect();
+    let (ids2, _) = demo::checkpoint_files(
+        &second,
+        &|p| p,
+        &restored.process,
+        &restored.kfd,
+        &renders,
+        dir2.path(),
+        &settings(),
+    )
+    .unwrap();
+    let third = SimNode::new(&demo::remapped_variant(&big)).unwrap();
+    let (again, _) = demo::restore(&third, dir2.path(), &ids2, &settings()).unwrap();
+    again.verify(&manifest).unwrap();
+    assert_eq!(again.mapping.len(), 8);
+}
+
+/// Fewer fitting GPUs than the image: a GCD too old in each hive of the 16-GCD node leaves no
+/// hive for the image's hive of eight. The restore is refused before the driver restores
+/// anything, with the GCDs and the variable named.
+#[test]
+fn too_few_fitting_gpus_refuse_the_restore_with_the_reason() {
+    let (dir, ids, _) = dump(&Preset::mi250x8());
+    let mut big = Preset::mi250x16();
+    for i in [3, 12] {
+        let fw = big.gpus[i].fw_version.unwrap_or(78);
+        big.gpus[i].fw_version = Some(fw.saturating_sub(10));
+    }
+    let node = SimNode::new(&big).unwrap();
+    let err = demo::restore(&node, dir.path(), &ids, &settings())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("xGMI hive of 8"), "{err}");
+    assert!(err.contains("KFD_FW_VER_CHECK=0"), "{err}");
+    for id in ids_at(&big, [3, 12]) {
+        assert!(err.contains(&format!("{id:#06x}")), "names {id:#x}: {err}");
+    }
+    for gpu in ids_at(&big, 0..16) {
+        assert_eq!(node.machine.vram_used(gpu), Some(0), "GPU {gpu:#x}");
+    }
+
+    let mut lenient = settings();
+    lenient.checks.set(topology::Check::FwVersion, false);
+    demo::restore(&node, dir.path(), &ids, &lenient).unwrap();
+}
+
+/// An SVM range keeps its access on the image's GPUs, and the GPUs the image did not have get
+/// none: the restore adds their attributes to the range's record (the 6.1 driver reads one per
+/// GPU of the restoring process).
+#[test]
+fn svm_ranges_keep_their_access_and_the_other_gpus_get_none() {
+    use kfd_abi::kfd::SvmAttribute;
+    use kfd_sys::{KFD_IOCTL_SVM_ATTR_ACCESS, KFD_IOCTL_SVM_ATTR_NO_ACCESS};
+
+    let small = mi250x2([0x1111, 0x2222]);
+    let src = SimNode::new(&small).unwrap();
+    let target = demo::start_target(&src, &spec()).unwrap();
+    // A page of this process's memory (the in-process simulator's user memory).
+    let buffer = vec![0u8; 3 * 4096];
+    let page = (buffer.as_ptr() as u64 + 4095) & !4095;
+    let access = |gpu: u32| SvmAttribute {
+        ty: KFD_IOCTL_SVM_ATTR_ACCESS,
+        value: gpu,
+    };
+    target
+        .workload
+        .kfd()
+        .svm_set_attr(page, 4096, &[access(0x1111)])
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings()).unwrap();
+    let manifest = target.workload.manifest().clone();
+
+    let big = Preset::mi250x8();
+    let node = SimNode::new(&big).unwrap();
+    let (restored, _) = demo::restore(&node, dir.path(), &ids, &settings()).unwrap();
+    restored.verify(&manifest).unwrap();
+    let spares = ids_at(&big, 2..8);
+    let mut query: Vec<SvmAttribute> = [0x1111, 0x2222]
+        .into_iter()
+        .chain(spares.iter().copied())
+        .map(access)
+        .collect();
+    restored.kfd.svm_get_attr(page, 4096, &mut query).unwrap();
+    let types: Vec<u32> = query.iter().map(|a| a.ty).collect();
+    let mut expected = vec![KFD_IOCTL_SVM_ATTR_ACCESS];
+    expected.extend([KFD_IOCTL_SVM_ATTR_NO_ACCESS; 7]);
+    assert_eq!(types, expected);
+    drop(buffer);
+}
