@@ -1,7 +1,7 @@
 # criu-kfd-render-first: kfd-workload opens its render nodes before /dev/kfd, so their fds come
-# first and criu 3.17 (which cannot ask to retry a file) restores them before /dev/kfd; the plugin
-# opens them on the GPUs the restore maps to and hands them to the KFD restore as the compute
-# VMs. Restored on a node with other gpu ids, and verified.
+# first and criu (3.17.1 and 4.1.1 alike: neither lets a plugin ask to restore a file later)
+# restores them before /dev/kfd; the plugin opens them on the GPUs the restore maps to and hands
+# them to the KFD restore as the compute VMs. Restored on a node with other gpu ids, and verified.
 # shellcheck source=lib.sh
 . "$VM_LANE_LIB"
 # shellcheck source=kfd.inc

@@ -1,6 +1,6 @@
-# criu-kfd-same: criu 3.17.1 with our amdgpu_plugin.so dumps kfd-workload (VRAM and GTT buffers on
-# two simulated MI210s, queues, events) and restores it on the same simulated node; the workload
-# verifies every byte, queue and event and goes on ticking.
+# criu-kfd-same: the guest's criu (3.17.1 or 4.1.1) with our amdgpu_plugin.so dumps kfd-workload
+# (VRAM and GTT buffers on two simulated MI210s, queues, events) and restores it on the same
+# simulated node; the workload verifies every byte, queue and event and goes on ticking.
 # shellcheck source=lib.sh
 . "$VM_LANE_LIB"
 # shellcheck source=kfd.inc

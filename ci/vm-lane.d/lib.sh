@@ -10,10 +10,17 @@
 #   VM_LANE_BIN_DIR     directory holding kfd-simd, kfd-workload (--bin-dir), or empty
 #   VM_LANE_LIB         this file
 #   VM_LANE_SCENARIO_TIMEOUT  seconds the scenario may take before it is terminated
-#   VM_LANE_KMOD_DIR    where the lane put the kfd_bridge module it built (see need_kmod)
+#   VM_LANE_GUEST       the guest it runs on: bookworm or trixie
+#   VM_LANE_CRIU_VERSION  that guest's criu version, e.g. 3.17.1 or 4.1.1
+#   VM_LANE_GUESTS      the guests of this ci/vm-lane run, which run side by side
+#   VM_LANE_CARRY       a directory shared by the guests of one ci/vm-lane run: what a scenario
+#                       leaves there on one guest is there on the others (see wait_for_guest)
+#   VM_LANE_KMOD_DIR    where the lane put the kfd_bridge module it built for this guest's kernel
+#                       (see need_kmod)
 #   KFD_*               passed through from the host's environment
 # Helpers: note, pass, fail, skip, start_detached, wait_for, criu_run, criu_dump, criu_restore,
-# need_bin, need_kmod (each described where it is defined). A scenario that exits 0 without calling pass
+# need_bin, need_kmod, need_guest, need_criu, criu_at_least, wait_for_guest (each described where
+# it is defined). A scenario that exits 0 without calling pass
 # passes; any other exit fails it.
 # shellcheck shell=bash
 set -euo pipefail
@@ -131,4 +138,40 @@ need_bin() {
     for name; do
         [[ -n ${VM_LANE_BIN_DIR:-} && -x $VM_LANE_BIN_DIR/$name ]] || skip "no $name (pass --bin-dir)"
     done
+}
+
+# need_guest NAME...: skips the scenario unless it runs on one of the guests NAME.
+need_guest() {
+    local g
+    for g; do [[ $g == "$VM_LANE_GUEST" ]] && return 0; done
+    skip "needs the $* guest (this is $VM_LANE_GUEST, criu $VM_LANE_CRIU_VERSION)"
+}
+
+# criu_at_least VERSION: the guest's criu is VERSION (e.g. 4.1) or newer.
+criu_at_least() {
+    [[ $(printf '%s\n%s\n' "$1" "$VM_LANE_CRIU_VERSION" | sort -V | head -n 1) == "$1" ]]
+}
+
+# need_criu VERSION: skips the scenario unless the guest's criu is VERSION or newer.
+need_criu() {
+    criu_at_least "$1" || skip "needs criu >= $1 (this is $VM_LANE_GUEST, criu $VM_LANE_CRIU_VERSION)"
+}
+
+# wait_for_guest GUEST SCENARIO [SECONDS]: waits until GUEST, which runs beside this guest, has
+# finished SCENARIO (or has stopped), so that what it left in $VM_LANE_CARRY is there; at most
+# SECONDS (default: the scenario's time limit less 2 minutes, for the scenario's own work).
+# Returns 1 at once when GUEST is not part of this run.
+wait_for_guest() {
+    local guest=$1 scenario=$2 limit=${3:-$((${VM_LANE_SCENARIO_TIMEOUT:-300} - 120))} i
+    [[ " $VM_LANE_GUESTS " == *" $guest "* ]] || return 1
+    local marks=$VM_LANE_CARRY/.$guest
+    note "waiting for the $guest guest to finish $scenario"
+    for ((i = 0; i < limit; i++)); do
+        if [[ -e $marks/$scenario.done || -e $marks/all-done ]]; then
+            note "the $guest guest has finished $scenario"
+            return 0
+        fi
+        sleep 1
+    done
+    fail "timed out after ${limit}s waiting for the $guest guest to finish $scenario"
 }

@@ -26,6 +26,14 @@ pub trait Client {
     /// Whether the caller is the ptrace parent of the simulated process `pid`.
     fn is_ptrace_parent_of(&self, pid: u32) -> bool;
 
+    /// The pid process `pid` has in its own pid namespace
+    /// (`task_pid_nr_ns(task, task_active_pid_ns(task))`), which CRIU_OP(PROCESS_INFO) reports:
+    /// 1 for a container's init. By default `pid` itself (simulated processes have no
+    /// namespaces); over CUSE, the last `NSpid` of `/proc/<pid>/status`.
+    fn pid_in_own_namespace(&self, pid: u32) -> u32 {
+        pid
+    }
+
     /// `copy_from_user`: fills `buf` from the caller's address `addr`, or `EFAULT`.
     fn read_user(&self, addr: u64, buf: &mut [u8]) -> Result<(), Errno>;
 

@@ -221,7 +221,8 @@ impl<P: Platform> Engine<P> {
         }
     }
 
-    /// This machine's topology, parsed on first use in this criu run.
+    /// This machine's topology, parsed on first use in this criu run. A restore reads it in
+    /// criu's own process, at init (see [`CriuHooks::init`]), so the restored tasks inherit it.
     fn local_topology(&self) -> HookResult<std::sync::Arc<topology::Topology>> {
         let mut state = lock(&self.state);
         if let Some(t) = &state.topology {
@@ -316,8 +317,9 @@ impl<P: Platform> Engine<P> {
             checks: settings.checks,
             progress: settings.progress,
         };
+        let local = self.local_topology()?;
         let preopened = std::mem::take(&mut lock(&self.state).preopened);
-        let restored = restore::restore_kfd(&self.platform, id, dir, &opts, preopened)
+        let restored = restore::restore_kfd(&self.platform, &local, id, dir, &opts, preopened)
             .map_err(|e| HookError::failed(e.errno(), e.to_string()))?
             .ok_or(HookError::NotOurs)?;
         log::info!(
@@ -404,9 +406,7 @@ impl<P: Platform> Engine<P> {
         let dir = self.dir()?;
         let image = RenderNodeImage::file_name(id);
         let err = |e: restore::RestoreError| HookError::failed(e.errno(), format!("{image}: {e}"));
-        let local = topology::parse(&self.platform.topology_root())
-            .map_err(|e| err(restore::RestoreError::Topology(e)))?;
-        let local = restore::usable_topology(&self.platform, &local);
+        let local = restore::usable_topology(&self.platform, &*self.local_topology()?);
         let cached = lock(&self.state).own_kfd_image;
         let kfd_id = match cached {
             Some(k) => k,
@@ -466,6 +466,23 @@ impl<P: Platform> CriuHooks for Engine<P> {
                 "the images' plugin inventory does not list {}: staying out of this restore",
                 inventory::NAME
             );
+        }
+        drop(s);
+        if stage == Stage::Restore && listed {
+            // criu restores GPU files in the restored tasks, after their namespaces are set up: a
+            // container's task sees its own sysfs mount, where the topology may be missing or
+            // partly unreadable (the device cgroup hides the GPUs it may not use). criu's own
+            // process sees the node's, and the tasks it forks inherit what it read here. Which
+            // GPUs a task may use is still its own /dev/kfd's answer. A node without a KFD
+            // topology (no AMD GPU) is not an error here: the first GPU file reads it again.
+            match self.local_topology() {
+                Ok(t) => log::debug!(
+                    "read the topology at {} before forking: {} GPUs",
+                    self.platform.topology_root().display(),
+                    t.gpus().count()
+                ),
+                Err(e) => log::debug!("no topology at restore init: {e}"),
+            }
         }
         Ok(())
     }

@@ -371,26 +371,32 @@ pub fn usable_topology<P: Platform>(
     local.restricted_to(|n| !refused.contains(&n.gpu_id))
 }
 
-/// Restores the KFD state of image `id` from `dir` into the calling process. `Ok(None)`: there is
-/// no KFD image of that id (the object is not ours). `preopened` holds render nodes restored
-/// before this `/dev/kfd` (by GPU user id): the driver gets those files, so that they are the
-/// process's compute VMs.
+/// Restores the KFD state of image `id` from `dir` into the calling process, on the GPUs of
+/// `local` (this node's topology). `Ok(None)`: there is no KFD image of that id (the object is
+/// not ours). `preopened` holds render nodes restored before this `/dev/kfd` (by GPU user id): the
+/// driver gets those files, so that they are the process's compute VMs.
 pub fn restore_kfd<P: Platform>(
     platform: &P,
+    local: &topology::Topology,
     id: u32,
     dir: BorrowedFd<'_>,
     opts: &RestoreOptions,
     mut preopened: BTreeMap<u32, RenderNode<P::Device>>,
 ) -> Result<Option<Restored<P::Device>>, RestoreError> {
     let start = Instant::now();
-    let local = usable_topology(platform, &topology::parse(&platform.topology_root())?);
+    // Another plugin's file: nothing is probed or opened for it.
+    match images::dir::open_read_at(dir, &KfdImage::file_name(id)) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        _ => {}
+    }
+    let local = &usable_topology(platform, local);
     let Some(Plan {
         image: msg,
         gpu_ids,
         readers,
         mapping,
         ..
-    }) = plan(id, dir, &local, &opts.checks)?
+    }) = plan(id, dir, local, &opts.checks)?
     else {
         return Ok(None);
     };
@@ -402,7 +408,7 @@ pub fn restore_kfd<P: Platform>(
     let spares = if is_empty(&msg) {
         Vec::new()
     } else {
-        spare_gpus(&kfd, &mapping, &gpu_ids, &local)?
+        spare_gpus(&kfd, &mapping, &gpu_ids, local)?
     };
     let spare_ids: Vec<u32> = spares.iter().map(|g| g.user_gpu_id).collect();
     let priv_data = if spares.is_empty() {

@@ -309,3 +309,108 @@ fn a_render_node_without_kfd_restores_on_the_same_gpu() {
     );
     engine.fini(Stage::Restore, -1);
 }
+
+/// A platform whose KFD topology can vanish: the view of a restored container's task, whose sysfs
+/// is the container's own mount (without the simulated topology in the VM lane; on a real node,
+/// with the GPUs its device cgroup denies unreadable).
+#[derive(Debug)]
+struct TaskView<P> {
+    inner: P,
+    hidden: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<P: Platform> Platform for TaskView<P> {
+    type Device = P::Device;
+
+    fn open_kfd(&self) -> Result<kfd_abi::Kfd<P::Device>, kfd_abi::IoctlError> {
+        self.inner.open_kfd()
+    }
+
+    fn open_render(
+        &self,
+        minor: u32,
+    ) -> Result<kfd_abi::RenderNode<P::Device>, kfd_abi::IoctlError> {
+        self.inner.open_render(minor)
+    }
+
+    fn kfd_from_fd(
+        &self,
+        fd: std::os::fd::OwnedFd,
+    ) -> Result<kfd_abi::Kfd<P::Device>, kfd_abi::IoctlError> {
+        self.inner.kfd_from_fd(fd)
+    }
+
+    fn render_from_fd(
+        &self,
+        fd: std::os::fd::OwnedFd,
+    ) -> Result<kfd_abi::RenderNode<P::Device>, kfd_abi::IoctlError> {
+        self.inner.render_from_fd(fd)
+    }
+
+    fn identify(&self, fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<DeviceKind> {
+        self.inner.identify(fd)
+    }
+
+    fn identify_rdev(&self, rdev: u64) -> DeviceKind {
+        self.inner.identify_rdev(rdev)
+    }
+
+    fn topology_root(&self) -> std::path::PathBuf {
+        if self.hidden.load(std::sync::atomic::Ordering::SeqCst) {
+            std::path::PathBuf::from("/nonexistent/sys/class/kfd/kfd/topology")
+        } else {
+            self.inner.topology_root()
+        }
+    }
+
+    fn process_id(&self) -> u32 {
+        self.inner.process_id()
+    }
+}
+
+/// criu restores a container's GPU files in its restored task, after the task has entered the
+/// container's namespaces; the plugin reads the node's topology at restore init, in criu's own
+/// process, and the task restores with what was read there. With no topology at init either, the
+/// restore fails with the reason.
+#[rstest]
+#[case::topology_seen_at_init(false)]
+#[case::topology_seen_nowhere(true)]
+fn a_restored_task_needs_no_topology_of_its_own(#[case] hidden_at_init: bool) {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let (dir, ids, _) = dump_only(&p, &settings());
+    let dirf = std::fs::File::open(dir.path()).unwrap();
+    let dst = SimNode::new(&p).unwrap();
+    let restored = dst.machine.spawn_process_as(ids.pid);
+    let hidden = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(hidden_at_init));
+    let view = |inner| TaskView {
+        inner,
+        hidden: std::sync::Arc::clone(&hidden),
+    };
+    let engine = dst.engine(&view, &restored, &dirf, &settings());
+    engine.init(Stage::Restore).unwrap();
+    // The restored task, in the container's mount namespace.
+    hidden.store(true, std::sync::atomic::Ordering::SeqCst);
+    let kfd = engine.restore_file(ids.kfd);
+    if hidden_at_init {
+        let err = kfd.unwrap_err().to_string();
+        assert!(err.contains("reading the GPU topology"), "{err}");
+        engine.fini(Stage::Restore, -1);
+        return;
+    }
+    let kfd = kfd.unwrap().expect("the /dev/kfd image is ours");
+    assert_eq!(
+        dst.platform_of(&restored).identify(kfd.as_fd()).unwrap(),
+        DeviceKind::Kfd
+    );
+    for &id in &ids.renders {
+        let fd = engine
+            .restore_file(id)
+            .unwrap()
+            .expect("a render node image");
+        assert!(matches!(
+            dst.platform_of(&restored).identify(fd.as_fd()).unwrap(),
+            DeviceKind::Render { .. }
+        ));
+    }
+    engine.fini(Stage::Restore, 0);
+}

@@ -57,6 +57,10 @@ struct Args {
     /// Verify once right after start and exit (a smoke test of the device).
     #[arg(long)]
     once: bool,
+    /// Use only the GPUs with these render minors (comma-separated), as a process in a container
+    /// given some of the node's GPUs; default: every GPU of the topology.
+    #[arg(long, value_delimiter = ',')]
+    render_minors: Vec<u32>,
     /// Stop after this many ticks (default: run until killed).
     #[arg(long)]
     ticks: Option<u64>,
@@ -104,6 +108,9 @@ fn start(args: &Args) -> Result<Workload<kfd_abi::FdTransport>, String> {
     };
     let mut gpus = Vec::new();
     for node in topo.gpus() {
+        if !args.render_minors.is_empty() && !args.render_minors.contains(&node.render_minor()) {
+            continue;
+        }
         let id = GpuId::new(node.gpu_id).ok_or("a GPU node with gpu_id 0")?;
         gpus.push((
             id,
@@ -118,7 +125,12 @@ fn start(args: &Args) -> Result<Workload<kfd_abi::FdTransport>, String> {
     };
     if gpus.is_empty() {
         return Err(format!(
-            "no GPU in the topology at {}",
+            "no GPU{} in the topology at {}",
+            if args.render_minors.is_empty() {
+                String::new()
+            } else {
+                format!(" with render minor {:?}", args.render_minors)
+            },
             platform.topology_root().display()
         ));
     }

@@ -92,6 +92,10 @@ impl Client for CuseClient<'_> {
         ProcStatus::read(pid).is_ok_and(|s| s.tracer_pid != 0 && s.tracer_pid == self.tid)
     }
 
+    fn pid_in_own_namespace(&self, pid: u32) -> u32 {
+        ProcStatus::read(pid).map_or(pid, |s| s.ns_pid)
+    }
+
     fn read_user(&self, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
         self.thread_memory()?.read(addr, buf)
     }

@@ -114,6 +114,9 @@ pub struct ProcStatus {
     pub tracer_pid: u32,
     /// Effective capabilities.
     pub cap_eff: u64,
+    /// The pid in the process's own (innermost) pid namespace: the last number of `NSpid`, or
+    /// `tgid` on a kernel without that line.
+    pub ns_pid: u32,
 }
 
 /// Capability numbers (`<linux/capability.h>`).
@@ -126,6 +129,7 @@ impl ProcStatus {
     pub fn parse(text: &str) -> Option<Self> {
         let mut s = Self::default();
         let mut tgid = None;
+        let mut ns_pid = None;
         for line in text.lines() {
             let Some((key, value)) = line.split_once(':') else {
                 continue;
@@ -135,10 +139,12 @@ impl ProcStatus {
                 "Tgid" => tgid = value.parse().ok(),
                 "TracerPid" => s.tracer_pid = value.parse().unwrap_or(0),
                 "CapEff" => s.cap_eff = u64::from_str_radix(value, 16).unwrap_or(0),
+                "NSpid" => ns_pid = value.split_whitespace().last().and_then(|v| v.parse().ok()),
                 _ => {}
             }
         }
         s.tgid = tgid?;
+        s.ns_pid = ns_pid.unwrap_or(s.tgid);
         Some(s)
     }
 
@@ -197,6 +203,19 @@ mod tests {
         assert_eq!(s.tracer_pid, 77);
         assert_eq!(s.cap_eff, 1 << 40);
         assert!(s.can_checkpoint_restore());
+    }
+
+    #[test]
+    fn the_pid_in_its_own_namespace_is_the_last_nspid() {
+        let host = ProcStatus::parse("Tgid:\t4242\nNSpid:\t4242\n").unwrap();
+        assert_eq!(host.ns_pid, 4242);
+        // A container's init, seen from the host, and a task two namespaces deep.
+        let init = ProcStatus::parse("Tgid:\t4242\nNSpid:\t4242\t1\n").unwrap();
+        assert_eq!(init.ns_pid, 1);
+        let nested = ProcStatus::parse("Tgid:\t4242\nNSpid:\t4242\t17\t3\n").unwrap();
+        assert_eq!(nested.ns_pid, 3);
+        // A kernel without NSpid (before 4.1): the pid as the daemon sees it.
+        assert_eq!(ProcStatus::parse(STATUS).unwrap().ns_pid, 4242);
     }
 
     #[test]

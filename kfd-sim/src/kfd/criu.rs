@@ -206,7 +206,9 @@ fn process_info(call: &KfdCall<'_>, a: &mut CriuArgs) -> IoctlResult {
         "kfd-sim: pid {}: queues paused (CRIU PROCESS_INFO)",
         call.process.pid
     );
-    a.pid = call.process.pid;
+    // The target's pid in its own pid namespace, as the driver reports it (a container's task
+    // gets its pid inside the container; criu looks the restored task up by that pid).
+    a.pid = call.client.pid_in_own_namespace(call.process.pid);
     let info = object_info(&st);
     a.num_devices = info.num_devices;
     a.num_bos = info.num_bos;

@@ -1,0 +1,45 @@
+# podman-refused: a container checkpointed (--export) on a node whose GPUs run newer firmware is
+# restored (--import) on one with older firmware, with the plugin's checks on (the default): the
+# restore fails, criu's log (the runtime's restore.log, kept by --keep) has the plugin's reason
+# naming KFD_FW_VER_CHECK, and nothing is left behind: no container running, kfd-simd releases the
+# half-restored KFD process with all VRAM free.
+# trixie only (podman 5, crun, criu 4.1.1).
+# shellcheck shell=bash
+# shellcheck source=lib.sh
+. "$VM_LANE_LIB"
+# shellcheck source=kfd.inc
+. "$VM_LANE_REPO/ci/vm-lane.d/kfd.inc"
+# shellcheck source=podman.inc
+. "$VM_LANE_REPO/ci/vm-lane.d/podman.inc"
+
+# kfd-simd logs every open of its devices at debug.
+export KFD_SIMD_LOG=debug
+"$KFD_BIN/kfd-simd" show mi210x2 --fw-version 90 >"$VM_LANE_WORK/newer.toml"
+"$KFD_BIN/kfd-simd" show mi210x2 --fw-version 60 >"$VM_LANE_WORK/older.toml"
+podman_setup --file "$VM_LANE_WORK/newer.toml"
+run_gpu_container g3 128 129
+archive=$VM_LANE_WORK/g3.tar.gz
+podman_cr checkpoint g3 export --export "$archive" --compress gzip || fail "podman checkpoint --export failed (criu's log: criu/g3-export-dump.log)"
+pm rm -f g3 >/dev/null || fail "podman rm g3 failed"
+
+podman_restart_simd --file "$VM_LANE_WORK/older.toml"
+seen=$(wc -l <"$VM_LANE_OUT/simd.err")
+if podman_cr restore g3 import --import "$archive"; then
+    fail "podman restored onto older firmware"
+fi
+note "podman says: $(tail -n 3 "$VM_LANE_OUT/g3-import.podman" | paste -sd ' ')"
+log=$VM_LANE_OUT/criu/g3-import-restore.log
+[[ -f $log ]] || fail "no restore.log of the failed restore (podman --keep)"
+grep 'amdgpu_plugin: .*KFD_FW_VER_CHECK' "$log" || fail "the plugin's reason is not in criu's log"
+# podman keeps the imported container, not running ("created").
+status=$(container_status g3)
+note "g3 after the failed restore: ${status:-no such container}"
+[[ $status != running && $status != paused ]] || fail "g3 is $status after a failed restore"
+[[ -z $(pm ps -q) ]] || fail "containers are running: $(pm ps)"
+# Every process that opened /dev/kfd during the failed restore (kfd-simd logs opens at debug)
+# must be released by kfd-simd, with all VRAM free.
+opened=$(tail -n +"$((seen + 1))" "$VM_LANE_OUT/simd.err" | { grep -o 'kfd opened by pid [0-9]*' || true; } |
+    awk '{print $NF}' | sort -u)
+note "processes that opened /dev/kfd during the restore: ${opened:-none}"
+for p in $opened; do released_since "$seen" "$p"; done
+pass
