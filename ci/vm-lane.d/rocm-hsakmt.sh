@@ -79,7 +79,13 @@ cycle() {
     note "$name: $(wc -l <"$VM_LANE_OUT/$name-maps.txt") device mappings"
     grep -q '/dev/kfd$' "$VM_LANE_OUT/$name-maps.txt" || fail "$name maps nothing of /dev/kfd"
     grep -q '/dev/dri/renderD' "$VM_LANE_OUT/$name-maps.txt" || fail "$name maps no render node"
-    criu_dump "$pid" "$VM_LANE_WORK/$name-images"
+    # --link-remap: a probe that creates a named semaphore (libhsakmt's, in /dev/shm) maps it
+    # under the temporary name glibc's sem_open creates it with before it links the real name
+    # and unlinks the temporary one ("/dev/shm/sem.XXXXXX (deleted)" in its maps); criu dumps
+    # such a mapping only with a link-remap ("Can't create link remap ... Use link-remap
+    # option", measured on the remapped cycle). A probe that finds the semaphore already there
+    # maps it under its real name.
+    criu_dump "$pid" "$VM_LANE_WORK/$name-images" --link-remap
     grep -q 'supported via device plugins' "$VM_LANE_OUT/criu/$name-images-dump.log" ||
         fail "criu did not hand $name's device mappings to the plugin"
     compgen -G "$VM_LANE_WORK/$name-images/amdgpu-*" >/dev/null || fail "the plugin wrote no amdgpu images for $name"
