@@ -380,3 +380,29 @@ fn a_doorbell_of_a_gpu_outside_the_device_cgroup_is_einval() {
     let e = k.map_doorbells(gpu(ids[1]), 8192).map(|_| ());
     assert_eq!(errno(e), Some(Errno::EINVAL));
 }
+
+#[test]
+fn a_trap_with_a_wrong_id_sets_every_event_whose_slot_was_written() {
+    let e = env(Preset::mi210x2());
+    let g = e.gpus[0];
+    let r = render(&e, 0);
+    let (ev, slot, slots) = event(&e, g);
+    let other = e.kfd.create_event(EventType::Signal, true, None).unwrap();
+    let mut q = UserQueue::new(&e, &r, g, RING_VA, 4096);
+    // The slot of the first event is written, the interrupt names an event that does not exist.
+    let mut ib = IbBuilder::new();
+    ib.fence(EVENTS_VA + u64::from(slot) * 8, slot)
+        .trap(slot + 100);
+    q.push(ib.packets(), true);
+    q.drain();
+    assert_eq!(
+        e.kfd.wait_events(&[ev], true, 5_000).unwrap(),
+        WaitResult::Complete
+    );
+    assert_eq!(slots.read_u64(slot as usize * 8), Some(u64::MAX));
+    assert_eq!(
+        e.kfd.wait_events(&[other.event_id], true, 0).unwrap(),
+        WaitResult::Timeout,
+        "an event whose slot was not written stays unsignaled"
+    );
+}
