@@ -488,8 +488,53 @@ pub struct Workload<T: Transport> {
     _queue_memory: Vec<QueueMemory>,
 }
 
-/// Allocates a buffer of `kind` at the next VA on `gpu`, maps it there, and lists it; returns it
-/// with its offset for a CPU mapping through the render node.
+/// The doorbell page of `gpu`, as libhsakmt maps it: a DOORBELL buffer at a GPU VA and the CPU
+/// mapping of its offset at the same address (criu's restore finds a device mapping by its
+/// address and offset among the process's buffers).
+fn map_doorbells<T: Transport>(kfd: &Kfd<T>, gpu: GpuId) -> Result<Mapping, IoctlError> {
+    let at = Mapping::reserve(DOORBELL_SLICE).map_err(|errno| IoctlError::Failed {
+        ioctl: "mmap (reserving the doorbell page's address)".into(),
+        device: "host".into(),
+        errno,
+        hint: None,
+    })?;
+    kfd.alloc_memory(at.addr(), DOORBELL_SLICE as u64, gpu, AllocFlags::DOORBELL)?;
+    // The buffer's own mmap_offset is the driver's business; the page is mapped at the offset
+    // of the GPU's doorbells, as libhsakmt computes it.
+    let offset = kfd_abi::mmap_offset::TYPE_DOORBELL | kfd_abi::mmap_offset::gpu_id(gpu.get());
+    kfd.map_offset_at(at, offset, Prot::RW, Share::Shared)
+}
+
+/// A GTT buffer of `kind` on `gpu` mapped for the CPU through `render` at its GPU VA (an
+/// address the CPU reserves first), as ROCm maps host-visible buffers; listed in `buffers`.
+fn alloc_mapped<T: Transport>(
+    kfd: &Kfd<T>,
+    render: &RenderNode<T>,
+    gpu: GpuId,
+    buffers: &mut Vec<Buffer>,
+    kind: Kind,
+    size: u64,
+) -> Result<(Buffer, Mapping), WorkloadError> {
+    let reserve =
+        |len: usize| Mapping::reserve(len).map_err(|e| std::io::Error::from_raw_os_error(e.0));
+    let at = reserve(usize::try_from(size).unwrap_or(usize::MAX))?;
+    let va = at.addr();
+    let flags = AllocFlags::GTT | AllocFlags::WRITABLE | AllocFlags::NO_SUBSTITUTE;
+    let a = kfd.alloc_memory(va, size, gpu, flags)?;
+    kfd.map_memory_to_gpu(a.handle, &[gpu])?;
+    let map = render.map_bo_at(at, a.mmap_offset, Prot::RW, Share::Shared)?;
+    let b = Buffer {
+        index: u32::try_from(buffers.len()).unwrap_or(u32::MAX),
+        kind,
+        va,
+        size,
+        handle: a.handle.get(),
+    };
+    buffers.push(b.clone());
+    Ok((b, map))
+}
+
+/// Allocates a buffer of `kind` at the next VA on `gpu`, maps it there, and lists it.
 fn alloc<T: Transport>(
     kfd: &Kfd<T>,
     gpu: GpuId,
@@ -498,7 +543,7 @@ fn alloc<T: Transport>(
     size: u64,
     flags: AllocFlags,
     va: &mut u64,
-) -> Result<(Buffer, u64), WorkloadError> {
+) -> Result<Buffer, WorkloadError> {
     let at = bump(va, size);
     let a = kfd.alloc_memory(at, size, gpu, flags)?;
     kfd.map_memory_to_gpu(a.handle, &[gpu])?;
@@ -511,7 +556,7 @@ fn alloc<T: Transport>(
         handle: a.handle.get(),
     };
     buffers.push(b.clone());
-    Ok((b, a.mmap_offset))
+    Ok(b)
 }
 
 impl<T: Transport> Workload<T> {
@@ -603,7 +648,7 @@ impl<T: Transport> Workload<T> {
         let mut first_doorbells = None;
         let dma = match (dma, ids.first()) {
             (Dma::Cs, _) | (_, None) => Dma::Cs,
-            (wanted, Some(&gpu)) => match kfd.map_doorbells(gpu, DOORBELL_SLICE) {
+            (wanted, Some(&gpu)) => match map_doorbells(&kfd, gpu) {
                 Ok(m) => {
                     first_doorbells = Some(m);
                     Dma::Queues
@@ -647,53 +692,34 @@ impl<T: Transport> Workload<T> {
             for (g, (&gpu, render)) in ids.iter().zip(&renders).enumerate() {
                 let doorbells = match first_doorbells.take() {
                     Some(m) => m,
-                    None => kfd.map_doorbells(gpu, DOORBELL_SLICE)?,
+                    None => map_doorbells(&kfd, gpu)?,
                 };
                 let buffers = all_buffers
                     .get_mut(g)
                     .ok_or(WorkloadError::Fence { gpu_id: gpu.get() })?;
-                let gtt = AllocFlags::GTT | rw;
-                let ring = alloc(
-                    &kfd,
-                    gpu,
-                    buffers,
-                    Kind::Ring,
-                    RING_BYTES + 4096,
-                    gtt,
-                    &mut va,
-                )?;
-                let staging = alloc(
-                    &kfd,
-                    gpu,
-                    buffers,
-                    Kind::Staging,
-                    QUEUE_STAGING,
-                    gtt,
-                    &mut va,
-                )?;
+                let (ring, ring_map) =
+                    alloc_mapped(&kfd, render, gpu, buffers, Kind::Ring, RING_BYTES + 4096)?;
+                let (staging, staging_map) =
+                    alloc_mapped(&kfd, render, gpu, buffers, Kind::Staging, QUEUE_STAGING)?;
                 let event = kfd.create_event(EventType::Signal, true, None)?;
                 let mut d = QueueDesc::new(gpu, QueueType::Sdma);
-                d.ring_base = ring.0.va;
+                d.ring_base = ring.va;
                 d.ring_size = u32::try_from(RING_BYTES).unwrap_or(u32::MAX);
-                d.read_ptr = ring.0.va + RING_BYTES;
-                d.write_ptr = ring.0.va + RING_BYTES + 8;
+                d.read_ptr = ring.va + RING_BYTES;
+                d.write_ptr = ring.va + RING_BYTES + 8;
                 // SAFETY: ring and pointers are a GTT buffer of this process mapped on the
                 // queue's GPU, alive as long as the workload (which owns the KFD file).
                 let q = unsafe { kfd.create_queue(&d) }?;
-                let map = |(b, offset): &(Buffer, u64)| {
-                    let len = usize::try_from(b.size).unwrap_or(usize::MAX);
-                    render.map_bo(*offset, len, Prot::RW, Share::Shared)
-                };
-                let staging_va = staging.0.va;
+                let staging_va = staging.va;
                 #[allow(clippy::cast_possible_truncation)] // masked to the doorbell page
                 let doorbell = (q.doorbell_offset & (DOORBELL_SLICE as u64 - 1)) as usize;
                 user.push(std::sync::Mutex::new(UserQueue {
                     gpu_id: gpu.get(),
-                    ring: map(&ring)?,
+                    ring: ring_map,
                     doorbells,
                     doorbell,
                     wptr: 0,
-                    staging: map(&staging)?,
+                    staging: staging_map,
                     staging_va,
                     event: event.event_id,
                     slot: event.slot_index,
