@@ -168,7 +168,11 @@ impl Mapping {
         prot: Prot,
         share: Share,
     ) -> Result<Self, Errno> {
-        let off = libc::off_t::try_from(offset).map_err(|_| Errno::EINVAL)?;
+        // The offset is the device's to interpret: /dev/kfd's doorbell and MMIO offsets have
+        // bit 63 set (its file is FMODE_UNSIGNED_OFFSET), so the bits go through unchanged, as
+        // libhsakmt passes them, not as a checked conversion to a signed off_t.
+        #[allow(clippy::cast_possible_wrap)]
+        let off = offset as libc::off_t;
         if len == 0 {
             return Err(Errno::EINVAL);
         }
@@ -354,6 +358,16 @@ mod tests {
         let again = Mapping::map_fd(f.as_fd(), 0, 4096, Prot::READ, Share::Shared).unwrap();
         assert_eq!(again.read_u64(8), Some(0x1122_3344_5566_7788));
         m.unmap().unwrap();
+    }
+
+    #[test]
+    fn offsets_with_bit_63_set_reach_the_kernel() {
+        // /dev/kfd's doorbell offsets look like this; a regular file cannot be mapped there, so
+        // the kernel answers (EOVERFLOW), where a checked conversion to off_t refused first.
+        let f = file(&[0u8; 4096]);
+        let doorbell = (3u64 << 62) | (0x1234 << 46);
+        let e = Mapping::map_fd(f.as_fd(), doorbell, 8192, Prot::RW, Share::Shared).unwrap_err();
+        assert_eq!(e, Errno(libc::EOVERFLOW));
     }
 
     #[test]

@@ -8,6 +8,12 @@
 //! | NOP | `header(op 0, count n in bits 16..30)`, then `n` ignored dwords |
 //! | COPY_LINEAR | `header(op 1, sub-op 0)`, `count`, `parameter` (0), `src lo`, `src hi`, `dst lo`, `dst hi` |
 //! | CONST_FILL | `header(op 11)`, `dst lo`, `dst hi`, `data`, `count` |
+//! | FENCE | `header(op 5)`, `addr lo` (dword aligned), `addr hi`, `data`: writes one dword |
+//! | TRAP | `header(op 6)`, `int_context` (28 bits): raises the engine's trap interrupt |
+//!
+//! FENCE and TRAP are how a user-mode SDMA queue signals completion, as ROCr does it: a FENCE
+//! writes the event id into the event's slot of the signal page, then a TRAP carries the event id
+//! to the driver's interrupt handler, which sets the event.
 //!
 //! **Count convention.** Both COPY_LINEAR and CONST_FILL carry `bytes - 1` in a 22-bit field, as
 //! the amdgpu kernel driver emits them for SDMA v4 (its buffer-copy and fill helpers subtract one),
@@ -22,6 +28,10 @@
 pub const OP_NOP: u32 = 0;
 /// `SDMA_OP_COPY`.
 pub const OP_COPY: u32 = 1;
+/// `SDMA_OP_FENCE`.
+pub const OP_FENCE: u32 = 5;
+/// `SDMA_OP_TRAP`.
+pub const OP_TRAP: u32 = 6;
 /// `SDMA_OP_CONST_FILL`.
 pub const OP_CONST_FILL: u32 = 11;
 /// `SDMA_SUBOP_COPY_LINEAR`.
@@ -35,6 +45,12 @@ pub const MAX_BYTES_PER_PACKET: u64 = COUNT_MASK as u64 + 1;
 pub const COPY_LINEAR_DWORDS: usize = 7;
 /// Dwords of a CONST_FILL packet.
 pub const CONST_FILL_DWORDS: usize = 5;
+/// Dwords of a FENCE packet.
+pub const FENCE_DWORDS: usize = 4;
+/// Dwords of a TRAP packet.
+pub const TRAP_DWORDS: usize = 2;
+/// Bits of a TRAP packet's interrupt context.
+pub const TRAP_CONTEXT_MASK: u32 = (1 << 28) - 1;
 /// IBs are padded to a multiple of this many dwords.
 pub const IB_ALIGN_DWORDS: usize = 8;
 
@@ -71,6 +87,18 @@ pub enum Packet {
         value: u32,
         /// Length in bytes (count field + 1).
         bytes: u64,
+    },
+    /// Write the dword `data` at GPU VA `addr` (the low two bits of the address are ignored).
+    Fence {
+        /// Destination GPU virtual address (dword aligned).
+        addr: u64,
+        /// The value written.
+        data: u32,
+    },
+    /// Raise the engine's trap interrupt with `context` (28 bits).
+    Trap {
+        /// The interrupt context (ROCr puts the event id there).
+        context: u32,
     },
 }
 
@@ -161,6 +189,26 @@ impl IbBuilder {
         self
     }
 
+    /// Appends a FENCE packet writing `data` at `addr` (aligned down to a dword).
+    pub fn fence(&mut self, addr: u64, data: u32) -> &mut Self {
+        let a = addr & !3;
+        self.dwords
+            .extend_from_slice(&[header(OP_FENCE, 0), lo(a), hi(a), data]);
+        self
+    }
+
+    /// Appends a TRAP packet with the interrupt context `context` (its low 28 bits).
+    pub fn trap(&mut self, context: u32) -> &mut Self {
+        self.dwords
+            .extend_from_slice(&[header(OP_TRAP, 0), context & TRAP_CONTEXT_MASK]);
+        self
+    }
+
+    /// The packets so far, without padding (what a ring takes: ring packets need no alignment).
+    pub fn packets(&self) -> &[u32] {
+        &self.dwords
+    }
+
     /// Number of dwords so far, without padding.
     pub fn len(&self) -> usize {
         self.dwords.len()
@@ -201,6 +249,11 @@ impl<'a> Decoder<'a> {
         Self { ib, at: 0 }
     }
 
+    /// The dword index of the next packet (after the last one decoded).
+    pub fn position(&self) -> usize {
+        self.at
+    }
+
     fn take(&mut self, at: usize, n: usize) -> Result<&'a [u32], DecodeError> {
         let end = at.checked_add(n).ok_or(DecodeError::Truncated { at })?;
         let body = self.ib.get(at..end).ok_or(DecodeError::Truncated { at })?;
@@ -234,6 +287,13 @@ impl Iterator for Decoder<'_> {
                 dst: u64::from(p[1]) | u64::from(p[2]) << 32,
                 value: p[3],
                 bytes: u64::from(p[4] & COUNT_MASK) + 1,
+            }),
+            (OP_FENCE, _) => self.take(at, FENCE_DWORDS).map(|p| Packet::Fence {
+                addr: (u64::from(p[1]) | u64::from(p[2]) << 32) & !3,
+                data: p[3],
+            }),
+            (OP_TRAP, _) => self.take(at, TRAP_DWORDS).map(|p| Packet::Trap {
+                context: p[1] & TRAP_CONTEXT_MASK,
             }),
             _ => Err(DecodeError::Unsupported { at, op, sub_op }),
         };
@@ -321,6 +381,34 @@ mod tests {
     fn malformed_ibs_are_errors(#[case] ib: &[u32], #[case] err: DecodeError) {
         let last = Decoder::new(ib).last().unwrap();
         assert_eq!(last, Err(err));
+    }
+
+    #[test]
+    fn fence_and_trap_are_what_rocr_signals_with() {
+        let mut ib = IbBuilder::new();
+        ib.fence(0x7f00_1234_5679, 3).trap(0xf000_0003);
+        assert_eq!(
+            ib.packets(),
+            [5, 0x1234_5678, 0x7f00, 3, 6, 0x0000_0003],
+            "the address is dword aligned, the context 28 bits"
+        );
+        let mut d = Decoder::new(ib.packets());
+        assert_eq!(
+            d.next(),
+            Some(Ok(Packet::Fence {
+                addr: 0x7f00_1234_5678,
+                data: 3
+            }))
+        );
+        assert_eq!(d.position(), FENCE_DWORDS);
+        assert_eq!(d.next(), Some(Ok(Packet::Trap { context: 3 })));
+        assert_eq!(d.position(), FENCE_DWORDS + TRAP_DWORDS);
+        assert_eq!(d.next(), None);
+        let cut = [header(OP_FENCE, 0), 0, 0];
+        assert_eq!(
+            Decoder::new(&cut).next(),
+            Some(Err(DecodeError::Truncated { at: 0 }))
+        );
     }
 
     #[test]

@@ -208,6 +208,8 @@ pub struct MachineInner {
     unanswered: Mutex<BTreeSet<String>>,
     /// The doorbell and MMIO pages that KFD mappings show.
     pub(crate) device_pages: crate::kfd::mmap::DevicePages,
+    /// Whether the SDMA engine thread of user-mode queues runs (`kfd::umq`).
+    pub(crate) engine_started: std::sync::Once,
     /// The device mappings made in process (see [`crate::SimProcess::device_vmas`]).
     vmas: Mutex<Vec<VmaRecord>>,
     reg: Mutex<Registry>,
@@ -297,6 +299,7 @@ impl MachineInner {
             unanswered: Mutex::new(BTreeSet::new()),
             device_pages: crate::kfd::mmap::DevicePages::default(),
             vmas: Mutex::new(Vec::new()),
+            engine_started: std::sync::Once::new(),
             kfd_version: std::sync::atomic::AtomicU64::new(
                 u64::from(kfd_sys::KFD_IOCTL_MAJOR_VERSION) << 32
                     | u64::from(kfd_sys::KFD_IOCTL_MINOR_VERSION),

@@ -134,6 +134,23 @@ pub struct Queue {
     pub ctl_stack: Vec<u8>,
     /// CU mask.
     pub cu_mask: Vec<u32>,
+    /// Where the simulated engine is in the ring (SDMA queues).
+    pub ring_state: RingState,
+}
+
+/// Where the simulated SDMA engine is in a user-mode queue's ring: what the MQD's ring pointer
+/// registers hold on hardware. Pointers count bytes since the queue was created and are
+/// taken modulo the ring size to address it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RingState {
+    /// Bytes the engine executed (the read pointer it writes back).
+    pub rptr: u64,
+    /// Bytes submitted: the write pointer latched from the doorbell.
+    pub wptr: u64,
+    /// The doorbell value the engine saw last (a new value is a new write pointer).
+    pub doorbell: u64,
+    /// The engine stopped on this queue (a bad packet or a VM fault), as a hung queue stays.
+    pub hung: bool,
 }
 
 /// Byte offsets of the fields the simulator keeps in its MQD image (its own layout; the real
@@ -149,6 +166,10 @@ pub mod mqd_layout {
     pub const DOORBELL: usize = 24;
     /// Queue id.
     pub const QUEUE_ID: usize = 32;
+    /// Ring read pointer: bytes executed (SDMA queues).
+    pub const RPTR: usize = 40;
+    /// Ring write pointer: bytes submitted (SDMA queues).
+    pub const WPTR: usize = 48;
     /// Magic value of a compute MQD.
     pub const COMPUTE_MAGIC: u32 = 0xC031_0800;
     /// Magic value of an SDMA MQD.
@@ -156,18 +177,45 @@ pub mod mqd_layout {
 }
 
 impl Queue {
+    /// The ring pointers of a restored SDMA MQD image (zero for anything else: an MQD the
+    /// simulator did not write starts its ring afresh).
+    pub fn ring_state_from_mqd(&self) -> RingState {
+        let u64_at = |off: usize| {
+            self.mqd
+                .get(off..off + 8)
+                .and_then(|b| b.try_into().ok())
+                .map_or(0, u64::from_le_bytes)
+        };
+        let magic = self
+            .mqd
+            .get(..4)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_le_bytes);
+        if self.kind == QueueKind::Compute || magic != Some(mqd_layout::SDMA_MAGIC) {
+            return RingState::default();
+        }
+        RingState {
+            rptr: u64_at(mqd_layout::RPTR),
+            wptr: u64_at(mqd_layout::WPTR),
+            doorbell: 0,
+            hung: false,
+        }
+    }
+
     /// Writes the fields the simulator tracks into the MQD image.
     pub fn refresh_mqd(&mut self, qid: u32) {
         let magic = match self.kind {
             QueueKind::Compute => mqd_layout::COMPUTE_MAGIC,
             _ => mqd_layout::SDMA_MAGIC,
         };
-        let fields: [(usize, &[u8]); 5] = [
+        let fields: [(usize, &[u8]); 7] = [
             (mqd_layout::MAGIC, &magic.to_le_bytes()),
             (mqd_layout::RING, &self.ring.to_le_bytes()),
             (mqd_layout::RING_SIZE, &self.ring_size.to_le_bytes()),
             (mqd_layout::DOORBELL, &self.doorbell_off.to_le_bytes()),
             (mqd_layout::QUEUE_ID, &qid.to_le_bytes()),
+            (mqd_layout::RPTR, &self.ring_state.rptr.to_le_bytes()),
+            (mqd_layout::WPTR, &self.ring_state.wptr.to_le_bytes()),
         ];
         for (off, bytes) in fields {
             if let Some(dst) = self.mqd.get_mut(off..off + bytes.len()) {
@@ -409,6 +457,9 @@ pub struct KfdProcess {
     pub(crate) state: Mutex<ProcState>,
     /// Signalled on SET_EVENT and DESTROY_EVENT.
     pub(crate) events_cv: Condvar,
+    /// Held by the simulated SDMA engine while it runs this process's queues: taken once after
+    /// the queues are evicted, it waits for the packet in flight (a queue preemption).
+    pub(crate) engine: Mutex<()>,
 }
 
 impl KfdProcess {
@@ -451,6 +502,7 @@ impl KfdProcess {
             machine,
             state: Mutex::new(state),
             events_cv: Condvar::new(),
+            engine: Mutex::new(()),
         }
     }
 

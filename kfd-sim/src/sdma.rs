@@ -298,19 +298,13 @@ fn fill(dst: &[Piece], value: u32) -> Result<(), Fault> {
     Ok(())
 }
 
-/// Reads the IB of `bytes` bytes at `va` (aligned down to 32 bytes) as dwords.
-fn fetch_ib(vm: &Mutex<Vm>, va: u64, bytes: u32) -> Result<Vec<u32>, Fault> {
-    let dwords = u64::from(bytes / 4);
-    let len = dwords * 4;
-    if len > MAX_IB_BYTES {
-        return Err(Fault::IbTooLarge(len));
-    }
-    let va = va & !0x1f;
+/// Reads `len` bytes at GPU VA `va` of `vm` (every byte mapped).
+pub(crate) fn read_va(vm: &Mutex<Vm>, va: u64, len: u64) -> Result<Vec<u8>, Fault> {
     let mut raw = Vec::new();
     for p in resolve(vm, va, len, false)? {
         let start = raw.len();
-        #[allow(clippy::cast_possible_truncation)] // len <= MAX_IB_BYTES
-        raw.resize(start + p.len() as usize, 0);
+        let n = usize::try_from(p.len()).map_err(|_| Fault::Wraps { va, len })?;
+        raw.resize(start + n, 0);
         let buf = &mut raw[start..];
         match &p {
             Piece::Mem { backing, off, .. } => {
@@ -324,14 +318,74 @@ fn fetch_ib(vm: &Mutex<Vm>, va: u64, bytes: u32) -> Result<Vec<u32>, Fault> {
             }
         }
     }
+    Ok(raw)
+}
+
+/// Writes `bytes` at GPU VA `va` of `vm` (every byte mapped writable); nothing is written if any
+/// byte is not.
+pub(crate) fn write_va(vm: &Mutex<Vm>, va: u64, bytes: &[u8]) -> Result<(), Fault> {
+    let mut at = 0usize;
+    for p in resolve(vm, va, bytes.len() as u64, true)? {
+        let n = usize::try_from(p.len()).map_err(|_| Fault::Unmapped { va })?;
+        let part = bytes.get(at..at + n).ok_or(Fault::Unmapped { va })?;
+        match &p {
+            Piece::Mem { backing, off, .. } => {
+                if !backing.write(*off, part) {
+                    return Err(Fault::Unmapped { va });
+                }
+            }
+            Piece::User { mem, addr, .. } => {
+                mem.write(*addr, part)
+                    .map_err(|_| Fault::UserMemory { addr: *addr })?;
+            }
+        }
+        at += n;
+    }
+    Ok(())
+}
+
+/// Reads the IB of `bytes` bytes at `va` (aligned down to 32 bytes) as dwords.
+fn fetch_ib(vm: &Mutex<Vm>, va: u64, bytes: u32) -> Result<Vec<u32>, Fault> {
+    let dwords = u64::from(bytes / 4);
+    let len = dwords * 4;
+    if len > MAX_IB_BYTES {
+        return Err(Fault::IbTooLarge(len));
+    }
+    let raw = read_va(vm, va & !0x1f, len)?;
     Ok(raw
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect())
 }
 
+/// Executes one packet against `vm`; a TRAP calls `on_trap` with its context (the interrupt as
+/// the engine's owner models it).
+pub(crate) fn run_packet(
+    vm: &Mutex<Vm>,
+    packet: Packet,
+    on_trap: &mut dyn FnMut(u32),
+) -> Result<(), Fault> {
+    match packet {
+        Packet::Nop { .. } => {}
+        Packet::CopyLinear { src, dst, bytes } => {
+            let s = resolve(vm, src, bytes, false)?;
+            let d = resolve(vm, dst, bytes, true)?;
+            copy(&s, &d)?;
+        }
+        Packet::ConstFill { dst, value, bytes } => {
+            let d = resolve(vm, dst, bytes, true)?;
+            fill(&d, value)?;
+        }
+        Packet::Fence { addr, data } => write_va(vm, addr, &data.to_le_bytes())?,
+        Packet::Trap { context } => on_trap(context),
+    }
+    Ok(())
+}
+
 /// Executes the IB of `bytes` bytes at GPU VA `ib_va` against `vm`, packet by packet, until the
-/// end or the first fault. `started` is when the job started (for the timeout).
+/// end or the first fault. `started` is when the job started (for the timeout). A TRAP in a
+/// command submission interrupts only the kernel's own fence handling, which the simulator does
+/// not model: it does nothing here.
 pub(crate) fn execute(
     vm: &Mutex<Vm>,
     ib_va: u64,
@@ -340,18 +394,7 @@ pub(crate) fn execute(
 ) -> Result<(), Fault> {
     let ib = fetch_ib(vm, ib_va, bytes)?;
     for packet in Decoder::new(&ib) {
-        match packet? {
-            Packet::Nop { .. } => {}
-            Packet::CopyLinear { src, dst, bytes } => {
-                let s = resolve(vm, src, bytes, false)?;
-                let d = resolve(vm, dst, bytes, true)?;
-                copy(&s, &d)?;
-            }
-            Packet::ConstFill { dst, value, bytes } => {
-                let d = resolve(vm, dst, bytes, true)?;
-                fill(&d, value)?;
-            }
-        }
+        run_packet(vm, packet?, &mut |_| {})?;
         if started.elapsed() > JOB_TIMEOUT {
             return Err(Fault::Timeout);
         }

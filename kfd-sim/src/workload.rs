@@ -2,9 +2,16 @@
 //! over CUSE and on hardware.
 //!
 //! Like a HIP program it opens `/dev/kfd` and a render node per GPU, acquires the GPU VMs,
-//! allocates VRAM and GTT buffers, fills them by SDMA through its render-node file (whose VM is
-//! the compute VM after `ACQUIRE_VM`), creates queues and signal events, and advances a
-//! generation counter in a small VRAM buffer by SDMA on every tick.
+//! allocates VRAM and GTT buffers, creates queues and signal events, fills its buffers by SDMA,
+//! and advances a generation counter in a small VRAM buffer by SDMA on every tick.
+//!
+//! It moves data as ROCr does ([`Dma::Queues`]): one KFD user-mode SDMA queue per GPU whose ring
+//! and pointers are in a GTT buffer it maps for the CPU through the render node, packets written
+//! into the ring, the write pointer written to the queue's doorbell through its mapping of the
+//! doorbell page; each submission ends with FENCE (the event id into the event's slot of the
+//! signal page) and TRAP, and the workload waits for the event and the read pointer. Staging is
+//! a host-visible GTT buffer. Where devices cannot be mapped (CUSE without the bridge module),
+//! [`Dma::Cs`] uses the render node's command submission instead (see there for what it loses).
 //!
 //! Contents are a pure function of `(seed, gpu index, buffer index, byte offset)` (and zero in the
 //! untouched tail of each buffer, [`Spec::untouched_permille`]), so any process that knows the
@@ -17,10 +24,27 @@ use std::os::fd::AsFd;
 use kfd_abi::kfd::QueueDesc;
 use kfd_abi::sdma::IbBuilder;
 use kfd_abi::{
-    AllocFlags, EventId, EventType, GpuId, HostBuffer, IoctlError, Kfd, MemHandle, QueueId,
-    QueueType, RenderNode, SdmaQueue, Transport, UserptrBuffer, WaitResult,
+    AllocFlags, Errno, EventId, EventType, GpuId, HostBuffer, IoctlError, Kfd, Mapping, MemHandle,
+    Prot, QueueId, QueueType, RenderNode, SdmaQueue, Share, Transport, UserptrBuffer, WaitResult,
 };
 use serde::{Deserialize, Serialize};
+
+/// How the workload moves its data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum Dma {
+    /// [`Dma::Queues`] if `/dev/kfd` can be mapped (the doorbell page), else [`Dma::Cs`].
+    #[default]
+    Auto,
+    /// KFD user-mode SDMA queues rung through the mapped doorbell page, as ROCr moves data.
+    Queues,
+    /// The render node's command submission (`AMDGPU_CS` on the DMA ring), which ROCm never
+    /// uses, for devices that cannot be mapped. What it loses: no doorbell, ring or
+    /// host-visible buffer is mapped, so a checkpoint carries no device mapping and no queue
+    /// state of the workload's own; and a tick step that criu checkpoints between its CS ioctls
+    /// loses the step's context, IB and staging mappings (the 6.1 driver cannot checkpoint
+    /// them), so the step is rerun on new ones ([`Workload::rebuilds`]).
+    Cs,
+}
 
 /// What the workload allocates on every GPU.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,6 +101,10 @@ pub enum Kind {
     Counter,
     /// The signal event page (GTT).
     EventPage,
+    /// The ring and read/write pointers of the user-mode SDMA queue (GTT, mapped for the CPU).
+    Ring,
+    /// The host-visible staging buffer of the user-mode SDMA queue (GTT, mapped for the CPU).
+    Staging,
 }
 
 /// One buffer, as any process can find it again.
@@ -214,34 +242,27 @@ const IB_BYTES: usize = 16 << 10;
 const VA_BASE: u64 = 0x10_0000_0000;
 /// How long one submission may take.
 const FENCE: std::time::Duration = std::time::Duration::from_secs(30);
+/// Bytes of a user-mode queue's ring (its pointers follow in the next page).
+const RING_BYTES: u64 = 64 << 10;
+/// Where the read pointer is in the ring's buffer (right after the ring); the write pointer
+/// follows it.
+const RPTR_AT: usize = 64 << 10;
+/// Bytes of a user-mode queue's staging buffer.
+const QUEUE_STAGING: u64 = 1 << 20;
+/// Bytes of a process's doorbell slice on gfx9.
+const DOORBELL_SLICE: usize = 8192;
 
-/// The process's SDMA tools on one GPU: an IB and a staging buffer in its render-node VM.
-struct GpuDma<'r, T: Transport> {
-    gpu_id: u32,
-    queue: SdmaQueue<'r, T>,
-    staging: UserptrBuffer<'r, T>,
-}
-
-impl<'r, T: Transport> GpuDma<'r, T> {
-    fn new(gpu_id: u32, render: &'r RenderNode<T>, va: &mut u64) -> Result<Self, WorkloadError> {
-        let queue = SdmaQueue::new(render, bump(va, IB_BYTES as u64), IB_BYTES)?;
-        let staging = UserptrBuffer::new(render, STAGING, bump(va, STAGING as u64))?;
-        Ok(Self {
-            gpu_id,
-            queue,
-            staging,
-        })
-    }
-
-    fn run(&mut self, ib: IbBuilder) -> Result<(), WorkloadError> {
-        if self.queue.run(&ib.finish(), FENCE)? {
-            Ok(())
-        } else {
-            Err(WorkloadError::Fence {
-                gpu_id: self.gpu_id,
-            })
-        }
-    }
+/// A way to move data on one GPU: a staging buffer in the GPU's VM and a way to run packets.
+trait Mover {
+    fn gpu_id(&self) -> u32;
+    /// The staging buffer's GPU VA and size.
+    fn staging(&self) -> (u64, u64);
+    /// Fills the first `n` bytes of the staging buffer with `fill`.
+    fn stage_in(&mut self, n: usize, fill: &mut dyn FnMut(&mut [u8])) -> Result<(), WorkloadError>;
+    /// The first `n` bytes of the staging buffer.
+    fn stage_out(&self, n: usize) -> Result<Vec<u8>, WorkloadError>;
+    /// Runs `ib` and waits for it.
+    fn run(&mut self, ib: IbBuilder) -> Result<(), WorkloadError>;
 
     /// Writes the pattern of buffer `b` (GPU number `gpu`) into it by SDMA, but for its last
     /// `untouched` bytes.
@@ -252,20 +273,15 @@ impl<'r, T: Transport> GpuDma<'r, T> {
         b: &Buffer,
         untouched: u64,
     ) -> Result<(), WorkloadError> {
+        let (va, size) = self.staging();
         let end = b.size - untouched.min(b.size);
         let mut off = 0;
         while off < end {
-            let n = (end - off).min(STAGING as u64);
-            #[allow(clippy::cast_possible_truncation)] // n <= STAGING
-            pattern(
-                seed,
-                gpu,
-                b.index,
-                off,
-                &mut self.staging.as_mut_slice()[..n as usize],
-            );
+            let n = (end - off).min(size);
+            #[allow(clippy::cast_possible_truncation)] // n <= the staging size
+            self.stage_in(n as usize, &mut |buf| pattern(seed, gpu, b.index, off, buf))?;
             let mut ib = IbBuilder::new();
-            ib.copy_linear(self.staging.va(), b.va + off, n);
+            ib.copy_linear(va, b.va + off, n);
             self.run(ib)?;
             off += n;
         }
@@ -281,26 +297,26 @@ impl<'r, T: Transport> GpuDma<'r, T> {
         b: &Buffer,
         untouched: u64,
     ) -> Result<(), WorkloadError> {
+        let (va, size) = self.staging();
         let end = b.size - untouched.min(b.size);
-        let mut want = vec![0u8; STAGING];
         let mut off = 0;
         while off < b.size {
-            let n = (b.size - off).min(STAGING as u64);
+            let n = (b.size - off).min(size);
             let mut ib = IbBuilder::new();
-            ib.copy_linear(b.va + off, self.staging.va(), n);
+            ib.copy_linear(b.va + off, va, n);
             self.run(ib)?;
-            #[allow(clippy::cast_possible_truncation)] // n <= STAGING
+            #[allow(clippy::cast_possible_truncation)] // n <= the staging size
             let n = n as usize;
+            let mut want = vec![0u8; n];
             #[allow(clippy::cast_possible_truncation)] // < n
             let patterned = end.saturating_sub(off).min(n as u64) as usize;
             pattern(seed, gpu, b.index, off, &mut want[..patterned]);
-            want[patterned..n].fill(0);
-            let got = &self.staging.as_slice()[..n];
-            if got != &want[..n] {
+            let got = self.stage_out(n)?;
+            if got != want {
                 let at = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
                 return Err(WorkloadError::Mismatch(format!(
                     "GPU {:#x} buffer {} ({:?} at {:#x}): byte {} is {:#04x}, expected {:#04x}",
-                    self.gpu_id,
+                    self.gpu_id(),
                     b.index,
                     b.kind,
                     b.va,
@@ -322,10 +338,159 @@ impl<'r, T: Transport> GpuDma<'r, T> {
 
     fn read_counter(&mut self, va: u64) -> Result<u32, WorkloadError> {
         let mut ib = IbBuilder::new();
-        ib.copy_linear(va, self.staging.va(), 4);
+        ib.copy_linear(va, self.staging().0, 4);
         self.run(ib)?;
-        let s = self.staging.as_slice();
+        let s = self.stage_out(4)?;
         Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    }
+}
+
+/// A KFD user-mode SDMA queue on one GPU, as ROCr's blit queue: ring and pointers in a GTT
+/// buffer mapped for the CPU, the doorbell page mapped, a signal event for completion.
+#[derive(Debug)]
+struct UserQueue {
+    gpu_id: u32,
+    /// The ring, then the read pointer and the write pointer (8 bytes each).
+    ring: Mapping,
+    doorbells: Mapping,
+    /// Byte offset of the queue's doorbell in the doorbell page.
+    doorbell: usize,
+    /// Bytes submitted so far.
+    wptr: u64,
+    staging: Mapping,
+    staging_va: u64,
+    event: EventId,
+    /// The event's slot in the signal page: its index and GPU VA.
+    slot: u32,
+    slot_va: u64,
+}
+
+impl UserQueue {
+    /// The read pointer the engine wrote back.
+    fn rptr(&self) -> Option<u64> {
+        self.ring.read_u64(RPTR_AT)
+    }
+}
+
+/// A [`UserQueue`] with the KFD file that waits on its event.
+struct UserRun<'a, T: Transport> {
+    kfd: &'a Kfd<T>,
+    q: &'a mut UserQueue,
+}
+
+impl<T: Transport> Mover for UserRun<'_, T> {
+    fn gpu_id(&self) -> u32 {
+        self.q.gpu_id
+    }
+
+    fn staging(&self) -> (u64, u64) {
+        (self.q.staging_va, QUEUE_STAGING)
+    }
+
+    fn stage_in(&mut self, n: usize, fill: &mut dyn FnMut(&mut [u8])) -> Result<(), WorkloadError> {
+        let mut buf = vec![0u8; n];
+        fill(&mut buf);
+        if self.q.staging.write(0, &buf) {
+            Ok(())
+        } else {
+            Err(WorkloadError::Mismatch("staging write out of range".into()))
+        }
+    }
+
+    fn stage_out(&self, n: usize) -> Result<Vec<u8>, WorkloadError> {
+        let mut buf = vec![0u8; n];
+        if self.q.staging.read(0, &mut buf) {
+            Ok(buf)
+        } else {
+            Err(WorkloadError::Mismatch("staging read out of range".into()))
+        }
+    }
+
+    fn run(&mut self, mut ib: IbBuilder) -> Result<(), WorkloadError> {
+        let q = &mut *self.q;
+        ib.fence(q.slot_va, q.slot).trap(q.slot);
+        let fence = WorkloadError::Fence { gpu_id: q.gpu_id };
+        // The ring is empty (every run waits for its packets), so the packets fit.
+        for &dw in ib.packets() {
+            #[allow(clippy::cast_possible_truncation)] // < RING_BYTES
+            let at = (q.wptr % RING_BYTES) as usize;
+            if !q.ring.write(at, &dw.to_le_bytes()) {
+                return Err(fence);
+            }
+            q.wptr += 4;
+        }
+        // The write pointer in memory, then (after the packets are visible) the doorbell.
+        q.ring.write_u64(RPTR_AT + 8, q.wptr);
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        q.doorbells.write_u64(q.doorbell, q.wptr);
+        let deadline = std::time::Instant::now() + FENCE;
+        let mut signaled = false;
+        loop {
+            if signaled {
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            } else {
+                match self.kfd.wait_events(&[q.event], true, 20) {
+                    Ok(WaitResult::Complete) => signaled = true,
+                    Ok(_) => {}
+                    Err(IoctlError::Failed { errno, .. }) if errno == Errno::EINTR => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            if signaled && q.rptr() == Some(q.wptr) {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(fence);
+            }
+        }
+    }
+}
+
+/// The process's SDMA tools on one GPU: an IB and a staging buffer in its render-node VM.
+struct GpuDma<'r, T: Transport> {
+    gpu_id: u32,
+    queue: SdmaQueue<'r, T>,
+    staging: UserptrBuffer<'r, T>,
+}
+
+impl<'r, T: Transport> GpuDma<'r, T> {
+    fn new(gpu_id: u32, render: &'r RenderNode<T>, va: &mut u64) -> Result<Self, WorkloadError> {
+        let queue = SdmaQueue::new(render, bump(va, IB_BYTES as u64), IB_BYTES)?;
+        let staging = UserptrBuffer::new(render, STAGING, bump(va, STAGING as u64))?;
+        Ok(Self {
+            gpu_id,
+            queue,
+            staging,
+        })
+    }
+}
+
+impl<T: Transport> Mover for GpuDma<'_, T> {
+    fn gpu_id(&self) -> u32 {
+        self.gpu_id
+    }
+
+    fn staging(&self) -> (u64, u64) {
+        (self.staging.va(), STAGING as u64)
+    }
+
+    fn stage_in(&mut self, n: usize, fill: &mut dyn FnMut(&mut [u8])) -> Result<(), WorkloadError> {
+        fill(&mut self.staging.as_mut_slice()[..n]);
+        Ok(())
+    }
+
+    fn stage_out(&self, n: usize) -> Result<Vec<u8>, WorkloadError> {
+        Ok(self.staging.as_slice()[..n].to_vec())
+    }
+
+    fn run(&mut self, ib: IbBuilder) -> Result<(), WorkloadError> {
+        if self.queue.run(&ib.finish(), FENCE)? {
+            Ok(())
+        } else {
+            Err(WorkloadError::Fence {
+                gpu_id: self.gpu_id,
+            })
+        }
     }
 }
 
@@ -351,16 +516,102 @@ pub struct Workload<T: Transport> {
     renders: Vec<RenderNode<T>>,
     rebuilds: u64,
     manifest: Manifest,
+    dma: Dma,
+    /// The user-mode SDMA queue of each GPU ([`Dma::Queues`]) (locked: verifying needs no
+    /// exclusive access to the workload).
+    user: Vec<std::sync::Mutex<UserQueue>>,
     _queue_memory: Vec<QueueMemory>,
+}
+
+/// The doorbell page of `gpu`, as libhsakmt maps it: a DOORBELL buffer at a GPU VA and the CPU
+/// mapping of its offset at the same address (criu's restore finds a device mapping by its
+/// address and offset among the process's buffers).
+fn map_doorbells<T: Transport>(kfd: &Kfd<T>, gpu: GpuId) -> Result<Mapping, IoctlError> {
+    let at = Mapping::reserve(DOORBELL_SLICE).map_err(|errno| IoctlError::Failed {
+        ioctl: "mmap (reserving the doorbell page's address)".into(),
+        device: "host".into(),
+        errno,
+        hint: None,
+    })?;
+    kfd.alloc_memory(at.addr(), DOORBELL_SLICE as u64, gpu, AllocFlags::DOORBELL)?;
+    // The buffer's own mmap_offset is the driver's business; the page is mapped at the offset
+    // of the GPU's doorbells, as libhsakmt computes it.
+    let offset = kfd_abi::mmap_offset::TYPE_DOORBELL | kfd_abi::mmap_offset::gpu_id(gpu.get());
+    kfd.map_offset_at(at, offset, Prot::RW, Share::Shared)
+}
+
+/// A GTT buffer of `kind` on `gpu` mapped for the CPU through `render` at its GPU VA (an
+/// address the CPU reserves first), as ROCm maps host-visible buffers; listed in `buffers`.
+fn alloc_mapped<T: Transport>(
+    kfd: &Kfd<T>,
+    render: &RenderNode<T>,
+    gpu: GpuId,
+    buffers: &mut Vec<Buffer>,
+    kind: Kind,
+    size: u64,
+) -> Result<(Buffer, Mapping), WorkloadError> {
+    let reserve =
+        |len: usize| Mapping::reserve(len).map_err(|e| std::io::Error::from_raw_os_error(e.0));
+    let at = reserve(usize::try_from(size).unwrap_or(usize::MAX))?;
+    let va = at.addr();
+    let flags = AllocFlags::GTT | AllocFlags::WRITABLE | AllocFlags::NO_SUBSTITUTE;
+    let a = kfd.alloc_memory(va, size, gpu, flags)?;
+    kfd.map_memory_to_gpu(a.handle, &[gpu])?;
+    let map = render.map_bo_at(at, a.mmap_offset, Prot::RW, Share::Shared)?;
+    let b = Buffer {
+        index: u32::try_from(buffers.len()).unwrap_or(u32::MAX),
+        kind,
+        va,
+        size,
+        handle: a.handle.get(),
+    };
+    buffers.push(b.clone());
+    Ok((b, map))
+}
+
+/// Allocates a buffer of `kind` at the next VA on `gpu`, maps it there, and lists it.
+fn alloc<T: Transport>(
+    kfd: &Kfd<T>,
+    gpu: GpuId,
+    buffers: &mut Vec<Buffer>,
+    kind: Kind,
+    size: u64,
+    flags: AllocFlags,
+    va: &mut u64,
+) -> Result<Buffer, WorkloadError> {
+    let at = bump(va, size);
+    let a = kfd.alloc_memory(at, size, gpu, flags)?;
+    kfd.map_memory_to_gpu(a.handle, &[gpu])?;
+    let index = u32::try_from(buffers.len()).unwrap_or(u32::MAX);
+    let b = Buffer {
+        index,
+        kind,
+        va: at,
+        size,
+        handle: a.handle.get(),
+    };
+    buffers.push(b.clone());
+    Ok(b)
 }
 
 impl<T: Transport> Workload<T> {
     /// Builds the workload on `gpus` (each with a render node of that GPU), as a fresh ROCm
-    /// process would: ACQUIRE_VM, buffers filled by SDMA, queues, events, generation 1.
+    /// process would: ACQUIRE_VM, buffers, events, a user-mode SDMA queue per GPU (or the CS
+    /// path, see [`Dma::Auto`]), buffers filled by SDMA, AQL queues, generation 1.
     pub fn start(
         kfd: Kfd<T>,
         gpus: Vec<(GpuId, RenderNode<T>)>,
         spec: &Spec,
+    ) -> Result<Self, WorkloadError> {
+        Self::start_with(kfd, gpus, spec, Dma::Auto)
+    }
+
+    /// [`start`](Self::start), moving data the way `dma` says.
+    pub fn start_with(
+        kfd: Kfd<T>,
+        gpus: Vec<(GpuId, RenderNode<T>)>,
+        spec: &Spec,
+        dma: Dma,
     ) -> Result<Self, WorkloadError> {
         let (ids, renders): (Vec<GpuId>, Vec<RenderNode<T>>) = gpus.into_iter().unzip();
         let mut va = VA_BASE;
@@ -371,59 +622,173 @@ impl<T: Transport> Workload<T> {
             generation: 1,
         };
         let mut queue_memory = Vec::new();
-        let mut event_page = None;
+        let rw = AllocFlags::WRITABLE | AllocFlags::NO_SUBSTITUTE;
 
+        // Buffers.
+        let mut all_buffers = Vec::new();
         for (g, (&gpu, render)) in ids.iter().zip(&renders).enumerate() {
             kfd.acquire_vm(gpu, render.as_fd())?;
             let mut buffers = Vec::new();
-            let mut alloc = |kind: Kind,
-                             size: u64,
-                             flags: AllocFlags,
-                             va: &mut u64|
-             -> Result<Buffer, WorkloadError> {
-                let at = bump(va, size);
-                let a = kfd.alloc_memory(at, size, gpu, flags)?;
-                kfd.map_memory_to_gpu(a.handle, &[gpu])?;
-                let index = u32::try_from(buffers.len()).unwrap_or(u32::MAX);
-                let b = Buffer {
-                    index,
-                    kind,
-                    va: at,
-                    size,
-                    handle: a.handle.get(),
-                };
-                buffers.push(b.clone());
-                Ok(b)
-            };
-            let rw = AllocFlags::WRITABLE | AllocFlags::NO_SUBSTITUTE;
             for &size in &spec.vram {
-                alloc(Kind::Vram, size, AllocFlags::VRAM | rw, &mut va)?;
-            }
-            for &size in &spec.gtt {
-                alloc(Kind::Gtt, size, AllocFlags::GTT | rw, &mut va)?;
-            }
-            alloc(Kind::Counter, 4096, AllocFlags::VRAM | rw, &mut va)?;
-            if g == 0 {
-                let page = alloc(
-                    Kind::EventPage,
-                    8 * 4096,
-                    AllocFlags::GTT | rw | AllocFlags::COHERENT,
+                alloc(
+                    &kfd,
+                    gpu,
+                    &mut buffers,
+                    Kind::Vram,
+                    size,
+                    AllocFlags::VRAM | rw,
                     &mut va,
                 )?;
-                event_page = Some(MemHandle(page.handle));
             }
+            for &size in &spec.gtt {
+                alloc(
+                    &kfd,
+                    gpu,
+                    &mut buffers,
+                    Kind::Gtt,
+                    size,
+                    AllocFlags::GTT | rw,
+                    &mut va,
+                )?;
+            }
+            alloc(
+                &kfd,
+                gpu,
+                &mut buffers,
+                Kind::Counter,
+                4096,
+                AllocFlags::VRAM | rw,
+                &mut va,
+            )?;
+            if g == 0 {
+                let page_flags = AllocFlags::GTT | rw | AllocFlags::COHERENT;
+                alloc(
+                    &kfd,
+                    gpu,
+                    &mut buffers,
+                    Kind::EventPage,
+                    8 * 4096,
+                    page_flags,
+                    &mut va,
+                )?;
+            }
+            all_buffers.push(buffers);
+        }
+        let page = all_buffers
+            .first()
+            .and_then(|b| b.iter().find(|b| b.kind == Kind::EventPage))
+            .cloned();
 
-            let mut dma = GpuDma::new(gpu.get(), render, &mut va)?;
+        // Whether the devices can be mapped: the doorbell page of the first GPU.
+        let mut first_doorbells = None;
+        let dma = match (dma, ids.first()) {
+            (Dma::Cs, _) | (_, None) => Dma::Cs,
+            (wanted, Some(&gpu)) => match map_doorbells(&kfd, gpu) {
+                Ok(m) => {
+                    first_doorbells = Some(m);
+                    Dma::Queues
+                }
+                Err(e) if wanted == Dma::Auto && e.errno() == Some(Errno::ENODEV) => {
+                    log::warn!(
+                        "/dev/kfd cannot be mapped ({e}): moving data by command submission on \
+                         the render nodes instead of user-mode queues"
+                    );
+                    Dma::Cs
+                }
+                Err(e) => return Err(e.into()),
+            },
+        };
+
+        // Signal events: the first gives the signal page; in queue mode, the page is mapped
+        // on every GPU (each queue writes its event's slot).
+        if let (Dma::Queues, Some(p)) = (dma, &page) {
+            kfd.map_memory_to_gpu(MemHandle(p.handle), &ids)?;
+        }
+        for i in 0..spec.events {
+            let with_page = if i == 0 {
+                page.as_ref().map(|p| MemHandle(p.handle))
+            } else {
+                None
+            };
+            let e = kfd.create_event(EventType::Signal, false, with_page)?;
+            let signaled = i % 2 == 1;
+            if signaled {
+                kfd.set_event(e.event_id)?;
+            }
+            manifest.events.push((e.event_id.get(), signaled));
+        }
+
+        // The SDMA queues.
+        let mut user = Vec::new();
+        if dma == Dma::Queues {
+            let page = page.as_ref().ok_or_else(|| {
+                WorkloadError::Mismatch("user-mode queues need a signal page".into())
+            })?;
+            for (g, (&gpu, render)) in ids.iter().zip(&renders).enumerate() {
+                let doorbells = match first_doorbells.take() {
+                    Some(m) => m,
+                    None => map_doorbells(&kfd, gpu)?,
+                };
+                let buffers = all_buffers
+                    .get_mut(g)
+                    .ok_or(WorkloadError::Fence { gpu_id: gpu.get() })?;
+                let (ring, ring_map) =
+                    alloc_mapped(&kfd, render, gpu, buffers, Kind::Ring, RING_BYTES + 4096)?;
+                let (staging, staging_map) =
+                    alloc_mapped(&kfd, render, gpu, buffers, Kind::Staging, QUEUE_STAGING)?;
+                let event = kfd.create_event(EventType::Signal, true, None)?;
+                let mut d = QueueDesc::new(gpu, QueueType::Sdma);
+                d.ring_base = ring.va;
+                d.ring_size = u32::try_from(RING_BYTES).unwrap_or(u32::MAX);
+                d.read_ptr = ring.va + RING_BYTES;
+                d.write_ptr = ring.va + RING_BYTES + 8;
+                // SAFETY: ring and pointers are a GTT buffer of this process mapped on the
+                // queue's GPU, alive as long as the workload (which owns the KFD file).
+                let q = unsafe { kfd.create_queue(&d) }?;
+                let staging_va = staging.va;
+                #[allow(clippy::cast_possible_truncation)] // masked to the doorbell page
+                let doorbell = (q.doorbell_offset & (DOORBELL_SLICE as u64 - 1)) as usize;
+                user.push(std::sync::Mutex::new(UserQueue {
+                    gpu_id: gpu.get(),
+                    ring: ring_map,
+                    doorbells,
+                    doorbell,
+                    wptr: 0,
+                    staging: staging_map,
+                    staging_va,
+                    event: event.event_id,
+                    slot: event.slot_index,
+                    slot_va: page.va + u64::from(event.slot_index) * 8,
+                }));
+            }
+        }
+
+        for (g, (&gpu, render)) in ids.iter().zip(&renders).enumerate() {
+            let buffers = all_buffers.get(g).cloned().unwrap_or_default();
+            let mut cs;
+            let mut run;
+            let mover: &mut dyn Mover = match user.get_mut(g) {
+                Some(q) => {
+                    let q = q
+                        .get_mut()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    run = UserRun { kfd: &kfd, q };
+                    &mut run
+                }
+                None => {
+                    cs = GpuDma::new(gpu.get(), render, &mut va)?;
+                    &mut cs
+                }
+            };
             for b in buffers
                 .iter()
                 .filter(|b| matches!(b.kind, Kind::Vram | Kind::Gtt))
             {
-                dma.fill(spec.seed, g, b, spec.untouched_bytes(b.size))?;
+                mover.fill(spec.seed, g, b, spec.untouched_bytes(b.size))?;
             }
             if let Some(c) = buffers.iter().find(|b| b.kind == Kind::Counter) {
-                dma.write_counter(c.va, 1)?;
+                mover.write_counter(c.va, 1)?;
             }
-            drop(dma);
 
             let mut queues = Vec::new();
             for _ in 0..spec.queues {
@@ -459,23 +824,20 @@ impl<T: Transport> Workload<T> {
                 queues,
             });
         }
-
-        for i in 0..spec.events {
-            let page = if i == 0 { event_page } else { None };
-            let e = kfd.create_event(EventType::Signal, false, page)?;
-            let signaled = i % 2 == 1;
-            if signaled {
-                kfd.set_event(e.event_id)?;
-            }
-            manifest.events.push((e.event_id.get(), signaled));
-        }
         Ok(Self {
             kfd,
             renders,
             rebuilds: 0,
             manifest,
+            dma,
+            user,
             _queue_memory: queue_memory,
         })
+    }
+
+    /// How this workload moves its data ([`Dma::Queues`] or [`Dma::Cs`]).
+    pub fn dma(&self) -> Dma {
+        self.dma
     }
 
     /// The manifest (what a verifier needs).
@@ -495,26 +857,38 @@ impl<T: Transport> Workload<T> {
 
     /// Advances the generation counter on every GPU by SDMA; returns the new generation.
     ///
-    /// Each GPU's step builds an SDMA context, IB and staging buffer in the render-node file,
-    /// submits, waits and tears them down. A checkpoint can land inside that step (criu freezes
-    /// the process anywhere), and what the step built lives in the render-node file, which criu
-    /// restores as a new open file whose VM holds the process's KFD buffers but no contexts, GEM
-    /// handles or VA mappings of its own (the 6.1 driver has no way to checkpoint them, and the
-    /// plugin, like upstream's, does not try). The step then fails: `EINVAL` from WAIT_CS on a
-    /// context that is gone, or `ETIME` from a submission that faulted on an IB mapped only in the
-    /// old file. Like a libdrm client after a GPU reset, the workload
+    /// With user-mode queues ([`Dma::Queues`]) each GPU's step writes packets into the queue's
+    /// ring and rings its doorbell; a checkpoint anywhere in the step carries the ring (process
+    /// memory) and the queue's pointers (its MQD), so the restored queue runs what was submitted
+    /// and the step simply completes.
+    ///
+    /// With [`Dma::Cs`] each GPU's step builds an SDMA context, IB and staging buffer in the
+    /// render-node file, submits, waits and tears them down. A checkpoint can land inside that
+    /// step (criu freezes the process anywhere), and what the step built lives in the
+    /// render-node file, which criu restores as a new open file whose VM holds the process's KFD
+    /// buffers but no contexts, GEM handles or VA mappings of its own (the 6.1 driver has no way
+    /// to checkpoint them, and the plugin, like upstream's, does not try). The step then fails:
+    /// `EINVAL` from WAIT_CS on a context that is gone, or `ETIME` from a submission that faulted
+    /// on an IB mapped only in the old file. Like a libdrm client after a GPU reset, the workload
     /// rebuilds its tools and runs the step once more: the step writes an absolute value, so
     /// running it twice is harmless. A second failure is an error. [`Workload::rebuilds`] counts
     /// the steps run again.
     pub fn tick(&mut self) -> Result<u32, WorkloadError> {
         let generation = self.manifest.generation.wrapping_add(1);
-        for (g, render) in self.manifest.gpus.iter().zip(&self.renders) {
-            let Some(c) = g.buffers.iter().find(|b| b.kind == Kind::Counter) else {
+        for (g, (gm, render)) in self.manifest.gpus.iter().zip(&self.renders).enumerate() {
+            let Some(c) = gm.buffers.iter().find(|b| b.kind == Kind::Counter) else {
                 continue;
             };
+            if let Some(q) = self.user.get_mut(g) {
+                let q = q
+                    .get_mut()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                UserRun { kfd: &self.kfd, q }.write_counter(c.va, generation)?;
+                continue;
+            }
             let step = || -> Result<(), WorkloadError> {
                 let mut va = VA_BASE + (1 << 40);
-                GpuDma::new(g.gpu_id, render, &mut va)?.write_counter(c.va, generation)
+                GpuDma::new(gm.gpu_id, render, &mut va)?.write_counter(c.va, generation)
             };
             if let Err(e) = step() {
                 if !lost_render_state(&e) {
@@ -523,7 +897,7 @@ impl<T: Transport> Workload<T> {
                 log::warn!(
                     "GPU {:#x}: {e}: the render-node file lost this step's objects (restored by \
                      criu mid-step?); rebuilding them and running the step again",
-                    g.gpu_id
+                    gm.gpu_id
                 );
                 self.rebuilds += 1;
                 step()?;
@@ -533,15 +907,26 @@ impl<T: Transport> Workload<T> {
         Ok(generation)
     }
 
-    /// How many tick steps had to rebuild their render-node objects (see [`Workload::tick`]).
+    /// How many tick steps had to rebuild their render-node objects (see [`Workload::tick`];
+    /// always 0 with user-mode queues).
     pub fn rebuilds(&self) -> u64 {
         self.rebuilds
     }
 
-    /// Checks the workload's own state (after criu restored this process).
+    /// Checks the workload's own state (after criu restored this process), moving data the
+    /// way the workload does.
     pub fn verify(&self) -> Result<Report, WorkloadError> {
-        let renders: Vec<&RenderNode<T>> = self.renders.iter().collect();
-        verify(&self.kfd, &renders, &self.manifest)
+        if self.user.is_empty() {
+            let renders: Vec<&RenderNode<T>> = self.renders.iter().collect();
+            return verify(&self.kfd, &renders, &self.manifest);
+        }
+        let kfd = &self.kfd;
+        let mut queues: Vec<_> = self.user.iter().map(crate::machine::lock).collect();
+        let movers: Vec<Box<dyn Mover + '_>> = queues
+            .iter_mut()
+            .map(|q| Box::new(UserRun { kfd, q }) as Box<dyn Mover + '_>)
+            .collect();
+        verify_with(kfd, movers, &self.manifest)
     }
 }
 
@@ -568,6 +953,20 @@ pub fn verify<T: Transport>(
     renders: &[&RenderNode<T>],
     m: &Manifest,
 ) -> Result<Report, WorkloadError> {
+    let mut va = VA_BASE + (1 << 41);
+    let mut movers: Vec<Box<dyn Mover + '_>> = Vec::new();
+    for (gm, render) in m.gpus.iter().zip(renders) {
+        movers.push(Box::new(GpuDma::new(gm.gpu_id, render, &mut va)?));
+    }
+    verify_with(kfd, movers, m)
+}
+
+/// [`verify`] with a way to move data on each GPU of the manifest.
+fn verify_with<T: Transport>(
+    kfd: &Kfd<T>,
+    movers: Vec<Box<dyn Mover + '_>>,
+    m: &Manifest,
+) -> Result<Report, WorkloadError> {
     let mut report = Report {
         buffers: 0,
         bytes: 0,
@@ -575,9 +974,7 @@ pub fn verify<T: Transport>(
         events: 0,
         generation: m.generation,
     };
-    let mut va = VA_BASE + (1 << 41);
-    for (g, (gm, render)) in m.gpus.iter().zip(renders).enumerate() {
-        let mut dma = GpuDma::new(gm.gpu_id, render, &mut va)?;
+    for (g, (gm, mut dma)) in m.gpus.iter().zip(movers).enumerate() {
         for b in &gm.buffers {
             match b.kind {
                 Kind::Vram | Kind::Gtt => {
@@ -594,7 +991,7 @@ pub fn verify<T: Transport>(
                         )));
                     }
                 }
-                Kind::EventPage => {}
+                Kind::EventPage | Kind::Ring | Kind::Staging => {}
             }
         }
         for q in &gm.queues {

@@ -8,10 +8,15 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 
 use kfd_abi::{GpuId, Kfd, RenderNode};
-use kfd_sim::workload::{Kind, Spec, Workload, WorkloadError};
+use kfd_sim::workload::{Dma, Kind, Spec, Workload, WorkloadError};
 use kfd_sim::{Machine, Preset, SimFile, SimProcess};
+use rstest::rstest;
 
 fn start(machine: &Machine, proc: &SimProcess) -> Workload<SimFile> {
+    start_with(machine, proc, Dma::Auto)
+}
+
+fn start_with(machine: &Machine, proc: &SimProcess, dma: Dma) -> Workload<SimFile> {
     let kfd = Kfd::new(proc.open_kfd().unwrap(), "/dev/kfd");
     let gpus = machine
         .gpu_ids()
@@ -22,14 +27,22 @@ fn start(machine: &Machine, proc: &SimProcess) -> Workload<SimFile> {
             (GpuId::new(id).unwrap(), r)
         })
         .collect();
-    Workload::start(kfd, gpus, &Spec::default()).unwrap()
+    Workload::start_with(kfd, gpus, &Spec::default(), dma).unwrap()
 }
 
-#[test]
-fn the_workload_starts_verifies_ticks_and_verifies_again() {
+#[rstest]
+#[case::auto_takes_user_queues(Dma::Auto, Dma::Queues)]
+#[case::user_queues(Dma::Queues, Dma::Queues)]
+#[case::command_submission(Dma::Cs, Dma::Cs)]
+fn the_workload_starts_verifies_ticks_and_verifies_again(#[case] asked: Dma, #[case] got: Dma) {
     let machine = Machine::new(&Preset::mi210x2()).unwrap();
     let proc = machine.spawn_process();
-    let mut w = start(&machine, &proc);
+    let mut w = start_with(&machine, &proc, asked);
+    assert_eq!(w.dma(), got);
+    // With user queues the process maps, per GPU, its doorbell page, ring and staging buffer.
+    let vmas = proc.device_vmas();
+    let want = if got == Dma::Queues { 2 * 3 } else { 0 };
+    assert_eq!(vmas.len(), want, "{vmas:?}");
     let first = w.verify().unwrap();
     let spec = Spec::default();
     assert_eq!(first.buffers, 2 * (spec.vram.len() + spec.gtt.len()));

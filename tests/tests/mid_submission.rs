@@ -1,4 +1,6 @@
-//! A checkpoint that lands inside a step of the workload's tick, as criu's freeze can.
+//! A checkpoint that lands inside a step of the workload's tick, as criu's freeze can, with the
+//! workload moving data by command submission (`Dma::Cs`; its user-mode queues keep no objects
+//! in the render-node file, see kfd-sim's tests/umq.rs for a checkpoint with packets in a ring).
 //!
 //! The workload's tick builds an IB, a submission context and a staging buffer in its render-node
 //! file, submits, waits, and tears them down. Here criu's part (dump through the plugin, restore
@@ -21,7 +23,7 @@ use amdgpu_cr::demo::{self, SimNode};
 use amdgpu_plugin::criu::Settings;
 use kfd_abi::{Errno, GpuId, Kfd, RenderNode, Transport};
 use kfd_sim::preset::Preset;
-use kfd_sim::workload::{Spec, Workload};
+use kfd_sim::workload::{Dma, Spec, Workload};
 use kfd_sim::{SimFile, SimProcess};
 use rstest::rstest;
 
@@ -215,7 +217,8 @@ fn a_checkpoint_inside_a_step_costs_at_most_one_rerun_of_it(
         events: 2,
         untouched_permille: 0,
     };
-    let mut w = Workload::start(wkfd, gpus, &spec).unwrap();
+    // Only command submission keeps objects in the render-node file across a tick step.
+    let mut w = Workload::start_with(wkfd, gpus, &spec, Dma::Cs).unwrap();
     assert_eq!(w.tick().unwrap(), 2, "a tick before the checkpoint");
     assert!(!trap.fired());
 

@@ -10,8 +10,12 @@
 //! A second thread plays a ROCm runtime's event thread: it sits in an infinite `WAIT_EVENTS` on an
 //! event that every tick sets (so a checkpoint usually finds it inside that call), retrying on
 //! `EINTR`; verification checks that it still wakes up (`wakeups=` in the VERIFY line).
-//! `rebuilds=` in that line counts the tick steps that were checkpointed mid-step and had to run
-//! again on new render-node objects (see `Workload::tick`).
+//! It moves data through a user-mode SDMA queue per GPU rung through the mapped doorbell page
+//! (`--dma queues`), or by the render node's command submission (`--dma cs`); the default
+//! (`auto`) takes queues when `/dev/kfd` can be mapped (not over a plain CUSE device) and says
+//! which it took in its `started` line (`dma=queues|cs`).
+//! `rebuilds=` in the VERIFY line counts the tick steps that were checkpointed mid-step and had
+//! to run again on new render-node objects (`--dma cs` only; see `Workload::tick`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,7 +28,7 @@ use kfd_abi::{
     Errno, EventId, EventType, FdTransport, GpuId, HostPlatform, IoctlError, Kfd, Platform,
     WaitResult,
 };
-use kfd_sim::workload::{Spec, Workload};
+use kfd_sim::workload::{Dma, Spec, Workload};
 
 #[derive(Parser)]
 #[command(
@@ -72,6 +76,10 @@ struct Args {
     /// first), as a process that used libdrm before the ROCm runtime does.
     #[arg(long)]
     render_first: bool,
+    /// How data moves: user-mode SDMA queues rung through the mapped doorbell page (as ROCr),
+    /// the render node's command submission (for devices that cannot be mapped), or `auto`.
+    #[arg(long, value_enum, default_value_t = Dma::Auto)]
+    dma: Dma,
 }
 
 /// Forks the idle child of `--fork-child`; returns its pid. Called while this process has one
@@ -143,7 +151,7 @@ fn start(args: &Args) -> Result<Workload<kfd_abi::FdTransport>, String> {
         events: args.events,
         untouched_permille: 0,
     };
-    Workload::start(kfd, gpus, &spec).map_err(|e| e.to_string())
+    Workload::start_with(kfd, gpus, &spec, args.dma).map_err(|e| e.to_string())
 }
 
 /// The event thread of a ROCm runtime: blocked in an infinite `WAIT_EVENTS` on a signal event of
@@ -250,12 +258,16 @@ fn main() -> ExitCode {
     };
     let m = w.manifest();
     println!(
-        "started pid={} gpus={} bytes={} queues={} events={}",
+        "started pid={} gpus={} bytes={} queues={} events={} dma={}",
         std::process::id(),
         m.gpus.len(),
         m.pattern_bytes(),
         m.gpus.iter().map(|g| g.queues.len()).sum::<usize>(),
-        m.events.len()
+        m.events.len(),
+        match w.dma() {
+            Dma::Queues => "queues",
+            _ => "cs",
+        }
     );
     if args.once {
         let (ok, line) = verify_line(&w, None);

@@ -214,6 +214,9 @@ fn process_info(call: &KfdCall<'_>, a: &mut CriuArgs) -> IoctlResult {
     a.num_bos = info.num_bos;
     a.num_objects = info.num_objects;
     a.priv_data_size = info.priv_size;
+    drop(st);
+    // The queues are preempted: the engine finishes the packet it is running, if any.
+    super::umq::wait_idle(call.process);
     Ok(0)
 }
 
@@ -346,12 +349,19 @@ fn checkpoint(call: &KfdCall<'_>, a: &CriuArgs) -> IoctlResult {
     if a.devices == 0 || a.bos == 0 || a.priv_data == 0 {
         return Err(Errno::EINVAL);
     }
-    let st = call.process.lock();
+    let mut st = call.process.lock();
     if st.pdds.is_empty() {
         return Err(Errno::ENODEV);
     }
     if !st.queues_paused {
         return Err(Errno::EINVAL);
+    }
+    // The MQDs hold the ring pointers: what was submitted through a doorbell is latched first.
+    super::umq::latch_doorbells(call.machine, call.process, &mut st);
+    for (&qid, qu) in st.queues.iter_mut() {
+        if qu.kind != QueueKind::Compute {
+            qu.refresh_mqd(qid);
+        }
     }
     let info = object_info(&st);
     if info.num_devices != a.num_devices
@@ -711,6 +721,7 @@ fn restore_queue(
         mqd: Vec::new(),
         ctl_stack: Vec::new(),
         cu_mask: Vec::new(),
+        ring_state: crate::process::RingState::default(),
     };
     let gws = queue.gws;
     let restore = QueueRestore {

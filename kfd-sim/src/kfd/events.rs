@@ -153,6 +153,69 @@ pub(super) fn destroy_event(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult
     })
 }
 
+/// `UNSIGNALED_EVENT_SLOT`: what a signal slot holds until the GPU writes it.
+const UNSIGNALED_SLOT: u64 = u64::MAX;
+
+/// The value of signal slot `id` (unsignaled if the page has no memory there).
+fn slot_value(st: &ProcState, id: u32) -> u64 {
+    let mut b = [0u8; 8];
+    match st.signal.as_ref().and_then(|p| p.backing.as_ref()) {
+        Some(page) if page.read(u64::from(id) * 8, &mut b) => u64::from_le_bytes(b),
+        _ => UNSIGNALED_SLOT,
+    }
+}
+
+/// `set_event_from_interrupt`: a signal or debug event is acknowledged (its slot unsignaled
+/// again) and set.
+fn set_event_from_interrupt(st: &mut ProcState, id: u32) -> bool {
+    let Some(ev) = st.events.get_mut(&id) else {
+        return false;
+    };
+    if !Event::is_signal(ev.ty) {
+        return false;
+    }
+    ev.set();
+    if let Some(page) = st.signal.as_ref().and_then(|p| p.backing.as_ref()) {
+        page.write(u64::from(id) * 8, &UNSIGNALED_SLOT.to_le_bytes());
+    }
+    true
+}
+
+/// `kfd_signal_event_interrupt`: an interrupt naming (the low `valid_bits` bits of) an event id,
+/// as an SDMA TRAP or a CP end-of-pipe interrupt delivers it. The event is set if its slot was
+/// written; otherwise (a wrong id) every event whose slot was written is. Returns how many were
+/// set; the caller wakes the waiters.
+pub(crate) fn signal_event_interrupt(
+    st: &mut ProcState,
+    partial_id: u32,
+    valid_bits: u32,
+) -> usize {
+    if st.signal.is_none() {
+        return 0;
+    }
+    // With 28 valid bits and 4096 slots the id is whole: one lookup (the driver's fast path).
+    let whole = valid_bits > 31 || (1u64 << valid_bits) >= u64::from(SIGNAL_EVENT_LIMIT);
+    if valid_bits > 0
+        && whole
+        && partial_id < SIGNAL_EVENT_LIMIT
+        && slot_value(st, partial_id) != UNSIGNALED_SLOT
+        && set_event_from_interrupt(st, partial_id)
+    {
+        return 1;
+    }
+    // The id was wrong: every event whose slot was written.
+    let written: Vec<u32> = st
+        .events
+        .range(..SIGNAL_EVENT_LIMIT)
+        .map(|(&id, _)| id)
+        .filter(|&id| slot_value(st, id) != UNSIGNALED_SLOT)
+        .collect();
+    written
+        .into_iter()
+        .filter(|&id| set_event_from_interrupt(st, id))
+        .count()
+}
+
 /// The signal event `id` that SET_EVENT and RESET_EVENT act on: `EINVAL` if there is none, or
 /// it is of another type.
 fn signal_event(st: &mut ProcState, id: u32) -> Result<&mut Event, Errno> {

@@ -57,19 +57,10 @@ impl DevicePages {
 
     /// The doorbell slice of `process` on device `dev` if it was ever mapped (what the
     /// simulated GPU reads when a doorbell is rung).
-    pub(crate) fn mapped_doorbell(
-        &self,
-        process: &Arc<KfdProcess>,
-        dev: usize,
-    ) -> Option<Arc<Backing>> {
+    pub(crate) fn mapped_doorbell(&self, process: &KfdProcess, dev: usize) -> Option<Arc<Backing>> {
         lock(&self.doorbells)
             .iter()
-            .find(|d| {
-                d.dev == dev
-                    && d.process
-                        .upgrade()
-                        .is_some_and(|p| Arc::ptr_eq(&p, process))
-            })
+            .find(|d| d.dev == dev && std::ptr::eq(d.process.as_ptr(), process))
             .map(|d| Arc::clone(&d.page))
     }
 
@@ -120,7 +111,10 @@ pub(crate) fn kfd_mmap(
             if !has_pdd(&*proc_state(p)?, dev) {
                 return Err(Errno::EINVAL);
             }
-            Ok(target(m.device_pages.doorbell(p, dev)?, KFD_VMA))
+            let page = m.device_pages.doorbell(p, dev)?;
+            // The process can ring its SDMA queues from now on.
+            super::umq::ensure_engine(&p.machine);
+            Ok(target(page, KFD_VMA))
         }
         mo::TYPE_EVENTS => {
             if order(u64::from(SIGNAL_EVENT_LIMIT) * 8) < order(q.length) {

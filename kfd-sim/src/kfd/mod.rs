@@ -26,6 +26,7 @@ pub(crate) mod mmap;
 mod process;
 mod queues;
 mod svm;
+pub(crate) mod umq;
 
 use std::sync::Arc;
 

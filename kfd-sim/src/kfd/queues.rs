@@ -134,6 +134,9 @@ pub(super) fn create_queue_locked(
             if let Some(b) = q.mqd.get_mut(off..off + 8) {
                 b.copy_from_slice(&q.doorbell_off.to_le_bytes());
             }
+            // The engine resumes where the checkpoint left it: what it had executed and what had
+            // been submitted (the doorbell of the new process starts at zero).
+            q.ring_state = q.ring_state_from_mqd();
         }
         None => {
             let size = if q.kind == QueueKind::Compute {
@@ -186,6 +189,7 @@ pub(super) fn create_queue(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult 
             mqd: Vec::new(),
             ctl_stack: Vec::new(),
             cu_mask: Vec::new(),
+            ring_state: crate::process::RingState::default(),
         };
         let ctl = if kind == QueueKind::Compute {
             a.ctl_stack_size
