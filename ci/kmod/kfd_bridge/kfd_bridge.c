@@ -7,7 +7,11 @@
  *     backed by the pages of a memfd the serving daemon chooses for each mmap;
  *   - installing fds into the caller of an ioctl: the daemon hands the files over before it
  *     answers, the proxy installs them in the caller's own context and writes their numbers
- *     where the daemon said.
+ *     where the daemon said;
+ *   - the caller's device cgroup: when a proxy is opened, what the opener's device cgroup says of
+ *     every proxy (read and write), evaluated in its context and kept for the daemon to read
+ *     while it serves the open (amdkfd gives a process only the GPUs whose render node it may
+ *     use).
  *
  * Everything else (open, read, write, ioctl, poll, release) goes to the CUSE device's own file
  * operations, in the caller's context, so the daemon sees the caller's pid exactly as when the
