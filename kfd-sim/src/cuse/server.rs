@@ -843,8 +843,19 @@ impl Shared {
                     // went through /dev/kfd's proxy.
                     let bridge = lock(&self.bridge).clone();
                     let access = bridge.and_then(|b| b.open_access(tid));
-                    if let Some(a) = &access {
-                        log::debug!("kfd-simd: pid {tgid}: device cgroup verdicts {a:?}");
+                    match &access {
+                        Some(a) if !a.refused_renders().is_empty() => log::info!(
+                            "kfd-simd: pid {tgid}: its device cgroup refuses render minors \
+                             {:?}: no per-device records for those GPUs",
+                            a.refused_renders()
+                        ),
+                        Some(a) => log::info!(
+                            "kfd-simd: pid {tgid}: its device cgroup allows every GPU ({a:?})"
+                        ),
+                        None => log::info!(
+                            "kfd-simd: pid {tgid}: no device cgroup verdicts (not through a \
+                             kfd_bridge v2 proxy): every GPU"
+                        ),
                     }
                     let p = self.machine.new_kfd_process(tgid, &|minor| {
                         access.as_ref().is_none_or(|a| a.allows_render(minor))

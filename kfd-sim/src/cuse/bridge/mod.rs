@@ -125,6 +125,15 @@ impl OpenAccess {
         Self(devs)
     }
 
+    /// The render minors (226:minor) the client's device cgroup refused.
+    pub fn refused_renders(&self) -> Vec<u32> {
+        self.0
+            .iter()
+            .filter(|d| d.major == super::DRM_MAJOR && d.result != 0)
+            .map(|d| d.minor)
+            .collect()
+    }
+
     /// Whether the client may use the GPU whose render node is `226:minor`, as amdkfd decides
     /// which GPUs a new process gets (it checks the render node's numbers whether or not that
     /// node exists). No verdict for those numbers (we made no such proxy): allowed, as without
@@ -452,6 +461,7 @@ mod tests {
         ]);
         assert!(a.allows_render(128));
         assert!(!a.allows_render(129));
+        assert_eq!(a.refused_renders(), vec![129]);
     }
 
     #[test]
