@@ -138,7 +138,19 @@ pub struct Target {
 
 /// Starts the model workload with `spec` on every GPU of `node`, in a new process.
 pub fn start_target(node: &SimNode, spec: &Spec) -> Result<Target, DemoError> {
+    start_target_in(node, spec, None)
+}
+
+/// Starts the workload in a new process of `node` whose device cgroup allows only the render
+/// nodes `minors` (`None`: every GPU), as a container given those `--device`s: its `/dev/kfd`
+/// has records for those GPUs only, and the workload uses them.
+pub fn start_target_in(
+    node: &SimNode,
+    spec: &Spec,
+    minors: Option<&[u32]>,
+) -> Result<Target, DemoError> {
     let process = node.machine.spawn_process();
+    process.set_device_cgroup(minors);
     let platform = node.platform_of(&process);
     let kfd = platform.open_kfd()?;
     let mut gpus = Vec::new();
@@ -147,6 +159,7 @@ pub fn start_target(node: &SimNode, spec: &Spec) -> Result<Target, DemoError> {
         .gpu_ids()
         .into_iter()
         .zip(node.machine.render_minors())
+        .filter(|(_, m)| minors.is_none_or(|allowed| allowed.contains(m)))
     {
         let id = GpuId::new(gpu)
             .ok_or_else(|| DemoError::Machine(format!("GPU id 0 at renderD{minor}")))?;

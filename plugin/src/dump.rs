@@ -236,8 +236,8 @@ pub fn dump_kfd<P: Platform>(
     })
 }
 
-/// The `criu_kfd` message of a checkpoint: every topology node (GPUs under the ids the process
-/// uses), every BO, and the driver's private data.
+/// The `criu_kfd` message of a checkpoint: every CPU node and the GPU nodes the process has
+/// (under the ids it uses), every BO, and the driver's private data.
 fn image_message(
     topo: &Topology,
     actual: &BTreeMap<u32, u32>,
@@ -247,7 +247,11 @@ fn image_message(
     // The process's GPUs are recorded under its user ids; this is what makes re-checkpointing a
     // process restored onto other GPUs work (the ids it uses are the ids in its image).
     let user_of: BTreeMap<u32, u32> = actual.iter().map(|(&u, &a)| (a, u)).collect();
-    let mut entries = crate::topology_image::to_device_entries(topo);
+    // Only the GPUs the process has: the driver gives a process records only for the GPUs its
+    // device cgroup allows (a container given one of a node's GPUs has that one), and its
+    // restore needs a place for those only. criu's own view (this topology) has them all.
+    let topo = topo.restricted_to(|n| user_of.contains_key(&n.gpu_id));
+    let mut entries = crate::topology_image::to_device_entries(&topo);
     for e in &mut entries {
         if let Some(&user) = user_of.get(&e.gpu_id) {
             e.gpu_id = user;

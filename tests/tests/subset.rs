@@ -306,3 +306,33 @@ fn a_container_given_too_few_gpus_is_refused() {
         assert_eq!(node.machine.vram_used(gpu), Some(0), "GPU {gpu:#x}");
     }
 }
+
+/// A container given one GCD of an MI250X (its device cgroup allows renderD of GCD 1 only) has a
+/// `/dev/kfd` record for that GCD alone, so its image has one GPU, although the node (criu's
+/// view, which the dump reads) has two. It restores into a container given GCD 6 of an MI250x8
+/// node, where the GPU has another id; the process keeps its image's id.
+#[test]
+fn a_container_given_one_gpu_is_checkpointed_with_one_and_restored_onto_another() {
+    let small = mi250x2([0x1111, 0x2222]);
+    let dir = tempfile::tempdir().unwrap();
+    let src = SimNode::new(&small).unwrap();
+    let allowed = minors_at(&src, [1]);
+    let target = demo::start_target_in(&src, &spec(), Some(&allowed)).unwrap();
+    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings()).unwrap();
+    let manifest = target.workload.manifest().clone();
+
+    let big = Preset::mi250x8();
+    let node = SimNode::new(&big).unwrap();
+    let process = node.machine.spawn_process_as(ids.pid);
+    process.set_device_cgroup(Some(&minors_at(&node, [6])));
+    let (restored, _) =
+        demo::restore_with(&node, &|p| p, process, dir.path(), &ids, &settings()).unwrap();
+    restored.verify(&manifest).unwrap();
+    let used: Vec<u32> = restored
+        .mapping
+        .iter()
+        .map(|m| m.destination_gpu_id)
+        .collect();
+    assert_eq!(used, ids_at(&big, [6]));
+    assert_eq!(process_gpus(&restored), vec![0x2222]);
+}

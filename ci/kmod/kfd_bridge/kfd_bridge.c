@@ -7,7 +7,11 @@
  *     backed by the pages of a memfd the serving daemon chooses for each mmap;
  *   - installing fds into the caller of an ioctl: the daemon hands the files over before it
  *     answers, the proxy installs them in the caller's own context and writes their numbers
- *     where the daemon said.
+ *     where the daemon said;
+ *   - the caller's device cgroup: when a proxy is opened, what the opener's device cgroup says of
+ *     every proxy (read and write), evaluated in its context and kept for the daemon to read
+ *     while it serves the open (amdkfd gives a process only the GPUs whose render node it may
+ *     use).
  *
  * Everything else (open, read, write, ioctl, poll, release) goes to the CUSE device's own file
  * operations, in the caller's context, so the daemon sees the caller's pid exactly as when the
@@ -26,6 +30,7 @@
 #include <linux/cdev.h>
 #include <linux/ctype.h>
 #include <linux/device.h>
+#include <linux/device_cgroup.h>
 #include <linux/file.h>
 #include <linux/fs.h>
 #include <linux/highmem.h>
@@ -80,6 +85,7 @@ struct kb_ctl {
 	u32 next_query;
 	struct list_head pending;	/* kb_pending.node: fds waiting for their caller */
 	unsigned int npending;
+	struct list_head opens;		/* kb_open_rec.node: opens waiting for the daemon */
 };
 
 /* One proxy device. */
@@ -117,6 +123,17 @@ struct kb_map {
 	struct file *memfd;
 	pgoff_t base;			/* memfd page of the mapping's first device page */
 	unsigned long dev_pgoff;	/* that first device page (vm_pgoff at mmap time) */
+};
+
+/*
+ * An open of a proxy waiting for the daemon (on the opening thread's stack): the caller's
+ * device cgroup verdict on every proxy of the same control file, taken in its own context.
+ */
+struct kb_open_rec {
+	struct list_head node;		/* in ctl->opens, under ctl->lock */
+	u32 tid;			/* in the daemon's pid namespace */
+	u32 count;
+	struct kfd_bridge_dev_access *devs;
 };
 
 /* An fd to install into a caller. */
@@ -204,8 +221,51 @@ static void kb_dev_remove(struct kb_dev *kd)
 	put_device(&kd->dev);
 }
 
+/*
+ * Records what the calling thread's device cgroup allows on each proxy of `ctl` (read and
+ * write of the character device, the check the DRM and KFD drivers' users meet at open and
+ * amdkfd makes per GPU when it creates a process), for the daemon to read while it serves the
+ * open. Without memory the record stays empty and the daemon finds no verdicts (ENOENT).
+ */
+static void kb_open_begin(struct kb_ctl *ctl, struct kb_open_rec *rec)
+{
+	struct kb_dev *d;
+	u32 n = 0;
+
+	INIT_LIST_HEAD(&rec->node);
+	rec->tid = pid_nr_ns(task_pid(current), ctl->pid_ns);
+	rec->count = 0;
+	rec->devs = NULL;
+	mutex_lock(&ctl->lock);
+	list_for_each_entry(d, &ctl->devs, node)
+		n++;
+	if (n)
+		rec->devs = kcalloc(n, sizeof(*rec->devs), GFP_KERNEL);
+	if (rec->devs) {
+		list_for_each_entry(d, &ctl->devs, node) {
+			struct kfd_bridge_dev_access *a = &rec->devs[rec->count++];
+
+			a->major = MAJOR(d->dev.devt);
+			a->minor = MINOR(d->dev.devt);
+			a->result = devcgroup_check_permission(DEVCG_DEV_CHAR, a->major, a->minor,
+							       DEVCG_ACC_READ | DEVCG_ACC_WRITE);
+		}
+		list_add_tail(&rec->node, &ctl->opens);
+	}
+	mutex_unlock(&ctl->lock);
+}
+
+static void kb_open_end(struct kb_ctl *ctl, struct kb_open_rec *rec)
+{
+	mutex_lock(&ctl->lock);
+	list_del_init(&rec->node);
+	mutex_unlock(&ctl->lock);
+	kfree(rec->devs);
+}
+
 static int kb_open(struct inode *inode, struct file *file)
 {
+	struct kb_open_rec rec;
 	struct kb_dev *kd = container_of(inode->i_cdev, struct kb_dev, cdev);
 	struct kb_file *kf;
 	struct file *backend;
@@ -226,7 +286,9 @@ static int kb_open(struct inode *inode, struct file *file)
 		return -ENOMEM;
 	}
 	/* The CUSE device's open runs here, in the caller's context: the daemon sees its pid. */
+	kb_open_begin(kd->ctl, &rec);
 	backend = dentry_open(&path, file->f_flags, file->f_cred);
+	kb_open_end(kd->ctl, &rec);
 	path_put(&path);
 	if (IS_ERR(backend)) {
 		kfree(kf);
@@ -766,6 +828,31 @@ static long kb_ctl_push_fds(struct kb_ctl *ctl, struct kfd_bridge_push_fds __use
 	return err;
 }
 
+static long kb_ctl_open_access(struct kb_ctl *ctl, struct kfd_bridge_open_access __user *uarg)
+{
+	struct kfd_bridge_open_access oa;
+	struct kb_open_rec *rec;
+	long err = -ENOENT;
+
+	if (copy_from_user(&oa, uarg, sizeof(oa)))
+		return -EFAULT;
+	mutex_lock(&ctl->lock);
+	list_for_each_entry(rec, &ctl->opens, node) {
+		if (rec->tid != oa.tid)
+			continue;
+		err = 0;
+		if (copy_to_user(u64_to_user_ptr(oa.devs), rec->devs,
+				 min(oa.count, rec->count) * sizeof(*rec->devs)))
+			err = -EFAULT;
+		oa.count = rec->count;
+		break;
+	}
+	mutex_unlock(&ctl->lock);
+	if (err)
+		return err;
+	return copy_to_user(uarg, &oa, sizeof(oa)) ? -EFAULT : 0;
+}
+
 static long kb_ctl_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
 	struct kb_ctl *ctl = file->private_data;
@@ -778,6 +865,8 @@ static long kb_ctl_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return kb_ctl_create(ctl, uarg);
 	case KFD_BRIDGE_IOC_MMAP_QUERY:
 		return kb_ctl_mmap_query(ctl, uarg);
+	case KFD_BRIDGE_IOC_OPEN_ACCESS:
+		return kb_ctl_open_access(ctl, uarg);
 	case KFD_BRIDGE_IOC_MMAP_ANSWER:
 		return kb_ctl_mmap_answer(ctl, uarg);
 	case KFD_BRIDGE_IOC_PUSH_FDS:
@@ -801,6 +890,7 @@ static int kb_ctl_open(struct inode *inode, struct file *file)
 	mutex_init(&ctl->lock);
 	INIT_LIST_HEAD(&ctl->devs);
 	INIT_LIST_HEAD(&ctl->pending);
+	INIT_LIST_HEAD(&ctl->opens);
 	xa_init_flags(&ctl->queries, XA_FLAGS_ALLOC1);
 	file->private_data = ctl;
 	return 0;

@@ -10,7 +10,11 @@
 #include <linux/types.h>
 
 /* Bumped on any incompatible change of what follows. */
-#define KFD_BRIDGE_VERSION 1
+/*
+ * Bumped on any change of what follows. 2 added KFD_BRIDGE_IOC_OPEN_ACCESS; a daemon that knows
+ * it may still speak 1 (without the caller's device cgroup).
+ */
+#define KFD_BRIDGE_VERSION 2
 
 /* ---- Requests on the control device, /dev/kfd-bridge ---- */
 
@@ -71,11 +75,27 @@ struct kfd_bridge_push_fds {
 	__u64 fds;	/* address of `count` struct kfd_bridge_fd */
 };
 
+/* The caller's device cgroup verdict on one proxy, taken when it opened a proxy. */
+struct kfd_bridge_dev_access {
+	__u32 major;
+	__u32 minor;
+	__s32 result;	/* 0: read and write allowed; else -errno (-EPERM) */
+	__u32 pad;
+};
+
+/* The verdicts of an open through a proxy that is waiting for the daemon's FUSE_OPEN answer. */
+struct kfd_bridge_open_access {
+	__u32 tid;	/* in: the opening thread, in the daemon's pid namespace */
+	__u32 count;	/* in: room at `devs`; out: the number of proxies (entries written: min) */
+	__u64 devs;	/* address of `count` struct kfd_bridge_dev_access */
+};
+
 #define KFD_BRIDGE_IOC_VERSION	   _IOR(KFD_BRIDGE_IOC_TYPE, 0, __u32)
 #define KFD_BRIDGE_IOC_CREATE	   _IOWR(KFD_BRIDGE_IOC_TYPE, 1, struct kfd_bridge_create)
 #define KFD_BRIDGE_IOC_MMAP_QUERY  _IOWR(KFD_BRIDGE_IOC_TYPE, 2, struct kfd_bridge_mmap_query)
 #define KFD_BRIDGE_IOC_MMAP_ANSWER _IOW(KFD_BRIDGE_IOC_TYPE, 3, struct kfd_bridge_mmap_answer)
 #define KFD_BRIDGE_IOC_PUSH_FDS	   _IOW(KFD_BRIDGE_IOC_TYPE, 4, struct kfd_bridge_push_fds)
+#define KFD_BRIDGE_IOC_OPEN_ACCESS _IOWR(KFD_BRIDGE_IOC_TYPE, 5, struct kfd_bridge_open_access)
 
 /* ---- Requests the module sends to the CUSE device (outside amdkfd's and amdgpu's tables) ---- */
 

@@ -684,7 +684,7 @@ impl Shared {
             Err(_) => return proto::error_reply(h.unique, Errno::ESRCH),
         };
         let kind = match dev.info.role {
-            DeviceRole::Kfd => match self.kfd_process_of(st.tgid) {
+            DeviceRole::Kfd => match self.kfd_process_of(st.tgid, h.pid) {
                 Ok(p) => FileKind::Kfd(p),
                 Err(e) => return proto::error_reply(h.unique, e),
             },
@@ -825,9 +825,9 @@ impl Shared {
             .and_then(|e| e.kfd.clone())
     }
 
-    /// The KFD process of `tgid`, created on its first open of /dev/kfd and kept until the
-    /// process exits (the kernel keeps it for the life of the mm).
-    fn kfd_process_of(&self, tgid: u32) -> Result<Arc<KfdProcess>, Errno> {
+    /// The KFD process of `tgid`, created on its first open of /dev/kfd (by thread `tid`) and
+    /// kept until the process exits (the kernel keeps it for the life of the mm).
+    fn kfd_process_of(&self, tgid: u32, tid: u32) -> Result<Arc<KfdProcess>, Errno> {
         let mut stale = None;
         let r = {
             let mut procs = lock(&self.procs);
@@ -837,10 +837,29 @@ impl Shared {
                 None => {
                     // This process's first /dev/kfd: a KFD process of its own, whatever an
                     // earlier holder of the pid left behind.
-                    // Over CUSE the daemon cannot ask the kernel about the caller's device
-                    // cgroup: every GPU gets a record (the render nodes' own opens are checked
-                    // by the kernel, through the bridge's proxies at 226:minor).
-                    let p = self.machine.new_kfd_process(tgid, &|_| true)?;
+                    // Records only for the GPUs whose render node the caller's device cgroup
+                    // allows, as amdkfd's process creation. Plain CUSE cannot see it; behind
+                    // the bridge the module evaluated it in the caller's context when the open
+                    // went through /dev/kfd's proxy.
+                    let bridge = lock(&self.bridge).clone();
+                    let access = bridge.and_then(|b| b.open_access(tid));
+                    match &access {
+                        Some(a) if !a.refused_renders().is_empty() => log::info!(
+                            "kfd-simd: pid {tgid}: its device cgroup refuses render minors \
+                             {:?}: no per-device records for those GPUs",
+                            a.refused_renders()
+                        ),
+                        Some(a) => log::info!(
+                            "kfd-simd: pid {tgid}: its device cgroup allows every GPU ({a:?})"
+                        ),
+                        None => log::info!(
+                            "kfd-simd: pid {tgid}: no device cgroup verdicts (not through a \
+                             kfd_bridge v2 proxy): every GPU"
+                        ),
+                    }
+                    let p = self.machine.new_kfd_process(tgid, &|minor| {
+                        access.as_ref().is_none_or(|a| a.allows_render(minor))
+                    })?;
                     entry.kfd = Some(Arc::clone(&p));
                     Ok(p)
                 }

@@ -16,6 +16,12 @@
 //!   we hand the fds and those addresses to the module (`Bridge::deliver`), and the proxy
 //!   installs them into the caller, in the caller's context, when the call returns. No
 //!   `pidfd_getfd` is involved, so it works in any pid namespace.
+//! - The device cgroup (module version 2): when a client opens a proxy, the module evaluates in
+//!   its context what its device cgroup allows on every proxy (read and write of the character
+//!   device) and keeps the verdicts while the open waits for us; serving the FUSE_OPEN of
+//!   `/dev/kfd` we read them ([`Bridge::open_access`]) and give the new KFD process per-device
+//!   records only for the GPUs whose render node (226:minor) it may use, as amdkfd does when it
+//!   creates a process. With a version 1 module every GPU gets a record (and a warning).
 
 pub mod proto;
 mod sys;
@@ -25,6 +31,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use kfd_abi::Errno;
@@ -51,9 +58,10 @@ pub enum BridgeError {
     },
     /// The module speaks another protocol version.
     #[error(
-        "{} speaks protocol version {got}, this kfd-simd version {}: rebuild the module from \
-         this checkout (ci/kmod/build.sh)",
+        "{} speaks protocol version {got}, this kfd-simd versions {}..={}: rebuild the module \
+         from this checkout (ci/kmod/build.sh)",
         path.display(),
+        proto::OLDEST_VERSION,
         proto::VERSION
     )]
     Version {
@@ -100,6 +108,42 @@ pub fn proxy_name(public: &str) -> String {
 pub struct Bridge {
     ctl: File,
     path: PathBuf,
+    /// The module's protocol version.
+    version: u32,
+    /// Whether the missing device cgroup of a version 1 module was reported.
+    warned_no_cgroup: AtomicBool,
+}
+
+/// What a client's device cgroup allowed on the proxies when it opened one, as the module
+/// evaluated it in the client's context (`devcgroup_check_permission` of read and write).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpenAccess(Vec<proto::DevAccess>);
+
+impl OpenAccess {
+    /// From the module's entries.
+    pub fn new(devs: Vec<proto::DevAccess>) -> Self {
+        Self(devs)
+    }
+
+    /// The render minors (226:minor) the client's device cgroup refused.
+    pub fn refused_renders(&self) -> Vec<u32> {
+        self.0
+            .iter()
+            .filter(|d| d.major == super::DRM_MAJOR && d.result != 0)
+            .map(|d| d.minor)
+            .collect()
+    }
+
+    /// Whether the client may use the GPU whose render node is `226:minor`, as amdkfd decides
+    /// which GPUs a new process gets (it checks the render node's numbers whether or not that
+    /// node exists). No verdict for those numbers (we made no such proxy): allowed, as without
+    /// the module.
+    pub fn allows_render(&self, minor: u32) -> bool {
+        self.0
+            .iter()
+            .find(|d| d.major == super::DRM_MAJOR && d.minor == minor)
+            .is_none_or(|d| d.result == 0)
+    }
 }
 
 /// An fd the driver would install into the caller of the ioctl being served, kept until the
@@ -162,16 +206,64 @@ impl Bridge {
                 source,
             })?;
         let got = sys::version(ctl.as_fd()).unwrap_or(0);
-        if got != proto::VERSION {
+        if !(proto::OLDEST_VERSION..=proto::VERSION).contains(&got) {
             return Err(BridgeError::Version {
                 path: path.to_owned(),
                 got,
             });
         }
+        if got < proto::VERSION {
+            log::warn!(
+                "kfd-simd: {} speaks protocol version {got} (this kfd-simd {}): clients' device \
+                 cgroups are not applied, every KFD process gets every GPU; rebuild the module \
+                 from this checkout (ci/kmod/build.sh)",
+                path.display(),
+                proto::VERSION
+            );
+        }
         Ok(Self {
             ctl,
             path: path.to_owned(),
+            version: got,
+            warned_no_cgroup: AtomicBool::new(false),
         })
+    }
+
+    /// The module's protocol version.
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// The device cgroup's verdicts of the open through a proxy that thread `tid` is making
+    /// (asked while serving its FUSE_OPEN). `None` when there are none: a version 1 module, or
+    /// an open of our CUSE node that did not come through a proxy (root opening
+    /// `/dev/kfd-sim/kfd` directly: no container's view to apply).
+    pub fn open_access(&self, tid: u32) -> Option<OpenAccess> {
+        if self.version < 2 {
+            if !self.warned_no_cgroup.swap(true, Ordering::Relaxed) {
+                log::warn!(
+                    "kfd-simd: kfd_bridge version {} cannot report device cgroups: KFD \
+                     processes get every GPU",
+                    self.version
+                );
+            }
+            return None;
+        }
+        let mut devs = vec![proto::DevAccess::default(); 16];
+        loop {
+            match sys::open_access(self.ctl.as_fd(), tid, &mut devs) {
+                Ok(n) if n <= devs.len() => {
+                    devs.truncate(n);
+                    return Some(OpenAccess::new(devs));
+                }
+                // More proxies than room (they were made meanwhile): again, with room.
+                Ok(n) => devs.resize(n, proto::DevAccess::default()),
+                Err(e) => {
+                    log::debug!("kfd-simd: no device cgroup verdicts for tid {tid}: {e}");
+                    return None;
+                }
+            }
+        }
     }
 
     /// The control device's path.
@@ -349,6 +441,50 @@ mod tests {
         assert_eq!(map_flags(proto::MAP_MAYWRITE), crate::mmap::MAP_MAYWRITE);
         assert_eq!(vma_flags(0x3f), 0x3f);
         assert_eq!(vma_flags(crate::mmap::VMA_DONTCOPY), proto::VMA_DONTCOPY);
+    }
+
+    fn verdict(major: u32, minor: u32, result: i32) -> proto::DevAccess {
+        proto::DevAccess {
+            major,
+            minor,
+            result,
+            pad: 0,
+        }
+    }
+
+    #[test]
+    fn a_gpu_is_usable_when_its_render_node_is_allowed() {
+        let a = OpenAccess::new(vec![
+            verdict(510, 0, 0), // /dev/kfd's proxy (dynamic major)
+            verdict(226, 128, 0),
+            verdict(226, 129, -libc::EPERM),
+        ]);
+        assert!(a.allows_render(128));
+        assert!(!a.allows_render(129));
+        assert_eq!(a.refused_renders(), vec![129]);
+    }
+
+    #[test]
+    fn only_the_drm_major_counts() {
+        // A refused device that happens to have minor 128 under another major says nothing of
+        // renderD128.
+        let a = OpenAccess::new(vec![verdict(510, 128, -libc::EPERM), verdict(226, 128, 0)]);
+        assert!(a.allows_render(128));
+        let b = OpenAccess::new(vec![verdict(510, 128, 0), verdict(226, 128, -libc::EPERM)]);
+        assert!(!b.allows_render(128));
+    }
+
+    #[test]
+    fn a_render_node_without_a_proxy_is_not_refused() {
+        let a = OpenAccess::new(vec![verdict(226, 128, -libc::EPERM)]);
+        assert!(a.allows_render(130));
+        assert!(OpenAccess::default().allows_render(128));
+    }
+
+    #[test]
+    fn any_error_of_the_check_refuses() {
+        let a = OpenAccess::new(vec![verdict(226, 128, -libc::EACCES)]);
+        assert!(!a.allows_render(128));
     }
 
     #[test]

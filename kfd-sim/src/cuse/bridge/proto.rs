@@ -7,7 +7,11 @@ use std::mem::size_of;
 use kfd_abi::ioctl::{encode, Dir};
 
 /// `KFD_BRIDGE_VERSION`: the protocol version this daemon speaks.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
+
+/// The oldest module version this daemon still works with: 1 lacks [`IOC_OPEN_ACCESS`], so the
+/// caller's device cgroup is not applied (every GPU gets a per-device record).
+pub const OLDEST_VERSION: u32 = 1;
 
 const TYPE: u8 = 0xB7;
 
@@ -21,6 +25,9 @@ pub const IOC_MMAP_QUERY: u32 = encode(Dir::ReadWrite, TYPE, 2, size_of::<MmapQu
 pub const IOC_MMAP_ANSWER: u32 = encode(Dir::Write, TYPE, 3, size_of::<MmapAnswer>());
 /// `KFD_BRIDGE_IOC_PUSH_FDS`: fds to install into the caller of the ioctl being served.
 pub const IOC_PUSH_FDS: u32 = encode(Dir::Write, TYPE, 4, size_of::<PushFds>());
+
+/// `KFD_BRIDGE_IOC_OPEN_ACCESS` (version 2): the device cgroup's verdicts of an open in flight.
+pub const IOC_OPEN_ACCESS: u32 = encode(Dir::ReadWrite, TYPE, 5, size_of::<OpenAccess>());
 
 /// `KFD_BRIDGE_SIM_MMAP` (`_IO('K', 0x7c)`): the module asks the device to answer mmap query
 /// `arg`. Outside amdkfd's table (0x01..0x24) and amdgpu's driver ioctls, like the other
@@ -119,6 +126,33 @@ pub struct PushFds {
     pub fds: u64,
 }
 
+/// `struct kfd_bridge_dev_access`: what the opener's device cgroup says of one proxy.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DevAccess {
+    /// The proxy's major.
+    pub major: u32,
+    /// The proxy's minor.
+    pub minor: u32,
+    /// `devcgroup_check_permission(DEVCG_DEV_CHAR, major, minor, READ | WRITE)`: 0 allowed,
+    /// else -errno (`-EPERM`).
+    pub result: i32,
+    /// Zero.
+    pub pad: u32,
+}
+
+/// `struct kfd_bridge_open_access`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenAccess {
+    /// In: the opening thread (the pid of the FUSE_OPEN request).
+    pub tid: u32,
+    /// In: room at `devs`; out: the number of proxies (entries written: the smaller).
+    pub count: u32,
+    /// Address of `count` [`DevAccess`]es.
+    pub devs: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,6 +165,7 @@ mod tests {
         assert_eq!(IOC_MMAP_QUERY, 0xc020_b702);
         assert_eq!(IOC_MMAP_ANSWER, 0x4018_b703);
         assert_eq!(IOC_PUSH_FDS, 0x4010_b704);
+        assert_eq!(IOC_OPEN_ACCESS, 0xc010_b705);
         assert_eq!(SIM_MMAP, 0x0000_4b7c);
     }
 
@@ -141,6 +176,21 @@ mod tests {
         assert_eq!(size_of::<MmapAnswer>(), 24);
         assert_eq!(size_of::<PushFd>(), 16);
         assert_eq!(size_of::<PushFds>(), 16);
+        assert_eq!(size_of::<DevAccess>(), 16);
+        assert_eq!(size_of::<OpenAccess>(), 16);
+    }
+
+    /// Field offsets of the version 2 structs, as `offsetof` gives them for kfd_bridge.h.
+    #[test]
+    fn open_access_layout_matches_the_header() {
+        use std::mem::offset_of;
+        assert_eq!(offset_of!(DevAccess, major), 0);
+        assert_eq!(offset_of!(DevAccess, minor), 4);
+        assert_eq!(offset_of!(DevAccess, result), 8);
+        assert_eq!(offset_of!(DevAccess, pad), 12);
+        assert_eq!(offset_of!(OpenAccess, tid), 0);
+        assert_eq!(offset_of!(OpenAccess, count), 4);
+        assert_eq!(offset_of!(OpenAccess, devs), 8);
     }
 
     #[test]

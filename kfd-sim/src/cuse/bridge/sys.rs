@@ -4,7 +4,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-use super::proto::{self, Create, MmapAnswer, MmapQuery, PushFd, PushFds};
+use super::proto::{self, Create, DevAccess, MmapAnswer, MmapQuery, OpenAccess, PushFd, PushFds};
 
 /// One ioctl on the control device whose argument is a `T`.
 ///
@@ -72,6 +72,26 @@ pub(super) fn push_fds(fd: BorrowedFd<'_>, tid: u32, fds: &[PushFd]) -> io::Resu
     unsafe { ioctl_with(fd, proto::IOC_PUSH_FDS, &mut p) }.map(drop)
 }
 
+/// `KFD_BRIDGE_IOC_OPEN_ACCESS` for thread `tid`, into `devs`. Returns how many proxies the
+/// module has verdicts for (more than `devs.len()`: only the first ones were written).
+pub(super) fn open_access(
+    fd: BorrowedFd<'_>,
+    tid: u32,
+    devs: &mut [DevAccess],
+) -> io::Result<usize> {
+    let count = u32::try_from(devs.len()).map_err(|_| io::Error::from_raw_os_error(libc::E2BIG))?;
+    let mut a = OpenAccess {
+        tid,
+        count,
+        devs: devs.as_mut_ptr() as u64,
+    };
+    // SAFETY: IOC_OPEN_ACCESS's argument is an `OpenAccess` whose `devs` points to `count`
+    // writable entries that `devs` keeps exclusively borrowed for the call; the module writes at
+    // most `count` of them (plain data).
+    unsafe { ioctl_with(fd, proto::IOC_OPEN_ACCESS, &mut a) }?;
+    usize::try_from(a.count).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))
+}
+
 /// Whether `fd` is close-on-exec (`F_GETFD`).
 pub(super) fn is_cloexec(fd: BorrowedFd<'_>) -> io::Result<bool> {
     // SAFETY: F_GETFD on an fd borrowed for the call; no pointers.
@@ -105,5 +125,9 @@ mod tests {
         );
         let e = push_fds(f.as_fd(), 1, &[PushFd::default()]).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ENOTTY));
+        let mut devs = [DevAccess::default(); 2];
+        let e = open_access(f.as_fd(), 1, &mut devs).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTTY));
+        assert_eq!(devs, [DevAccess::default(); 2], "nothing written");
     }
 }
