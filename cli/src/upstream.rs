@@ -189,11 +189,7 @@ impl<'r> Thread<'r> {
                 self.copy(va + done, self.buffer.va(), n)?;
                 #[allow(clippy::cast_possible_truncation)] // n <= the buffer's length
                 let bytes = &self.buffer.as_slice()[..n as usize];
-                file.write_all(bytes).map_err(|source| UpstreamError::Io {
-                    what: "writing",
-                    path: path.to_owned(),
-                    source,
-                })?;
+                file.write_all(bytes).map_err(io_error("writing", path))?;
                 done += n;
             }
             Ok(())
@@ -211,11 +207,7 @@ impl<'r> Thread<'r> {
                 let n = (bo.size - done).min(self.buffer.len() as u64);
                 #[allow(clippy::cast_possible_truncation)] // n <= the buffer's length
                 let bytes = &mut self.buffer.as_mut_slice()[..n as usize];
-                file.read_exact(bytes).map_err(|source| UpstreamError::Io {
-                    what: "reading",
-                    path: path.to_owned(),
-                    source,
-                })?;
+                file.read_exact(bytes).map_err(io_error("reading", path))?;
                 self.copy(self.buffer.va(), va + done, n)?;
                 done += n;
             }
@@ -325,6 +317,18 @@ pub fn dump(
     result
 }
 
+/// What turns an I/O error of `what` on `path` into an [`UpstreamError`].
+fn io_error<'p>(
+    what: &'static str,
+    path: &'p Path,
+) -> impl FnOnce(std::io::Error) -> UpstreamError + 'p {
+    move |source| UpstreamError::Io {
+        what,
+        path: path.to_owned(),
+        source,
+    }
+}
+
 fn dump_gpu(
     platform: &SimPlatform,
     node: &SimNode,
@@ -333,13 +337,6 @@ fn dump_gpu(
     path: &Path,
     max_buffer: Option<u64>,
 ) -> Result<(), UpstreamError> {
-    let io = |what| {
-        move |source| UpstreamError::Io {
-            what,
-            path: path.to_owned(),
-            source,
-        }
-    };
     let total: u64 = bos.iter().map(|b| b.size).sum();
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -347,9 +344,9 @@ fn dump_gpu(
         .truncate(true)
         .mode(0o600)
         .open(path)
-        .map_err(io("creating"))?;
+        .map_err(io_error("creating", path))?;
     file.write_all(&total.to_ne_bytes())
-        .map_err(io("writing"))?;
+        .map_err(io_error("writing", path))?;
     if bos.is_empty() {
         return Ok(());
     }
@@ -378,11 +375,7 @@ pub fn restore(
     let process = node.machine.spawn_process_as(ids.pid);
     let platform = node.platform_of(&process);
     let start = Instant::now();
-    let dirf = File::open(image_dir).map_err(|source| UpstreamError::Io {
-        what: "opening",
-        path: image_dir.to_owned(),
-        source,
-    })?;
+    let dirf = File::open(image_dir).map_err(io_error("opening", image_dir))?;
     let msg = KfdImage::read(dirf.as_fd(), ids.kfd)?;
     let gpus: Vec<u32> = msg
         .device_entries
@@ -470,17 +463,11 @@ fn restore_gpu(
     path: &Path,
     max_buffer: Option<u64>,
 ) -> Result<(), UpstreamError> {
-    let io = |what| {
-        move |source| UpstreamError::Io {
-            what,
-            path: path.to_owned(),
-            source,
-        }
-    };
     let total: u64 = bos.iter().map(|b| b.size).sum();
-    let mut file = File::open(path).map_err(io("opening"))?;
+    let mut file = File::open(path).map_err(io_error("opening", path))?;
     let mut header = [0u8; 8];
-    file.read_exact(&mut header).map_err(io("reading"))?;
+    file.read_exact(&mut header)
+        .map_err(io_error("reading", path))?;
     let announced = u64::from_ne_bytes(header);
     if announced != total {
         return Err(UpstreamError::Mismatch {

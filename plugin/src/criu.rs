@@ -81,6 +81,9 @@ struct State<P: Platform> {
     user_ids: std::collections::BTreeMap<u32, u32>,
     /// The local topology, read once per criu run (every device file of a dump needs it).
     topology: Option<std::sync::Arc<topology::Topology>>,
+    /// At restore: the part of it that the restored process (by pid) may use, probed once per
+    /// process (a child task forked by its restored parent probes its own).
+    usable: Option<(u32, std::sync::Arc<topology::Topology>)>,
     /// At dump: render-node images written before the KFD file that names their GPU's user id,
     /// as (image id, actual gpu id).
     pending_renders: Vec<(u32, u32, u32)>,
@@ -98,6 +101,7 @@ impl<P: Platform> Default for State<P> {
             paused: Vec::new(),
             restored: Vec::new(),
             topology: None,
+            usable: None,
             user_ids: std::collections::BTreeMap::new(),
             pending_renders: Vec::new(),
             preopened: std::collections::BTreeMap::new(),
@@ -237,6 +241,23 @@ impl<P: Platform> Engine<P> {
         Ok(t)
     }
 
+    /// The GPUs of this node that the calling restored process may use
+    /// ([`restore::usable_topology`]), probed on first use in this process.
+    fn usable_topology(&self) -> HookResult<std::sync::Arc<topology::Topology>> {
+        let pid = self.platform.process_id();
+        if let Some((owner, t)) = &lock(&self.state).usable {
+            if *owner == pid {
+                return Ok(std::sync::Arc::clone(t));
+            }
+        }
+        let t = std::sync::Arc::new(restore::usable_topology(
+            &self.platform,
+            &*self.local_topology()?,
+        ));
+        lock(&self.state).usable = Some((pid, std::sync::Arc::clone(&t)));
+        Ok(t)
+    }
+
     /// Writes the image of a render-node file. Images record the GPU under the id the process
     /// uses (which differs from the GPU's id after a restore onto other GPUs), so the restore
     /// finds it in the process's mapping; a render node dumped before its process's `/dev/kfd`
@@ -317,7 +338,10 @@ impl<P: Platform> Engine<P> {
             checks: settings.checks,
             progress: settings.progress,
         };
-        let local = self.local_topology()?;
+        if !restore::has_kfd_image(dir, id) {
+            return Err(HookError::NotOurs);
+        }
+        let local = self.usable_topology()?;
         let preopened = std::mem::take(&mut lock(&self.state).preopened);
         let restored = restore::restore_kfd(&self.platform, &local, id, dir, &opts, preopened)
             .map_err(|e| HookError::failed(e.errno(), e.to_string()))?
@@ -406,7 +430,7 @@ impl<P: Platform> Engine<P> {
         let dir = self.dir()?;
         let image = RenderNodeImage::file_name(id);
         let err = |e: restore::RestoreError| HookError::failed(e.errno(), format!("{image}: {e}"));
-        let local = restore::usable_topology(&self.platform, &*self.local_topology()?);
+        let local = self.usable_topology()?;
         let cached = lock(&self.state).own_kfd_image;
         let kfd_id = match cached {
             Some(k) => k,

@@ -371,9 +371,18 @@ pub fn usable_topology<P: Platform>(
     local.restricted_to(|n| !refused.contains(&n.gpu_id))
 }
 
+/// Whether `dir` has a `/dev/kfd` image of id `id` (an existing but unreadable one counts: its
+/// restore reports why).
+pub fn has_kfd_image(dir: BorrowedFd<'_>, id: u32) -> bool {
+    !matches!(
+        images::dir::open_read_at(dir, &KfdImage::file_name(id)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound
+    )
+}
+
 /// Restores the KFD state of image `id` from `dir` into the calling process, on the GPUs of
-/// `local` (this node's topology). `Ok(None)`: there is no KFD image of that id (the object is
-/// not ours). `preopened` holds render nodes restored before this `/dev/kfd` (by GPU user id): the
+/// `local` (those of this node the process may use: [`usable_topology`]). `Ok(None)`: there is
+/// no KFD image of that id (the object is not ours). `preopened` holds render nodes restored before this `/dev/kfd` (by GPU user id): the
 /// driver gets those files, so that they are the process's compute VMs.
 pub fn restore_kfd<P: Platform>(
     platform: &P,
@@ -384,12 +393,6 @@ pub fn restore_kfd<P: Platform>(
     mut preopened: BTreeMap<u32, RenderNode<P::Device>>,
 ) -> Result<Option<Restored<P::Device>>, RestoreError> {
     let start = Instant::now();
-    // Another plugin's file: nothing is probed or opened for it.
-    match images::dir::open_read_at(dir, &KfdImage::file_name(id)) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        _ => {}
-    }
-    let local = &usable_topology(platform, local);
     let Some(Plan {
         image: msg,
         gpu_ids,
