@@ -215,13 +215,20 @@ fn run_queue(p: &KfdProcess, w: &Work) -> bool {
             run_packet(&w.vm, packet, &mut |ctx| traps.push(ctx))?;
             ran = true;
             let rptr = w.from.wrapping_add(decoder.position() as u64 * 4);
-            {
+            let evicted = {
                 let mut st = p.lock();
                 let Some(q) = st.queues.get_mut(&w.qid).filter(|q| q.ring == w.ring) else {
                     // Destroyed under the engine.
                     return Ok(ran);
                 };
                 q.ring_state.rptr = rptr;
+                st.evictions > 0
+            };
+            // The read pointer is in memory before the packet's interrupt wakes anyone: a waiter
+            // woken by the event sees the packet consumed.
+            write_va(&w.vm, w.rptr_addr, &rptr.to_le_bytes())?;
+            if !traps.is_empty() {
+                let mut st = p.lock();
                 let mut woke = 0;
                 for ctx in traps {
                     woke += signal_event_interrupt(&mut st, ctx, TRAP_ID_BITS);
@@ -229,13 +236,10 @@ fn run_queue(p: &KfdProcess, w: &Work) -> bool {
                 if woke > 0 {
                     p.events_cv.notify_all();
                 }
-                if st.evictions > 0 {
-                    drop(st);
-                    write_va(&w.vm, w.rptr_addr, &rptr.to_le_bytes())?;
-                    return Ok(ran);
-                }
             }
-            write_va(&w.vm, w.rptr_addr, &rptr.to_le_bytes())?;
+            if evicted {
+                return Ok(ran);
+            }
         }
     })();
     match result {
