@@ -8,7 +8,7 @@
 mod common;
 
 use std::fs::File;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 
 use common::criu::*;
@@ -90,20 +90,6 @@ fn expected(i: usize, b: &kfd_abi::criu::BoBucket) -> Vec<u8> {
     }
 }
 
-fn write_all(fd: &OwnedFd, data: &[u8]) {
-    File::from(fd.try_clone().unwrap())
-        .write_all_at(data, 0)
-        .unwrap();
-}
-
-fn read_all(fd: &OwnedFd, len: u64) -> Vec<u8> {
-    let mut b = vec![0u8; len as usize];
-    File::from(fd.try_clone().unwrap())
-        .read_exact_at(&mut b, 0)
-        .unwrap();
-    b
-}
-
 #[test]
 fn checkpoint_restore_onto_other_gpu_ids_and_checkpoint_again() {
     let src = source();
@@ -122,7 +108,7 @@ fn checkpoint_restore_onto_other_gpu_ids_and_checkpoint_again() {
     for (i, b) in first.bos.iter().enumerate() {
         let Some(fd) = &b.dmabuf else { continue };
         if b.alloc_flags.contains(AllocFlags::WRITABLE) {
-            write_all(fd, &pattern(i, b.size));
+            write_dmabuf(fd, &pattern(i, b.size));
         } else {
             let ro = File::from(fd.try_clone().unwrap());
             assert!(
@@ -147,7 +133,7 @@ fn checkpoint_restore_onto_other_gpu_ids_and_checkpoint_again() {
     for (i, b) in c.bos.iter().enumerate() {
         assert_eq!(b.dmabuf.is_some(), b.alloc_flags.has_contents());
         if let Some(fd) = &b.dmabuf {
-            assert_eq!(read_all(fd, b.size), expected(i, b), "BO {i} contents");
+            assert_eq!(read_dmabuf(fd, b.size), expected(i, b), "BO {i} contents");
         }
     }
     let doorbell = c
@@ -178,7 +164,7 @@ fn checkpoint_restore_onto_other_gpu_ids_and_checkpoint_again() {
     for (i, (b, rb)) in c.bos.iter().zip(&restored).enumerate() {
         assert_eq!(rb.dmabuf.is_some(), b.alloc_flags.has_contents());
         if let Some(fd) = &rb.dmabuf {
-            write_all(fd, &read_all(c.bos[i].dmabuf.as_ref().unwrap(), b.size));
+            write_dmabuf(fd, &read_dmabuf(c.bos[i].dmabuf.as_ref().unwrap(), b.size));
         }
         if b.alloc_flags.contains(AllocFlags::DOORBELL) {
             assert_eq!(
@@ -238,8 +224,8 @@ fn checkpoint_restore_onto_other_gpu_ids_and_checkpoint_again() {
         );
         if let (Some(x), Some(y)) = (&a.dmabuf, &b.dmabuf) {
             assert_eq!(
-                read_all(y, b.size),
-                read_all(x, a.size),
+                read_dmabuf(y, b.size),
+                read_dmabuf(x, a.size),
                 "BO {i} contents after restore"
             );
         }

@@ -9,12 +9,9 @@
 
 mod common;
 
-use std::fs::File;
-use std::os::fd::OwnedFd;
-use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
-use common::criu::{criu_view, restore_bos, restore_devices};
+use common::criu::{criu_view, read_dmabuf, restore_bos, restore_devices, write_dmabuf};
 use common::{env, errno, gpu, Env, GTT_W};
 use kfd_abi::kfd::QueueDesc;
 use kfd_abi::sdma::IbBuilder;
@@ -264,20 +261,6 @@ fn an_evicted_process_runs_nothing_until_it_is_unpaused() {
     assert_eq!(read(&dst, 4), 5u32.to_le_bytes());
 }
 
-fn write_all(fd: &OwnedFd, data: &[u8]) {
-    File::from(fd.try_clone().unwrap())
-        .write_all_at(data, 0)
-        .unwrap();
-}
-
-fn read_all(fd: &OwnedFd, len: u64) -> Vec<u8> {
-    let mut b = vec![0u8; len as usize];
-    File::from(fd.try_clone().unwrap())
-        .read_exact_at(&mut b, 0)
-        .unwrap();
-    b
-}
-
 #[test]
 fn packets_submitted_before_a_checkpoint_complete_after_the_restore() {
     let e = env(Preset::mi210x2());
@@ -323,7 +306,7 @@ fn packets_submitted_before_a_checkpoint_complete_after_the_restore() {
         .unwrap();
     for (b, rb) in c.bos.iter().zip(&restored) {
         if let (Some(from), Some(to)) = (&b.dmabuf, &rb.dmabuf) {
-            write_all(to, &read_all(from, b.size));
+            write_dmabuf(to, &read_dmabuf(from, b.size));
         }
     }
     let offset_of = |va: u64| {

@@ -3,7 +3,9 @@
 
 #![allow(clippy::unwrap_used)] // test helpers, like the tests themselves, panic on failure
 
-use std::os::fd::AsFd;
+use std::fs::File;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::FileExt;
 
 use kfd_abi::criu::{Checkpoint, RestoreBo, RestoreDevice};
 use kfd_abi::kfd::{QueueDesc, SvmAttribute};
@@ -131,4 +133,20 @@ pub fn dump() -> (Source, Checkpoint) {
     let c = ck.criu_checkpoint(&info).unwrap();
     ck.criu_unpause().unwrap();
     (src, c)
+}
+
+/// Writes `data` at the start of a BO through its dma-buf fd.
+pub fn write_dmabuf(fd: &OwnedFd, data: &[u8]) {
+    File::from(fd.try_clone().unwrap())
+        .write_all_at(data, 0)
+        .unwrap();
+}
+
+/// Reads the first `len` bytes of a BO through its dma-buf fd.
+pub fn read_dmabuf(fd: &OwnedFd, len: u64) -> Vec<u8> {
+    let mut b = vec![0u8; usize::try_from(len).unwrap()];
+    File::from(fd.try_clone().unwrap())
+        .read_exact_at(&mut b, 0)
+        .unwrap();
+    b
 }
