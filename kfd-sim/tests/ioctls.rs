@@ -917,13 +917,15 @@ fn scenario(name: &str) -> Option<Errno> {
         }
         "resume_unknown_pid" => errno(e.kfd.criu_resume(4_000_000)),
         "resume_without_restore" => errno(e.kfd.criu_resume(e.proc.pid())),
-        "restore_zero_bos" => {
+        // BOs announced without their array (no BOs and no array is a valid restore).
+        "restore_bos_without_an_array" => {
             let mut a = sys::kfd_ioctl_criu_args {
                 op: 3,
                 devices: 8,
                 priv_data: 8,
                 priv_data_size: 8,
                 num_devices: 4,
+                num_bos: 1,
                 ..Default::default()
             };
             raw(t, codes::CRIU_OP, &mut a).err()
@@ -1023,7 +1025,7 @@ fn scenario(name: &str) -> Option<Errno> {
 #[case::process_info_without_gpus("process_info_without_gpus", Errno::ENODEV)]
 #[case::resume_unknown_pid("resume_unknown_pid", Errno::ESRCH)]
 #[case::resume_without_restore("resume_without_restore", Errno::EINVAL)]
-#[case::restore_zero_bos("restore_zero_bos", Errno::EINVAL)]
+#[case::restore_bos_without_an_array("restore_bos_without_an_array", Errno::EINVAL)]
 #[case::open_while_kfd_locked("open_while_kfd_locked", Errno::EAGAIN)]
 fn bad_input_gets_the_kernels_errno(#[case] name: &str, #[case] want: Errno) {
     assert_eq!(scenario(name), Some(want), "{name}");

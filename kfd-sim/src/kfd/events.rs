@@ -84,9 +84,10 @@ pub(super) fn create_event_locked(
         id
     } else {
         match restore_id {
-            Some(id) if st.events.contains_key(&id) || id < FIRST_NONSIGNAL_EVENT_ID => {
-                return Err(Errno::ENOSPC)
-            }
+            // idr_alloc(id, id + 1): a negative start is EINVAL, a taken id ENOSPC; a free id
+            // below the non-signal range is taken as it is (only new ids start at 2^30).
+            Some(id) if id > LAST_NONSIGNAL_EVENT_ID => return Err(Errno::EINVAL),
+            Some(id) if st.events.contains_key(&id) => return Err(Errno::ENOSPC),
             Some(id) => id,
             None => {
                 let mut cand = FIRST_NONSIGNAL_EVENT_ID;
