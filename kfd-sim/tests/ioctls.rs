@@ -329,6 +329,30 @@ fn wait_events_reads_the_caller_array_in_order() {
     e.kfd.destroy_event(ev).unwrap();
 }
 
+/// A VRAM BO serves as the event page: the driver pins it in GTT to map it into the kernel
+/// (6.1's KFD VRAM has no NO_CPU_ACCESS), so CREATE_EVENT takes it, and the page is then set.
+#[test]
+fn a_vram_bo_serves_as_the_event_page() {
+    let e = env(Preset::mi50x1());
+    let g0 = e.gpus[0];
+    let page = e.kfd.alloc_memory(VA, 32 << 10, g0, VRAM_W).unwrap();
+    let ev = e
+        .kfd
+        .create_event(EventType::Signal, false, Some(page.handle))
+        .unwrap();
+    e.kfd.set_event(ev.event_id).unwrap();
+    assert_eq!(
+        e.kfd.wait_events(&[ev.event_id], false, 0).unwrap(),
+        WaitResult::Complete
+    );
+    let gtt = e.kfd.alloc_memory(VA + MIB, 32 << 10, g0, GTT_W).unwrap();
+    assert_eq!(
+        errno(e.kfd.create_event(EventType::Signal, false, Some(gtt.handle))),
+        Some(Errno::EINVAL),
+        "the page is set"
+    );
+}
+
 /// The size check counts the caller's bytes: the 24-byte header with no attributes is a valid
 /// SET_ATTR, 16 bytes of it are not (the table below), whatever the kernel's own struct size.
 #[test]
@@ -762,8 +786,13 @@ fn scenario(name: &str) -> Option<Errno> {
                 .unwrap();
             errno(e.kfd.create_event(EventType::Signal, false, Some(q.handle)))
         }
-        "event_page_in_vram" => {
-            let p = e.kfd.alloc_memory(VA, 32 << 10, g0, VRAM_W).unwrap();
+        // amdgpu_amdkfd_gpuvm_map_gtt_bo_to_kernel: "userptr can't be mapped to kernel".
+        "event_page_in_userptr" => {
+            let host = vec![0u8; 48 << 10];
+            let cpu = (host.as_ptr() as u64 + 4095) & !4095;
+            // SAFETY: `host` outlives the BO's use here (the process ends with the scenario).
+            let p = unsafe { e.kfd.alloc_userptr(VA, 32 << 10, g0, AllocFlags::WRITABLE, cpu) }
+                .unwrap();
             errno(e.kfd.create_event(EventType::Signal, false, Some(p.handle)))
         }
         "signal_slots_exhausted" => {
@@ -990,7 +1019,7 @@ fn scenario(name: &str) -> Option<Errno> {
 #[case::cu_mask_not_multiple_of_32("cu_mask_not_multiple_of_32", Errno::EINVAL)]
 #[case::gws_second_queue_on_a_device("gws_second_queue_on_a_device", Errno::EBUSY)]
 #[case::second_event_page("second_event_page", Errno::EINVAL)]
-#[case::event_page_in_vram("event_page_in_vram", Errno::EINVAL)]
+#[case::event_page_in_userptr("event_page_in_userptr", Errno::EINVAL)]
 #[case::signal_slots_exhausted("signal_slots_exhausted", Errno::ENOSPC)]
 #[case::set_unknown_event("set_unknown_event", Errno::EINVAL)]
 #[case::set_non_signal_event("set_non_signal_event", Errno::EINVAL)]

@@ -22,6 +22,11 @@ use crate::uaccess::{
 };
 
 /// `kfd_kmap_event_page`: the BO behind `handle` becomes the signal page.
+///
+/// The driver maps it with `amdgpu_amdkfd_gpuvm_map_gtt_bo_to_kernel`, which refuses a userptr
+/// BO (`EINVAL`) and pins any other BO in GTT: a VRAM BO is moved to system memory and serves
+/// (6.1 creates KFD VRAM without NO_CPU_ACCESS, so the kernel mapping succeeds). Doorbell and
+/// MMIO BOs have no pages of their own to map; the simulator refuses them (`EINVAL`).
 pub(super) fn kmap_event_page(st: &mut ProcState, handle: u64) -> Result<(), Errno> {
     if st.signal.is_some() {
         return Err(Errno::EINVAL);
@@ -35,7 +40,7 @@ pub(super) fn kmap_event_page(st: &mut ProcState, handle: u64) -> Result<(), Err
         .and_then(|p| p.bos.get(&idr))
         .ok_or(Errno::EINVAL)?;
     let backing = match &bo.backing {
-        Some(b) if bo.flags & sys::KFD_IOC_ALLOC_MEM_FLAGS_GTT != 0 => Arc::clone(b),
+        Some(b) if bo.flags & sys::KFD_IOC_ALLOC_MEM_FLAGS_USERPTR == 0 => Arc::clone(b),
         _ => return Err(Errno::EINVAL),
     };
     let slots = u32::try_from(bo.size / 8)
