@@ -329,6 +329,24 @@ fn wait_events_reads_the_caller_array_in_order() {
     e.kfd.destroy_event(ev).unwrap();
 }
 
+/// ACQUIRE_VM with another GPU's render node is accepted, as 6.1 checks only that the file is an
+/// amdgpu render file with no compute VM yet: that VM is then GPU 0's, and GPU 1's own render
+/// node, whose VM is taken, can no longer serve GPU 1.
+#[test]
+fn acquire_vm_takes_another_gpus_render_node() {
+    let (m, p, k) = bare(Preset::mi100x4());
+    let ids = m.gpu_ids();
+    let r1 = p.open_render(m.render_minors()[1]).unwrap();
+    k.acquire_vm(gpu(ids[0]), r1.as_fd()).unwrap();
+    k.acquire_vm(gpu(ids[0]), r1.as_fd()).unwrap();
+    assert_eq!(
+        errno(k.acquire_vm(gpu(ids[1]), r1.as_fd())),
+        Some(Errno::EINVAL)
+    );
+    let va = k.alloc_memory(VA, MIB, gpu(ids[0]), VRAM_W).unwrap();
+    k.map_memory_to_gpu(va.handle, &[gpu(ids[0])]).unwrap();
+}
+
 /// A VRAM BO serves as the event page: the driver pins it in GTT to map it into the kernel
 /// (6.1's KFD VRAM has no NO_CPU_ACCESS), so CREATE_EVENT takes it, and the page is then set.
 #[test]
@@ -692,9 +710,11 @@ fn scenario(name: &str) -> Option<Errno> {
             let null = std::fs::File::open("/dev/null").unwrap();
             errno(k.acquire_vm(gpu(Preset::mi50x1().gpus[0].gpu_id), null.as_fd()))
         }
-        "acquire_vm_with_another_gpus_render_node" => {
+        // The render file's VM is a compute VM already (this process took it for GPU 1).
+        "acquire_vm_twice_with_one_render_node" => {
             let (m, p, k) = bare(Preset::mi100x4());
             let r1 = p.open_render(m.render_minors()[1]).unwrap();
+            k.acquire_vm(gpu(m.gpu_ids()[1]), r1.as_fd()).unwrap();
             errno(k.acquire_vm(gpu(m.gpu_ids()[0]), r1.as_fd()))
         }
         "queue_bad_type" => errno(create_queue(
@@ -1001,8 +1021,8 @@ fn scenario(name: &str) -> Option<Errno> {
 #[case::unmap_unknown_handle("unmap_unknown_handle", Errno::ENOMEM)]
 #[case::acquire_vm_with_another_file("acquire_vm_with_another_file", Errno::EBUSY)]
 #[case::acquire_vm_with_a_non_render_fd("acquire_vm_with_a_non_render_fd", Errno::EINVAL)]
-#[case::acquire_vm_with_another_gpus_render_node(
-    "acquire_vm_with_another_gpus_render_node",
+#[case::acquire_vm_twice_with_one_render_node(
+    "acquire_vm_twice_with_one_render_node",
     Errno::EINVAL
 )]
 #[case::queue_bad_type("queue_bad_type", Errno::ENOTSUPP)]
