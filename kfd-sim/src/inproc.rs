@@ -130,6 +130,24 @@ impl Machine {
         self.inner.find_process(pid).map(|p| p.lock().queues_paused)
     }
 
+    /// The GPUs of the KFD process of `pid` as `(user gpu id, actual gpu id)` pairs, in the
+    /// driver's pdd order (`None`: no such process), for tests. The user id is the one the
+    /// process names the GPU by (its image's id after a restore); no ioctl reports it, as
+    /// GET_PROCESS_APERTURES(_NEW) report the actual ids.
+    pub fn process_gpus(&self, pid: u32) -> Option<Vec<(u32, u32)>> {
+        let p = self.inner.find_process(pid)?;
+        let st = p.lock();
+        Some(
+            st.pdds
+                .iter()
+                .map(|pdd| {
+                    let actual = self.inner.devices.get(pdd.dev).map_or(0, |d| d.gpu_id);
+                    (pdd.user_gpu_id, actual)
+                })
+                .collect(),
+        )
+    }
+
     /// The doorbell at byte `offset` of the doorbell slice of simulated process `pid` on GPU
     /// `gpu_id`, as the GPU sees it (the last value written through a mapping of the slice);
     /// `None` when the process has no KFD process or never mapped that slice.

@@ -201,9 +201,18 @@ fn checkpoint_restore_onto_other_gpu_ids_and_checkpoint_again() {
         "a second RESUME"
     );
 
-    // The restored process keeps its old gpu ids and its events' states.
+    // The restored process keeps its old gpu ids and its events' states; the apertures name
+    // the GPUs by their actual ids, as the driver's (`pdd->dev->id`).
+    assert_eq!(
+        mb.process_gpus(r.pid()).unwrap(),
+        [(old_ids[0], 0x3a01), (old_ids[1], 0x3a02)]
+    );
     let aps = rk.get_process_apertures_new().unwrap();
-    assert_eq!(aps.iter().map(|a| a.gpu_id).collect::<Vec<_>>(), old_ids);
+    assert_eq!(
+        aps.iter().map(|a| a.gpu_id).collect::<Vec<_>>(),
+        [0x3a01, 0x3a02]
+    );
+    assert_eq!(rk.get_process_apertures().unwrap(), aps);
     assert_eq!(
         rk.wait_events(&[src.events[0]], false, 0).unwrap(),
         WaitResult::Complete

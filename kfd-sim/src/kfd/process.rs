@@ -65,6 +65,12 @@ fn apertures_of(gpu_id: u32) -> sys::kfd_process_device_apertures {
     }
 }
 
+/// The id the apertures report for a pdd: the device's own (`pdd->dev->id`), also after a
+/// restore onto other GPUs, where every other ioctl takes the id the process knew before.
+fn actual_gpu_id(call: &KfdCall<'_>, dev: usize) -> u32 {
+    call.machine.devices.get(dev).map_or(0, |d| d.gpu_id)
+}
+
 pub(super) fn get_process_apertures(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     with_args(
         kdata,
@@ -72,7 +78,7 @@ pub(super) fn get_process_apertures(call: &KfdCall<'_>, kdata: &mut [u8]) -> Ioc
             let st = call.process.lock();
             a.num_of_nodes = 0;
             for (slot, pdd) in a.process_apertures.iter_mut().zip(&st.pdds) {
-                *slot = apertures_of(pdd.user_gpu_id);
+                *slot = apertures_of(actual_gpu_id(call, pdd.dev));
                 a.num_of_nodes += 1;
             }
             Ok(0)
@@ -96,7 +102,7 @@ pub(super) fn get_process_apertures_new(call: &KfdCall<'_>, kdata: &mut [u8]) ->
             let mut n = 0u32;
             for pdd in st.pdds.iter().take(a.num_of_nodes as usize) {
                 let mut rec = [0u8; APU];
-                apertures_of(pdd.user_gpu_id).write_to(&mut rec);
+                apertures_of(actual_gpu_id(call, pdd.dev)).write_to(&mut rec);
                 bytes.extend_from_slice(&rec);
                 n += 1;
             }
