@@ -95,6 +95,7 @@ impl Machine {
                     pid,
                     capable: AtomicBool::new(true),
                     devices: Mutex::new(None),
+                    signal: AtomicBool::new(false),
                 }),
                 kfd: Mutex::new(None),
             }),
@@ -175,6 +176,8 @@ struct Caller {
     capable: AtomicBool,
     /// The render minors its device cgroup lets it use; `None`: every device.
     devices: Mutex<Option<BTreeSet<u32>>>,
+    /// A signal is pending (see [`SimProcess::signal`]).
+    signal: AtomicBool,
 }
 
 impl Caller {
@@ -209,6 +212,18 @@ impl SimProcess {
     /// The machine.
     pub fn machine(&self) -> &Machine {
         &self.inner.machine
+    }
+
+    /// Sends the process a signal whose handler returns (no SA_RESTART): the next interruptible
+    /// sleep in a call (or the one it is in now) ends with `EINTR`, the driver's `-ERESTARTSYS`
+    /// as a caller sees it without restart, having written back what the driver writes back.
+    pub fn signal(&self) {
+        self.inner.caller.signal.store(true, Ordering::SeqCst);
+        if let Some(p) = lock(&self.inner.kfd).as_ref() {
+            // Wake a sleeper (under its lock, so that it cannot miss the wake-up).
+            let _st = p.lock();
+            p.events_cv.notify_all();
+        }
     }
 
     /// Grants or drops CAP_CHECKPOINT_RESTORE / CAP_SYS_ADMIN.
@@ -372,6 +387,7 @@ impl SimFile {
             capable: self.caller.capable.load(Ordering::SeqCst),
             machine: &self.machine.inner,
             mem: ProcessMemory::own(),
+            signal: &self.caller.signal,
         };
         match &self.file.kind {
             FileKind::Kfd(p) => {

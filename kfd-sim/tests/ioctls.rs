@@ -227,6 +227,56 @@ fn wait_raw(e: &Env, at: u64, count: u32) -> Result<i32, Errno> {
     raw(e.kfd.transport(), codes::WAIT_EVENTS, &mut a)
 }
 
+/// A wait interrupted by a signal ends with EINTR (the driver's -ERESTARTSYS, unrestarted) and
+/// writes back the time left, in the driver's jiffies (`msecs_to_jiffies(t) + 1` slept, the
+/// jiffies left less one written back; Debian's HZ is 250): a restarted call waits only for the
+/// rest. An infinite timeout is left as it is.
+#[test]
+fn an_interrupted_wait_writes_back_the_time_left() {
+    let e = env(Preset::mi50x1());
+    let ev = e
+        .kfd
+        .create_event(EventType::Signal, true, None)
+        .unwrap()
+        .event_id;
+    let data = [sys::kfd_event_data {
+        event_id: ev.0,
+        ..Default::default()
+    }];
+    let wait = |timeout| sys::kfd_ioctl_wait_events_args {
+        events_ptr: data.as_ptr() as u64,
+        num_events: 1,
+        wait_for_all: 0,
+        timeout,
+        wait_result: 0,
+    };
+    let sender = {
+        let p = e.proc.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            p.signal();
+        })
+    };
+    let mut a = wait(10_000);
+    assert_eq!(raw(e.kfd.transport(), codes::WAIT_EVENTS, &mut a), Err(Errno::EINTR));
+    sender.join().unwrap();
+    assert_eq!(a.wait_result, sys::KFD_IOC_WAIT_RESULT_FAIL);
+    // 2501 jiffies to sleep, about 50 of them slept: about 9800 ms left.
+    assert!((5_000..=9_800).contains(&a.timeout), "{} ms left", a.timeout);
+    assert_eq!(a.timeout % 4, 0, "whole jiffies");
+
+    e.proc.signal();
+    let mut a = wait(WAIT_INFINITE);
+    assert_eq!(raw(e.kfd.transport(), codes::WAIT_EVENTS, &mut a), Err(Errno::EINTR));
+    assert_eq!(a.timeout, WAIT_INFINITE);
+    // The signal was taken: the event still works, the next wait completes.
+    e.kfd.set_event(ev).unwrap();
+    assert_eq!(
+        e.kfd.wait_events(&[ev], false, 1000).unwrap(),
+        WaitResult::Complete
+    );
+}
+
 /// Two pages of which only the first is mapped.
 struct GuardedPage {
     base: *mut libc::c_void,

@@ -333,7 +333,23 @@ fn forget_waiters(st: &mut ProcState, waiters: &[(u32, Arc<AtomicU8>)]) {
     }
 }
 
-fn wait_on_events(call: &KfdCall<'_>, a: &sys::kfd_ioctl_wait_events_args) -> Result<u32, Errno> {
+/// The jiffy of Debian's kernels (`CONFIG_HZ=250`), in milliseconds.
+const JIFFY_MS: u64 = 4;
+
+/// What an interrupted wait of `timeout_ms` writes back after `elapsed`, in the driver's
+/// arithmetic: it sleeps `msecs_to_jiffies(timeout_ms) + 1` jiffies (rounded up), and writes
+/// back `jiffies_to_msecs(max(0, left - 1))` of the jiffies left.
+fn timeout_left_ms(timeout_ms: u32, elapsed: Duration) -> u32 {
+    let total = u64::from(timeout_ms).div_ceil(JIFFY_MS) + 1;
+    let spent = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX) / JIFFY_MS;
+    let left = total.saturating_sub(spent);
+    u32::try_from(left.saturating_sub(1) * JIFFY_MS).unwrap_or(u32::MAX)
+}
+
+fn wait_on_events(
+    call: &KfdCall<'_>,
+    a: &mut sys::kfd_ioctl_wait_events_args,
+) -> Result<u32, Errno> {
     let n = u64::from(a.num_events);
     kmalloc_check(n * WAITER_SIZE)?;
     let all = a.wait_for_all != 0;
@@ -381,19 +397,30 @@ fn wait_on_events(call: &KfdCall<'_>, a: &sys::kfd_ioctl_wait_events_args) -> Re
             sys::KFD_IOC_WAIT_RESULT_TIMEOUT
         }
     };
+    let started = Instant::now();
     let deadline = match a.timeout {
         0 | TIMEOUT_INFINITE => None,
-        ms => Instant::now().checked_add(Duration::from_millis(u64::from(ms))),
+        ms => started.checked_add(Duration::from_millis(u64::from(ms))),
     };
+    // Events already signalled complete the wait before any sleep (or signal) is looked at.
+    let first = condition(&waiters);
     let result = loop {
+        if first != sys::KFD_IOC_WAIT_RESULT_TIMEOUT {
+            break first;
+        }
+        // The driver ends the sleep with -ERESTARTSYS (FUSE can only carry EINTR), having
+        // written the time left back into the arguments, so that a restarted call waits only
+        // for the rest.
+        if call.client.signal_pending() {
+            cleanup(&mut st, &waiters);
+            if a.timeout != 0 && a.timeout != TIMEOUT_INFINITE {
+                a.timeout = timeout_left_ms(a.timeout, started.elapsed());
+            }
+            return Err(Errno::EINTR);
+        }
         let r = condition(&waiters);
         if r != sys::KFD_IOC_WAIT_RESULT_TIMEOUT || a.timeout == 0 {
             break r;
-        }
-        // The driver ends the sleep with -ERESTARTSYS; FUSE can only carry EINTR.
-        if call.client.signal_pending() {
-            cleanup(&mut st, &waiters);
-            return Err(Errno::EINTR);
         }
         if a.timeout == TIMEOUT_INFINITE {
             st = call
