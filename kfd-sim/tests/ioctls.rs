@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 
 use common::*;
 use kfd_abi::ioctl::{encode, kfd as codes, Dir};
@@ -523,6 +523,37 @@ fn smi_events_give_an_fd() {
     let e = env(Preset::mi50x1());
     let fd = e.kfd.smi_events(e.gpus[0]).unwrap();
     assert!(kfd_sim::host::file_key(fd.as_fd()).is_ok());
+}
+
+/// An SMI event fd with no event is empty as the driver's: poll does not report it readable
+/// (a poll blocks), a read answers EAGAIN rather than end of file, and the event mask is
+/// written to it. Closing it and opening another works.
+#[test]
+fn an_smi_fd_without_events_blocks_in_poll_and_reads_eagain() {
+    use std::io::{Read, Write};
+    let e = env(Preset::mi50x1());
+    let fd = e.kfd.smi_events(e.gpus[0]).unwrap();
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    let n = unsafe { libc::poll(&mut pfd, 1, 100) };
+    assert_eq!((n, pfd.revents), (0, 0), "not readable, no hang-up");
+    let mut f = std::fs::File::from(fd);
+    let mut buf = [0u8; 64];
+    let err = f.read(&mut buf).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EAGAIN));
+    let mask = 1u64 << (sys::KFD_SMI_EVENT_VMFAULT - 1);
+    assert_eq!(f.write(&mask.to_le_bytes()).unwrap(), 8);
+    drop(f);
+    let again = e.kfd.smi_events(e.gpus[0]).unwrap();
+    let mut g = std::fs::File::from(again);
+    assert_eq!(
+        g.read(&mut buf).unwrap_err().raw_os_error(),
+        Some(libc::EAGAIN)
+    );
 }
 
 #[test]

@@ -3,6 +3,9 @@
 //! results); and the SMI event fd (`kfd_smi_events.c`).
 
 use std::collections::{BTreeSet, HashSet};
+use std::io::Read as _;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -461,12 +464,39 @@ fn wait_on_events(
     Ok(result)
 }
 
+/// `kfd_ioctl_smi_events` (`kfd_smi_event_open`): a new fd that delivers the GPU's SMI events.
+///
+/// The simulated GPU raises none, so the fd stays empty, as the driver's does until an event:
+/// it never polls readable, and a read answers `EAGAIN` (the driver's read does so on an empty
+/// queue whatever the file's flags). A write sets the event mask; the driver takes the first 8
+/// bytes. It is one end of a socket pair (non-blocking, so that a read cannot block where the
+/// driver's would not; `F_GETFL` shows `O_NONBLOCK`, the driver's anon inode does not), whose
+/// other end the process keeps; ends whose fd was closed are dropped at the next open.
 pub(super) fn smi_events(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     with_args(kdata, |a: &mut sys::kfd_ioctl_smi_events_args| {
-        if call.process.lock().pdd_by_user_id(a.gpuid).is_none() {
+        let mut st = call.process.lock();
+        if st.pdd_by_user_id(a.gpuid).is_none() {
             return Err(Errno::EINVAL);
         }
-        let fd = crate::host::memfd("kfd-sim:[kfd_smi_ev]").map_err(|e| Errno::from_io(&e))?;
+        st.smi_clients.retain(|peer| {
+            // Drain the masks written; an end at EOF has lost its fd.
+            let mut buf = [0u8; 64];
+            loop {
+                match (&*peer).read(&mut buf) {
+                    Ok(0) => return false,
+                    Ok(_) => continue,
+                    Err(e) => return e.kind() != std::io::ErrorKind::UnexpectedEof,
+                }
+            }
+        });
+        let (theirs, ours) = UnixStream::pair().map_err(|e| Errno::from_io(&e))?;
+        theirs
+            .set_nonblocking(true)
+            .and_then(|()| ours.set_nonblocking(true))
+            .map_err(|e| Errno::from_io(&e))?;
+        st.smi_clients.push(ours);
+        drop(st);
+        let fd = OwnedFd::from(theirs);
         let slot = FdSlot::ArgField(std::mem::offset_of!(
             sys::kfd_ioctl_smi_events_args,
             anon_fd
