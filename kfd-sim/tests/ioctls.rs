@@ -585,6 +585,18 @@ fn dmabufs_of_a_checkpoint_are_known_and_importable() {
         errno(e.kfd.import_dmabuf(VA + 32 * MIB, e.gpus[1], buf.as_fd())),
         Some(Errno::EINVAL)
     );
+    assert_eq!(
+        errno(e.kfd.import_dmabuf(VA + 32 * MIB, e.gpus[0], null.as_fd())),
+        Some(Errno::EINVAL)
+    );
+    // dma_buf_get comes first: a file that is not a dma-buf is EINVAL also for a GPU without a
+    // VM (which would be ENODEV).
+    let (m, _p, k) = bare(Preset::mi100x4());
+    let g0 = gpu(m.gpu_ids()[0]);
+    assert_eq!(
+        errno(k.import_dmabuf(VA, g0, null.as_fd())),
+        Some(Errno::EINVAL)
+    );
 }
 
 /// `amdgpu_amdkfd_get_dmabuf_info` reports PUBLIC only for BOs created CPU_ACCESS_REQUIRED:
