@@ -316,7 +316,10 @@ fn a_process_without_bos_is_restored() {
         pid: 0,
         op: kfd_sys::KFD_CRIU_OP_RESTORE,
     };
-    assert_eq!(raw(rk.transport(), kfd_abi::ioctl::kfd::CRIU_OP, &mut a), Ok(0));
+    assert_eq!(
+        raw(rk.transport(), kfd_abi::ioctl::kfd::CRIU_OP, &mut a),
+        Ok(0)
+    );
     let criu = m.spawn_process();
     Kfd::new(criu.open_kfd().unwrap(), "/dev/kfd (criu)")
         .criu_resume(r.pid())
@@ -349,7 +352,10 @@ fn a_device_bucket_for_a_gpu_with_a_vm_changes_nothing() {
         errno(rk.criu_restore(&devices, &restore_bos(&c), &c.priv_data, c.num_objects)),
         Some(Errno::EINVAL)
     );
-    assert!(rk.available_memory(local).is_ok(), "still known by its own id");
+    assert!(
+        rk.available_memory(local).is_ok(),
+        "still known by its own id"
+    );
     assert_eq!(
         errno(rk.available_memory(gpu(0x7777))),
         Some(Errno::EINVAL),

@@ -258,16 +258,26 @@ fn an_interrupted_wait_writes_back_the_time_left() {
         })
     };
     let mut a = wait(10_000);
-    assert_eq!(raw(e.kfd.transport(), codes::WAIT_EVENTS, &mut a), Err(Errno::EINTR));
+    assert_eq!(
+        raw(e.kfd.transport(), codes::WAIT_EVENTS, &mut a),
+        Err(Errno::EINTR)
+    );
     sender.join().unwrap();
     assert_eq!(a.wait_result, sys::KFD_IOC_WAIT_RESULT_FAIL);
     // 2501 jiffies to sleep, about 50 of them slept: about 9800 ms left.
-    assert!((5_000..=9_800).contains(&a.timeout), "{} ms left", a.timeout);
+    assert!(
+        (5_000..=9_800).contains(&a.timeout),
+        "{} ms left",
+        a.timeout
+    );
     assert_eq!(a.timeout % 4, 0, "whole jiffies");
 
     e.proc.signal();
     let mut a = wait(WAIT_INFINITE);
-    assert_eq!(raw(e.kfd.transport(), codes::WAIT_EVENTS, &mut a), Err(Errno::EINTR));
+    assert_eq!(
+        raw(e.kfd.transport(), codes::WAIT_EVENTS, &mut a),
+        Err(Errno::EINTR)
+    );
     assert_eq!(a.timeout, WAIT_INFINITE);
     // The signal was taken: the event still works, the next wait completes.
     e.kfd.set_event(ev).unwrap();
@@ -415,7 +425,10 @@ fn a_vram_bo_serves_as_the_event_page() {
     );
     let gtt = e.kfd.alloc_memory(VA + MIB, 32 << 10, g0, GTT_W).unwrap();
     assert_eq!(
-        errno(e.kfd.create_event(EventType::Signal, false, Some(gtt.handle))),
+        errno(
+            e.kfd
+                .create_event(EventType::Signal, false, Some(gtt.handle))
+        ),
         Some(Errno::EINVAL),
         "the page is set"
     );
@@ -904,8 +917,11 @@ fn scenario(name: &str) -> Option<Errno> {
             let host = vec![0u8; 48 << 10];
             let cpu = (host.as_ptr() as u64 + 4095) & !4095;
             // SAFETY: `host` outlives the BO's use here (the process ends with the scenario).
-            let p = unsafe { e.kfd.alloc_userptr(VA, 32 << 10, g0, AllocFlags::WRITABLE, cpu) }
-                .unwrap();
+            let p = unsafe {
+                e.kfd
+                    .alloc_userptr(VA, 32 << 10, g0, AllocFlags::WRITABLE, cpu)
+            }
+            .unwrap();
             errno(e.kfd.create_event(EventType::Signal, false, Some(p.handle)))
         }
         "signal_slots_exhausted" => {

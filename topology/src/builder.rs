@@ -400,14 +400,12 @@ impl TopologyBuilder {
             let me = gpu_node(g);
             // Flags as kfd_fill_iolink_non_crat_info leaves them (PCIe atomics supported):
             // ENABLED, and NON_COHERENT between GPUs over PCIe and over Vega20's xGMI.
-            let mut io_links = vec![Link::new(
-                LinkType::Pcie,
-                me,
-                node_id(spec.numa),
-                PCIE_WEIGHT,
-            )
-            .with_bandwidth(PCIE_MIN_BANDWIDTH, PCIE_MAX_BANDWIDTH)];
-            let vega20 = |s: &GpuSpec| s.properties.get_or_zero(keys::GFX_TARGET_VERSION) == GFX_VEGA20;
+            let mut io_links = vec![
+                Link::new(LinkType::Pcie, me, node_id(spec.numa), PCIE_WEIGHT)
+                    .with_bandwidth(PCIE_MIN_BANDWIDTH, PCIE_MAX_BANDWIDTH),
+            ];
+            let vega20 =
+                |s: &GpuSpec| s.properties.get_or_zero(keys::GFX_TARGET_VERSION) == GFX_VEGA20;
             let mut p2p_links = Vec::new();
             for (o, other) in self.gpus.iter().enumerate() {
                 if o == g {
@@ -480,7 +478,12 @@ impl TopologyBuilder {
                 gpu_id,
                 name: spec.name.clone(),
                 properties,
-                mem_banks: vec![MemBank::new(spec.vram.0, spec.vram.1, 4096, spec.mem_clk_max)],
+                mem_banks: vec![MemBank::new(
+                    spec.vram.0,
+                    spec.vram.1,
+                    4096,
+                    spec.mem_clk_max,
+                )],
                 caches,
                 io_links,
                 p2p_links,
