@@ -300,7 +300,7 @@ fn a_process_without_bos_is_restored() {
         .map(|d| kfd_sys::kfd_criu_device_bucket {
             user_gpu_id: d.user_gpu_id.get(),
             actual_gpu_id: d.actual_gpu_id.get(),
-            drm_fd: d.drm.as_raw_fd() as u32,
+            drm_fd: u32::try_from(d.drm.as_raw_fd()).unwrap(),
             pad: 0,
         })
         .collect();
