@@ -61,7 +61,8 @@ pub trait Client {
     fn uninstall_fd(&self, raw: i32);
 
     /// `signal_pending(current)`: whether the caller has a signal to handle, which ends an
-    /// interruptible sleep. Over CUSE, the kernel's FUSE_INTERRUPT; in process, never.
+    /// interruptible sleep. Over CUSE, the kernel's FUSE_INTERRUPT; in process, a signal sent
+    /// with `SimProcess::signal`.
     fn signal_pending(&self) -> bool {
         false
     }
@@ -140,9 +141,17 @@ pub struct InProcessClient<'a> {
     pub(crate) capable: bool,
     pub(crate) machine: &'a crate::machine::MachineInner,
     pub(crate) mem: ProcessMemory,
+    /// A signal sent to the simulated process ([`SimProcess::signal`](crate::SimProcess::signal)),
+    /// taken by the first interruptible sleep that sees it (its handler would run when the call
+    /// returns).
+    pub(crate) signal: &'a std::sync::atomic::AtomicBool,
 }
 
 impl Client for InProcessClient<'_> {
+    fn signal_pending(&self) -> bool {
+        self.signal.swap(false, std::sync::atomic::Ordering::SeqCst)
+    }
+
     fn pid(&self) -> u32 {
         self.pid
     }

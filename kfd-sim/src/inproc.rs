@@ -95,6 +95,7 @@ impl Machine {
                     pid,
                     capable: AtomicBool::new(true),
                     devices: Mutex::new(None),
+                    signal: AtomicBool::new(false),
                 }),
                 kfd: Mutex::new(None),
             }),
@@ -130,6 +131,24 @@ impl Machine {
         self.inner.find_process(pid).map(|p| p.lock().queues_paused)
     }
 
+    /// The GPUs of the KFD process of `pid` as `(user gpu id, actual gpu id)` pairs, in the
+    /// driver's pdd order (`None`: no such process), for tests. The user id is the one the
+    /// process names the GPU by (its image's id after a restore); no ioctl reports it, as
+    /// GET_PROCESS_APERTURES(_NEW) report the actual ids.
+    pub fn process_gpus(&self, pid: u32) -> Option<Vec<(u32, u32)>> {
+        let p = self.inner.find_process(pid)?;
+        let st = p.lock();
+        Some(
+            st.pdds
+                .iter()
+                .map(|pdd| {
+                    let actual = self.inner.devices.get(pdd.dev).map_or(0, |d| d.gpu_id);
+                    (pdd.user_gpu_id, actual)
+                })
+                .collect(),
+        )
+    }
+
     /// The doorbell at byte `offset` of the doorbell slice of simulated process `pid` on GPU
     /// `gpu_id`, as the GPU sees it (the last value written through a mapping of the slice);
     /// `None` when the process has no KFD process or never mapped that slice.
@@ -157,6 +176,8 @@ struct Caller {
     capable: AtomicBool,
     /// The render minors its device cgroup lets it use; `None`: every device.
     devices: Mutex<Option<BTreeSet<u32>>>,
+    /// A signal is pending (see [`SimProcess::signal`]).
+    signal: AtomicBool,
 }
 
 impl Caller {
@@ -191,6 +212,18 @@ impl SimProcess {
     /// The machine.
     pub fn machine(&self) -> &Machine {
         &self.inner.machine
+    }
+
+    /// Sends the process a signal whose handler returns (no SA_RESTART): the next interruptible
+    /// sleep in a call (or the one it is in now) ends with `EINTR`, the driver's `-ERESTARTSYS`
+    /// as a caller sees it without restart, having written back what the driver writes back.
+    pub fn signal(&self) {
+        self.inner.caller.signal.store(true, Ordering::SeqCst);
+        if let Some(p) = lock(&self.inner.kfd).as_ref() {
+            // Wake a sleeper (under its lock, so that it cannot miss the wake-up).
+            let _st = p.lock();
+            p.events_cv.notify_all();
+        }
     }
 
     /// Grants or drops CAP_CHECKPOINT_RESTORE / CAP_SYS_ADMIN.
@@ -354,6 +387,7 @@ impl SimFile {
             capable: self.caller.capable.load(Ordering::SeqCst),
             machine: &self.machine.inner,
             mem: ProcessMemory::own(),
+            signal: &self.caller.signal,
         };
         match &self.file.kind {
             FileKind::Kfd(p) => {

@@ -415,6 +415,9 @@ pub struct ProcState {
     pub restore_pending: bool,
     /// SVM ranges read at RESTORE, applied at RESUME: (start, size, attributes).
     pub svm_restored: Vec<RestoredSvm>,
+    /// The simulator's ends of the SMI event fds handed out (`kfd_smi_events.c`'s clients): kept
+    /// open so that the caller's end reads empty rather than at its end.
+    pub smi_clients: Vec<std::os::unix::net::UnixStream>,
 }
 
 impl ProcState {
@@ -496,6 +499,7 @@ impl KfdProcess {
             queues_paused: false,
             restore_pending: false,
             svm_restored: Vec::new(),
+            smi_clients: Vec::new(),
         };
         Self {
             pid,

@@ -8,7 +8,7 @@
 mod common;
 
 use std::fs::File;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::FileExt;
 
 use common::criu::*;
@@ -187,9 +187,18 @@ fn checkpoint_restore_onto_other_gpu_ids_and_checkpoint_again() {
         "a second RESUME"
     );
 
-    // The restored process keeps its old gpu ids and its events' states.
+    // The restored process keeps its old gpu ids and its events' states; the apertures name
+    // the GPUs by their actual ids, as the driver's (`pdd->dev->id`).
+    assert_eq!(
+        mb.process_gpus(r.pid()).unwrap(),
+        [(old_ids[0], 0x3a01), (old_ids[1], 0x3a02)]
+    );
     let aps = rk.get_process_apertures_new().unwrap();
-    assert_eq!(aps.iter().map(|a| a.gpu_id).collect::<Vec<_>>(), old_ids);
+    assert_eq!(
+        aps.iter().map(|a| a.gpu_id).collect::<Vec<_>>(),
+        [0x3a01, 0x3a02]
+    );
+    assert_eq!(rk.get_process_apertures().unwrap(), aps);
     assert_eq!(
         rk.wait_events(&[src.events[0]], false, 0).unwrap(),
         WaitResult::Complete
@@ -198,17 +207,26 @@ fn checkpoint_restore_onto_other_gpu_ids_and_checkpoint_again() {
         rk.wait_events(&[src.events[1]], false, 0).unwrap(),
         WaitResult::Timeout
     );
+    // The node-change event is not restored: the driver recreates signal, debug, memory and HW
+    // exception events only, and consumes the records of the others.
+    assert_eq!(
+        errno(rk.wait_events(&[src.events[2]], false, 0)),
+        Some(Errno::EINVAL),
+        "node-change event after restore"
+    );
 
-    // Dump the restored process again: the same objects, the same contents.
+    // Dump the restored process again: the same objects but that event, the same contents.
     let (_criu2, kr) = criu_view(&rk, &r);
     let info2 = kr.criu_process_info().unwrap();
     assert_eq!(
         (info2.num_devices, info2.num_bos, info2.num_objects),
-        (info.num_devices, info.num_bos, info.num_objects)
+        (info.num_devices, info.num_bos, info.num_objects - 1)
     );
     let c2 = kr.criu_checkpoint(&info2).unwrap();
     kr.criu_unpause().unwrap();
-    assert_eq!(parse(&c2), want);
+    let mut want2 = parse(&c);
+    assert_eq!(want2.events.pop(), Some((1 << 30, 0)));
+    assert_eq!(parse(&c2), want2);
     let ids = |c: &Checkpoint| {
         c.devices
             .iter()
@@ -236,6 +254,99 @@ fn checkpoint_restore_onto_other_gpu_ids_and_checkpoint_again() {
         .unwrap();
     assert_eq!((h.handle.gpu_id(), h.handle.idr()), (old_ids[0], 3));
     assert_eq!(mb.vram_used(0x3a01), Some(5 * MIB));
+}
+
+/// A process with GPUs but no BOs (6.1.y stable restores it: the BO array may be NULL when
+/// there are none; 6.1.0 refused `num_bos` 0): its events come back.
+#[test]
+fn a_process_without_bos_is_restored() {
+    let e = env(Preset::mi210x2());
+    let ev = e
+        .kfd
+        .create_event(kfd_abi::EventType::Signal, false, None)
+        .unwrap()
+        .event_id;
+    e.kfd.set_event(ev).unwrap();
+    let (_criu, ck) = criu_view(&e.kfd, &e.proc);
+    let info = ck.criu_process_info().unwrap();
+    assert_eq!((info.num_bos, info.num_objects), (0, 1));
+    let c = ck.criu_checkpoint(&info).unwrap();
+    ck.criu_unpause().unwrap();
+
+    let m = Machine::new(&Preset::mi210x2()).unwrap();
+    let r = m.spawn_process();
+    let rk = Kfd::new(r.open_kfd().unwrap(), "/dev/kfd (restored)");
+    let renders: Vec<SimFile> = m
+        .render_minors()
+        .into_iter()
+        .map(|x| r.open_render(x).unwrap())
+        .collect();
+    let mut devices: Vec<kfd_sys::kfd_criu_device_bucket> = restore_devices(&c, &m, &renders)
+        .iter()
+        .map(|d| kfd_sys::kfd_criu_device_bucket {
+            user_gpu_id: d.user_gpu_id.get(),
+            actual_gpu_id: d.actual_gpu_id.get(),
+            drm_fd: u32::try_from(d.drm.as_raw_fd()).unwrap(),
+            pad: 0,
+        })
+        .collect();
+    let mut priv_data = c.priv_data.clone();
+    let mut a = kfd_sys::kfd_ioctl_criu_args {
+        devices: devices.as_mut_ptr() as u64,
+        bos: 0,
+        priv_data: priv_data.as_mut_ptr() as u64,
+        priv_data_size: priv_data.len() as u64,
+        num_devices: devices.len() as u32,
+        num_bos: 0,
+        num_objects: c.num_objects,
+        pid: 0,
+        op: kfd_sys::KFD_CRIU_OP_RESTORE,
+    };
+    assert_eq!(
+        raw(rk.transport(), kfd_abi::ioctl::kfd::CRIU_OP, &mut a),
+        Ok(0)
+    );
+    let criu = m.spawn_process();
+    Kfd::new(criu.open_kfd().unwrap(), "/dev/kfd (criu)")
+        .criu_resume(r.pid())
+        .unwrap();
+    assert_eq!(
+        rk.wait_events(&[ev], false, 0).unwrap(),
+        WaitResult::Complete
+    );
+}
+
+/// A device bucket naming a GPU whose VM the restoring process already took (ACQUIRE_VM) is
+/// refused before it changes anything: the process still knows that GPU by its own id, not by
+/// the bucket's (6.1.y checks the pdd's render file before it records the user gpu id).
+#[test]
+fn a_device_bucket_for_a_gpu_with_a_vm_changes_nothing() {
+    let (_src, c) = dump();
+    let m = Machine::new(&Preset::mi210x2()).unwrap();
+    let r = m.spawn_process();
+    let rk = Kfd::new(r.open_kfd().unwrap(), "/dev/kfd (restoring)");
+    let renders: Vec<SimFile> = m
+        .render_minors()
+        .into_iter()
+        .map(|x| r.open_render(x).unwrap())
+        .collect();
+    let local = gpu(m.gpu_ids()[0]);
+    rk.acquire_vm(local, renders[0].as_fd()).unwrap();
+    let mut devices = restore_devices(&c, &m, &renders);
+    devices[0].user_gpu_id = gpu(0x7777);
+    assert_eq!(
+        errno(rk.criu_restore(&devices, &restore_bos(&c), &c.priv_data, c.num_objects)),
+        Some(Errno::EINVAL)
+    );
+    assert!(
+        rk.available_memory(local).is_ok(),
+        "still known by its own id"
+    );
+    assert_eq!(
+        errno(rk.available_memory(gpu(0x7777))),
+        Some(Errno::EINVAL),
+        "not by the bucket's"
+    );
 }
 
 /// A restore of `c` into a fresh process on `m`, with the private data changed by `edit`.

@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 
 use common::*;
 use kfd_abi::ioctl::{encode, kfd as codes, Dir};
@@ -227,6 +227,66 @@ fn wait_raw(e: &Env, at: u64, count: u32) -> Result<i32, Errno> {
     raw(e.kfd.transport(), codes::WAIT_EVENTS, &mut a)
 }
 
+/// A wait interrupted by a signal ends with EINTR (the driver's -ERESTARTSYS, unrestarted) and
+/// writes back the time left, in the driver's jiffies (`msecs_to_jiffies(t) + 1` slept, the
+/// jiffies left less one written back; Debian's HZ is 250): a restarted call waits only for the
+/// rest. An infinite timeout is left as it is.
+#[test]
+fn an_interrupted_wait_writes_back_the_time_left() {
+    let e = env(Preset::mi50x1());
+    let ev = e
+        .kfd
+        .create_event(EventType::Signal, true, None)
+        .unwrap()
+        .event_id;
+    let data = [sys::kfd_event_data {
+        event_id: ev.0,
+        ..Default::default()
+    }];
+    let wait = |timeout| sys::kfd_ioctl_wait_events_args {
+        events_ptr: data.as_ptr() as u64,
+        num_events: 1,
+        wait_for_all: 0,
+        timeout,
+        wait_result: 0,
+    };
+    let sender = {
+        let p = e.proc.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            p.signal();
+        })
+    };
+    let mut a = wait(10_000);
+    assert_eq!(
+        raw(e.kfd.transport(), codes::WAIT_EVENTS, &mut a),
+        Err(Errno::EINTR)
+    );
+    sender.join().unwrap();
+    assert_eq!(a.wait_result, sys::KFD_IOC_WAIT_RESULT_FAIL);
+    // 2501 jiffies to sleep, about 50 of them slept: about 9800 ms left.
+    assert!(
+        (5_000..=9_800).contains(&a.timeout),
+        "{} ms left",
+        a.timeout
+    );
+    assert_eq!(a.timeout % 4, 0, "whole jiffies");
+
+    e.proc.signal();
+    let mut a = wait(WAIT_INFINITE);
+    assert_eq!(
+        raw(e.kfd.transport(), codes::WAIT_EVENTS, &mut a),
+        Err(Errno::EINTR)
+    );
+    assert_eq!(a.timeout, WAIT_INFINITE);
+    // The signal was taken: the event still works, the next wait completes.
+    e.kfd.set_event(ev).unwrap();
+    assert_eq!(
+        e.kfd.wait_events(&[ev], false, 1000).unwrap(),
+        WaitResult::Complete
+    );
+}
+
 /// Two pages of which only the first is mapped.
 struct GuardedPage {
     base: *mut libc::c_void,
@@ -329,6 +389,68 @@ fn wait_events_reads_the_caller_array_in_order() {
     e.kfd.destroy_event(ev).unwrap();
 }
 
+/// ACQUIRE_VM with another GPU's render node is accepted, as 6.1 checks only that the file is an
+/// amdgpu render file with no compute VM yet: that VM is then GPU 0's, and GPU 1's own render
+/// node, whose VM is taken, can no longer serve GPU 1.
+#[test]
+fn acquire_vm_takes_another_gpus_render_node() {
+    let (m, p, k) = bare(Preset::mi100x4());
+    let ids = m.gpu_ids();
+    let r1 = p.open_render(m.render_minors()[1]).unwrap();
+    k.acquire_vm(gpu(ids[0]), r1.as_fd()).unwrap();
+    k.acquire_vm(gpu(ids[0]), r1.as_fd()).unwrap();
+    assert_eq!(
+        errno(k.acquire_vm(gpu(ids[1]), r1.as_fd())),
+        Some(Errno::EINVAL)
+    );
+    let va = k.alloc_memory(VA, MIB, gpu(ids[0]), VRAM_W).unwrap();
+    k.map_memory_to_gpu(va.handle, &[gpu(ids[0])]).unwrap();
+}
+
+/// A VRAM BO serves as the event page: the driver pins it in GTT to map it into the kernel
+/// (6.1's KFD VRAM has no NO_CPU_ACCESS), so CREATE_EVENT takes it, and the page is then set.
+#[test]
+fn a_vram_bo_serves_as_the_event_page() {
+    let e = env(Preset::mi50x1());
+    let g0 = e.gpus[0];
+    let page = e.kfd.alloc_memory(VA, 32 << 10, g0, VRAM_W).unwrap();
+    let ev = e
+        .kfd
+        .create_event(EventType::Signal, false, Some(page.handle))
+        .unwrap();
+    e.kfd.set_event(ev.event_id).unwrap();
+    assert_eq!(
+        e.kfd.wait_events(&[ev.event_id], false, 0).unwrap(),
+        WaitResult::Complete
+    );
+    let gtt = e.kfd.alloc_memory(VA + MIB, 32 << 10, g0, GTT_W).unwrap();
+    assert_eq!(
+        errno(
+            e.kfd
+                .create_event(EventType::Signal, false, Some(gtt.handle))
+        ),
+        Some(Errno::EINVAL),
+        "the page is set"
+    );
+}
+
+/// The size check counts the caller's bytes: the 24-byte header with no attributes is a valid
+/// SET_ATTR, 16 bytes of it are not (the table below), whatever the kernel's own struct size.
+#[test]
+fn svm_takes_a_bare_header_of_the_callers_size() {
+    let e = env(Preset::mi210x2());
+    let buf = vec![0u8; 2 * 4096];
+    let start = (buf.as_ptr() as u64 + 4095) & !4095;
+    let mut a = sys::kfd_ioctl_svm_args {
+        start_addr: start,
+        size: 4096,
+        op: sys::KFD_IOCTL_SVM_OP_SET_ATTR,
+        nattr: 0,
+        ..Default::default()
+    };
+    assert_eq!(raw(e.kfd.transport(), codes::SVM, &mut a), Ok(0));
+}
+
 #[test]
 fn svm_attributes_are_set_and_queried_per_range() {
     let e = env(Preset::mi210x2());
@@ -416,6 +538,37 @@ fn smi_events_give_an_fd() {
     assert!(kfd_sim::host::file_key(fd.as_fd()).is_ok());
 }
 
+/// An SMI event fd with no event is empty as the driver's: poll does not report it readable
+/// (a poll blocks), a read answers EAGAIN rather than end of file, and the event mask is
+/// written to it. Closing it and opening another works.
+#[test]
+fn an_smi_fd_without_events_blocks_in_poll_and_reads_eagain() {
+    use std::io::{Read, Write};
+    let e = env(Preset::mi50x1());
+    let fd = e.kfd.smi_events(e.gpus[0]).unwrap();
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    let n = unsafe { libc::poll(&mut pfd, 1, 100) };
+    assert_eq!((n, pfd.revents), (0, 0), "not readable, no hang-up");
+    let mut f = std::fs::File::from(fd);
+    let mut buf = [0u8; 64];
+    let err = f.read(&mut buf).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EAGAIN));
+    let mask = 1u64 << (sys::KFD_SMI_EVENT_VMFAULT - 1);
+    assert_eq!(f.write(&mask.to_le_bytes()).unwrap(), 8);
+    drop(f);
+    let again = e.kfd.smi_events(e.gpus[0]).unwrap();
+    let mut g = std::fs::File::from(again);
+    assert_eq!(
+        g.read(&mut buf).unwrap_err().raw_os_error(),
+        Some(libc::EAGAIN)
+    );
+}
+
 #[test]
 fn dmabufs_of_a_checkpoint_are_known_and_importable() {
     let e = env(Preset::mi100x4());
@@ -443,6 +596,18 @@ fn dmabufs_of_a_checkpoint_are_known_and_importable() {
     );
     assert_eq!(
         errno(e.kfd.import_dmabuf(VA + 32 * MIB, e.gpus[1], buf.as_fd())),
+        Some(Errno::EINVAL)
+    );
+    assert_eq!(
+        errno(e.kfd.import_dmabuf(VA + 32 * MIB, e.gpus[0], null.as_fd())),
+        Some(Errno::EINVAL)
+    );
+    // dma_buf_get comes first: a file that is not a dma-buf is EINVAL also for a GPU without a
+    // VM (which would be ENODEV).
+    let (m, _p, k) = bare(Preset::mi100x4());
+    let g0 = gpu(m.gpu_ids()[0]);
+    assert_eq!(
+        errno(k.import_dmabuf(VA, g0, null.as_fd())),
         Some(Errno::EINVAL)
     );
 }
@@ -651,9 +816,11 @@ fn scenario(name: &str) -> Option<Errno> {
             let null = std::fs::File::open("/dev/null").unwrap();
             errno(k.acquire_vm(gpu(Preset::mi50x1().gpus[0].gpu_id), null.as_fd()))
         }
-        "acquire_vm_with_another_gpus_render_node" => {
+        // The render file's VM is a compute VM already (this process took it for GPU 1).
+        "acquire_vm_twice_with_one_render_node" => {
             let (m, p, k) = bare(Preset::mi100x4());
             let r1 = p.open_render(m.render_minors()[1]).unwrap();
+            k.acquire_vm(gpu(m.gpu_ids()[1]), r1.as_fd()).unwrap();
             errno(k.acquire_vm(gpu(m.gpu_ids()[0]), r1.as_fd()))
         }
         "queue_bad_type" => errno(create_queue(
@@ -745,8 +912,16 @@ fn scenario(name: &str) -> Option<Errno> {
                 .unwrap();
             errno(e.kfd.create_event(EventType::Signal, false, Some(q.handle)))
         }
-        "event_page_in_vram" => {
-            let p = e.kfd.alloc_memory(VA, 32 << 10, g0, VRAM_W).unwrap();
+        // amdgpu_amdkfd_gpuvm_map_gtt_bo_to_kernel: "userptr can't be mapped to kernel".
+        "event_page_in_userptr" => {
+            let host = vec![0u8; 48 << 10];
+            let cpu = (host.as_ptr() as u64 + 4095) & !4095;
+            // SAFETY: `host` outlives the BO's use here (the process ends with the scenario).
+            let p = unsafe {
+                e.kfd
+                    .alloc_userptr(VA, 32 << 10, g0, AllocFlags::WRITABLE, cpu)
+            }
+            .unwrap();
             errno(e.kfd.create_event(EventType::Signal, false, Some(p.handle)))
         }
         "signal_slots_exhausted" => {
@@ -814,6 +989,14 @@ fn scenario(name: &str) -> Option<Errno> {
                     errno(e.kfd.svm_get_attr(0x1000_0000_0000, 4096, &mut a))
                 }
             }
+        }
+        // start and size only: the kernel zero-fills op (SET_ATTR) and nattr (0), but the
+        // caller's 16 bytes do not hold the 24-byte header (6.1.y's kfd_ioctl_svm_validate).
+        "svm_size_short_of_the_header" => {
+            let buf = vec![0u8; 2 * 4096];
+            let start = (buf.as_ptr() as u64 + 4095) & !4095;
+            let mut a = [start, 4096u64];
+            raw(t, encode(Dir::ReadWrite, b'K', 0x20, 16), &mut a).err()
         }
         "svm_unmapped_range" => {
             let attr = SvmAttribute {
@@ -892,13 +1075,15 @@ fn scenario(name: &str) -> Option<Errno> {
         }
         "resume_unknown_pid" => errno(e.kfd.criu_resume(4_000_000)),
         "resume_without_restore" => errno(e.kfd.criu_resume(e.proc.pid())),
-        "restore_zero_bos" => {
+        // BOs announced without their array (no BOs and no array is a valid restore).
+        "restore_bos_without_an_array" => {
             let mut a = sys::kfd_ioctl_criu_args {
                 op: 3,
                 devices: 8,
                 priv_data: 8,
                 priv_data_size: 8,
                 num_devices: 4,
+                num_bos: 1,
                 ..Default::default()
             };
             raw(t, codes::CRIU_OP, &mut a).err()
@@ -945,8 +1130,8 @@ fn scenario(name: &str) -> Option<Errno> {
 #[case::unmap_unknown_handle("unmap_unknown_handle", Errno::ENOMEM)]
 #[case::acquire_vm_with_another_file("acquire_vm_with_another_file", Errno::EBUSY)]
 #[case::acquire_vm_with_a_non_render_fd("acquire_vm_with_a_non_render_fd", Errno::EINVAL)]
-#[case::acquire_vm_with_another_gpus_render_node(
-    "acquire_vm_with_another_gpus_render_node",
+#[case::acquire_vm_twice_with_one_render_node(
+    "acquire_vm_twice_with_one_render_node",
     Errno::EINVAL
 )]
 #[case::queue_bad_type("queue_bad_type", Errno::ENOTSUPP)]
@@ -963,7 +1148,7 @@ fn scenario(name: &str) -> Option<Errno> {
 #[case::cu_mask_not_multiple_of_32("cu_mask_not_multiple_of_32", Errno::EINVAL)]
 #[case::gws_second_queue_on_a_device("gws_second_queue_on_a_device", Errno::EBUSY)]
 #[case::second_event_page("second_event_page", Errno::EINVAL)]
-#[case::event_page_in_vram("event_page_in_vram", Errno::EINVAL)]
+#[case::event_page_in_userptr("event_page_in_userptr", Errno::EINVAL)]
 #[case::signal_slots_exhausted("signal_slots_exhausted", Errno::ENOSPC)]
 #[case::set_unknown_event("set_unknown_event", Errno::EINVAL)]
 #[case::set_non_signal_event("set_non_signal_event", Errno::EINVAL)]
@@ -973,6 +1158,7 @@ fn scenario(name: &str) -> Option<Errno> {
 #[case::wait_bad_event_array("wait_bad_event_array", Errno::EFAULT)]
 #[case::svm_unknown_gpu("svm_unknown_gpu", Errno::EINVAL)]
 #[case::svm_unmapped_range("svm_unmapped_range", Errno::EFAULT)]
+#[case::svm_size_short_of_the_header("svm_size_short_of_the_header", Errno::EINVAL)]
 #[case::svm_unaligned_start("svm_unaligned_start", Errno::EINVAL)]
 #[case::svm_unaligned_size("svm_unaligned_size", Errno::EINVAL)]
 #[case::svm_start_zero("svm_start_zero", Errno::EINVAL)]
@@ -997,7 +1183,7 @@ fn scenario(name: &str) -> Option<Errno> {
 #[case::process_info_without_gpus("process_info_without_gpus", Errno::ENODEV)]
 #[case::resume_unknown_pid("resume_unknown_pid", Errno::ESRCH)]
 #[case::resume_without_restore("resume_without_restore", Errno::EINVAL)]
-#[case::restore_zero_bos("restore_zero_bos", Errno::EINVAL)]
+#[case::restore_bos_without_an_array("restore_bos_without_an_array", Errno::EINVAL)]
 #[case::open_while_kfd_locked("open_while_kfd_locked", Errno::EAGAIN)]
 fn bad_input_gets_the_kernels_errno(#[case] name: &str, #[case] want: Errno) {
     assert_eq!(scenario(name), Some(want), "{name}");

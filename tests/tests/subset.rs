@@ -57,14 +57,15 @@ fn ids_at(preset: &Preset, indices: impl IntoIterator<Item = usize>) -> Vec<u32>
     indices.into_iter().map(|i| preset.gpus[i].gpu_id).collect()
 }
 
-/// The restored process's GPUs as its `/dev/kfd` names them.
+/// The restored process's GPUs as its `/dev/kfd` names them (the user gpu ids; the apertures
+/// report the actual ids, as the driver's).
 fn process_gpus(restored: &demo::RestoredTarget) -> Vec<u32> {
-    let mut ids: Vec<u32> = restored
-        .kfd
-        .get_process_apertures_new()
+    let machine = restored.process.machine();
+    let mut ids: Vec<u32> = machine
+        .process_gpus(restored.process.pid())
         .unwrap()
         .iter()
-        .map(|a| a.gpu_id)
+        .map(|&(user, _)| user)
         .collect();
     ids.sort_unstable();
     ids

@@ -17,7 +17,9 @@
 //! (`mem_banks_count`, `caches_count`, `io_links_count`, `p2p_links_count`) matches the
 //! generated lists; change them afterwards through [`Topology::gpu_mut`] if a test needs a lie.
 
-use crate::model::{heap_type, keys, Cache, Link, LinkType, MemBank, Node, Properties, Topology};
+use crate::model::{
+    heap_type, keys, link_flags, Cache, Link, LinkType, MemBank, Node, Properties, Topology,
+};
 
 const GIB: u64 = 1 << 30;
 /// `simd_id_base` of the first GPU.
@@ -26,6 +28,13 @@ const FIRST_SIMD_ID_BASE: u64 = 0x8000_1000;
 const PCIE_WEIGHT: u32 = 20;
 const XGMI_WEIGHT: u32 = 15;
 const CPU_CPU_WEIGHT: u32 = 21;
+/// A GPU's PCIe link bandwidths in MB/s (`amdgpu_amdkfd_get_pcie_bandwidth_mbytes`): the
+/// narrowest and slowest link the GPU and platform support (x1 at 2.5 GT/s) and the widest and
+/// fastest (x16 at 16 GT/s: every preset's GPU is PCIe 4.0 x16, on a PCIe 4.0 host).
+const PCIE_MIN_BANDWIDTH: u64 = 2500 / 8;
+const PCIE_MAX_BANDWIDTH: u64 = 16 * 16000 / 8;
+/// `gfx_target_version` of Vega20 (GC 9.4.0), whose xGMI links the driver marks non-coherent.
+const GFX_VEGA20: u64 = 90006;
 /// gfx9 capability: watch points (0x80 | 0x200), doorbell type 2.0, SVM API.
 const GFX9_CAPABILITY: u64 = 0x80 | 0x200 | 0x2000 | 0x0800_0000;
 
@@ -51,6 +60,9 @@ pub struct GpuSpec {
     pub two_way_cpu_link: Option<bool>,
     /// Property overrides applied last, after the builder's placement values.
     pub overrides: Properties,
+    /// The VRAM bank's `mem_clk_max` (MHz): the model's top memory clock, as
+    /// `amdgpu_amdkfd_get_local_mem_info` reports it (`amdgpu_dpm_get_mclk / 100`).
+    pub mem_clk_max: u64,
 }
 
 impl GpuSpec {
@@ -102,6 +114,7 @@ impl GpuSpec {
             caches: 4,
             two_way_cpu_link: None,
             overrides: Properties::new(),
+            mem_clk_max: 1600,
         }
     }
 
@@ -110,22 +123,28 @@ impl GpuSpec {
     pub fn mi50() -> Self {
         let mut spec = Self::gfx9("vega20", 90006, 0x66a1, 240, 15, 0, (454, 435), 32);
         spec.properties.set(keys::ARRAY_COUNT, 4);
+        // HBM2 at 1000 MHz.
+        spec.mem_clk_max = 1000;
         spec
     }
 
     /// AMD Instinct MI100 (gfx908, `arcturus`, 120 CUs, 32 GiB).
     #[must_use]
     pub fn mi100() -> Self {
-        Self::gfx9("arcturus", 90008, 0x738c, 480, 16, 6, (65, 18), 32)
+        let mut spec = Self::gfx9("arcturus", 90008, 0x738c, 480, 16, 6, (65, 18), 32);
+        // HBM2 at 1200 MHz.
+        spec.mem_clk_max = 1200;
+        spec
     }
 
-    /// AMD Instinct MI210 (gfx90a, `aldebaran`, 104 CUs, 64 GiB).
+    /// AMD Instinct MI210 (gfx90a, `aldebaran`, 104 CUs, 64 GiB; HBM2e at 1600 MHz).
     #[must_use]
     pub fn mi210() -> Self {
         Self::gfx9("aldebaran", 90010, 0x740f, 416, 13, 3, (78, 8), 64)
     }
 
-    /// One GCD of an AMD Instinct MI250X (gfx90a, `aldebaran`, 110 CUs, 64 GiB).
+    /// One GCD of an AMD Instinct MI250X (gfx90a, `aldebaran`, 110 CUs, 64 GiB; HBM2e at
+    /// 1600 MHz).
     #[must_use]
     pub fn mi250x_gcd() -> Self {
         Self::gfx9("aldebaran", 90010, 0x740c, 440, 14, 3, (78, 8), 64)
@@ -324,6 +343,8 @@ impl TopologyBuilder {
         let mut nodes = Vec::new();
         let mut core_base = 0u64;
         for (c, &cores) in self.cpus.iter().enumerate() {
+            // CPU <-> CPU links keep the flags of no one: the driver does not copy the CRAT's
+            // flags, and only a GPU's arrival sets flags (kfd_fill_iolink_non_crat_info).
             let mut io_links: Vec<Link> = (0..n_cpus)
                 .filter(|&o| o != c)
                 .map(|o| {
@@ -333,16 +354,18 @@ impl TopologyBuilder {
                         node_id(o),
                         CPU_CPU_WEIGHT,
                     )
+                    .with_flags(0)
                 })
                 .collect();
             for (g, spec) in self.gpus.iter().enumerate() {
                 if spec.numa == c && two_way(spec) {
-                    io_links.push(Link::new(
-                        LinkType::Pcie,
-                        node_id(c),
-                        gpu_node(g),
-                        PCIE_WEIGHT,
-                    ));
+                    // The reverse of the GPU's PCIe link (same bandwidths), non-coherent as the
+                    // driver marks CPU -> GPU over PCIe.
+                    io_links.push(
+                        Link::new(LinkType::Pcie, node_id(c), gpu_node(g), PCIE_WEIGHT)
+                            .with_flags(link_flags::ENABLED | link_flags::NON_COHERENT)
+                            .with_bandwidth(PCIE_MIN_BANDWIDTH, PCIE_MAX_BANDWIDTH),
+                    );
                 }
             }
             let mem = MemBank::new(heap_type::SYSTEM, 256 * GIB, 64, 3200);
@@ -375,27 +398,42 @@ impl TopologyBuilder {
         let mut simd_id_base = FIRST_SIMD_ID_BASE;
         for (g, spec) in self.gpus.iter().enumerate() {
             let me = gpu_node(g);
-            let mut io_links = vec![Link::new(
-                LinkType::Pcie,
-                me,
-                node_id(spec.numa),
-                PCIE_WEIGHT,
-            )];
+            // Flags as kfd_fill_iolink_non_crat_info leaves them (PCIe atomics supported):
+            // ENABLED, and NON_COHERENT between GPUs over PCIe and over Vega20's xGMI.
+            let mut io_links = vec![
+                Link::new(LinkType::Pcie, me, node_id(spec.numa), PCIE_WEIGHT)
+                    .with_bandwidth(PCIE_MIN_BANDWIDTH, PCIE_MAX_BANDWIDTH),
+            ];
+            let vega20 =
+                |s: &GpuSpec| s.properties.get_or_zero(keys::GFX_TARGET_VERSION) == GFX_VEGA20;
             let mut p2p_links = Vec::new();
             for (o, other) in self.gpus.iter().enumerate() {
                 if o == g {
                     continue;
                 }
                 if linked(g, o) {
-                    io_links.push(Link::new(LinkType::Xgmi, me, gpu_node(o), XGMI_WEIGHT));
+                    let flags = if vega20(spec) || vega20(other) {
+                        link_flags::ENABLED | link_flags::NON_COHERENT
+                    } else {
+                        link_flags::ENABLED
+                    };
+                    io_links.push(
+                        Link::new(LinkType::Xgmi, me, gpu_node(o), XGMI_WEIGHT).with_flags(flags),
+                    );
                 } else if self.p2p && two_way(other) {
-                    let hops = if other.numa == spec.numa { 2 } else { 3 };
-                    p2p_links.push(Link::new(
-                        LinkType::Pcie,
-                        me,
-                        gpu_node(o),
-                        PCIE_WEIGHT * hops,
-                    ));
+                    // kfd_add_peer_prop: the two GPUs' PCIe links, and the CPU <-> CPU link
+                    // between their NUMA nodes if they differ, added up (weights) or narrowed
+                    // (bandwidths: the CPU link has none, so a cross-NUMA path reports 0).
+                    let (weight, bw) = if other.numa == spec.numa {
+                        (2 * PCIE_WEIGHT, (PCIE_MIN_BANDWIDTH, PCIE_MAX_BANDWIDTH))
+                    } else {
+                        (2 * PCIE_WEIGHT + CPU_CPU_WEIGHT, (0, 0))
+                    };
+                    p2p_links.push(
+                        Link::new(LinkType::Pcie, me, gpu_node(o), weight)
+                            .with_flags(link_flags::ENABLED | link_flags::NON_COHERENT)
+                            .with_bandwidth(bw.0, bw.1),
+                    );
                 }
             }
             let caches: Vec<Cache> = (0..spec.caches)
@@ -440,7 +478,12 @@ impl TopologyBuilder {
                 gpu_id,
                 name: spec.name.clone(),
                 properties,
-                mem_banks: vec![MemBank::new(spec.vram.0, spec.vram.1, 4096, 1600)],
+                mem_banks: vec![MemBank::new(
+                    spec.vram.0,
+                    spec.vram.1,
+                    4096,
+                    spec.mem_clk_max,
+                )],
                 caches,
                 io_links,
                 p2p_links,

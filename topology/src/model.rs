@@ -312,6 +312,21 @@ impl Link {
         Self { properties }
     }
 
+    /// The same link with `flags` set.
+    #[must_use]
+    pub fn with_flags(mut self, flags: u64) -> Self {
+        self.properties.set("flags", flags);
+        self
+    }
+
+    /// The same link with `min_bandwidth` and `max_bandwidth` set (MB/s).
+    #[must_use]
+    pub fn with_bandwidth(mut self, min: u64, max: u64) -> Self {
+        self.properties.set("min_bandwidth", min);
+        self.properties.set("max_bandwidth", max);
+        self
+    }
+
     /// The link's kind.
     #[must_use]
     pub fn link_type(&self) -> LinkType {

@@ -98,7 +98,9 @@ pub fn files(topology: &Topology) -> Vec<(PathBuf, String)> {
 /// Writes `topology` under `root` (created if needed) in the kernel's sysfs format: files
 /// `generation_id`, `system_properties`, `nodes/N/{gpu_id,name,properties}` and the numbered
 /// `mem_banks`, `caches`, `io_links`, `p2p_links` subdirectories, each with a `properties`
-/// file. Every node gets all four subdirectories, as in the kernel, even when empty.
+/// file. Every node gets all four subdirectories, as in the kernel, even when empty, and the
+/// kernel's `perf` directory, empty as on a dGPU machine without AMD IOMMU performance
+/// counters (the driver lists only an `iommu` block there, for those counters).
 ///
 /// # Errors
 ///
@@ -110,7 +112,7 @@ pub fn write(topology: &Topology, root: &Path) -> Result<(), WriteError> {
     };
     for node in &topology.nodes {
         let dir = root.join("nodes").join(node.id.to_string());
-        for sub in ["mem_banks", "caches", "io_links", "p2p_links"] {
+        for sub in ["mem_banks", "caches", "io_links", "p2p_links", "perf"] {
             let d = dir.join(sub);
             fs::create_dir_all(&d).map_err(err(&d))?;
         }
@@ -187,11 +189,11 @@ mod tests {
     }
 
     #[test]
-    fn every_node_has_all_four_subdirectories() {
+    fn every_node_has_all_five_subdirectories() {
         let t = TopologyBuilder::new().cpu(4).build();
         let dir = tempfile::tempdir().unwrap();
         write(&t, dir.path()).unwrap();
-        for sub in ["mem_banks", "caches", "io_links", "p2p_links"] {
+        for sub in ["mem_banks", "caches", "io_links", "p2p_links", "perf"] {
             assert!(dir.path().join("nodes/0").join(sub).is_dir(), "{sub}");
         }
     }

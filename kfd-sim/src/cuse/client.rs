@@ -279,6 +279,7 @@ mod tests {
                 capable: true,
                 machine,
                 mem: ProcessMemory::own(),
+                signal: &signal,
             },
             cuse: CuseClient {
                 shared,

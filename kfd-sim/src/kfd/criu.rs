@@ -508,12 +508,13 @@ impl PrivReader<'_> {
 /// roll back (recorded user gpu ids, VMs taken from render nodes, BOs, queues and events, the
 /// eviction); it all goes with the process, and VRAM, SDMA slots and doorbells with it.
 fn restore(call: &KfdCall<'_>, a: &CriuArgs) -> IoctlResult {
-    if a.bos == 0
+    // A process without BOs is restored (6.1.y stable): the BO array is needed only when there
+    // are BOs (6.1.0 refused num_bos 0).
+    if (a.num_bos > 0 && a.bos == 0)
         || a.devices == 0
         || a.priv_data == 0
         || a.priv_data_size == 0
         || a.num_devices == 0
-        || a.num_bos == 0
     {
         return Err(Errno::EINVAL);
     }
@@ -560,6 +561,11 @@ fn restore(call: &KfdCall<'_>, a: &CriuArgs) -> IoctlResult {
             .iter()
             .position(|p| p.dev == dev)
             .ok_or(Errno::EINVAL)?;
+        // A GPU whose VM is already taken is refused before its bucket changes anything: the
+        // id the process knows it by stays (6.1.y checks `pdd->drm_file` first).
+        if st.pdds.get(pi).is_some_and(|p| p.drm.is_some()) {
+            return Err(Errno::EINVAL);
+        }
         if let Some(p) = st.pdds.get_mut(pi) {
             p.user_gpu_id = b.user_gpu_id;
         }
@@ -567,9 +573,6 @@ fn restore(call: &KfdCall<'_>, a: &CriuArgs) -> IoctlResult {
             .client
             .resolve_fd(fd_from_field(b.drm_fd))
             .map_err(|_| Errno::EINVAL)?;
-        if st.pdds.get(pi).is_some_and(|p| p.drm.is_some()) {
-            return Err(Errno::EINVAL);
-        }
         bind_vm(call, &mut st, pi, key, call.process.pid).map_err(|_| Errno::EINVAL)?;
     }
     rd.off += DEVICE_PRIV_SIZE as u64 * u64::from(a.num_devices);
@@ -749,6 +752,20 @@ fn restore_event(st: &mut ProcState, rd: &mut PrivReader<'_>) -> Result<(), Errn
     }
     let id = get_u32(&r, ev::EVENT_ID);
     let ty = get_u32(&r, ev::TYPE);
+    // kfd_criu_restore_event recreates signal, debug, memory and HW exception events only; a
+    // record of any other type (node change, device state change, profile, queue event, or a
+    // number CREATE_EVENT took as an "other" event) is consumed and recreates nothing, without
+    // an error: such an event does not survive a checkpoint.
+    let restored = [
+        sys::KFD_IOC_EVENT_SIGNAL,
+        sys::KFD_IOC_EVENT_DEBUG_EVENT,
+        sys::KFD_IOC_EVENT_MEMORY,
+        sys::KFD_IOC_EVENT_HW_EXCEPTION,
+    ];
+    if !restored.contains(&ty) {
+        log::debug!("kfd-sim: CRIU RESTORE skips event {id} of type {ty}, as the driver does");
+        return Ok(());
+    }
     let id = create_event_locked(
         st,
         ty,

@@ -3,6 +3,9 @@
 //! results); and the SMI event fd (`kfd_smi_events.c`).
 
 use std::collections::{BTreeSet, HashSet};
+use std::io::Read as _;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,6 +25,11 @@ use crate::uaccess::{
 };
 
 /// `kfd_kmap_event_page`: the BO behind `handle` becomes the signal page.
+///
+/// The driver maps it with `amdgpu_amdkfd_gpuvm_map_gtt_bo_to_kernel`, which refuses a userptr
+/// BO (`EINVAL`) and pins any other BO in GTT: a VRAM BO is moved to system memory and serves
+/// (6.1 creates KFD VRAM without NO_CPU_ACCESS, so the kernel mapping succeeds). Doorbell and
+/// MMIO BOs have no pages of their own to map; the simulator refuses them (`EINVAL`).
 pub(super) fn kmap_event_page(st: &mut ProcState, handle: u64) -> Result<(), Errno> {
     if st.signal.is_some() {
         return Err(Errno::EINVAL);
@@ -35,7 +43,7 @@ pub(super) fn kmap_event_page(st: &mut ProcState, handle: u64) -> Result<(), Err
         .and_then(|p| p.bos.get(&idr))
         .ok_or(Errno::EINVAL)?;
     let backing = match &bo.backing {
-        Some(b) if bo.flags & sys::KFD_IOC_ALLOC_MEM_FLAGS_GTT != 0 => Arc::clone(b),
+        Some(b) if bo.flags & sys::KFD_IOC_ALLOC_MEM_FLAGS_USERPTR == 0 => Arc::clone(b),
         _ => return Err(Errno::EINVAL),
     };
     let slots = u32::try_from(bo.size / 8)
@@ -84,9 +92,10 @@ pub(super) fn create_event_locked(
         id
     } else {
         match restore_id {
-            Some(id) if st.events.contains_key(&id) || id < FIRST_NONSIGNAL_EVENT_ID => {
-                return Err(Errno::ENOSPC)
-            }
+            // idr_alloc(id, id + 1): a negative start is EINVAL, a taken id ENOSPC; a free id
+            // below the non-signal range is taken as it is (only new ids start at 2^30).
+            Some(id) if id > LAST_NONSIGNAL_EVENT_ID => return Err(Errno::EINVAL),
+            Some(id) if st.events.contains_key(&id) => return Err(Errno::ENOSPC),
             Some(id) => id,
             None => {
                 let mut cand = FIRST_NONSIGNAL_EVENT_ID;
@@ -327,7 +336,23 @@ fn forget_waiters(st: &mut ProcState, waiters: &[(u32, Arc<AtomicU8>)]) {
     }
 }
 
-fn wait_on_events(call: &KfdCall<'_>, a: &sys::kfd_ioctl_wait_events_args) -> Result<u32, Errno> {
+/// The jiffy of Debian's kernels (`CONFIG_HZ=250`), in milliseconds.
+const JIFFY_MS: u64 = 4;
+
+/// What an interrupted wait of `timeout_ms` writes back after `elapsed`, in the driver's
+/// arithmetic: it sleeps `msecs_to_jiffies(timeout_ms) + 1` jiffies (rounded up), and writes
+/// back `jiffies_to_msecs(max(0, left - 1))` of the jiffies left.
+fn timeout_left_ms(timeout_ms: u32, elapsed: Duration) -> u32 {
+    let total = u64::from(timeout_ms).div_ceil(JIFFY_MS) + 1;
+    let spent = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX) / JIFFY_MS;
+    let left = total.saturating_sub(spent);
+    u32::try_from(left.saturating_sub(1) * JIFFY_MS).unwrap_or(u32::MAX)
+}
+
+fn wait_on_events(
+    call: &KfdCall<'_>,
+    a: &mut sys::kfd_ioctl_wait_events_args,
+) -> Result<u32, Errno> {
     let n = u64::from(a.num_events);
     kmalloc_check(n * WAITER_SIZE)?;
     let all = a.wait_for_all != 0;
@@ -375,19 +400,30 @@ fn wait_on_events(call: &KfdCall<'_>, a: &sys::kfd_ioctl_wait_events_args) -> Re
             sys::KFD_IOC_WAIT_RESULT_TIMEOUT
         }
     };
+    let started = Instant::now();
     let deadline = match a.timeout {
         0 | TIMEOUT_INFINITE => None,
-        ms => Instant::now().checked_add(Duration::from_millis(u64::from(ms))),
+        ms => started.checked_add(Duration::from_millis(u64::from(ms))),
     };
+    // Events already signalled complete the wait before any sleep (or signal) is looked at.
+    let first = condition(&waiters);
     let result = loop {
+        if first != sys::KFD_IOC_WAIT_RESULT_TIMEOUT {
+            break first;
+        }
+        // The driver ends the sleep with -ERESTARTSYS (FUSE can only carry EINTR), having
+        // written the time left back into the arguments, so that a restarted call waits only
+        // for the rest.
+        if call.client.signal_pending() {
+            cleanup(&mut st, &waiters);
+            if a.timeout != 0 && a.timeout != TIMEOUT_INFINITE {
+                a.timeout = timeout_left_ms(a.timeout, started.elapsed());
+            }
+            return Err(Errno::EINTR);
+        }
         let r = condition(&waiters);
         if r != sys::KFD_IOC_WAIT_RESULT_TIMEOUT || a.timeout == 0 {
             break r;
-        }
-        // The driver ends the sleep with -ERESTARTSYS; FUSE can only carry EINTR.
-        if call.client.signal_pending() {
-            cleanup(&mut st, &waiters);
-            return Err(Errno::EINTR);
         }
         if a.timeout == TIMEOUT_INFINITE {
             st = call
@@ -428,12 +464,39 @@ fn wait_on_events(call: &KfdCall<'_>, a: &sys::kfd_ioctl_wait_events_args) -> Re
     Ok(result)
 }
 
+/// `kfd_ioctl_smi_events` (`kfd_smi_event_open`): a new fd that delivers the GPU's SMI events.
+///
+/// The simulated GPU raises none, so the fd stays empty, as the driver's does until an event:
+/// it never polls readable, and a read answers `EAGAIN` (the driver's read does so on an empty
+/// queue whatever the file's flags). A write sets the event mask; the driver takes the first 8
+/// bytes. It is one end of a socket pair (non-blocking, so that a read cannot block where the
+/// driver's would not; `F_GETFL` shows `O_NONBLOCK`, the driver's anon inode does not), whose
+/// other end the process keeps; ends whose fd was closed are dropped at the next open.
 pub(super) fn smi_events(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     with_args(kdata, |a: &mut sys::kfd_ioctl_smi_events_args| {
-        if call.process.lock().pdd_by_user_id(a.gpuid).is_none() {
+        let mut st = call.process.lock();
+        if st.pdd_by_user_id(a.gpuid).is_none() {
             return Err(Errno::EINVAL);
         }
-        let fd = crate::host::memfd("kfd-sim:[kfd_smi_ev]").map_err(|e| Errno::from_io(&e))?;
+        st.smi_clients.retain(|peer| {
+            // Drain the masks written; an end at EOF has lost its fd.
+            let mut buf = [0u8; 64];
+            loop {
+                match (&*peer).read(&mut buf) {
+                    Ok(0) => return false,
+                    Ok(_) => continue,
+                    Err(e) => return e.kind() != std::io::ErrorKind::UnexpectedEof,
+                }
+            }
+        });
+        let (theirs, ours) = UnixStream::pair().map_err(|e| Errno::from_io(&e))?;
+        theirs
+            .set_nonblocking(true)
+            .and_then(|()| ours.set_nonblocking(true))
+            .map_err(|e| Errno::from_io(&e))?;
+        st.smi_clients.push(ours);
+        drop(st);
+        let fd = OwnedFd::from(theirs);
         let slot = FdSlot::ArgField(std::mem::offset_of!(
             sys::kfd_ioctl_smi_events_args,
             anon_fd

@@ -356,12 +356,13 @@ pub(super) fn get_dmabuf_info(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResu
 
 pub(super) fn import_dmabuf(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     with_args(kdata, |a: &mut sys::kfd_ioctl_import_dmabuf_args| {
+        // dma_buf_get first: a file that is not a dma-buf (of ours: amdgpu's ops) is EINVAL
+        // before the GPU is looked up.
         let key = call.client.resolve_fd(fd_from_field(a.dmabuf_fd))?;
-        let backing = call.machine.dmabuf(key);
+        let b = call.machine.dmabuf(key).ok_or(Errno::EINVAL)?;
         let mut st = call.process.lock();
         let pi = st.pdd_by_user_id(a.gpu_id).ok_or(Errno::EINVAL)?;
         st.bind(pi)?;
-        let b = backing.ok_or(Errno::EINVAL)?;
         let pdd = st.pdds.get_mut(pi).ok_or(Errno::EINVAL)?;
         if b.device != pdd.dev {
             return Err(Errno::EINVAL);

@@ -156,6 +156,11 @@ pub(crate) fn kfd_ioctl(
     let dir = ioctl::dir(desc.cmd);
     let copy_in = if dir.copies_in() { usize_ } else { 0 };
     let mut kdata = copy_in_kdata(client, arg, copy_in, usize_.max(ioctl::size(desc.cmd)))?;
+    // 5. The entry's own check of what was copied against the caller's size, before the handler
+    //    and without a copy back (6.1.y's `validate` hook; only SVM has one).
+    if desc.cmd == kfd::SVM {
+        svm::validate(&kdata, usize_)?;
+    }
     let call = KfdCall {
         machine,
         process,

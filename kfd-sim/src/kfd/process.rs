@@ -65,6 +65,12 @@ fn apertures_of(gpu_id: u32) -> sys::kfd_process_device_apertures {
     }
 }
 
+/// The id the apertures report for a pdd: the device's own (`pdd->dev->id`), also after a
+/// restore onto other GPUs, where every other ioctl takes the id the process knew before.
+fn actual_gpu_id(call: &KfdCall<'_>, dev: usize) -> u32 {
+    call.machine.devices.get(dev).map_or(0, |d| d.gpu_id)
+}
+
 pub(super) fn get_process_apertures(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     with_args(
         kdata,
@@ -72,7 +78,7 @@ pub(super) fn get_process_apertures(call: &KfdCall<'_>, kdata: &mut [u8]) -> Ioc
             let st = call.process.lock();
             a.num_of_nodes = 0;
             for (slot, pdd) in a.process_apertures.iter_mut().zip(&st.pdds) {
-                *slot = apertures_of(pdd.user_gpu_id);
+                *slot = apertures_of(actual_gpu_id(call, pdd.dev));
                 a.num_of_nodes += 1;
             }
             Ok(0)
@@ -96,7 +102,7 @@ pub(super) fn get_process_apertures_new(call: &KfdCall<'_>, kdata: &mut [u8]) ->
             let mut n = 0u32;
             for pdd in st.pdds.iter().take(a.num_of_nodes as usize) {
                 let mut rec = [0u8; APU];
-                apertures_of(pdd.user_gpu_id).write_to(&mut rec);
+                apertures_of(actual_gpu_id(call, pdd.dev)).write_to(&mut rec);
                 bytes.extend_from_slice(&rec);
                 n += 1;
             }
@@ -198,6 +204,12 @@ pub(super) fn acquire_vm(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
 }
 
 /// `kfd_process_device_init_vm`: adopts the render file's VM as the pdd's compute VM.
+///
+/// As in 6.1 (`amdgpu_amdkfd_gpuvm_acquire_process_vm`), the file must be an amdgpu render file
+/// whose VM is not a compute VM yet (`EINVAL` otherwise, also when this process took it for
+/// another GPU); nothing checks that it belongs to the pdd's GPU, so another GPU's render node
+/// is accepted and its VM becomes this GPU's compute VM (with a warning: on hardware the page
+/// tables would then live on the wrong device; the simulator's VMs are plain address maps).
 pub(super) fn bind_vm(
     call: &KfdCall<'_>,
     st: &mut ProcState,
@@ -217,15 +229,20 @@ pub(super) fn bind_vm(
     let FileKind::Render(render) = &file.kind else {
         return Err(Errno::EINVAL);
     };
-    if render.device != pdd.dev {
-        return Err(Errno::EINVAL);
-    }
     {
         let mut vm = lock(&render.vm);
-        if vm.owner.is_some_and(|o| o != pid) {
+        if vm.owner.is_some() {
             return Err(Errno::EINVAL);
         }
         vm.owner = Some(pid);
+    }
+    if render.device != pdd.dev {
+        let id = |d: usize| call.machine.devices.get(d).map_or(0, |d| d.gpu_id);
+        let (mine, theirs) = (id(pdd.dev), id(render.device));
+        log::warn!(
+            "kfd-sim: pid {pid}: the VM of GPU {mine:#x} is taken from a render node of GPU \
+             {theirs:#x}: accepted, as 6.1 checks only that the file is amdgpu's"
+        );
     }
     pdd.drm = Some(DrmBinding {
         key,

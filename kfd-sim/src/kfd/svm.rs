@@ -136,6 +136,18 @@ fn svm_location_ok(st: &ProcState, v: u32) -> bool {
     v == sys::KFD_IOCTL_SVM_LOCATION_SYSMEM || v == SVM_UNDEFINED || st.pdd_by_user_id(v).is_some()
 }
 
+/// `kfd_ioctl_svm_validate` (6.1.y stable): the caller's size (`_IOC_SIZE` of its request code,
+/// not the buffer the kernel rounds up to its own struct) must hold the header and every
+/// attribute `nattr` announces; `EINVAL` otherwise, before anything else is looked at.
+pub(super) fn validate(kdata: &[u8], usize_: usize) -> Result<(), Errno> {
+    let nattr = u64::from(get_u32(kdata, offset_of!(sys::kfd_ioctl_svm_args, nattr)));
+    let expected = nattr * SVM_ATTR as u64 + SVM_HDR as u64;
+    if (usize_ as u64) < expected {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
 /// `kfd_ioctl_svm`: start and size page-aligned and not zero (`EINVAL`), then `svm_ioctl` on
 /// pages. The arguments are copied back unchanged.
 pub(super) fn svm(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
@@ -147,7 +159,8 @@ pub(super) fn svm(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     let npages = size >> 12;
     let op = get_u32(kdata, offset_of!(sys::kfd_ioctl_svm_args, op));
     let nattr = get_u32(kdata, offset_of!(sys::kfd_ioctl_svm_args, nattr)) as usize;
-    // The attributes travel in the ioctl buffer: its size (from the caller's code) must hold them.
+    // The attributes travel in the ioctl buffer; `validate` checked that the caller's size holds
+    // them, which this repeats against the buffer so that no read can pass its end.
     let attr_end = nattr
         .checked_mul(SVM_ATTR)
         .and_then(|n| n.checked_add(SVM_HDR));
