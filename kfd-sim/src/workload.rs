@@ -450,7 +450,7 @@ impl<T: Transport> Mover for UserRun<'_, T> {
         q.ring.write_u64(RPTR_AT + 8, q.wptr);
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
         q.doorbells.write_u64(q.doorbell, q.wptr);
-        let deadline = std::time::Instant::now() + FENCE;
+        let mut budget = FenceBudget::new(std::time::Instant::now());
         let mut signaled = false;
         loop {
             if signaled {
@@ -466,9 +466,47 @@ impl<T: Transport> Mover for UserRun<'_, T> {
             if signaled && q.rptr() == Some(q.wptr) {
                 return Ok(());
             }
-            if std::time::Instant::now() > deadline {
+            if !budget.charge(std::time::Instant::now()) {
                 return Err(fence);
             }
+        }
+    }
+}
+
+/// The time a user-mode queue submission may take ([`FENCE`]), counting only the time the
+/// process ran. criu freezes the workload anywhere, also while it waits for a submission, and
+/// the monotonic clock runs on through the dump, the copy of the images and the restore (a
+/// minute and more on a busy machine); a deadline taken before the checkpoint would have passed
+/// when the restored process looks at it again, before its restored queue had a chance to run.
+/// A step between two looks longer than [`FenceBudget::MAX_STEP`] is the process having been
+/// stopped, and counts as that much.
+#[derive(Debug)]
+struct FenceBudget {
+    left: std::time::Duration,
+    last: std::time::Instant,
+}
+
+impl FenceBudget {
+    /// The most one step between two looks counts for (a look comes every 20 ms of waiting).
+    const MAX_STEP: std::time::Duration = std::time::Duration::from_secs(1);
+
+    fn new(now: std::time::Instant) -> Self {
+        Self {
+            left: FENCE,
+            last: now,
+        }
+    }
+
+    /// Charges the time since the last look; false once the budget is spent.
+    fn charge(&mut self, now: std::time::Instant) -> bool {
+        let step = now.saturating_duration_since(self.last).min(Self::MAX_STEP);
+        self.last = now;
+        match self.left.checked_sub(step) {
+            Some(left) if !left.is_zero() => {
+                self.left = left;
+                true
+            }
+            _ => false,
         }
     }
 }
@@ -1186,6 +1224,34 @@ mod tests {
         assert_eq!(spec(1000).untouched_bytes(12_345), 12_345 / 4096 * 4096);
         assert_eq!(spec(5000).untouched_bytes(1 << 20), 1 << 20);
         assert_eq!(spec(1000).untouched_bytes(u64::MAX), u64::MAX / 4096 * 4096);
+    }
+
+    #[test]
+    fn the_fence_budget_counts_running_time_not_a_freeze() {
+        use std::time::{Duration, Instant};
+        let t0 = Instant::now();
+        let mut b = FenceBudget::new(t0);
+        // Frozen by criu for five minutes in the middle of a wait: one second is charged.
+        assert!(b.charge(t0 + Duration::from_secs(300)));
+        // Then 28.9 s of 100 ms looks still fit; the budget runs out at 30 s of running time.
+        let mut now = t0 + Duration::from_secs(300);
+        for _ in 0..289 {
+            now += Duration::from_millis(100);
+            assert!(b.charge(now));
+        }
+        now += Duration::from_millis(100);
+        assert!(!b.charge(now));
+    }
+
+    #[test]
+    fn the_fence_budget_runs_out_for_a_queue_that_never_completes() {
+        use std::time::{Duration, Instant};
+        let t0 = Instant::now();
+        let mut b = FenceBudget::new(t0);
+        let looks = (1..=400u32)
+            .take_while(|&i| b.charge(t0 + Duration::from_millis(100) * i))
+            .count();
+        assert_eq!(looks, 299, "30 s of 100 ms looks, the last one spends it");
     }
 
     #[test]
