@@ -4,8 +4,8 @@
 # in another pid namespace. Loads the module, checks the nodes kfd-simd makes through it, runs
 # kfd-sim's bridge test suite (mappings and their errno, fork, partial munmap, the daemon exiting
 # under live mappings, clients exiting with them), has criu dump a process that holds device
-# mappings and dump and restore kfd-workload through the proxies, then checks that the kernel
-# logged no oops, BUG or WARNING and that the module unloads once everything is closed.
+# mappings (the criu-kfd-mapped* scenarios restore them), then checks that the kernel logged no
+# oops, BUG or WARNING and that the module unloads once everything is closed.
 #
 # Binaries: kfd-simd from --bin-dir, else the repository's target/debug; the test binary from
 # $KFD_BRIDGE_TEST_BIN, else the newest target/debug/deps/bridge-* (build both with
@@ -80,27 +80,8 @@ grep -q 'supported via device plugins' "$VM_LANE_OUT/criu/holder-images-dump.log
     fail "criu did not hand the device VMAs to the plugin"
 note "$(grep -c 'supported via device plugins' "$VM_LANE_OUT/criu/holder-images-dump.log") device VMAs went to the plugin"
 
-# 4. criu-kfd-same through the proxies: the plugin's dma-bufs (dump and restore) arrive installed
-# by the module, with no pidfd_getfd of the daemon. The devices can be mapped, so kfd-workload
-# moves its data through user-mode SDMA queues: per GPU its doorbell page (/dev/kfd), the ring
-# and the staging buffer (render node) are device VMAs that criu dumps and restores; after the
-# restore the same VMAs are back, the contents read through them verify, and the queues rung
-# through the restored doorbells complete and signal their events (ticks go on).
-device_vmas() { grep -E '/dev/(kfd|dri/renderD[0-9]+)$' "/proc/$WORKLOAD_PID/maps" | awk '{print $1, $2, $6}'; }
-start_workload --dma queues
-grep -q 'dma=queues' "$VM_LANE_OUT/workload.out" || fail "kfd-workload did not take user-mode queues"
-device_vmas >"$VM_LANE_OUT/workload-vmas-before.txt"
-note "device VMAs of kfd-workload: $(wc -l <"$VM_LANE_OUT/workload-vmas-before.txt")"
-(($(grep -c '/dev/kfd$' "$VM_LANE_OUT/workload-vmas-before.txt") == 2)) || fail "kfd-workload does not map one doorbell page per GPU"
-(($(grep -c 'renderD' "$VM_LANE_OUT/workload-vmas-before.txt") == 4)) || fail "kfd-workload does not map a ring and a staging buffer per GPU"
-dump_workload
-criu_restore "$IMAGES"
-device_vmas >"$VM_LANE_OUT/workload-vmas-after.txt"
-diff "$VM_LANE_OUT/workload-vmas-before.txt" "$VM_LANE_OUT/workload-vmas-after.txt" ||
-    fail "the restored kfd-workload does not have its device VMAs back"
-verify_restored
-ticks_go_on "through the restored doorbells"
-! grep -q 'pidfd_getfd' "$VM_LANE_OUT"/criu/*.log || fail "the plugin fetched fds from the daemon"
+# kfd-workload dumped and restored with its device mappings (doorbells, events page, ring and
+# staging) through the module: the criu-kfd-mapped* scenarios (same node, remapped, two processes).
 stop_simd
 check_kernel_log "around criu"
 

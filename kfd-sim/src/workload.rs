@@ -10,7 +10,12 @@
 //! into the ring, the write pointer written to the queue's doorbell through its mapping of the
 //! doorbell page; each submission ends with FENCE (the event id into the event's slot of the
 //! signal page) and TRAP, and the workload waits for the event and the read pointer. Staging is
-//! a host-visible GTT buffer. Where devices cannot be mapped (CUSE without the bridge module),
+//! a host-visible GTT buffer. The signal page is a GTT buffer given to the first CREATE_EVENT (as
+//! libhsakmt gives its events page), and the workload maps it from `/dev/kfd` at the `EVENTS`
+//! offset that CREATE_EVENT returns, at the buffer's GPU virtual address: each queue's mailbox
+//! (the slot its FENCE writes) has the same address for the CPU and the GPU; through that
+//! mapping the workload stamps its generation into a slot no event uses, which verification
+//! reads back through the mapping and by SDMA ([`STAMP_SLOT`]). Where devices cannot be mapped (CUSE without the bridge module),
 //! [`Dma::Cs`] uses the render node's command submission instead (see there for what it loses).
 //!
 //! Contents are a pure function of `(seed, gpu index, buffer index, byte offset)` (and zero in the
@@ -251,6 +256,23 @@ const RPTR_AT: usize = 64 << 10;
 const QUEUE_STAGING: u64 = 1 << 20;
 /// Bytes of a process's doorbell slice on gfx9.
 const DOORBELL_SLICE: usize = 8192;
+/// Slots of the signal page (`KFD_SIGNAL_EVENT_LIMIT`), 8 bytes each.
+const SIGNAL_SLOTS: u64 = 4096;
+/// Bytes of the signal page: what the workload allocates and maps from `/dev/kfd`.
+const SIGNAL_PAGE: u64 = 8 * SIGNAL_SLOTS;
+/// The signal page's slot in which the workload stamps its generation through its `/dev/kfd`
+/// mapping of the page, in user-mode queue mode: the last one, which no event of the workload
+/// has (signal event ids are given from 0 up, and the workload makes a handful). The driver
+/// reads only the slots of existing events, so the stamp is plain memory to it; a checkpoint
+/// carries it in the page's buffer, and verification finds it through the mapping and by SDMA.
+pub const STAMP_SLOT: u64 = SIGNAL_SLOTS - 1;
+/// What a signal slot holds until the GPU writes it (`UNSIGNALED_EVENT_SLOT`).
+const UNSIGNALED_SLOT: u64 = u64::MAX;
+
+/// The stamp of `generation` (tagged, so that it is no value the driver or a FENCE writes).
+fn stamp(generation: u32) -> u64 {
+    0x5354_414d_0000_0000 | u64::from(generation)
+}
 
 /// A way to move data on one GPU: a staging buffer in the GPU's VM and a way to run packets.
 trait Mover {
@@ -336,11 +358,16 @@ trait Mover {
         self.run(ib)
     }
 
-    fn read_counter(&mut self, va: u64) -> Result<u32, WorkloadError> {
+    /// The `n` bytes at GPU VA `va`, read by SDMA.
+    fn read_gpu(&mut self, va: u64, n: usize) -> Result<Vec<u8>, WorkloadError> {
         let mut ib = IbBuilder::new();
-        ib.copy_linear(va, self.staging().0, 4);
+        ib.copy_linear(va, self.staging().0, n as u64);
         self.run(ib)?;
-        let s = self.stage_out(4)?;
+        self.stage_out(n)
+    }
+
+    fn read_counter(&mut self, va: u64) -> Result<u32, WorkloadError> {
+        let s = self.read_gpu(va, 4)?;
         Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
     }
 }
@@ -423,7 +450,7 @@ impl<T: Transport> Mover for UserRun<'_, T> {
         q.ring.write_u64(RPTR_AT + 8, q.wptr);
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
         q.doorbells.write_u64(q.doorbell, q.wptr);
-        let deadline = std::time::Instant::now() + FENCE;
+        let mut budget = FenceBudget::new(std::time::Instant::now());
         let mut signaled = false;
         loop {
             if signaled {
@@ -439,9 +466,47 @@ impl<T: Transport> Mover for UserRun<'_, T> {
             if signaled && q.rptr() == Some(q.wptr) {
                 return Ok(());
             }
-            if std::time::Instant::now() > deadline {
+            if !budget.charge(std::time::Instant::now()) {
                 return Err(fence);
             }
+        }
+    }
+}
+
+/// The time a user-mode queue submission may take ([`FENCE`]), counting only the time the
+/// process ran. criu freezes the workload anywhere, also while it waits for a submission, and
+/// the monotonic clock runs on through the dump, the copy of the images and the restore (a
+/// minute and more on a busy machine); a deadline taken before the checkpoint would have passed
+/// when the restored process looks at it again, before its restored queue had a chance to run.
+/// A step between two looks longer than [`FenceBudget::MAX_STEP`] is the process having been
+/// stopped, and counts as that much.
+#[derive(Debug)]
+struct FenceBudget {
+    left: std::time::Duration,
+    last: std::time::Instant,
+}
+
+impl FenceBudget {
+    /// The most one step between two looks counts for (a look comes every 20 ms of waiting).
+    const MAX_STEP: std::time::Duration = std::time::Duration::from_secs(1);
+
+    fn new(now: std::time::Instant) -> Self {
+        Self {
+            left: FENCE,
+            last: now,
+        }
+    }
+
+    /// Charges the time since the last look; false once the budget is spent.
+    fn charge(&mut self, now: std::time::Instant) -> bool {
+        let step = now.saturating_duration_since(self.last).min(Self::MAX_STEP);
+        self.last = now;
+        match self.left.checked_sub(step) {
+            Some(left) if !left.is_zero() => {
+                self.left = left;
+                true
+            }
+            _ => false,
         }
     }
 }
@@ -520,6 +585,9 @@ pub struct Workload<T: Transport> {
     /// The user-mode SDMA queue of each GPU ([`Dma::Queues`]) (locked: verifying needs no
     /// exclusive access to the workload).
     user: Vec<std::sync::Mutex<UserQueue>>,
+    /// The signal page's `/dev/kfd` mapping at its GPU VA ([`Dma::Queues`]); with
+    /// [`Dma::Cs`], the address reservation at that VA.
+    events_page: Option<Mapping>,
     _queue_memory: Vec<QueueMemory>,
 }
 
@@ -550,14 +618,28 @@ fn alloc_mapped<T: Transport>(
     kind: Kind,
     size: u64,
 ) -> Result<(Buffer, Mapping), WorkloadError> {
-    let reserve =
-        |len: usize| Mapping::reserve(len).map_err(|e| std::io::Error::from_raw_os_error(e.0));
-    let at = reserve(usize::try_from(size).unwrap_or(usize::MAX))?;
-    let va = at.addr();
     let flags = AllocFlags::GTT | AllocFlags::WRITABLE | AllocFlags::NO_SUBSTITUTE;
+    let (b, at, mmap_offset) = alloc_reserved(kfd, gpu, buffers, kind, size, flags)?;
+    let map = render.map_bo_at(at, mmap_offset, Prot::RW, Share::Shared)?;
+    Ok((b, map))
+}
+
+/// A buffer of `kind` on `gpu` (mapped on it) whose GPU VA is an address range the CPU reserves
+/// for it, listed in `buffers`; returns the buffer, the reservation (to map the buffer's pages
+/// over) and the buffer's mmap offset on its render node.
+fn alloc_reserved<T: Transport>(
+    kfd: &Kfd<T>,
+    gpu: GpuId,
+    buffers: &mut Vec<Buffer>,
+    kind: Kind,
+    size: u64,
+    flags: AllocFlags,
+) -> Result<(Buffer, Mapping, u64), WorkloadError> {
+    let at = Mapping::reserve(usize::try_from(size).unwrap_or(usize::MAX))
+        .map_err(|e| std::io::Error::from_raw_os_error(e.0))?;
+    let va = at.addr();
     let a = kfd.alloc_memory(va, size, gpu, flags)?;
     kfd.map_memory_to_gpu(a.handle, &[gpu])?;
-    let map = render.map_bo_at(at, a.mmap_offset, Prot::RW, Share::Shared)?;
     let b = Buffer {
         index: u32::try_from(buffers.len()).unwrap_or(u32::MAX),
         kind,
@@ -566,7 +648,7 @@ fn alloc_mapped<T: Transport>(
         handle: a.handle.get(),
     };
     buffers.push(b.clone());
-    Ok((b, map))
+    Ok((b, at, a.mmap_offset))
 }
 
 /// Allocates a buffer of `kind` at the next VA on `gpu`, maps it there, and lists it.
@@ -626,6 +708,7 @@ impl<T: Transport> Workload<T> {
 
         // Buffers.
         let mut all_buffers = Vec::new();
+        let mut page_at = None;
         for (g, (&gpu, render)) in ids.iter().zip(&renders).enumerate() {
             kfd.acquire_vm(gpu, render.as_fd())?;
             let mut buffers = Vec::new();
@@ -661,16 +744,18 @@ impl<T: Transport> Workload<T> {
                 &mut va,
             )?;
             if g == 0 {
+                // At an address the CPU reserves: in queue mode the page's `/dev/kfd` mapping
+                // goes there.
                 let page_flags = AllocFlags::GTT | rw | AllocFlags::COHERENT;
-                alloc(
+                let (_, at, _) = alloc_reserved(
                     &kfd,
                     gpu,
                     &mut buffers,
                     Kind::EventPage,
-                    8 * 4096,
+                    SIGNAL_PAGE,
                     page_flags,
-                    &mut va,
                 )?;
+                page_at = Some(at);
             }
             all_buffers.push(buffers);
         }
@@ -699,18 +784,20 @@ impl<T: Transport> Workload<T> {
             },
         };
 
-        // Signal events: the first gives the signal page; in queue mode, the page is mapped
-        // on every GPU (each queue writes its event's slot).
+        // Signal events: the first gives the signal page (and says where `/dev/kfd` maps it);
+        // in queue mode, the page is mapped on every GPU (each queue writes its event's slot).
         if let (Dma::Queues, Some(p)) = (dma, &page) {
             kfd.map_memory_to_gpu(MemHandle(p.handle), &ids)?;
         }
+        let mut page_to_give = page.as_ref().map(|p| MemHandle(p.handle));
+        let mut events_offset = None;
+        let mut create_signal = |auto_reset: bool| {
+            let e = kfd.create_event(EventType::Signal, auto_reset, page_to_give.take())?;
+            events_offset.get_or_insert(e.page_offset);
+            Ok::<_, IoctlError>(e)
+        };
         for i in 0..spec.events {
-            let with_page = if i == 0 {
-                page.as_ref().map(|p| MemHandle(p.handle))
-            } else {
-                None
-            };
-            let e = kfd.create_event(EventType::Signal, false, with_page)?;
+            let e = create_signal(false)?;
             let signaled = i % 2 == 1;
             if signaled {
                 kfd.set_event(e.event_id)?;
@@ -736,7 +823,7 @@ impl<T: Transport> Workload<T> {
                     alloc_mapped(&kfd, render, gpu, buffers, Kind::Ring, RING_BYTES + 4096)?;
                 let (staging, staging_map) =
                     alloc_mapped(&kfd, render, gpu, buffers, Kind::Staging, QUEUE_STAGING)?;
-                let event = kfd.create_event(EventType::Signal, true, None)?;
+                let event = create_signal(true)?;
                 let mut d = QueueDesc::new(gpu, QueueType::Sdma);
                 d.ring_base = ring.va;
                 d.ring_size = u32::try_from(RING_BYTES).unwrap_or(u32::MAX);
@@ -762,6 +849,16 @@ impl<T: Transport> Workload<T> {
                 }));
             }
         }
+
+        // In queue mode the signal page is mapped from `/dev/kfd` (at the offset the first
+        // CREATE_EVENT returned) over its reservation, so that the mailbox each queue's FENCE
+        // writes is at the same address for the CPU; in CS mode the reservation stays.
+        let events_page = match (dma, page_at, events_offset) {
+            (Dma::Queues, Some(at), Some(offset)) => {
+                Some(kfd.map_offset_at(at, offset, Prot::RW, Share::Shared)?)
+            }
+            (_, at, _) => at,
+        };
 
         for (g, (&gpu, render)) in ids.iter().zip(&renders).enumerate() {
             let buffers = all_buffers.get(g).cloned().unwrap_or_default();
@@ -824,15 +921,92 @@ impl<T: Transport> Workload<T> {
                 queues,
             });
         }
-        Ok(Self {
+        let w = Self {
             kfd,
             renders,
             rebuilds: 0,
             manifest,
             dma,
             user,
+            events_page,
             _queue_memory: queue_memory,
-        })
+        };
+        w.stamp_events_page(w.manifest.generation);
+        Ok(w)
+    }
+
+    /// The signal page's `/dev/kfd` mapping, in user-mode queue mode.
+    pub fn events_page(&self) -> Option<&Mapping> {
+        self.events_page
+            .as_ref()
+            .filter(|_| self.dma == Dma::Queues)
+    }
+
+    /// Writes the stamp of `generation` into [`STAMP_SLOT`] through the events page mapping.
+    fn stamp_events_page(&self, generation: u32) {
+        if let Some(m) = self.events_page() {
+            #[allow(clippy::cast_possible_truncation)] // a slot's byte offset in a 32 KiB page
+            m.write_u64((STAMP_SLOT * 8) as usize, stamp(generation));
+        }
+    }
+
+    /// Checks the signal page through its `/dev/kfd` mapping (user-mode queue mode): the stamp
+    /// of `generation` in [`STAMP_SLOT`], the same value read by SDMA at the page's GPU VA
+    /// (the mapping and the buffer are one memory), and every event's slot acknowledged
+    /// (unsignaled: the driver reset each mailbox a completion wrote when it set the event).
+    /// Returns the slots checked (0 without the mapping).
+    fn check_events_page(&self, generation: u32) -> Result<usize, WorkloadError> {
+        let (Some(m), Some(q)) = (self.events_page(), self.user.first()) else {
+            return Ok(0);
+        };
+        let mismatch = |what: String| WorkloadError::Mismatch(format!("events page: {what}"));
+        #[allow(clippy::cast_possible_truncation)] // a slot's byte offset in a 32 KiB page
+        let read = |slot: u64| m.read_u64((slot * 8) as usize);
+        let want = stamp(generation);
+        match read(STAMP_SLOT) {
+            Some(v) if v == want => {}
+            v => {
+                return Err(mismatch(format!(
+                    "slot {STAMP_SLOT} reads {v:#x?} through the /dev/kfd mapping, expected \
+                     {want:#x}"
+                )))
+            }
+        }
+        let mut q = crate::machine::lock(q);
+        let by_gpu = UserRun {
+            kfd: &self.kfd,
+            q: &mut q,
+        }
+        .read_gpu(m.addr() + STAMP_SLOT * 8, 8)?;
+        if by_gpu != want.to_le_bytes() {
+            return Err(mismatch(format!(
+                "slot {STAMP_SLOT} reads {by_gpu:02x?} by SDMA at {:#x}, {want:#x} through the \
+                 /dev/kfd mapping",
+                m.addr() + STAMP_SLOT * 8
+            )));
+        }
+        drop(q);
+        let mut slots = 1;
+        let queue_events = self.user.iter().map(|q| crate::machine::lock(q).slot);
+        let ids: Vec<u32> = self
+            .manifest
+            .events
+            .iter()
+            .map(|&(id, _)| id)
+            .chain(queue_events)
+            .collect();
+        for id in ids {
+            match read(u64::from(id)) {
+                Some(UNSIGNALED_SLOT) => slots += 1,
+                v => {
+                    return Err(mismatch(format!(
+                        "the slot of event {id} reads {v:#x?} through the /dev/kfd mapping, \
+                         expected unsignaled"
+                    )))
+                }
+            }
+        }
+        Ok(slots)
     }
 
     /// How this workload moves its data ([`Dma::Queues`] or [`Dma::Cs`]).
@@ -903,6 +1077,7 @@ impl<T: Transport> Workload<T> {
                 step()?;
             }
         }
+        self.stamp_events_page(generation);
         self.manifest.generation = generation;
         Ok(generation)
     }
@@ -926,7 +1101,10 @@ impl<T: Transport> Workload<T> {
             .iter_mut()
             .map(|q| Box::new(UserRun { kfd, q }) as Box<dyn Mover + '_>)
             .collect();
-        verify_with(kfd, movers, &self.manifest)
+        let mut report = verify_with(kfd, movers, &self.manifest)?;
+        drop(queues);
+        report.page_slots = self.check_events_page(self.manifest.generation)?;
+        Ok(report)
     }
 }
 
@@ -943,6 +1121,9 @@ pub struct Report {
     pub events: usize,
     /// The generation found on every GPU.
     pub generation: u32,
+    /// Slots of the signal page checked through the process's `/dev/kfd` mapping of it (0
+    /// where it has none): the generation stamp and every event's slot.
+    pub page_slots: usize,
 }
 
 /// Checks, through `kfd` and one render node per GPU of the manifest (whose VMs must be the
@@ -973,6 +1154,7 @@ fn verify_with<T: Transport>(
         queues: 0,
         events: 0,
         generation: m.generation,
+        page_slots: 0,
     };
     for (g, (gm, mut dma)) in m.gpus.iter().zip(movers).enumerate() {
         for b in &gm.buffers {
@@ -1042,6 +1224,34 @@ mod tests {
         assert_eq!(spec(1000).untouched_bytes(12_345), 12_345 / 4096 * 4096);
         assert_eq!(spec(5000).untouched_bytes(1 << 20), 1 << 20);
         assert_eq!(spec(1000).untouched_bytes(u64::MAX), u64::MAX / 4096 * 4096);
+    }
+
+    #[test]
+    fn the_fence_budget_counts_running_time_not_a_freeze() {
+        use std::time::{Duration, Instant};
+        let t0 = Instant::now();
+        let mut b = FenceBudget::new(t0);
+        // Frozen by criu for five minutes in the middle of a wait: one second is charged.
+        assert!(b.charge(t0 + Duration::from_secs(300)));
+        // Then 28.9 s of 100 ms looks still fit; the budget runs out at 30 s of running time.
+        let mut now = t0 + Duration::from_secs(300);
+        for _ in 0..289 {
+            now += Duration::from_millis(100);
+            assert!(b.charge(now));
+        }
+        now += Duration::from_millis(100);
+        assert!(!b.charge(now));
+    }
+
+    #[test]
+    fn the_fence_budget_runs_out_for_a_queue_that_never_completes() {
+        use std::time::{Duration, Instant};
+        let t0 = Instant::now();
+        let mut b = FenceBudget::new(t0);
+        let looks = (1..=400u32)
+            .take_while(|&i| b.charge(t0 + Duration::from_millis(100) * i))
+            .count();
+        assert_eq!(looks, 299, "30 s of 100 ms looks, the last one spends it");
     }
 
     #[test]

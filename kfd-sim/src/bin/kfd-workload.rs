@@ -14,6 +14,9 @@
 //! (`--dma queues`), or by the render node's command submission (`--dma cs`); the default
 //! (`auto`) takes queues when `/dev/kfd` can be mapped (not over a plain CUSE device) and says
 //! which it took in its `started` line (`dma=queues|cs`).
+//! With queues it maps the events (signal) page from `/dev/kfd` too, at the page's GPU address;
+//! `page_slots=` in the VERIFY line counts the slots it checked through that mapping (its
+//! generation stamp and every event's slot; 0 with `--dma cs`).
 //! `rebuilds=` in the VERIFY line counts the tick steps that were checkpointed mid-step and had
 //! to run again on new render-node objects (`--dma cs` only; see `Workload::tick`).
 
@@ -233,13 +236,15 @@ fn verify_line(w: &Workload<FdTransport>, events: Option<&EventThread>) -> (bool
         Ok(r) => (
             true,
             format!(
-                "VERIFY OK buffers={} bytes={} queues={} events={} generation={} rebuilds={}{}",
+                "VERIFY OK buffers={} bytes={} queues={} events={} generation={} rebuilds={} \
+                 page_slots={}{}",
                 r.buffers,
                 r.bytes,
                 r.queues,
                 r.events,
                 r.generation,
                 w.rebuilds(),
+                r.page_slots,
                 wakeups.map(|n| format!(" wakeups={n}")).unwrap_or_default()
             ),
         ),
