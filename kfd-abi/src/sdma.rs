@@ -15,10 +15,11 @@
 //! | TIMESTAMP | `header(op 13, sub-op 2 GET_GLOBAL)`, `addr lo`, `addr hi`: writes the 64-bit GPU timestamp |
 //!
 //! POLL_REGMEM, ATOMIC and TIMESTAMP are what ROCr's SDMA blits add around their copies on gfx9
-//! (ROCr 5.2 and 6.1, measured on the simulator): an HDP flush before a copy (POLL_REGMEM with
-//! `hdp_flush` set and `mem_poll` clear: the engine writes the HDP flush request register and
-//! polls the done register), waits on dependency signals (POLL_REGMEM on memory), the completion
-//! signal's decrement (ATOMIC ADD64 of -1), and profiling timestamps.
+//! (ROCr 5.2, measured on the simulator): an HDP flush before a copy, waits on dependency signals
+//! (POLL_REGMEM on memory), the completion signal's decrement (ATOMIC ADD64 of -1), and profiling
+//! timestamps. The HDP flush has two forms: the kernel's (POLL_REGMEM with `hdp_flush` set and
+//! `mem_poll` clear, naming the flush request and done registers) and the parameterless one of
+//! gfx9 SDMA microcode 0x1A5 and later that ROCr writes: dwords `8, 0, 0x8000_0000, 0, 0, 0`.
 //!
 //! FENCE and TRAP are how a user-mode SDMA queue signals completion, as ROCr does it: a FENCE
 //! writes the event id into the event's slot of the signal page, then a TRAP carries the event id
@@ -84,6 +85,8 @@ pub const IB_ALIGN_DWORDS: usize = 8;
 const NOP_COUNT_SHIFT: u32 = 16;
 const NOP_COUNT_MASK: u32 = (1 << 14) - 1;
 const POLL_HDP_FLUSH: u32 = 1 << 26;
+/// The gfx9 microcode's parameterless HDP flush packet (firmware 0x1A5 and later).
+const MICROCODE_HDP_FLUSH: [u32; POLL_REGMEM_DWORDS] = [OP_POLL_REGMEM, 0, 0x8000_0000, 0, 0, 0];
 const POLL_FUNC_SHIFT: u32 = 28;
 const POLL_MEM: u32 = 1 << 31;
 const ATOMIC_LOOP: u32 = 1 << 16;
@@ -205,8 +208,9 @@ pub enum Packet {
         /// Polls before the engine gives up ([`POLL_RETRY_FOREVER`]: never).
         retries: u32,
     },
-    /// A POLL_REGMEM with `hdp_flush` set on registers: flushes the host data path (writes of
-    /// the host through the PCIe BAR reach VRAM before what follows).
+    /// A POLL_REGMEM with `hdp_flush` set on registers, or the microcode's parameterless HDP flush
+    /// packet: flushes the host data path (writes of the host through the PCIe BAR reach VRAM
+    /// before what follows).
     HdpFlush,
     /// A POLL_REGMEM on registers (not memory) without an HDP flush.
     PollRegister {
@@ -493,7 +497,7 @@ impl Iterator for Decoder<'_> {
             (OP_POLL_REGMEM, _) => self.take(at, POLL_REGMEM_DWORDS).and_then(|p| {
                 let addr = u64::from(p[1]) | u64::from(p[2]) << 32;
                 if h & POLL_MEM == 0 {
-                    return Ok(if h & POLL_HDP_FLUSH != 0 {
+                    return Ok(if h & POLL_HDP_FLUSH != 0 || p == MICROCODE_HDP_FLUSH {
                         Packet::HdpFlush
                     } else {
                         Packet::PollRegister { addr }
@@ -651,6 +655,21 @@ mod tests {
         assert_eq!(
             Decoder::new(&cut).next(),
             Some(Err(DecodeError::Truncated { at: 0 }))
+        );
+    }
+
+    #[test]
+    fn the_microcode_hdp_flush_is_a_flush_and_other_register_polls_are_not() {
+        let ib = [8, 0, 0x8000_0000, 0, 0, 0, 8, 4, 0x8000_0000, 0, 0, 0];
+        let got: Vec<_> = Decoder::new(&ib).collect();
+        assert_eq!(
+            got,
+            vec![
+                Ok(Packet::HdpFlush),
+                Ok(Packet::PollRegister {
+                    addr: 0x8000_0000_0000_0004
+                })
+            ]
         );
     }
 
