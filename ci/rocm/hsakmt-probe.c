@@ -52,7 +52,14 @@
 #include <time.h>
 #include <unistd.h>
 
+/* libhsakmt 6.x (trixie) installs its header as hsakmt/hsakmt.h, and its pkg-config file's
+ * include directory (/include/rocm under a relative prefix) does not hold it; 5.x (bookworm)
+ * installs hsakmt.h at the top. */
+#if __has_include(<hsakmt/hsakmt.h>)
+#include <hsakmt/hsakmt.h>
+#else
 #include <hsakmt.h>
+#endif
 
 #define MAX_NODES 64
 #define PAGE 4096u

@@ -58,6 +58,9 @@ if ((rc == 0)); then
 fi
 grep -q '^STOP memcpy: no completion within' "$VM_LANE_OUT/probe.out" ||
     fail "hsa-probe stopped elsewhere: $(grep '^STOP' "$VM_LANE_OUT/probe.out")"
+grep 'queue [0-9]* created' "$VM_LANE_OUT/simd.err" | while read -r line; do note "kfd-simd: $line"; done
+grep -q 'queue [0-9]* created .*: compute AQL' "$VM_LANE_OUT/simd.err" ||
+    fail "hsa_memory_copy did not complete, yet ROCr created no AQL queue for its blit kernel"
 note "stops at hsa_memory_copy: ROCr's blit kernel on an AQL queue never completes (no shader execution)"
 
 # 2. criu dumps a probe holding ROCr's state and restores it; the restored probe copies again.
