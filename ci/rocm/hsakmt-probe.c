@@ -15,17 +15,27 @@
  *   map-one     the GTT buffer mapped to one GPU (hsaKmtMapMemoryToGPUNodes)
  *   map-all     ... and to all GPUs
  *   events      a signal event: set, waited for, reset, a wait that times out
- *   sdma-queue  an SDMA queue (ring, read and write pointers in GTT)
- *   sdma-copy   a copy GTT (the buffer mapped to all GPUs) -> host-visible VRAM through the queue, then a fence write and a trap
- *               that signals an event; the copy's bytes are checked through the VRAM mapping
+ *   sdma-queue  an SDMA queue (ring in GTT; libhsakmt gives it read and write pointers of its own)
+ *   sdma-copy   a copy GTT (the buffer mapped to all GPUs) -> host-visible VRAM through the queue, a
+ *               fence write of our own, and the signal of an event as ROCr signals one from an SDMA
+ *               queue: a fence writing the event id into the event's slot of the events page, then
+ *               a trap carrying the event id; the copy's bytes are checked through the VRAM
+ *               mapping
  *   hold        (--hold FILE) prints "HOLDING <pid>" and waits until FILE exists: criu dumps and
  *               restores the process here; then every buffer is checked through its mapping
  *               again and a second copy is submitted through the same queue
  *   free        the queue, the events, the mappings and the memory released
  *   close       hsaKmtReleaseSystemProperties, hsaKmtCloseKFD
  *
- * Options: --hold FILE (above); --no-sdma (stop after the events: for a simulator that does not
- * execute user-mode queues, so the hold and the rest can still be reached).
+ * Options: --hold FILE (above); --no-sdma (no queue and no copy: the hold and the rest without
+ * them).
+ *
+ * Conventions the SDMA steps follow (those of libhsakmt and ROCr on gfx9): for a non-AQL queue,
+ * hsaKmtCreateQueue ignores the pointers it is given and hands the driver read and write pointers
+ * in its own queue record, returned in the queue resource; the ring's pointers are in bytes; the
+ * doorbell takes the 64-bit write pointer. The driver's SDMA trap handler sets only an event whose
+ * slot in the events page was written (kfd_signal_event_interrupt), hence the fence before the
+ * trap.
  *
  * Build: gcc -O1 -Wall -Wextra -o hsakmt-probe hsakmt-probe.c $(pkg-config --cflags --libs libhsakmt)
  * (Debian: libhsakmt-dev).
@@ -42,7 +52,14 @@
 #include <time.h>
 #include <unistd.h>
 
+/* libhsakmt 6.x (trixie) installs its header as hsakmt/hsakmt.h, and its pkg-config file's
+ * include directory (/include/rocm under a relative prefix) does not hold it; 5.x (bookworm)
+ * installs hsakmt.h at the top. */
+#if __has_include(<hsakmt/hsakmt.h>)
+#include <hsakmt/hsakmt.h>
+#else
 #include <hsakmt.h>
+#endif
 
 #define MAX_NODES 64
 #define PAGE 4096u
@@ -135,8 +152,8 @@ static double now(void)
 struct sdma {
     HsaQueueResource res;
     volatile uint32_t *ring; /* ring buffer, RING_BYTES */
-    volatile uint64_t *rptr; /* written by the engine: bytes read */
-    volatile uint64_t *wptr; /* written by us: bytes written */
+    volatile uint64_t *rptr; /* libhsakmt's, written by the engine: bytes read */
+    volatile uint64_t *wptr; /* libhsakmt's, written by us: bytes written */
     uint64_t wbytes;         /* our write pointer, in bytes, not wrapped */
 };
 
@@ -148,10 +165,18 @@ static void ring_put(struct sdma *q, uint32_t dw)
     q->wbytes += 4;
 }
 
-/* Submits: a linear copy of n bytes src -> dst, a fence writing `value` at `fence`, a trap with
- * `event_id` as its context; then the write pointer and the doorbell. */
+static void ring_fence(struct sdma *q, uint64_t addr, uint32_t value)
+{
+    ring_put(q, SDMA_OP_FENCE);
+    ring_put(q, (uint32_t)addr);
+    ring_put(q, (uint32_t)(addr >> 32));
+    ring_put(q, value);
+}
+
+/* Submits: a linear copy of n bytes src -> dst, a fence writing `value` at `fence`, the event's
+ * signal (its id into its slot, a trap with its id); then the write pointer and the doorbell. */
 static void sdma_copy(struct sdma *q, uint64_t src, uint64_t dst, uint32_t n, uint64_t fence,
-                      uint32_t value, uint32_t event_id)
+                      uint32_t value, const HsaEvent *ev)
 {
     ring_put(q, SDMA_OP_COPY | (0u << 8)); /* COPY, sub-op LINEAR */
     ring_put(q, n - 1);                     /* count: bytes - 1 on SDMA v4 */
@@ -160,12 +185,10 @@ static void sdma_copy(struct sdma *q, uint64_t src, uint64_t dst, uint32_t n, ui
     ring_put(q, (uint32_t)(src >> 32));
     ring_put(q, (uint32_t)dst);
     ring_put(q, (uint32_t)(dst >> 32));
-    ring_put(q, SDMA_OP_FENCE);
-    ring_put(q, (uint32_t)fence);
-    ring_put(q, (uint32_t)(fence >> 32));
-    ring_put(q, value);
+    ring_fence(q, fence, value);
+    ring_fence(q, ev->EventData.HWData2, ev->EventId);
     ring_put(q, SDMA_OP_TRAP);
-    ring_put(q, event_id & 0x0fffffffu);
+    ring_put(q, ev->EventId & 0x0fffffffu);
     while (q->wbytes % 32)
         ring_put(q, SDMA_OP_NOP);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -342,21 +365,22 @@ int main(int argc, char **argv)
         memset(ring.p, 0, ring.size);
         memset(ptrs.p, 0, ptrs.size);
         q.ring = ring.p;
-        q.rptr = (volatile uint64_t *)ptrs.p;
-        q.wptr = (volatile uint64_t *)ptrs.p + 1;
         fence = (volatile uint32_t *)ptrs.p + 8;
-        q.res.Queue_read_ptr_aql = (HSAuint64 *)q.rptr;
-        q.res.Queue_write_ptr_aql = (HSAuint64 *)q.wptr;
         CHECK(hsaKmtCreateQueue(g, HSA_QUEUE_SDMA, 100, HSA_QUEUE_PRIORITY_NORMAL, ring.p,
                                 ring.size, NULL, &q.res));
         if (!q.res.QueueDoorBell)
             stop("no doorbell address");
+        if (!q.res.Queue_read_ptr_aql || !q.res.Queue_write_ptr_aql)
+            stop("no read or write pointer in the queue resource");
+        q.rptr = q.res.Queue_read_ptr_aql;
+        q.wptr = q.res.Queue_write_ptr_aql;
+        q.wbytes = *q.wptr;
         ok("queue %" PRIu64 ", doorbell at %p", (uint64_t)q.res.QueueId,
            (void *)q.res.Queue_DoorBell);
 
         step("sdma-copy");
         fill(shared.p, PAGE, 4);
-        sdma_copy(&q, va(&shared), va(&vis), PAGE, (uint64_t)(uintptr_t)fence, 1, done->EventId);
+        sdma_copy(&q, va(&shared), va(&vis), PAGE, (uint64_t)(uintptr_t)fence, 1, done);
         sdma_wait(&q, done, fence, 1, vis.p, PAGE, 4);
         ok("4 KiB GTT -> VRAM, fence and trap");
     }
@@ -373,7 +397,7 @@ int main(int argc, char **argv)
         if (sdma) {
             check_or_stop("VRAM after the hold", vis.p, PAGE, 4);
             fill(shared.p, PAGE, 5);
-            sdma_copy(&q, va(&shared), va(&vis), PAGE, (uint64_t)(uintptr_t)fence, 2, done->EventId);
+            sdma_copy(&q, va(&shared), va(&vis), PAGE, (uint64_t)(uintptr_t)fence, 2, done);
             sdma_wait(&q, done, fence, 2, vis.p, PAGE, 5);
         } else {
             check_or_stop("VRAM after the hold", vis.p, vis.size, 2);

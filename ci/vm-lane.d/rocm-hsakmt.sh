@@ -3,16 +3,10 @@
 # kfd_bridge module (mmap of /dev/kfd and the render nodes) with the simulated sysfs mounted where
 # the kernel puts it: open, topology, VRAM without host access, GTT and VRAM with host access
 # written and read through their mappings, userptr, mapping to one and to all GPUs, signal events,
-# an SDMA queue. Then real criu dumps the program while it holds all of that and restores it, on
-# the same node and on one with other gpu ids, and the restored program checks its data through
-# its mappings.
-#
-# The SDMA copy step needs the simulator to execute user-mode SDMA queues on their doorbell
-# writes (issue 17, item 4; the user-mode queue work of the mmap branch). Where kfd-simd does not,
-# the program stops there (no trap within 5 s): the scenario then asserts that this is the stop,
-# and holds the program for criu with --no-sdma (no queue: the queue is created by the first run
-# only). The scenario takes about 5 minutes in the guest on a busy host: run it with
-# VM_LANE_SCENARIO_TIMEOUT=600.
+# an SDMA queue and a copy through it that signals an event, executed by kfd-simd's user-mode queue
+# engine. Then real criu dumps the program while it holds all of that (the queue included) and
+# restores it, on the same node and on one with other gpu ids, and the restored program checks its
+# data through its mappings and submits a second copy through the same queue.
 #
 # Guest-agnostic: it needs gcc, libhsakmt-dev and pkg-config on the (shared) root, whatever their
 # versions; the libhsakmt version is noted.
@@ -55,25 +49,19 @@ before_sdma="open topology vram gtt vram-host userptr map-one map-all events sdm
     fail "hsakmt-probe stopped before the SDMA copy: $(grep '^STOP' "$VM_LANE_OUT/probe.out" || tail -n 3 "$VM_LANE_OUT/probe.err")"
 [[ $(grep -c '^GPU node .*: gfx90a, .*104 CUs' "$VM_LANE_OUT/probe.out") == 2 ]] ||
     fail "libhsakmt does not see the preset's two gfx90a GPUs with 104 CUs"
-sdma=()
-if ((rc == 0)); then
-    grep -q '^DONE' "$VM_LANE_OUT/probe.out" || fail "hsakmt-probe exited 0 without DONE"
-    note "hsakmt-probe: every step, the SDMA copy included"
-else
-    grep -q '^STOP sdma-copy: no trap within 5 s' "$VM_LANE_OUT/probe.out" ||
-        fail "hsakmt-probe stopped elsewhere: $(grep '^STOP' "$VM_LANE_OUT/probe.out")"
-    note "stops at the SDMA copy: kfd-simd does not execute user-mode SDMA queues ($(grep '^STOP' "$VM_LANE_OUT/probe.out"))"
-    # The held runs below go on without the copy, through free and close.
-    sdma=(--no-sdma)
-fi
+((rc == 0)) || fail "hsakmt-probe failed (status $rc): $(grep '^STOP' "$VM_LANE_OUT/probe.out" || tail -n 3 "$VM_LANE_OUT/probe.err")"
+grep -q '^DONE' "$VM_LANE_OUT/probe.out" || fail "hsakmt-probe exited 0 without DONE"
+grep -q '^STEP sdma-copy ok' "$VM_LANE_OUT/probe.out" || fail "hsakmt-probe made no SDMA copy"
+note "hsakmt-probe: every step, the SDMA copy through libhsakmt's queue included"
 
-# 2. criu dumps the program while it holds VRAM, host-visible memory, events (and the queue),
-# restores it, and the restored program checks its data through its mappings and goes on.
+# 2. criu dumps the program while it holds VRAM, host-visible memory, events and the SDMA queue,
+# restores it, and the restored program checks its data through its mappings and submits a second
+# copy through the restored queue.
 # cycle NAME [between]: one dump and restore of a held probe; `between` runs between the two.
 cycle() {
     local name=$1 between=${2:-true} trigger=$VM_LANE_WORK/$1.go pid
     rm -f "$trigger"
-    pid=$(start_detached "$name" "$probe" --hold "$trigger" "${sdma[@]}")
+    pid=$(start_detached "$name" "$probe" --hold "$trigger")
     wait_for "$name to hold" 60 grep -q '^HOLDING' "$VM_LANE_OUT/$name.out"
     grep -E '/dev/(kfd|dri/renderD)' "/proc/$pid/maps" >"$VM_LANE_OUT/$name-maps.txt" || true
     note "$name: $(wc -l <"$VM_LANE_OUT/$name-maps.txt") device mappings"
@@ -95,6 +83,8 @@ cycle() {
     wait_for "$name to finish" 60 grep -qE '^(DONE|STOP)' "$VM_LANE_OUT/$name.out"
     grep -q '^DONE' "$VM_LANE_OUT/$name.out" ||
         fail "$name after restore: $(grep '^STOP' "$VM_LANE_OUT/$name.out")"
+    grep -q '^STEP hold ok: .*a second copy through the queue' "$VM_LANE_OUT/$name.out" ||
+        fail "$name made no second copy after the restore"
     note "$name restored: $(grep '^STEP hold' "$VM_LANE_OUT/$name.out"); then $(steps "$VM_LANE_OUT/$name.out" | sed 's/.* hold //')"
 }
 cycle held

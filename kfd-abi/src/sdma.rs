@@ -10,6 +10,16 @@
 //! | CONST_FILL | `header(op 11)`, `dst lo`, `dst hi`, `data`, `count` |
 //! | FENCE | `header(op 5)`, `addr lo` (dword aligned), `addr hi`, `data`: writes one dword |
 //! | TRAP | `header(op 6)`, `int_context` (28 bits): raises the engine's trap interrupt |
+//! | POLL_REGMEM | `header(op 8; bit 26 hdp_flush, bits 28..30 func, bit 31 mem_poll)`, `addr lo`, `addr hi`, `value`, `mask`, `interval (16 bits) \| retry_count (12 bits) << 16` |
+//! | ATOMIC | `header(op 10; bit 16 loop, bits 25..31 operation)`, `addr lo`, `addr hi`, `src lo`, `src hi`, `cmp lo`, `cmp hi`, `loop_interval` |
+//! | TIMESTAMP | `header(op 13, sub-op 2 GET_GLOBAL)`, `addr lo`, `addr hi`: writes the 64-bit GPU timestamp |
+//!
+//! POLL_REGMEM, ATOMIC and TIMESTAMP are what ROCr's SDMA blits add around their copies on gfx9
+//! (ROCr 5.2, measured on the simulator): an HDP flush before a copy, waits on dependency signals
+//! (POLL_REGMEM on memory), the completion signal's decrement (ATOMIC ADD64 of -1), and profiling
+//! timestamps. The HDP flush has two forms: the kernel's (POLL_REGMEM with `hdp_flush` set and
+//! `mem_poll` clear, naming the flush request and done registers) and the parameterless one of
+//! gfx9 SDMA microcode 0x1A5 and later that ROCr writes: dwords `8, 0, 0x8000_0000, 0, 0, 0`.
 //!
 //! FENCE and TRAP are how a user-mode SDMA queue signals completion, as ROCr does it: a FENCE
 //! writes the event id into the event's slot of the signal page, then a TRAP carries the event id
@@ -32,8 +42,18 @@ pub const OP_COPY: u32 = 1;
 pub const OP_FENCE: u32 = 5;
 /// `SDMA_OP_TRAP`.
 pub const OP_TRAP: u32 = 6;
+/// `SDMA_OP_POLL_REGMEM`.
+pub const OP_POLL_REGMEM: u32 = 8;
+/// `SDMA_OP_ATOMIC`.
+pub const OP_ATOMIC: u32 = 10;
 /// `SDMA_OP_CONST_FILL`.
 pub const OP_CONST_FILL: u32 = 11;
+/// `SDMA_OP_TIMESTAMP`.
+pub const OP_TIMESTAMP: u32 = 13;
+/// `SDMA_SUBOP_TIMESTAMP_GET_GLOBAL`.
+pub const SUBOP_TIMESTAMP_GET_GLOBAL: u32 = 2;
+/// The ATOMIC operation `ADD64` (`SDMA_ATOMIC_ADD64`): adds the 64-bit source to memory.
+pub const ATOMIC_ADD64: u32 = 47;
 /// `SDMA_SUBOP_COPY_LINEAR`.
 pub const SUBOP_COPY_LINEAR: u32 = 0;
 
@@ -49,6 +69,14 @@ pub const CONST_FILL_DWORDS: usize = 5;
 pub const FENCE_DWORDS: usize = 4;
 /// Dwords of a TRAP packet.
 pub const TRAP_DWORDS: usize = 2;
+/// Dwords of a POLL_REGMEM packet.
+pub const POLL_REGMEM_DWORDS: usize = 6;
+/// Dwords of an ATOMIC packet.
+pub const ATOMIC_DWORDS: usize = 8;
+/// Dwords of a TIMESTAMP packet.
+pub const TIMESTAMP_DWORDS: usize = 3;
+/// POLL_REGMEM's `retry_count` that means "poll until the condition holds".
+pub const POLL_RETRY_FOREVER: u32 = 0xfff;
 /// Bits of a TRAP packet's interrupt context.
 pub const TRAP_CONTEXT_MASK: u32 = (1 << 28) - 1;
 /// IBs are padded to a multiple of this many dwords.
@@ -56,6 +84,73 @@ pub const IB_ALIGN_DWORDS: usize = 8;
 
 const NOP_COUNT_SHIFT: u32 = 16;
 const NOP_COUNT_MASK: u32 = (1 << 14) - 1;
+const POLL_HDP_FLUSH: u32 = 1 << 26;
+/// The gfx9 microcode's parameterless HDP flush packet (firmware 0x1A5 and later).
+const MICROCODE_HDP_FLUSH: [u32; POLL_REGMEM_DWORDS] = [OP_POLL_REGMEM, 0, 0x8000_0000, 0, 0, 0];
+const POLL_FUNC_SHIFT: u32 = 28;
+const POLL_MEM: u32 = 1 << 31;
+const ATOMIC_LOOP: u32 = 1 << 16;
+const ATOMIC_OPERATION_SHIFT: u32 = 25;
+
+/// How POLL_REGMEM compares `(polled & mask)` with `value` (the packet's `func` field).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PollFunc {
+    /// 0: always true.
+    Always,
+    /// 1: less than.
+    Less,
+    /// 2: less than or equal.
+    LessEqual,
+    /// 3: equal.
+    Equal,
+    /// 4: not equal.
+    NotEqual,
+    /// 5: greater than or equal.
+    GreaterEqual,
+    /// 6: greater than.
+    Greater,
+}
+
+impl PollFunc {
+    fn from_field(f: u32) -> Option<Self> {
+        Some(match f {
+            0 => Self::Always,
+            1 => Self::Less,
+            2 => Self::LessEqual,
+            3 => Self::Equal,
+            4 => Self::NotEqual,
+            5 => Self::GreaterEqual,
+            6 => Self::Greater,
+            _ => return None,
+        })
+    }
+
+    fn field(self) -> u32 {
+        match self {
+            Self::Always => 0,
+            Self::Less => 1,
+            Self::LessEqual => 2,
+            Self::Equal => 3,
+            Self::NotEqual => 4,
+            Self::GreaterEqual => 5,
+            Self::Greater => 6,
+        }
+    }
+
+    /// Whether the polled dword satisfies the condition: `(polled & mask) func value`.
+    pub fn holds(self, polled: u32, mask: u32, value: u32) -> bool {
+        let v = polled & mask;
+        match self {
+            Self::Always => true,
+            Self::Less => v < value,
+            Self::LessEqual => v <= value,
+            Self::Equal => v == value,
+            Self::NotEqual => v != value,
+            Self::GreaterEqual => v >= value,
+            Self::Greater => v > value,
+        }
+    }
+}
 
 /// The header dword for `op` and `sub_op`.
 pub const fn header(op: u32, sub_op: u32) -> u32 {
@@ -100,6 +195,40 @@ pub enum Packet {
         /// The interrupt context (ROCr puts the event id there).
         context: u32,
     },
+    /// Wait until the dword at `addr` satisfies `func` against `value` under `mask`.
+    PollMem {
+        /// The polled GPU virtual address (dword aligned).
+        addr: u64,
+        /// The reference value.
+        value: u32,
+        /// Bits of the polled dword compared.
+        mask: u32,
+        /// The comparison.
+        func: PollFunc,
+        /// Polls before the engine gives up ([`POLL_RETRY_FOREVER`]: never).
+        retries: u32,
+    },
+    /// A POLL_REGMEM with `hdp_flush` set on registers, or the microcode's parameterless HDP flush
+    /// packet: flushes the host data path (writes of the host through the PCIe BAR reach VRAM
+    /// before what follows).
+    HdpFlush,
+    /// A POLL_REGMEM on registers (not memory) without an HDP flush.
+    PollRegister {
+        /// The register address field.
+        addr: u64,
+    },
+    /// Add `value` to the 64-bit word at `addr` (ATOMIC ADD64).
+    AtomicAdd64 {
+        /// The GPU virtual address (qword aligned).
+        addr: u64,
+        /// The addend (two's complement: -1 decrements).
+        value: u64,
+    },
+    /// Write the 64-bit GPU timestamp at `addr` (TIMESTAMP GET_GLOBAL).
+    Timestamp {
+        /// The GPU virtual address.
+        addr: u64,
+    },
 }
 
 /// Why an IB could not be decoded. The engine fails the submission with it.
@@ -120,6 +249,22 @@ pub enum DecodeError {
         op: u32,
         /// The sub-op field.
         sub_op: u32,
+    },
+    /// An ATOMIC operation other than ADD64, or an ATOMIC with its loop bit set.
+    #[error("unsupported SDMA ATOMIC operation {operation} (loop {looped}) at dword {at}")]
+    UnsupportedAtomic {
+        /// Dword index of the header.
+        at: usize,
+        /// The operation field.
+        operation: u32,
+        /// The loop bit.
+        looped: bool,
+    },
+    /// A POLL_REGMEM whose `func` is the reserved value 7.
+    #[error("SDMA POLL_REGMEM with reserved function 7 at dword {at}")]
+    BadPollFunc {
+        /// Dword index of the header.
+        at: usize,
     },
 }
 
@@ -201,6 +346,60 @@ impl IbBuilder {
     pub fn trap(&mut self, context: u32) -> &mut Self {
         self.dwords
             .extend_from_slice(&[header(OP_TRAP, 0), context & TRAP_CONTEXT_MASK]);
+        self
+    }
+
+    /// Appends a POLL_REGMEM on memory: wait until `(dword at addr & mask) func value`, polling
+    /// forever.
+    pub fn poll_mem(&mut self, addr: u64, value: u32, mask: u32, func: PollFunc) -> &mut Self {
+        let a = addr & !3;
+        self.dwords.extend_from_slice(&[
+            header(OP_POLL_REGMEM, 0) | POLL_MEM | func.field() << POLL_FUNC_SHIFT,
+            lo(a),
+            hi(a),
+            value,
+            mask,
+            10 | POLL_RETRY_FOREVER << 16,
+        ]);
+        self
+    }
+
+    /// Appends an HDP flush (POLL_REGMEM on registers with `hdp_flush` set; the register fields
+    /// are left 0).
+    pub fn hdp_flush(&mut self) -> &mut Self {
+        self.dwords.extend_from_slice(&[
+            header(OP_POLL_REGMEM, 0) | POLL_HDP_FLUSH | PollFunc::Equal.field() << POLL_FUNC_SHIFT,
+            0,
+            0,
+            0,
+            0xffff_ffff,
+            10 | POLL_RETRY_FOREVER << 16,
+        ]);
+        self
+    }
+
+    /// Appends an ATOMIC ADD64 of `value` to the qword at `addr`.
+    pub fn atomic_add64(&mut self, addr: u64, value: u64) -> &mut Self {
+        self.dwords.extend_from_slice(&[
+            header(OP_ATOMIC, 0) | ATOMIC_ADD64 << ATOMIC_OPERATION_SHIFT,
+            lo(addr),
+            hi(addr),
+            lo(value),
+            hi(value),
+            0,
+            0,
+            0,
+        ]);
+        self
+    }
+
+    /// Appends a TIMESTAMP GET_GLOBAL writing the GPU timestamp at `addr`.
+    pub fn timestamp(&mut self, addr: u64) -> &mut Self {
+        self.dwords.extend_from_slice(&[
+            header(OP_TIMESTAMP, SUBOP_TIMESTAMP_GET_GLOBAL),
+            lo(addr),
+            hi(addr),
+        ]);
         self
     }
 
@@ -295,6 +494,45 @@ impl Iterator for Decoder<'_> {
             (OP_TRAP, _) => self.take(at, TRAP_DWORDS).map(|p| Packet::Trap {
                 context: p[1] & TRAP_CONTEXT_MASK,
             }),
+            (OP_POLL_REGMEM, _) => self.take(at, POLL_REGMEM_DWORDS).and_then(|p| {
+                let addr = u64::from(p[1]) | u64::from(p[2]) << 32;
+                if h & POLL_MEM == 0 {
+                    return Ok(if h & POLL_HDP_FLUSH != 0 || p == MICROCODE_HDP_FLUSH {
+                        Packet::HdpFlush
+                    } else {
+                        Packet::PollRegister { addr }
+                    });
+                }
+                let func = PollFunc::from_field((h >> POLL_FUNC_SHIFT) & 7)
+                    .ok_or(DecodeError::BadPollFunc { at })?;
+                Ok(Packet::PollMem {
+                    addr: addr & !3,
+                    value: p[3],
+                    mask: p[4],
+                    func,
+                    retries: (p[5] >> 16) & POLL_RETRY_FOREVER,
+                })
+            }),
+            (OP_ATOMIC, _) => self.take(at, ATOMIC_DWORDS).and_then(|p| {
+                let operation = h >> ATOMIC_OPERATION_SHIFT;
+                let looped = h & ATOMIC_LOOP != 0;
+                if operation != ATOMIC_ADD64 || looped {
+                    return Err(DecodeError::UnsupportedAtomic {
+                        at,
+                        operation,
+                        looped,
+                    });
+                }
+                Ok(Packet::AtomicAdd64 {
+                    addr: u64::from(p[1]) | u64::from(p[2]) << 32,
+                    value: u64::from(p[3]) | u64::from(p[4]) << 32,
+                })
+            }),
+            (OP_TIMESTAMP, SUBOP_TIMESTAMP_GET_GLOBAL) => {
+                self.take(at, TIMESTAMP_DWORDS).map(|p| Packet::Timestamp {
+                    addr: u64::from(p[1]) | u64::from(p[2]) << 32,
+                })
+            }
             _ => Err(DecodeError::Unsupported { at, op, sub_op }),
         };
         if packet.is_err() {
@@ -378,6 +616,15 @@ mod tests {
     #[case::nop_count_past_end(&[0x0005_0000, 0], DecodeError::Truncated { at: 0 })]
     #[case::unknown_op(&[0x0000_0042], DecodeError::Unsupported { at: 0, op: 0x42, sub_op: 0 })]
     #[case::tiled_copy(&[0x0000_0101], DecodeError::Unsupported { at: 0, op: 1, sub_op: 1 })]
+    #[case::atomic_cmpswap(&[header(OP_ATOMIC, 0) | 40 << 25, 0, 0, 0, 0, 0, 0, 0],
+        DecodeError::UnsupportedAtomic { at: 0, operation: 40, looped: false })]
+    #[case::atomic_add64_looped(&[header(OP_ATOMIC, 0) | 47 << 25 | 1 << 16, 0, 0, 0, 0, 0, 0, 0],
+        DecodeError::UnsupportedAtomic { at: 0, operation: 47, looped: true })]
+    #[case::poll_reserved_func(&[header(OP_POLL_REGMEM, 0) | 1 << 31 | 7 << 28, 0, 0, 0, 0, 0],
+        DecodeError::BadPollFunc { at: 0 })]
+    #[case::truncated_poll(&[header(OP_POLL_REGMEM, 0), 0, 0, 0, 0], DecodeError::Truncated { at: 0 })]
+    #[case::timestamp_get_local(&[header(OP_TIMESTAMP, 1), 0, 0],
+        DecodeError::Unsupported { at: 0, op: 13, sub_op: 1 })]
     fn malformed_ibs_are_errors(#[case] ib: &[u32], #[case] err: DecodeError) {
         let last = Decoder::new(ib).last().unwrap();
         assert_eq!(last, Err(err));
@@ -409,6 +656,91 @@ mod tests {
             Decoder::new(&cut).next(),
             Some(Err(DecodeError::Truncated { at: 0 }))
         );
+    }
+
+    #[test]
+    fn the_microcode_hdp_flush_is_a_flush_and_other_register_polls_are_not() {
+        let ib = [8, 0, 0x8000_0000, 0, 0, 0, 8, 4, 0x8000_0000, 0, 0, 0];
+        let got: Vec<_> = Decoder::new(&ib).collect();
+        assert_eq!(
+            got,
+            vec![
+                Ok(Packet::HdpFlush),
+                Ok(Packet::PollRegister {
+                    addr: 0x8000_0000_0000_0004
+                })
+            ]
+        );
+    }
+
+    /// The packets ROCr's SDMA blit writes around a copy on gfx9, as raw dwords: an HDP flush
+    /// (register poll, func equal, retry forever), a wait for a dependency signal to reach 0, the
+    /// completion signal's decrement, a global timestamp.
+    #[test]
+    fn rocr_blit_packets_decode() {
+        let hdp = [0x3400_0008, 0x0000_1234, 0, 0, 0xffff_ffff, 0x0fff_000a];
+        let poll = [0xb000_0008, 0x1000_0104, 0x7f, 0, 0xffff_ffff, 0x0fff_000a];
+        let atomic = [
+            0x5e00_000a,
+            0x2000_0008,
+            0x7f,
+            0xffff_ffff,
+            0xffff_ffff,
+            0,
+            0,
+            0,
+        ];
+        let ts = [0x0000_020d, 0x3000_0020, 0x7f];
+        let ib: Vec<u32> = [&hdp[..], &poll, &atomic, &ts].concat();
+        let got: Vec<_> = Decoder::new(&ib).collect();
+        assert_eq!(
+            got,
+            vec![
+                Ok(Packet::HdpFlush),
+                Ok(Packet::PollMem {
+                    addr: 0x7f_1000_0104,
+                    value: 0,
+                    mask: 0xffff_ffff,
+                    func: PollFunc::Equal,
+                    retries: POLL_RETRY_FOREVER,
+                }),
+                Ok(Packet::AtomicAdd64 {
+                    addr: 0x7f_2000_0008,
+                    value: u64::MAX,
+                }),
+                Ok(Packet::Timestamp {
+                    addr: 0x7f_3000_0020
+                }),
+            ]
+        );
+        let mut built = IbBuilder::new();
+        built
+            .hdp_flush()
+            .poll_mem(0x7f_1000_0104, 0, 0xffff_ffff, PollFunc::Equal)
+            .atomic_add64(0x7f_2000_0008, u64::MAX)
+            .timestamp(0x7f_3000_0020);
+        let mut want = ib.clone();
+        want[1] = 0; // the builder leaves the flush's register field 0
+        assert_eq!(built.packets(), &want[..]);
+    }
+
+    #[rstest]
+    #[case::always(PollFunc::Always, 5, 0xff, 9, true)]
+    #[case::less(PollFunc::Less, 5, 0xff, 6, true)]
+    #[case::less_not(PollFunc::Less, 6, 0xff, 6, false)]
+    #[case::less_equal(PollFunc::LessEqual, 6, 0xff, 6, true)]
+    #[case::equal_masked(PollFunc::Equal, 0x100, 0xff, 0, true)]
+    #[case::not_equal(PollFunc::NotEqual, 1, 0xff, 0, true)]
+    #[case::greater_equal(PollFunc::GreaterEqual, 3, 0xff, 4, false)]
+    #[case::greater(PollFunc::Greater, 5, 0xff, 4, true)]
+    fn poll_compares_the_masked_dword(
+        #[case] func: PollFunc,
+        #[case] polled: u32,
+        #[case] mask: u32,
+        #[case] value: u32,
+        #[case] holds: bool,
+    ) {
+        assert_eq!(func.holds(polled, mask, value), holds);
     }
 
     #[test]

@@ -122,6 +122,18 @@ pub enum Fault {
     /// The job ran past the timeout.
     #[error("SDMA job timed out")]
     Timeout,
+    /// A POLL_REGMEM on a register other than the HDP flush: the simulator has no registers.
+    #[error("POLL_REGMEM on register {addr:#x}: registers are not simulated")]
+    Register {
+        /// The register address field.
+        addr: u64,
+    },
+    /// A 64-bit atomic at an address that is not qword aligned.
+    #[error("GPU VM fault at {va:#x} (64-bit atomic not qword aligned)")]
+    Misaligned {
+        /// The address.
+        va: u64,
+    },
 }
 
 impl Fault {
@@ -358,13 +370,34 @@ fn fetch_ib(vm: &Mutex<Vm>, va: u64, bytes: u32) -> Result<Vec<u32>, Fault> {
         .collect())
 }
 
+/// What one packet did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ran {
+    /// It executed; the engine goes on with the next one.
+    Done,
+    /// A memory poll whose condition does not hold yet: the engine polls it again later (the
+    /// read pointer stays at the packet).
+    Waiting,
+}
+
+/// The GPU timestamp counter (gfx9: 100 MHz), on the clock GET_CLOCK_COUNTERS reports it on.
+pub(crate) fn gpu_timestamp() -> u64 {
+    host::clock_ns(libc::CLOCK_MONOTONIC_RAW) / 10
+}
+
 /// Executes one packet against `vm`; a TRAP calls `on_trap` with its context (the interrupt as
 /// the engine's owner models it).
+///
+/// Approximations: a memory poll polls for ever whatever its retry count (on hardware an
+/// exhausted count raises an interrupt); the HDP flush does nothing (the simulator's memory is
+/// coherent); ATOMIC ADD64 is a read and a write of the VM, not atomic against a CPU writing the
+/// same qword at the same time (ROCr's completion signals are written by the engine alone while a
+/// copy is in flight).
 pub(crate) fn run_packet(
     vm: &Mutex<Vm>,
     packet: Packet,
     on_trap: &mut dyn FnMut(u32),
-) -> Result<(), Fault> {
+) -> Result<Ran, Fault> {
     match packet {
         Packet::Nop { .. } => {}
         Packet::CopyLinear { src, dst, bytes } => {
@@ -378,9 +411,38 @@ pub(crate) fn run_packet(
         }
         Packet::Fence { addr, data } => write_va(vm, addr, &data.to_le_bytes())?,
         Packet::Trap { context } => on_trap(context),
+        Packet::PollMem {
+            addr,
+            value,
+            mask,
+            func,
+            ..
+        } => {
+            let raw = read_va(vm, addr, 4)?;
+            let polled = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
+            if !func.holds(polled, mask, value) {
+                return Ok(Ran::Waiting);
+            }
+        }
+        Packet::HdpFlush => {}
+        Packet::PollRegister { addr } => return Err(Fault::Register { addr }),
+        Packet::AtomicAdd64 { addr, value } => {
+            if addr % 8 != 0 {
+                return Err(Fault::Misaligned { va: addr });
+            }
+            let raw = read_va(vm, addr, 8)?;
+            let mut old = [0u8; 8];
+            old.copy_from_slice(&raw);
+            let new = u64::from_le_bytes(old).wrapping_add(value);
+            write_va(vm, addr, &new.to_le_bytes())?;
+        }
+        Packet::Timestamp { addr } => write_va(vm, addr, &gpu_timestamp().to_le_bytes())?,
     }
-    Ok(())
+    Ok(Ran::Done)
 }
+
+/// How long a submission waits between two polls of an unsatisfied memory poll.
+const CS_POLL_INTERVAL: Duration = Duration::from_micros(200);
 
 /// Executes the IB of `bytes` bytes at GPU VA `ib_va` against `vm`, packet by packet, until the
 /// end or the first fault. `started` is when the job started (for the timeout). A TRAP in a
@@ -394,7 +456,13 @@ pub(crate) fn execute(
 ) -> Result<(), Fault> {
     let ib = fetch_ib(vm, ib_va, bytes)?;
     for packet in Decoder::new(&ib) {
-        run_packet(vm, packet?, &mut |_| {})?;
+        let packet = packet?;
+        while run_packet(vm, packet, &mut |_| {})? == Ran::Waiting {
+            if started.elapsed() > JOB_TIMEOUT {
+                return Err(Fault::Timeout);
+            }
+            std::thread::sleep(CS_POLL_INTERVAL);
+        }
         if started.elapsed() > JOB_TIMEOUT {
             return Err(Fault::Timeout);
         }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::criu::{criu_view, read_dmabuf, restore_bos, restore_devices, write_dmabuf};
 use common::{env, errno, gpu, Env, GTT_W};
 use kfd_abi::kfd::QueueDesc;
-use kfd_abi::sdma::IbBuilder;
+use kfd_abi::sdma::{IbBuilder, PollFunc};
 use kfd_abi::{
     mmap_offset as mo, AllocFlags, Errno, EventId, EventType, GpuId, Kfd, Mapping, Prot, QueueType,
     RenderNode, Share, WaitResult,
@@ -218,6 +218,74 @@ fn packets_written_without_the_doorbell_wait_and_the_ring_wraps() {
         let last = if i < 16 { i + 64 + 1 } else { i + 1 };
         assert_eq!(got[i as usize * 4..][..4], last.to_le_bytes(), "dword {i}");
     }
+}
+
+/// ROCr's SDMA blit for `hsa_amd_memory_async_copy` on gfx9: an HDP flush, a wait until the
+/// dependency signal's value (two dwords) is 0, the copy, the completion signal decremented with
+/// ATOMIC ADD64 of -1, a global timestamp, and the event's FENCE + TRAP.
+#[test]
+fn rocr_blit_waits_for_its_dependency_then_decrements_its_completion_signal() {
+    let e = env(Preset::mi210x2());
+    let g = e.gpus[0];
+    let r = render(&e, 0);
+    let src = buffer(&e, &r, g, SRC_VA, DATA);
+    let dst = buffer(&e, &r, g, DST_VA, DATA);
+    let signals = buffer(&e, &r, g, SRC_VA + (1 << 30), PAGE);
+    let (dep, done, ts) = (
+        SRC_VA + (1 << 30),
+        SRC_VA + (1 << 30) + 8,
+        SRC_VA + (1 << 30) + 32,
+    );
+    assert!(signals.write_u64(0, 1), "the dependency is pending");
+    assert!(signals.write_u64(8, 1), "the completion signal starts at 1");
+    assert!(src.write(0, &pattern(DATA, 3)));
+    let (ev, slot, _slots) = event(&e, g);
+    let mut q = UserQueue::new(&e, &r, g, RING_VA, 64 << 10);
+
+    let mut ib = IbBuilder::new();
+    ib.hdp_flush()
+        .poll_mem(dep + 4, 0, u32::MAX, PollFunc::Equal)
+        .poll_mem(dep, 0, u32::MAX, PollFunc::Equal)
+        .copy_linear(SRC_VA, DST_VA, DATA)
+        .atomic_add64(done, u64::MAX)
+        .timestamp(ts);
+    q.push(ib.packets(), false);
+    q.push(signal(slot).packets(), true);
+
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        q.rptr(),
+        2 * 6 * 4,
+        "the HDP flush and the poll of the high dword (0) ran; the engine waits at the low one..."
+    );
+    assert_eq!(read(&dst, 4), [0; 4]);
+    assert!(signals.write_u64(0, 0), "...until the dependency completes");
+    assert_eq!(
+        e.kfd.wait_events(&[ev], true, 10_000).unwrap(),
+        WaitResult::Complete
+    );
+    q.drain();
+    assert_eq!(read(&dst, DATA), pattern(DATA, 3));
+    assert_eq!(signals.read_u64(8), Some(0), "decremented once");
+    assert_ne!(signals.read_u64(32), Some(0), "a timestamp was written");
+}
+
+#[test]
+fn a_poll_on_a_register_hangs_the_queue() {
+    let e = env(Preset::mi210x2());
+    let g = e.gpus[0];
+    let r = render(&e, 0);
+    let dst = buffer(&e, &r, g, DST_VA, PAGE);
+    let mut q = UserQueue::new(&e, &r, g, RING_VA, 4096);
+    // POLL_REGMEM on a register without the HDP flush bit: the simulator has no registers.
+    let poll = [8u32, 0x1234, 0, 0, u32::MAX, 0x0fff_000a];
+    let mut ib = IbBuilder::new();
+    ib.const_fill(DST_VA, 7, 4);
+    q.push(&poll, false);
+    q.push(ib.packets(), true);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(q.rptr(), 0);
+    assert_eq!(read(&dst, 4), [0; 4]);
 }
 
 #[test]

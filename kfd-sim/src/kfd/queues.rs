@@ -197,6 +197,19 @@ pub(super) fn create_queue(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult 
             0
         };
         let (qid, byte) = create_queue_locked(call.machine, &mut st, q, ctl, None)?;
+        // Which queues a client makes is what tells how far it can get: the engine runs SDMA
+        // queues; nothing runs compute queues (no command processor, no shader execution).
+        let what = match (kind, aql) {
+            (QueueKind::Compute, true) => "compute AQL (not executed: no command processor)",
+            (QueueKind::Compute, false) => "compute PM4 (not executed: no command processor)",
+            (QueueKind::Sdma, _) => "SDMA",
+            (QueueKind::SdmaXgmi, _) => "SDMA xGMI",
+        };
+        log::info!(
+            "kfd-sim: pid {}: queue {qid} created on gpu {:#x}: {what}",
+            call.process.pid,
+            a.gpu_id
+        );
         a.queue_id = qid;
         a.doorbell_offset = mo::TYPE_DOORBELL | mo::gpu_id(a.gpu_id) | byte;
         Ok(0)

@@ -23,8 +23,11 @@
 //!   more than a ring ahead, or a VM fault hangs the queue (logged; nothing after it runs), as
 //!   a hung SDMA queue waits for a reset on hardware. An incomplete packet at the write pointer
 //!   waits for the rest.
+//! - **Waits.** A POLL_REGMEM on memory whose condition does not hold leaves the read pointer
+//!   at the packet; the engine polls it again on its next round (ROCr makes a copy wait for its
+//!   dependency signals so).
 //! - **Signals.** FENCE writes a dword anywhere in the VM (the event's slot in the signal page,
-//!   as ROCr does); TRAP delivers the event interrupt with its 28-bit context, which the
+//!   as ROCr does); ATOMIC ADD64 decrements a completion signal's value; TRAP delivers the event interrupt with its 28-bit context, which the
 //!   driver's handler turns into SET_EVENT of the event whose slot was written
 //!   ([`signal_event_interrupt`]).
 //! - **Checkpoint.** The executed and latched pointers are part of the queue's MQD image, which
@@ -40,7 +43,7 @@ use super::events::signal_event_interrupt;
 use crate::machine::{lock, MachineInner};
 use crate::process::{KfdProcess, ProcState, QueueKind};
 use crate::render::Vm;
-use crate::sdma::{read_va, run_packet, write_va, Fault};
+use crate::sdma::{read_va, run_packet, write_va, Fault, Ran};
 
 /// The poll interval while queues have work.
 pub(crate) const POLL_MIN: Duration = Duration::from_micros(100);
@@ -212,7 +215,10 @@ fn run_queue(p: &KfdProcess, w: &Work) -> bool {
                 Some(Ok(packet)) => packet,
             };
             let mut traps = Vec::new();
-            run_packet(&w.vm, packet, &mut |ctx| traps.push(ctx))?;
+            if run_packet(&w.vm, packet, &mut |ctx| traps.push(ctx))? == Ran::Waiting {
+                // A poll not satisfied yet: polled again on the next round.
+                return Ok(ran);
+            }
             ran = true;
             let rptr = w.from.wrapping_add(decoder.position() as u64 * 4);
             let evicted = {

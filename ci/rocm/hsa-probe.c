@@ -1,0 +1,324 @@
+/*
+ * hsa-probe: a small client of Debian's ROCr (libhsa-runtime64, AMD's HSA runtime over libhsakmt),
+ * written here to see how far AMD's runtime gets on kfd-simd (issue 17, item 5), and to be
+ * checkpointed by real criu while it holds device memory.
+ *
+ * Like hsakmt-probe, it runs one step after another and prints "STEP <name> ok[: details]" for
+ * each; the first step that fails prints "STOP <name>: <what>" and the program exits 2 (1: bad
+ * usage). A step that does not finish within its time limit (a copy the simulated GPU never
+ * completes) prints "STOP <name>: no completion within N s" from an alarm and exits 3. Steps:
+ *
+ *   init        hsa_init
+ *   agents      the CPU and GPU agents: names, gfx target, compute units
+ *   pools       each GPU's coarse-grained global pool (VRAM) and the CPU's fine-grained pool
+ *   alloc       hsa_amd_memory_pool_allocate: VRAM on the first GPU, two host buffers, the host
+ *               buffers made accessible to the GPU (hsa_amd_agents_allow_access)
+ *   h2d         hsa_amd_memory_async_copy host -> VRAM, waited for on its completion signal
+ *               (ROCr copies between host and device with an SDMA queue on gfx9)
+ *   d2h         hsa_amd_memory_async_copy VRAM -> the other host buffer; its bytes are checked
+ *   hold        (--hold FILE) prints "HOLDING <pid>" and waits until FILE exists: criu dumps and
+ *               restores the process here; then the host buffers are checked and the round trip
+ *               host -> VRAM -> host is made again through the same SDMA queues
+ *   memcpy      (unless --no-memory-copy) hsa_memory_copy host -> VRAM, then VRAM -> host,
+ *               checked (ROCr's synchronous copy: which engine it takes is what this step finds)
+ *   free        hsa_amd_memory_pool_free of every buffer
+ *   shutdown    hsa_shut_down
+ *
+ * Build: gcc -O1 -Wall -Wextra -o hsa-probe hsa-probe.c -lhsa-runtime64 (Debian:
+ * libhsa-runtime-dev).
+ */
+#define _GNU_SOURCE
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <hsa/hsa.h>
+#include <hsa/hsa_ext_amd.h>
+
+#define MAX_GPUS 16
+#define BYTES (1u << 20)
+#define STEP_SECONDS 20
+
+static const char *volatile step_name = "start";
+
+/* Each step gets STEP_SECONDS: a copy the engine never completes ends in the alarm's STOP. */
+static void step(const char *name)
+{
+    step_name = name;
+    alarm(STEP_SECONDS);
+}
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    char line[160];
+    int n = snprintf(line, sizeof(line), "STOP %s: no completion within %d s\n", step_name,
+                     STEP_SECONDS);
+    if (n > 0 && write(STDOUT_FILENO, line, (size_t)n) < 0)
+        _exit(4);
+    _exit(3);
+}
+
+static void ok(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void ok(const char *fmt, ...)
+{
+    va_list ap;
+    printf("STEP %s ok", step_name);
+    if (fmt && *fmt) {
+        printf(": ");
+        va_start(ap, fmt);
+        vprintf(fmt, ap);
+        va_end(ap);
+    }
+    printf("\n");
+    fflush(stdout);
+}
+
+static void stop(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void stop(const char *fmt, ...)
+{
+    va_list ap;
+    printf("STOP %s: ", step_name);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    fflush(stdout);
+    exit(2);
+}
+
+/* Stops with the call's text, status and ROCr's description of it unless it succeeded. */
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        hsa_status_t s_ = (call);                                                                  \
+        if (s_ != HSA_STATUS_SUCCESS) {                                                            \
+            const char *why_ = NULL;                                                               \
+            hsa_status_string(s_, &why_);                                                          \
+            stop("%s: status %#x (%s)", #call, (unsigned)s_, why_ ? why_ : "?");                   \
+        }                                                                                          \
+    } while (0)
+
+static uint8_t pattern(uint32_t seed, size_t i)
+{
+    uint32_t x = seed * 2654435761u + (uint32_t)i * 40503u;
+    return (uint8_t)(x ^ (x >> 13) ^ (x >> 24));
+}
+
+static void fill(void *p, size_t n, uint32_t seed)
+{
+    uint8_t *b = p;
+    for (size_t i = 0; i < n; i++)
+        b[i] = pattern(seed, i);
+}
+
+static void check_or_stop(const char *what, const void *p, size_t n, uint32_t seed)
+{
+    const volatile uint8_t *b = p;
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != pattern(seed, i))
+            stop("%s: byte %zu is %#x, not %#x", what, i, b[i], pattern(seed, i));
+}
+
+struct agents {
+    hsa_agent_t cpu;
+    bool have_cpu;
+    hsa_agent_t gpu[MAX_GPUS];
+    unsigned ngpus;
+};
+
+static hsa_status_t each_agent(hsa_agent_t a, void *data)
+{
+    struct agents *all = data;
+    hsa_device_type_t type;
+    hsa_status_t s = hsa_agent_get_info(a, HSA_AGENT_INFO_DEVICE, &type);
+    if (s != HSA_STATUS_SUCCESS)
+        return s;
+    if (type == HSA_DEVICE_TYPE_CPU && !all->have_cpu) {
+        all->cpu = a;
+        all->have_cpu = true;
+    } else if (type == HSA_DEVICE_TYPE_GPU && all->ngpus < MAX_GPUS) {
+        all->gpu[all->ngpus++] = a;
+    }
+    return HSA_STATUS_SUCCESS;
+}
+
+/* The pool a search wants: a global segment pool that allows allocation, fine- or
+ * coarse-grained. */
+struct pool_want {
+    bool fine;
+    hsa_amd_memory_pool_t pool;
+    bool found;
+};
+
+static hsa_status_t each_pool(hsa_amd_memory_pool_t pool, void *data)
+{
+    struct pool_want *w = data;
+    hsa_amd_segment_t seg;
+    uint32_t flags = 0;
+    bool alloc = false;
+    hsa_status_t s = hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_SEGMENT, &seg);
+    if (s != HSA_STATUS_SUCCESS)
+        return s;
+    if (seg != HSA_AMD_SEGMENT_GLOBAL)
+        return HSA_STATUS_SUCCESS;
+    s = hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS, &flags);
+    if (s != HSA_STATUS_SUCCESS)
+        return s;
+    s = hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED, &alloc);
+    if (s != HSA_STATUS_SUCCESS)
+        return s;
+    uint32_t want = w->fine ? HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED
+                            : HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED;
+    if (alloc && (flags & want) && !w->found) {
+        w->pool = pool;
+        w->found = true;
+    }
+    return HSA_STATUS_SUCCESS;
+}
+
+static hsa_amd_memory_pool_t find_pool(hsa_agent_t a, bool fine, const char *what)
+{
+    struct pool_want w = {.fine = fine};
+    CHECK(hsa_amd_agent_iterate_memory_pools(a, each_pool, &w));
+    if (!w.found)
+        stop("no %s pool", what);
+    return w.pool;
+}
+
+/* An asynchronous copy of BYTES, waited for on its completion signal (1 -> 0). */
+static void async_copy(void *dst, hsa_agent_t dst_agent, const void *src, hsa_agent_t src_agent)
+{
+    hsa_signal_t done;
+    CHECK(hsa_signal_create(1, 0, NULL, &done));
+    CHECK(hsa_amd_memory_async_copy(dst, dst_agent, src, src_agent, BYTES, 0, NULL, done));
+    hsa_signal_value_t v;
+    while ((v = hsa_signal_wait_scacquire(done, HSA_SIGNAL_CONDITION_LT, 1, UINT64_MAX,
+                                          HSA_WAIT_STATE_BLOCKED)) != 0) {
+        if (v < 0)
+            stop("the completion signal reads %" PRId64, (int64_t)v);
+    }
+    CHECK(hsa_signal_destroy(done));
+}
+
+int main(int argc, char **argv)
+{
+    const char *hold = NULL;
+    bool memory_copy = true;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--hold") && i + 1 < argc)
+            hold = argv[++i];
+        else if (!strcmp(argv[i], "--no-memory-copy"))
+            memory_copy = false;
+        else {
+            fprintf(stderr, "usage: %s [--hold FILE] [--no-memory-copy]\n", argv[0]);
+            return 1;
+        }
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    signal(SIGALRM, on_alarm);
+
+    step("init");
+    CHECK(hsa_init());
+    uint16_t major = 0, minor = 0;
+    CHECK(hsa_system_get_info(HSA_SYSTEM_INFO_VERSION_MAJOR, &major));
+    CHECK(hsa_system_get_info(HSA_SYSTEM_INFO_VERSION_MINOR, &minor));
+    ok("HSA %u.%u", major, minor);
+
+    step("agents");
+    struct agents all;
+    memset(&all, 0, sizeof(all));
+    CHECK(hsa_iterate_agents(each_agent, &all));
+    if (!all.have_cpu)
+        stop("no CPU agent");
+    if (!all.ngpus)
+        stop("no GPU agent");
+    for (unsigned i = 0; i < all.ngpus; i++) {
+        char name[64] = {0}, product[64] = {0};
+        uint32_t cus = 0;
+        CHECK(hsa_agent_get_info(all.gpu[i], HSA_AGENT_INFO_NAME, name));
+        CHECK(hsa_agent_get_info(all.gpu[i], (hsa_agent_info_t)HSA_AMD_AGENT_INFO_PRODUCT_NAME,
+                                 product));
+        CHECK(hsa_agent_get_info(all.gpu[i],
+                                 (hsa_agent_info_t)HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT, &cus));
+        printf("GPU agent %u: %s, %s, %u CUs\n", i, name, product, cus);
+    }
+    ok("1 CPU, %u GPUs", all.ngpus);
+    hsa_agent_t gpu = all.gpu[0];
+
+    step("pools");
+    hsa_amd_memory_pool_t vram_pool = find_pool(gpu, false, "coarse-grained GPU");
+    hsa_amd_memory_pool_t host_pool = find_pool(all.cpu, true, "fine-grained CPU");
+    size_t vram_size = 0;
+    CHECK(hsa_amd_memory_pool_get_info(vram_pool, HSA_AMD_MEMORY_POOL_INFO_SIZE, &vram_size));
+    ok("VRAM pool of %zu MiB, a fine-grained system pool", vram_size >> 20);
+
+    step("alloc");
+    void *vram = NULL, *src = NULL, *dst = NULL;
+    CHECK(hsa_amd_memory_pool_allocate(vram_pool, BYTES, 0, &vram));
+    CHECK(hsa_amd_memory_pool_allocate(host_pool, BYTES, 0, &src));
+    CHECK(hsa_amd_memory_pool_allocate(host_pool, BYTES, 0, &dst));
+    CHECK(hsa_amd_agents_allow_access(1, &gpu, NULL, src));
+    CHECK(hsa_amd_agents_allow_access(1, &gpu, NULL, dst));
+    ok("1 MiB of VRAM at %p, host buffers at %p and %p", vram, src, dst);
+
+    step("h2d");
+    fill(src, BYTES, 1);
+    memset(dst, 0, BYTES);
+    async_copy(vram, gpu, src, all.cpu);
+    ok("1 MiB host -> VRAM");
+
+    step("d2h");
+    async_copy(dst, all.cpu, vram, gpu);
+    check_or_stop("the copy back", dst, BYTES, 1);
+    ok("1 MiB VRAM -> host, checked");
+
+    if (hold) {
+        step("hold");
+        alarm(0);
+        printf("HOLDING %d\n", (int)getpid());
+        fflush(stdout);
+        while (access(hold, F_OK))
+            usleep(100 * 1000);
+        alarm(STEP_SECONDS);
+        check_or_stop("the host buffer after the hold", dst, BYTES, 1);
+        /* VRAM after the restore: copied back first, then written anew and read back. */
+        memset(dst, 0, BYTES);
+        async_copy(dst, all.cpu, vram, gpu);
+        check_or_stop("VRAM after the hold", dst, BYTES, 1);
+        fill(src, BYTES, 2);
+        async_copy(vram, gpu, src, all.cpu);
+        memset(dst, 0, BYTES);
+        async_copy(dst, all.cpu, vram, gpu);
+        check_or_stop("the copy back after the hold", dst, BYTES, 2);
+        ok("data intact, a new round trip host -> VRAM -> host");
+    }
+
+    if (memory_copy) {
+        step("memcpy");
+        fill(src, BYTES, 3);
+        CHECK(hsa_memory_copy(vram, src, BYTES));
+        memset(dst, 0, BYTES);
+        CHECK(hsa_memory_copy(dst, vram, BYTES));
+        check_or_stop("hsa_memory_copy's round trip", dst, BYTES, 3);
+        ok("1 MiB host -> VRAM -> host");
+    }
+
+    step("free");
+    CHECK(hsa_amd_memory_pool_free(vram));
+    CHECK(hsa_amd_memory_pool_free(src));
+    CHECK(hsa_amd_memory_pool_free(dst));
+    ok("all released");
+
+    step("shutdown");
+    CHECK(hsa_shut_down());
+    ok("runtime closed");
+    alarm(0);
+    printf("DONE\n");
+    return 0;
+}
