@@ -70,6 +70,50 @@ impl EngineTime {
     }
 }
 
+/// The SDMA engines of one GPU, as the DMA ring's scheduler sees them: a job runs on an idle
+/// engine, and when every engine is busy it waits for one, so at most as many jobs of the GPU
+/// execute at the same time as it has engines (amdgpu's scheduler gives an idle entity the least
+/// busy engine, `drm_sched_pick_best`). Execution is synchronous in the submitting thread: the
+/// engine a job runs on is that thread while it holds the engine.
+#[derive(Debug)]
+pub struct Engines {
+    busy: Vec<Mutex<()>>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Engines {
+    /// `count` engines (at least one).
+    pub fn new(count: u32) -> Self {
+        let count = usize::try_from(count).unwrap_or(1).max(1);
+        Self {
+            busy: (0..count).map(|_| Mutex::new(())).collect(),
+            next: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// How many engines there are.
+    pub fn count(&self) -> usize {
+        self.busy.len()
+    }
+
+    /// Runs `job` on an engine: the first idle one, else the next one in turn once it is free.
+    pub fn run<R>(&self, job: impl FnOnce() -> R) -> R {
+        for e in &self.busy {
+            match e.try_lock() {
+                Ok(_held) => return job(),
+                Err(std::sync::TryLockError::Poisoned(p)) => {
+                    let _held = p.into_inner();
+                    return job();
+                }
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+        }
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.busy.len();
+        let _held = self.busy.get(i).map(lock);
+        job()
+    }
+}
+
 /// The largest IB the engine fetches (the simulator's bound).
 pub const MAX_IB_BYTES: u64 = 4 << 20;
 /// amdgpu's default job timeout for non-compute rings (`lockup_timeout`, 10 s): a submission
@@ -437,6 +481,41 @@ mod tests {
         assert!(b.write(0, &bytes));
         map(vm, va, &b, 0, size, false);
         (b, u32::try_from(bytes.len()).unwrap())
+    }
+
+    /// Runs `jobs` jobs, one per thread, on `engines`; each job stays until `wanted` jobs are
+    /// inside at once or `patience` has passed. Returns how many were inside at once at most.
+    fn most_at_once(engines: &Engines, jobs: usize, wanted: usize, patience: Duration) -> usize {
+        use std::sync::atomic::AtomicUsize;
+        let (inside, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        std::thread::scope(|s| {
+            for _ in 0..jobs {
+                s.spawn(|| {
+                    engines.run(|| {
+                        let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        let until = Instant::now() + patience;
+                        while most.load(Ordering::SeqCst) < wanted && Instant::now() < until {
+                            std::thread::yield_now();
+                        }
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                    });
+                });
+            }
+        });
+        most.into_inner()
+    }
+
+    #[test]
+    fn a_gpu_runs_as_many_jobs_at_once_as_it_has_engines() {
+        // One engine: a second job never gets in while the first waits for it.
+        let short = Duration::from_millis(200);
+        assert_eq!(most_at_once(&Engines::new(1), 2, 2, short), 1);
+        // Two engines: two jobs get in together (the wait ends as soon as they do), never three.
+        let long = Duration::from_secs(30);
+        assert_eq!(most_at_once(&Engines::new(2), 3, 2, long), 2);
+        assert_eq!(most_at_once(&Engines::new(5), 3, 3, long), 3);
+        assert_eq!(Engines::new(0).count(), 1);
     }
 
     #[test]
