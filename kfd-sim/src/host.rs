@@ -758,7 +758,8 @@ mod tests {
         with_forked_child(|child| {
             let (fd, map) = fill(child);
             let fdb = std::os::fd::AsFd::as_fd(&fd);
-            map.write_to_process(fdb, 4096, 16, child, out_addr).unwrap();
+            map.write_to_process(fdb, 4096, 16, child, out_addr)
+                .unwrap();
             let mut got = [0u8; 16];
             process_vm_read(child, out_addr, &mut got).unwrap();
             assert_eq!(got[..], src[1..17]);
