@@ -13,10 +13,15 @@
 //! - resolving clones the `Arc`s of the memory behind each range and releases the VM lock: a
 //!   concurrent `FREE_MEMORY_OF_GPU` or `GEM_CLOSE` cannot free memory the engine is writing;
 //! - VRAM/GTT <-> VRAM/GTT is a `memmove` between the shared mappings; VRAM/GTT -> userptr is one
-//!   `process_vm_writev` straight out of the mapping; userptr -> VRAM/GTT is `process_vm_readv`
-//!   into a small per-thread bounce buffer and `pwrite` into the memfd, which spares fresh pages
-//!   the zeroing and the page faults of a write through the mapping (see
-//!   `SharedMap::read_from_process`); userptr <-> userptr goes through a bounded bounce buffer.
+//!   `pread` of the memfd into the user memory (in process) or one `process_vm_writev` straight
+//!   out of the mapping (another process); userptr -> VRAM/GTT is one `pwrite` into the memfd
+//!   straight from the user memory (in process) or `process_vm_readv` into a small per-thread
+//!   bounce buffer and `pwrite` (another process), which spares fresh pages the zeroing and the
+//!   page faults of a write through the mapping (see `SharedMap::read_from_process`);
+//!   userptr <-> userptr goes through a bounded bounce buffer.
+//! - A GPU has several engines ([`Engines`], the topology's PCIe and xGMI SDMA engines):
+//!   submissions of different entities run at the same time, one per engine, each on the thread
+//!   that submitted it.
 //!   CONSTANT_FILL likewise, except that a fill of VRAM/GTT with zeros punches the whole pages
 //!   out of the memfd (`fallocate(PUNCH_HOLE)`; they read as zeros, as after the fill) and writes
 //!   only the partial pages at its ends: on hardware a fill costs the CPU nothing, and here it
