@@ -1,8 +1,9 @@
 //! SDMA COPY_LINEAR throughput of the simulator between a memfd-backed VRAM BO and a userptr
 //! buffer, against a plain `copy_from_slice` of the same size. The promise (issue 4): such a copy
-//! runs at memcpy speed (no per-byte work: `process_vm_writev` straight out of the mapping, and
-//! `process_vm_readv` through a cache-sized bounce buffer and `pwrite` into the memfd). A bare `process_vm_readv` of the same size is measured
-//! too: that syscall is the floor of any copy that may cross address spaces.
+//! runs at memcpy speed (no per-byte work: in process, one `pread` out of the memfd and one
+//! `pwrite` into it, straight from and to the user memory). A bare `process_vm_readv` of the
+//! same size is measured too: that syscall is the floor of any copy that may cross address
+//! spaces.
 //!
 //! `copy_linear_userptr_to_fresh_vram` is the restore's case: every iteration copies into a VRAM
 //! BO created (and mapped) just before, whose memfd pages have never been written, so the time

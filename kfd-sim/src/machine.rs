@@ -74,6 +74,8 @@ pub(crate) struct Device {
     pub xgmi_sdma_engines: u32,
     pub num_gws: u32,
     pub state: Mutex<DeviceState>,
+    /// The SDMA engines that run command submissions on the DMA ring.
+    pub dma: crate::sdma::Engines,
 }
 
 impl Device {
@@ -281,6 +283,7 @@ impl MachineInner {
                     doorbell_slices: BTreeSet::new(),
                     next_mmap_offset: crate::process::limits::DRM_FILE_PAGE_OFFSET_START,
                 }),
+                dma: crate::sdma::Engines::new(sdma_engines.saturating_add(xgmi_sdma_engines)),
             });
         }
         // The KFD system memory limit: 15/16 of system RAM.

@@ -147,7 +147,8 @@ impl Backing {
                 // (and allocated) for at most one step.
                 Some(next) if next == at => {
                     let stop = (at + DATA_STEP).min(end);
-                    self.map.write_to_process(at, stop - at, pid, to)?;
+                    self.map
+                        .write_to_process(self.memfd.as_fd(), at, stop - at, pid, to)?;
                     at = stop;
                 }
                 hole_to => {

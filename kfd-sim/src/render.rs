@@ -20,8 +20,11 @@
 //! - one function per ioctl, named after it, with the driver's checks in its order and its errno
 //!   (the source functions are named in each doc comment).
 //!
-//! Command submission executes synchronously inside `AMDGPU_CS` on the [`sdma`](crate::sdma)
-//! engine: the fence is signalled when the ioctl returns, `WAIT_CS` reports its result. A faulting
+//! Command submission executes synchronously inside `AMDGPU_CS` on one of the GPU's
+//! [`sdma`](crate::sdma) engines: the fence is signalled when the ioctl returns, `WAIT_CS`
+//! reports its result. Jobs of one (context, ring) entity run in order; jobs of different
+//! entities run at the same time, at most one per SDMA engine of the GPU, as amdgpu's scheduler
+//! spreads idle entities over the engines ([`sdma::Engines`](crate::sdma::Engines)). A faulting
 //! submission's fence carries `ETIME` (what amdgpu sets on a hung job's fence) and marks the
 //! context guilty, after which `AMDGPU_CS` on it fails with `ECANCELED`, as amdgpu does.
 //!
@@ -262,6 +265,9 @@ struct Entity {
     next: u64,
     /// Results of the last [`FENCE_WINDOW`] submissions.
     done: VecDeque<(u64, Result<(), Errno>)>,
+    /// Held while one of its jobs executes: an entity's jobs run one after the other, in order,
+    /// as a scheduler entity's jobs do.
+    running: Arc<Mutex<()>>,
 }
 
 impl Default for Entity {
@@ -269,6 +275,7 @@ impl Default for Entity {
         Self {
             next: 1,
             done: VecDeque::new(),
+            running: Arc::new(Mutex::new(())),
         }
     }
 }
@@ -1089,8 +1096,6 @@ fn cs(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     if num == 0 {
         return Err(Errno::EINVAL);
     }
-    // The file lock is held through execution: submissions on one file run in order and a
-    // fence's result is recorded before anyone can wait for it.
     let mut st = lock(&call.file.state);
     if st.ctxs.get(&ctx_id).ok_or(Errno::EINVAL)?.guilty {
         return Err(Errno::ECANCELED);
@@ -1099,12 +1104,35 @@ fn cs(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     if list != 0 && !st.bo_lists.contains_key(&list) {
         return Err(Errno::ENOENT);
     }
-    let started = Instant::now();
-    let result = call.machine.engine.run(|| {
-        ibs.iter()
-            .try_for_each(|ib| crate::sdma::execute(&call.file.vm, ib.va, ib.bytes, started))
-    });
     let ring = ibs.first().map_or(0, |ib| ib.ring);
+    let running = Arc::clone(
+        &st.ctxs
+            .get_mut(&ctx_id)
+            .ok_or(Errno::EINVAL)?
+            .rings
+            .entry(ring)
+            .or_default()
+            .running,
+    );
+    // The file is free while the job runs (other entities' jobs run at the same time, on other
+    // engines); the entity's lock keeps its jobs in order, and its sequence number is given
+    // once the job is done, so a fence that can be waited for is always signalled.
+    drop(st);
+    let entity_busy = lock(&running);
+    let started = Instant::now();
+    let engines = call.machine.devices.get(call.file.device).map(|d| &d.dma);
+    let run = || {
+        call.machine.engine.run(|| {
+            ibs.iter()
+                .try_for_each(|ib| crate::sdma::execute(&call.file.vm, ib.va, ib.bytes, started))
+        })
+    };
+    let result = match engines {
+        Some(e) => e.run(run),
+        None => run(),
+    };
+    let mut st = lock(&call.file.state);
+    drop(entity_busy);
     let ctx = st.ctxs.get_mut(&ctx_id).ok_or(Errno::EINVAL)?;
     let result = result.map_err(|fault| {
         log::warn!("kfd-sim: SDMA submission on context {ctx_id} failed: {fault}");

@@ -13,10 +13,15 @@
 //! - resolving clones the `Arc`s of the memory behind each range and releases the VM lock: a
 //!   concurrent `FREE_MEMORY_OF_GPU` or `GEM_CLOSE` cannot free memory the engine is writing;
 //! - VRAM/GTT <-> VRAM/GTT is a `memmove` between the shared mappings; VRAM/GTT -> userptr is one
-//!   `process_vm_writev` straight out of the mapping; userptr -> VRAM/GTT is `process_vm_readv`
-//!   into a small per-thread bounce buffer and `pwrite` into the memfd, which spares fresh pages
-//!   the zeroing and the page faults of a write through the mapping (see
-//!   `SharedMap::read_from_process`); userptr <-> userptr goes through a bounded bounce buffer.
+//!   `pread` of the memfd into the user memory (in process) or one `process_vm_writev` straight
+//!   out of the mapping (another process); userptr -> VRAM/GTT is one `pwrite` into the memfd
+//!   straight from the user memory (in process) or `process_vm_readv` into a small per-thread
+//!   bounce buffer and `pwrite` (another process), which spares fresh pages the zeroing and the
+//!   page faults of a write through the mapping (see `SharedMap::read_from_process`);
+//!   userptr <-> userptr goes through a bounded bounce buffer.
+//! - A GPU has several engines ([`Engines`], the topology's PCIe and xGMI SDMA engines):
+//!   submissions of different entities run at the same time, one per engine, each on the thread
+//!   that submitted it.
 //!   CONSTANT_FILL likewise, except that a fill of VRAM/GTT with zeros punches the whole pages
 //!   out of the memfd (`fallocate(PUNCH_HOLE)`; they read as zeros, as after the fill) and writes
 //!   only the partial pages at its ends: on hardware a fill costs the CPU nothing, and here it
@@ -67,6 +72,50 @@ impl EngineTime {
     /// The total so far.
     pub fn cpu_time(&self) -> Duration {
         Duration::from_nanos(self.cpu_ns.load(Ordering::Relaxed))
+    }
+}
+
+/// The SDMA engines of one GPU, as the DMA ring's scheduler sees them: a job runs on an idle
+/// engine, and when every engine is busy it waits for one, so at most as many jobs of the GPU
+/// execute at the same time as it has engines (amdgpu's scheduler gives an idle entity the least
+/// busy engine, `drm_sched_pick_best`). Execution is synchronous in the submitting thread: the
+/// engine a job runs on is that thread while it holds the engine.
+#[derive(Debug)]
+pub struct Engines {
+    busy: Vec<Mutex<()>>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Engines {
+    /// `count` engines (at least one).
+    pub fn new(count: u32) -> Self {
+        let count = usize::try_from(count).unwrap_or(1).max(1);
+        Self {
+            busy: (0..count).map(|_| Mutex::new(())).collect(),
+            next: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// How many engines there are.
+    pub fn count(&self) -> usize {
+        self.busy.len()
+    }
+
+    /// Runs `job` on an engine: the first idle one, else the next one in turn once it is free.
+    pub fn run<R>(&self, job: impl FnOnce() -> R) -> R {
+        for e in &self.busy {
+            match e.try_lock() {
+                Ok(_held) => return job(),
+                Err(std::sync::TryLockError::Poisoned(p)) => {
+                    let _held = p.into_inner();
+                    return job();
+                }
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+        }
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.busy.len();
+        let _held = self.busy.get(i).map(lock);
+        job()
     }
 }
 
@@ -505,6 +554,41 @@ mod tests {
         assert!(b.write(0, &bytes));
         map(vm, va, &b, 0, size, false);
         (b, u32::try_from(bytes.len()).unwrap())
+    }
+
+    /// Runs `jobs` jobs, one per thread, on `engines`; each job stays until `wanted` jobs are
+    /// inside at once or `patience` has passed. Returns how many were inside at once at most.
+    fn most_at_once(engines: &Engines, jobs: usize, wanted: usize, patience: Duration) -> usize {
+        use std::sync::atomic::AtomicUsize;
+        let (inside, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        std::thread::scope(|s| {
+            for _ in 0..jobs {
+                s.spawn(|| {
+                    engines.run(|| {
+                        let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        let until = Instant::now() + patience;
+                        while most.load(Ordering::SeqCst) < wanted && Instant::now() < until {
+                            std::thread::yield_now();
+                        }
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                    });
+                });
+            }
+        });
+        most.into_inner()
+    }
+
+    #[test]
+    fn a_gpu_runs_as_many_jobs_at_once_as_it_has_engines() {
+        // One engine: a second job never gets in while the first waits for it.
+        let short = Duration::from_millis(200);
+        assert_eq!(most_at_once(&Engines::new(1), 2, 2, short), 1);
+        // Two engines: two jobs get in together (the wait ends as soon as they do), never three.
+        let long = Duration::from_secs(30);
+        assert_eq!(most_at_once(&Engines::new(2), 3, 2, long), 2);
+        assert_eq!(most_at_once(&Engines::new(5), 3, 3, long), 3);
+        assert_eq!(Engines::new(0).count(), 1);
     }
 
     #[test]

@@ -6,10 +6,15 @@
 //! the layout of the pages file — cut into staging-buffer-sized pieces regardless of BO
 //! boundaries, so small BOs share a buffer and a submission, and large BOs need no large buffer.
 //!
-//! Two threads per GPU overlap the copy with the I/O: the copier submits SDMA work and waits for
-//! its fence, the I/O thread writes (dump) or reads (restore) the file, and the staging buffers
-//! circulate between them through channels. Memory is `buffers * buffer_size` per GPU, whatever
-//! the BO sizes.
+//! Per GPU, an I/O thread and [`SDMA_LANES`] copier threads overlap the copy with the I/O: each
+//! copier has an SDMA queue of its own (its own submission context), submits the copy of one
+//! staging buffer and waits for its fence, while the others copy other buffers and the I/O thread
+//! writes (dump) or reads (restore) the file; the staging buffers circulate between them through
+//! channels, each carrying its position in the stream. A GPU has several SDMA engines (MI50 2,
+//! MI100 8, MI210 5) and amdgpu's scheduler gives each idle context's ring the least busy one, so
+//! the copiers' submissions run on different engines at once. At dump the writer puts the buffers
+//! back in stream order (they may come back from the copiers out of order). Memory is
+//! `buffers * buffer_size` per GPU, whatever the BO sizes and however many copiers.
 //!
 //! Alignment: in each staging buffer the data starts [`pages::buffer_offset`] bytes in (8, one
 //! page more is allocated), so the buffer and the pages file, whose payload starts after an
@@ -22,9 +27,11 @@
 //! does not read whole chunks that are holes, and the copier writes those ranges of the BOs with
 //! SDMA CONSTANT_FILL packets (value 0) instead of copying them out of the staging buffer.
 
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::os::fd::BorrowedFd;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use images::{pages, PagesError, PagesReader, PagesWriter};
@@ -92,6 +99,11 @@ impl Staging {
     }
 }
 
+/// SDMA queues (copier threads) per GPU. Two: one more copy runs while one waits for its
+/// fence or its buffer, on another engine; every MI-series GPU has at least two engines, and the
+/// staging buffers, not the copiers, bound the memory.
+pub const SDMA_LANES: usize = 2;
+
 /// Bytes of the indirect buffer: room for ~2300 COPY_LINEAR packets per submission.
 const IB_BYTES: usize = 64 << 10;
 /// Alignment of the VAs the plugin maps in its own VM.
@@ -156,10 +168,10 @@ struct Imported {
     size: u64,
 }
 
-/// The plugin's SDMA context on one GPU.
+/// The plugin's SDMA queues on one GPU, and the BOs mapped in its VM.
 struct Dma<'r, T: Transport> {
     render: &'r RenderNode<T>,
-    queue: SdmaQueue<'r, T>,
+    queues: Vec<SdmaQueue<'r, T>>,
     next_va: u64,
     va_end: u64,
     imported: Vec<Imported>,
@@ -175,13 +187,18 @@ impl<'r, T: Transport> Dma<'r, T> {
             .max(VA_ALIGN)
             .next_multiple_of(VA_ALIGN);
         let mut next_va = start;
-        let ib_va = next_va;
-        next_va += (IB_BYTES as u64).next_multiple_of(VA_ALIGN);
-        let queue = SdmaQueue::new(render, ib_va, IB_BYTES)
-            .map_err(ioctl_err("setting up an SDMA queue"))?;
+        let mut queues = Vec::with_capacity(SDMA_LANES);
+        for _ in 0..SDMA_LANES {
+            let ib_va = next_va;
+            next_va += (IB_BYTES as u64).next_multiple_of(VA_ALIGN);
+            queues.push(
+                SdmaQueue::new(render, ib_va, IB_BYTES)
+                    .map_err(ioctl_err("setting up an SDMA queue"))?,
+            );
+        }
         Ok(Self {
             render,
-            queue,
+            queues,
             next_va,
             va_end: info.virtual_address_max,
             imported: Vec::new(),
@@ -242,75 +259,74 @@ impl<'r, T: Transport> Dma<'r, T> {
         }
         Ok(())
     }
+}
 
-    /// Runs `ib` (already padded) and waits for it.
-    fn submit(&mut self, ib: &[u32]) -> Result<(), CopyError> {
-        let done = self
-            .queue
-            .run(ib, FENCE_TIMEOUT)
-            .map_err(ioctl_err("running an SDMA copy"))?;
-        if done {
-            Ok(())
-        } else {
-            Err(CopyError::Timeout {
-                device: self.render.label().to_owned(),
-            })
-        }
-    }
-
-    /// Copies stream bytes `[pos, pos + len)` to (`to_staging`) or from staging VA `staging_va`;
-    /// from staging, the ranges `zeros` (offsets into the staging buffer, sorted) are filled
-    /// with zeros instead of copied.
-    fn copy_range(
-        &mut self,
-        pos: u64,
-        len: u64,
-        staging_va: u64,
-        to_staging: bool,
-        zeros: &[Range<usize>],
-    ) -> Result<(), CopyError> {
-        let max_dwords = self.queue.capacity_dwords();
-        let mut ib = IbBuilder::new();
-        let mut bo_start = 0u64;
-        let (end, mut done) = (pos + len, 0u64);
-        let segments: Vec<(u64, u64, u64)> = self
-            .imported
-            .iter()
-            .filter_map(|b| {
-                let (s, e) = (bo_start, bo_start + b.size);
-                bo_start = e;
-                let (a, z) = (pos.max(s), end.min(e));
-                (a < z).then(|| (b.va + (a - s), a - pos, z - a))
-            })
-            .collect();
-        for (bo_va, staging_off, n) in segments {
-            for (off, k, zero) in split_by_zeros(staging_off, n, zeros) {
-                let dwords = if zero {
-                    fill_dwords(k)
-                } else {
-                    IbBuilder::copy_dwords(k)
-                };
-                if ib.len() + dwords > max_dwords {
-                    let full = std::mem::take(&mut ib);
-                    self.submit(&full.finish())?;
-                }
-                let (s_va, b_va) = (staging_va + off, bo_va + (off - staging_off));
-                if zero {
-                    ib.const_fill(b_va, 0, k);
-                } else if to_staging {
-                    ib.copy_linear(b_va, s_va, k);
-                } else {
-                    ib.copy_linear(s_va, b_va, k);
-                }
-            }
-            done += n;
-        }
-        debug_assert_eq!(done, len);
-        if !ib.is_empty() {
-            self.submit(&ib.finish())?;
-        }
+/// Runs `ib` (already padded) on `queue` and waits for it.
+fn submit<T: Transport>(queue: &mut SdmaQueue<'_, T>, ib: &[u32]) -> Result<(), CopyError> {
+    let done = queue
+        .run(ib, FENCE_TIMEOUT)
+        .map_err(ioctl_err("running an SDMA copy"))?;
+    if done {
         Ok(())
+    } else {
+        Err(CopyError::Timeout {
+            device: queue.render().label().to_owned(),
+        })
     }
+}
+
+/// Copies stream bytes `[pos, pos + len)` of the BOs `imported` (the stream in their order) to
+/// (`to_staging`) or from staging VA `staging_va`, on `queue`; from staging, the ranges `zeros`
+/// (offsets into the staging buffer, sorted) are filled with zeros instead of copied.
+fn copy_range<T: Transport>(
+    queue: &mut SdmaQueue<'_, T>,
+    imported: &[Imported],
+    pos: u64,
+    len: u64,
+    staging_va: u64,
+    to_staging: bool,
+    zeros: &[Range<usize>],
+) -> Result<(), CopyError> {
+    let max_dwords = queue.capacity_dwords();
+    let mut ib = IbBuilder::new();
+    let mut bo_start = 0u64;
+    let (end, mut done) = (pos + len, 0u64);
+    let segments: Vec<(u64, u64, u64)> = imported
+        .iter()
+        .filter_map(|b| {
+            let (s, e) = (bo_start, bo_start + b.size);
+            bo_start = e;
+            let (a, z) = (pos.max(s), end.min(e));
+            (a < z).then(|| (b.va + (a - s), a - pos, z - a))
+        })
+        .collect();
+    for (bo_va, staging_off, n) in segments {
+        for (off, k, zero) in split_by_zeros(staging_off, n, zeros) {
+            let dwords = if zero {
+                fill_dwords(k)
+            } else {
+                IbBuilder::copy_dwords(k)
+            };
+            if ib.len() + dwords > max_dwords {
+                let full = std::mem::take(&mut ib);
+                submit(queue, &full.finish())?;
+            }
+            let (s_va, b_va) = (staging_va + off, bo_va + (off - staging_off));
+            if zero {
+                ib.const_fill(b_va, 0, k);
+            } else if to_staging {
+                ib.copy_linear(b_va, s_va, k);
+            } else {
+                ib.copy_linear(s_va, b_va, k);
+            }
+        }
+        done += n;
+    }
+    debug_assert_eq!(done, len);
+    if !ib.is_empty() {
+        submit(queue, &ib.finish())?;
+    }
+    Ok(())
 }
 
 /// How many dwords an IB filling `len` bytes in one go takes, padding included.
@@ -364,17 +380,20 @@ impl<T: Transport> Drop for Dma<'_, T> {
     }
 }
 
-/// A staging buffer on its way from the side that filled it: where its data starts, its length
-/// and, at restore, the ranges of the data that are zeros the reader did not read.
+/// A staging buffer on its way from the side that filled it: the stream position of its data,
+/// where the data starts in it, its length and, at restore, the ranges of the data that are
+/// zeros the reader did not read.
 struct Full<'r, T: Transport> {
     buf: UserptrBuffer<'r, T>,
+    pos: u64,
     off: usize,
     len: usize,
     zeros: Vec<Range<usize>>,
 }
 
-/// The staging buffers' round trip between the copier and the I/O thread: `full` carries a
-/// filled buffer one way, `empty` brings it back.
+/// The staging buffers' round trip between the copiers and the I/O thread: `full` carries a
+/// filled buffer one way, `empty` brings it back. Each channel holds every buffer at once, so a
+/// send never blocks.
 struct Ring<'r, T: Transport> {
     full_tx: mpsc::SyncSender<Full<'r, T>>,
     full_rx: mpsc::Receiver<Full<'r, T>>,
@@ -382,8 +401,8 @@ struct Ring<'r, T: Transport> {
     empty_rx: mpsc::Receiver<UserptrBuffer<'r, T>>,
 }
 
-/// Sets up one GPU's copy: the SDMA context with every BO imported, and the staging buffers,
-/// all of them empty, in the ring. Returns the stream's length too.
+/// Sets up one GPU's copy: the SDMA queues with every BO imported, and the staging buffers, all
+/// of them empty, in the ring. Returns the stream's length too.
 fn prepare<'r, T: Transport>(
     render: &'r RenderNode<T>,
     bos: &[BoSource<'_>],
@@ -410,26 +429,54 @@ fn prepare<'r, T: Transport>(
     ))
 }
 
+/// A mutex's guard, also when another thread panicked holding it (what it guards, a channel
+/// end or a counter, stays consistent).
+fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Runs the two sides of one GPU's copy at once: `io` (the pages file) on a thread of its own,
-/// `copy` (SDMA) on this one. Each side drops the ring's ends it owns when it returns, so the
-/// other side sees it gone. The I/O thread's own error explains a copier that stopped because that
-/// thread (`thread` names it) went away.
-fn overlap<IoSide, CopySide>(
+/// and `lane` once per item of `lanes` (an SDMA queue and its ends of the ring), each on a
+/// thread of its own. Each side drops the ring's ends it owns when it returns, so the others see
+/// it gone. A copier's own error comes first; then the I/O thread's (`thread` names it), which
+/// also explains copiers that stopped because it went away.
+fn overlap<L, IoSide, Lane>(
     thread: &'static str,
     io: IoSide,
-    copy: CopySide,
+    lanes: Vec<L>,
+    lane: Lane,
 ) -> Result<(), CopyError>
 where
+    L: Send,
     IoSide: FnOnce() -> Result<(), CopyError> + Send,
-    CopySide: FnOnce() -> Result<(), CopyError>,
+    Lane: Fn(L) -> Result<(), CopyError> + Sync,
 {
     std::thread::scope(|s| {
         let io = s.spawn(io);
-        let copied = copy();
+        let lane = &lane;
+        let copiers: Vec<_> = lanes
+            .into_iter()
+            .map(|l| s.spawn(move || lane(l)))
+            .collect();
+        let (mut failed, mut gone) = (None, None);
+        for c in copiers {
+            match c.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e @ CopyError::ThreadGone(_))) => {
+                    gone.get_or_insert(e);
+                }
+                Ok(Err(e)) => {
+                    failed.get_or_insert(e);
+                }
+                Err(_) => {
+                    failed.get_or_insert(CopyError::ThreadGone("SDMA copier"));
+                }
+            }
+        }
         let io = io.join().unwrap_or(Err(CopyError::ThreadGone(thread)));
-        match (copied, io) {
-            (Err(CopyError::ThreadGone(_)), Err(e)) | (Ok(()), Err(e)) | (Err(e), _) => Err(e),
-            (Ok(()), Ok(())) => Ok(()),
+        match (failed, io, gone) {
+            (Some(e), _, _) | (None, Err(e), _) | (None, Ok(()), Some(e)) => Err(e),
+            (None, Ok(()), None) => Ok(()),
         }
     })
 }
@@ -469,44 +516,93 @@ pub fn dump_gpu<T: Transport>(
     writer: &mut PagesWriter,
 ) -> Result<u64, CopyError> {
     let (total, mut dma, ring) = prepare(render, bos, staging)?;
-    let (full_rx, empty_tx) = (ring.full_rx, ring.empty_tx);
+    let Ring {
+        full_tx,
+        full_rx,
+        empty_tx,
+        empty_rx,
+    } = ring;
+    // Set by a copier that failed: the others stop taking buffers and the writer stops writing.
+    let stop = AtomicBool::new(false);
+    let stop = &stop;
+    // The buffers come back from the copiers in any order; the writer writes them in stream
+    // order, keeping the early ones aside. A copier that failed sends its buffer back too (then
+    // the writer hands every buffer back unwritten), so no copier waits for ever for an empty
+    // one.
     let write = move || -> Result<(), CopyError> {
-        for Full { buf, off, len, .. } in full_rx {
-            writer.write_chunk(&buf.as_slice()[off..off + len])?;
-            if empty_tx.send(buf).is_err() {
-                break;
+        let mut next = 0u64;
+        let mut early: BTreeMap<u64, Full<'_, T>> = BTreeMap::new();
+        for full in full_rx {
+            if stop.load(Ordering::Relaxed) {
+                for f in std::iter::once(full).chain(std::mem::take(&mut early).into_values()) {
+                    let _ = empty_tx.send(f.buf);
+                }
+                continue;
             }
+            early.insert(full.pos, full);
+            while let Some(Full { buf, off, len, .. }) = early.remove(&next) {
+                writer.write_chunk(&buf.as_slice()[off..off + len])?;
+                next += len as u64;
+                // The copiers may all be done already; a closed channel is fine here.
+                let _ = empty_tx.send(buf);
+            }
+        }
+        if next < total {
+            return Err(CopyError::ThreadGone("SDMA copier"));
         }
         Ok(())
     };
-    // The copier drops `full_tx` when it returns, which ends the writer's loop once the ring is
-    // drained; `empty_rx` lives on until the writer is joined, so it can hand every buffer back.
-    let (full_tx, empty_rx, dma) = (ring.full_tx, &ring.empty_rx, &mut dma);
-    let copy = move || -> Result<(), CopyError> {
-        let mut pos = 0u64;
-        while pos < total {
-            let buf = empty_rx
-                .recv()
-                .map_err(|_| CopyError::ThreadGone("writer"))?;
-            let len = (total - pos).min(staging.buffer_size as u64);
+    // The next stream position to copy, taken together with an empty buffer.
+    let claim = Mutex::new((empty_rx, 0u64));
+    let lanes: Vec<_> = dma
+        .queues
+        .iter_mut()
+        .map(|q| (q, full_tx.clone()))
+        .collect();
+    // The copiers' clones are the only senders left: the writer's loop ends once they all return.
+    drop(full_tx);
+    let imported = &dma.imported;
+    overlap("writer", write, lanes, |(queue, full_tx)| {
+        loop {
+            let (buf, pos, len) = {
+                let mut c = guard(&claim);
+                let (empty_rx, next) = &mut *c;
+                if *next >= total || stop.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                let buf = empty_rx
+                    .recv()
+                    .map_err(|_| CopyError::ThreadGone("writer"))?;
+                let (pos, len) = (*next, (total - *next).min(staging.buffer_size as u64));
+                *next += len;
+                (buf, pos, len)
+            };
             let off = pages::buffer_offset(pos);
-            dma.copy_range(pos, len, buf.va() + off as u64, true, &[])?;
-            progress.add(len);
             #[allow(clippy::cast_possible_truncation)] // len <= staging.buffer_size
             let full = Full {
                 buf,
+                pos,
                 off,
                 len: len as usize,
                 zeros: Vec::new(),
             };
+            if stop.load(Ordering::Relaxed) {
+                let _ = full_tx.send(full);
+                return Ok(());
+            }
+            let staging_va = full.buf.va() + off as u64;
+            if let Err(e) = copy_range(queue, imported, pos, len, staging_va, true, &[]) {
+                stop.store(true, Ordering::Relaxed);
+                let _ = full_tx.send(full);
+                return Err(e);
+            }
+            progress.add(len);
             full_tx
                 .send(full)
                 .map_err(|_| CopyError::ThreadGone("writer"))?;
-            pos += len;
         }
-        Ok(())
-    };
-    overlap("writer", write, copy).map(|()| total)
+    })
+    .map(|()| total)
 }
 
 /// Copies `reader`'s stream into the BOs of one GPU, in order. Returns the bytes copied.
@@ -518,54 +614,89 @@ pub fn restore_gpu<T: Transport>(
     reader: &mut PagesReader,
 ) -> Result<u64, CopyError> {
     let (total, mut dma, ring) = prepare(render, bos, staging)?;
-    let (full_tx, empty_rx) = (ring.full_tx, ring.empty_rx);
+    let Ring {
+        full_tx,
+        full_rx,
+        empty_tx,
+        empty_rx,
+    } = ring;
+    // Set by a copier that failed: the reader stops reading and the other copiers stop.
+    let stop = AtomicBool::new(false);
+    let stop = &stop;
     let read = move || -> Result<(), CopyError> {
         let mut pos = 0u64;
-        while pos < total {
+        while pos < total && !stop.load(Ordering::Relaxed) {
             let Ok(mut buf) = empty_rx.recv() else { break };
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
             let len = (total - pos).min(staging.buffer_size as u64);
             #[allow(clippy::cast_possible_truncation)] // len <= staging.buffer_size
             let len = len as usize;
             let off = pages::buffer_offset(pos);
             let zeros = reader.read_skipping_holes(&mut buf.as_mut_slice()[off..off + len])?;
-            if full_tx
-                .send(Full {
-                    buf,
-                    off,
-                    len,
-                    zeros,
-                })
-                .is_err()
-            {
+            let full = Full {
+                buf,
+                pos,
+                off,
+                len,
+                zeros,
+            };
+            if full_tx.send(full).is_err() {
                 break;
             }
             pos += len as u64;
         }
         Ok(())
     };
-    // The copier drops both its ends when it returns: a reader still running stops at its next
-    // buffer.
-    let (full_rx, empty_tx, dma) = (ring.full_rx, ring.empty_tx, &mut dma);
-    let copy = move || -> Result<(), CopyError> {
-        let mut pos = 0u64;
-        while pos < total {
-            let Full {
+    let full_rx = Mutex::new(full_rx);
+    let copied = AtomicU64::new(0);
+    let lanes: Vec<_> = dma
+        .queues
+        .iter_mut()
+        .map(|q| (q, empty_tx.clone()))
+        .collect();
+    // The copiers' clones are the only senders left: a reader waiting for an empty buffer stops
+    // once they all return.
+    drop(empty_tx);
+    let imported = &dma.imported;
+    overlap("reader", read, lanes, |(queue, empty_tx)| {
+        while !stop.load(Ordering::Relaxed) {
+            // The reader is done (or gone) once the channel is closed and drained.
+            let Ok(Full {
                 buf,
+                pos,
                 off,
                 len,
                 zeros,
-            } = full_rx
-                .recv()
-                .map_err(|_| CopyError::ThreadGone("reader"))?;
-            dma.copy_range(pos, len as u64, buf.va() + off as u64, false, &zeros)?;
-            progress.add(len as u64);
-            pos += len as u64;
+            }) = guard(&full_rx).recv()
+            else {
+                break;
+            };
+            let r = copy_range(
+                queue,
+                imported,
+                pos,
+                len as u64,
+                buf.va() + off as u64,
+                false,
+                &zeros,
+            );
             // The reader may already be done; a closed channel is fine here.
             let _ = empty_tx.send(buf);
+            if let Err(e) = r {
+                stop.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
+            progress.add(len as u64);
+            copied.fetch_add(len as u64, Ordering::Relaxed);
         }
         Ok(())
-    };
-    overlap("reader", read, copy).map(|()| total)
+    })?;
+    if copied.load(Ordering::Relaxed) < total {
+        return Err(CopyError::ThreadGone("reader"));
+    }
+    Ok(total)
 }
 
 #[cfg(test)]
