@@ -76,14 +76,13 @@ pub enum RestoreError {
         "the restored process's /dev/kfd has GPU {gpu_id:#x} (renderD{render_minor}), which its \
          container was not given (opening renderD{render_minor} in the restored process: \
          {errno}): the container's device cgroup was not applied yet when criu restored the \
-         process, so amdkfd gave it every GPU of the node ([{process_gpus}]). Restoring would \
-         need renderD{render_minor} and would give the container a GPU it may not use: refused \
-         before any GPU state was created. crun applies a container's device rules only after \
-         criu's restore when it manages the cgroup itself on cgroup v2 (podman \
-         --cgroup-manager cgroupfs); with the systemd cgroup manager (podman's default where \
-         systemd runs) it sets the cgroup up before criu restores into it: restore with \
-         --cgroup-manager systemd, or give the container every GPU its image needs and the \
-         node has"
+         process, so amdkfd gave it every GPU its cgroup allowed ([{process_gpus}]). Restoring \
+         would need renderD{render_minor} and would give the container a GPU it may not use: \
+         refused before any GPU state was created. The OCI runtime must put the restored task \
+         under the container's device rules before criu restores its files: runc does (podman \
+         --runtime runc, for the run and the restore), and so does crun with the systemd cgroup \
+         manager (podman --cgroup-manager systemd, the default where systemd runs); crun with \
+         --cgroup-manager cgroupfs on cgroup v2 applies them only after criu's restore"
     )]
     DeviceCgroupNotApplied {
         /// The GPU the process has but may not use (this node's id).
