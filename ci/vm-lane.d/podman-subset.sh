@@ -75,7 +75,7 @@ pm rm -f g4 >/dev/null 2>&1 || true
 # runc: restored onto renderD128's GPU, verified.
 podman_cr restore g5 import --import "$VM_LANE_WORK/g5.tar.gz" ||
     fail "podman restore --import of g5 (runc) failed (criu's log: criu/g5-import-restore.log)"
-[[ $(container_status g5) == running ]] || fail "g5 is $(container_status g5) after the restore"
+need_running g5 "after the restore"
 runtime=$(pm inspect --format '{{.OCIRuntime}}' g5)
 [[ $runtime == runc ]] || fail "g5 was restored by $runtime, not runc"
 log=$VM_LANE_OUT/criu/g5-import-restore.log
