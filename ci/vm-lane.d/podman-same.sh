@@ -28,7 +28,7 @@ grep -q 'amdgpu_plugin: dumped pid' "$dir/dump.log" || fail "the plugin did not 
 released_since "$seen" "$pid"
 
 podman_cr restore g1 rst || fail "podman restore failed (criu's log: criu/g1-rst-restore.log)"
-[[ $(container_status g1) == running ]] || fail "g1 is $(container_status g1) after the restore"
+need_running g1 "after the restore"
 ! grep -q pidfd_getfd "$dir/restore.log" || fail "the plugin fetched fds from the daemon"
 grep 'amdgpu_plugin: restored image' "$dir/restore.log" || fail "the plugin restored nothing"
 verify_container g1

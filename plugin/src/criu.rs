@@ -83,7 +83,7 @@ struct State<P: Platform> {
     topology: Option<std::sync::Arc<topology::Topology>>,
     /// At restore: the part of it that the restored process (by pid) may use, probed once per
     /// process (a child task forked by its restored parent probes its own).
-    usable: Option<(u32, std::sync::Arc<topology::Topology>)>,
+    usable: Option<(u32, std::sync::Arc<restore::UsableGpus>)>,
     /// At dump: render-node images written before the KFD file that names their GPU's user id,
     /// as (image id, actual gpu id).
     pending_renders: Vec<(u32, u32, u32)>,
@@ -243,7 +243,7 @@ impl<P: Platform> Engine<P> {
 
     /// The GPUs of this node that the calling restored process may use
     /// ([`restore::usable_topology`]), probed on first use in this process.
-    fn usable_topology(&self) -> HookResult<std::sync::Arc<topology::Topology>> {
+    fn usable_topology(&self) -> HookResult<std::sync::Arc<restore::UsableGpus>> {
         let pid = self.platform.process_id();
         if let Some((owner, t)) = &lock(&self.state).usable {
             if *owner == pid {
@@ -441,7 +441,7 @@ impl<P: Platform> Engine<P> {
             }
         };
         let checks = self.settings().checks;
-        let minor = restore::render_minor_for(msg.gpu_id, kfd_id, dir, &local, &checks)
+        let minor = restore::render_minor_for(msg.gpu_id, kfd_id, dir, &local.topology, &checks)
             .map_err(err)?
             .ok_or_else(|| {
                 let kfd = match kfd_id {

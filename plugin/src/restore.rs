@@ -69,6 +69,31 @@ pub enum RestoreError {
     /// The restoring process's `/dev/kfd` does not have the GPUs the topology shows.
     #[error("{0}")]
     ProcessGpus(String),
+    /// The restoring process's `/dev/kfd` has a GPU whose render node the process cannot open:
+    /// its device cgroup was not applied yet when it opened `/dev/kfd` (crun with its own
+    /// cgroup manager on cgroup v2 applies a container's device rules after criu's restore).
+    #[error(
+        "the restored process's /dev/kfd has GPU {gpu_id:#x} (renderD{render_minor}), which its \
+         container was not given (opening renderD{render_minor} in the restored process: \
+         {errno}): the container's device cgroup was not applied yet when criu restored the \
+         process, so amdkfd gave it every GPU its cgroup allowed ([{process_gpus}]). Restoring \
+         would need renderD{render_minor} and would give the container a GPU it may not use: \
+         refused before any GPU state was created. The OCI runtime must put the restored task \
+         under the container's device rules before criu restores its files: runc does (podman \
+         --runtime runc, for the run and the restore), and so does crun with the systemd cgroup \
+         manager (podman --cgroup-manager systemd, the default where systemd runs); crun with \
+         --cgroup-manager cgroupfs on cgroup v2 applies them only after criu's restore"
+    )]
+    DeviceCgroupNotApplied {
+        /// The GPU the process has but may not use (this node's id).
+        gpu_id: u32,
+        /// Its render minor.
+        render_minor: u32,
+        /// What opening its render node in the restored process returned.
+        errno: Errno,
+        /// The GPUs of the process's `/dev/kfd`, as a list.
+        process_gpus: String,
+    },
     /// The private data cannot be adapted to the restoring process's other GPUs.
     #[error(transparent)]
     PrivData(#[from] crate::priv_data::PrivDataError),
@@ -95,6 +120,7 @@ impl RestoreError {
         match self {
             RestoreError::Kfd(e) => e.errno().unwrap_or(Errno::EIO),
             RestoreError::Mapping(_) | RestoreError::ProcessGpus(_) => Errno::ENODEV,
+            RestoreError::DeviceCgroupNotApplied { .. } => Errno::EACCES,
             RestoreError::PrivData(_) => Errno::EINVAL,
             RestoreError::Version(_) => Errno::ENOSYS,
             RestoreError::Image(_) | RestoreError::Inconsistent { .. } => Errno::EINVAL,
@@ -334,6 +360,28 @@ pub fn render_minor_for(
         .map(topology::Node::render_minor))
 }
 
+/// The GPUs of this node that a restoring process may use, as it sees them
+/// ([`usable_topology`]).
+#[derive(Clone, Debug)]
+pub struct UsableGpus {
+    /// This node's topology without the GPUs the process may not use.
+    pub topology: topology::Topology,
+    /// The GPUs left out, each with what opening its render node returned.
+    pub refused: Vec<RefusedGpu>,
+}
+
+/// A GPU of this node whose render node the restoring process cannot open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RefusedGpu {
+    /// Its gpu_id on this node.
+    pub gpu_id: u32,
+    /// Its render minor.
+    pub render_minor: u32,
+    /// What the open returned (`EPERM` from a device cgroup, `ENOENT` when the container's
+    /// `/dev` has no such node).
+    pub errno: Errno,
+}
+
 /// The GPUs of this node that the restoring process may use, as it sees them.
 ///
 /// Its device cgroup decides (a container's `--device` list): the kernel hides the other GPUs'
@@ -341,23 +389,24 @@ pub fn render_minor_for(
 /// (`EPERM`). criu calls the restore hooks in the restored task itself, so what it can open here
 /// is what the container allows; a GPU whose render node it cannot open is left out of the
 /// mapping, so that a container given 2 of 8 GPUs is restored onto those 2 and no others.
-pub fn usable_topology<P: Platform>(
-    platform: &P,
-    local: &topology::Topology,
-) -> topology::Topology {
-    let refused: Vec<u32> = local
+pub fn usable_topology<P: Platform>(platform: &P, local: &topology::Topology) -> UsableGpus {
+    let refused: Vec<RefusedGpu> = local
         .gpus()
         .filter_map(|n| {
             let minor = n.render_minor();
             match platform.open_render(minor) {
                 Ok(_) => None,
                 Err(e) => match e.errno() {
-                    Some(Errno::EPERM | Errno::EACCES | Errno::ENOENT) => {
+                    Some(errno @ (Errno::EPERM | Errno::EACCES | Errno::ENOENT)) => {
                         log::info!(
                             "GPU {:#x} (renderD{minor}) is not for this process: {e}",
                             n.gpu_id
                         );
-                        Some(n.gpu_id)
+                        Some(RefusedGpu {
+                            gpu_id: n.gpu_id,
+                            render_minor: minor,
+                            errno,
+                        })
                     }
                     // Not a question of access: the restore reports it if it needs the GPU.
                     _ => None,
@@ -365,10 +414,12 @@ pub fn usable_topology<P: Platform>(
             }
         })
         .collect();
-    if refused.is_empty() {
-        return local.clone();
-    }
-    local.restricted_to(|n| !refused.contains(&n.gpu_id))
+    let topology = if refused.is_empty() {
+        local.clone()
+    } else {
+        local.restricted_to(|n| !refused.iter().any(|r| r.gpu_id == n.gpu_id))
+    };
+    UsableGpus { topology, refused }
 }
 
 /// Whether `dir` has a `/dev/kfd` image of id `id` (an existing but unreadable one counts: its
@@ -381,18 +432,19 @@ pub fn has_kfd_image(dir: BorrowedFd<'_>, id: u32) -> bool {
 }
 
 /// Restores the KFD state of image `id` from `dir` into the calling process, on the GPUs of
-/// `local` (those of this node the process may use: [`usable_topology`]). `Ok(None)`: there is
+/// `usable` (those of this node the process may use: [`usable_topology`]). `Ok(None)`: there is
 /// no KFD image of that id (the object is not ours). `preopened` holds render nodes restored before this `/dev/kfd` (by GPU user id): the
 /// driver gets those files, so that they are the process's compute VMs.
 pub fn restore_kfd<P: Platform>(
     platform: &P,
-    local: &topology::Topology,
+    usable: &UsableGpus,
     id: u32,
     dir: BorrowedFd<'_>,
     opts: &RestoreOptions,
     mut preopened: BTreeMap<u32, RenderNode<P::Device>>,
 ) -> Result<Option<Restored<P::Device>>, RestoreError> {
     let start = Instant::now();
+    let local = &usable.topology;
     let Some(Plan {
         image: msg,
         gpu_ids,
@@ -411,7 +463,7 @@ pub fn restore_kfd<P: Platform>(
     let spares = if is_empty(&msg) {
         Vec::new()
     } else {
-        spare_gpus(&kfd, &mapping, &gpu_ids, local)?
+        spare_gpus(&kfd, &mapping, &gpu_ids, usable)?
     };
     let spare_ids: Vec<u32> = spares.iter().map(|g| g.user_gpu_id).collect();
     let priv_data = if spares.is_empty() {
@@ -527,8 +579,9 @@ fn spare_gpus<T: Transport>(
     kfd: &Kfd<T>,
     mapping: &Mapping,
     image_ids: &[u32],
-    local: &topology::Topology,
+    usable: &UsableGpus,
 ) -> Result<Vec<SpareGpu>, RestoreError> {
+    let local = &usable.topology;
     let own: Vec<u32> = kfd
         .get_process_apertures_new()?
         .iter()
@@ -546,7 +599,9 @@ fn spare_gpus<T: Transport>(
         .find(|m| !own.contains(&m.destination_gpu_id))
     {
         return Err(RestoreError::ProcessGpus(format!(
-            "image GPU {:#x} maps to GPU {:#x} (renderD{}), which the restoring process may not              use: its /dev/kfd has GPUs [{}] (is the topology read from another node or outside              the container?)",
+            "image GPU {:#x} maps to GPU {:#x} (renderD{}), which the restoring process may not \
+             use: its /dev/kfd has GPUs [{}] (is the topology read from another node or outside \
+             the container?)",
             m.source_gpu_id,
             m.destination_gpu_id,
             m.destination_render_minor,
@@ -560,9 +615,18 @@ fn spare_gpus<T: Transport>(
         if mapping.gpus.iter().any(|m| m.destination_gpu_id == gpu) {
             continue;
         }
+        if let Some(r) = usable.refused.iter().find(|r| r.gpu_id == gpu) {
+            return Err(RestoreError::DeviceCgroupNotApplied {
+                gpu_id: gpu,
+                render_minor: r.render_minor,
+                errno: r.errno,
+                process_gpus: own_list(),
+            });
+        }
         let node = local.gpus().find(|n| n.gpu_id == gpu).ok_or_else(|| {
             RestoreError::ProcessGpus(format!(
-                "the restoring process's /dev/kfd has GPU {gpu:#x} (of [{}]), which the GPU                  topology does not show",
+                "the restoring process's /dev/kfd has GPU {gpu:#x} (of [{}]), which the GPU \
+                 topology does not show",
                 own_list()
             ))
         })?;
@@ -575,7 +639,8 @@ fn spare_gpus<T: Transport>(
         };
         taken.push(user_gpu_id);
         log::info!(
-            "GPU {gpu:#x} (renderD{}) is the restored process's too, but not the image's: it              gets no state{}",
+            "GPU {gpu:#x} (renderD{}) is the restored process's too, but not the image's: it \
+             gets no state{}",
             node.render_minor(),
             if user_gpu_id == gpu {
                 String::new()

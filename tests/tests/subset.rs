@@ -337,3 +337,119 @@ fn a_container_given_one_gpu_is_checkpointed_with_one_and_restored_onto_another(
     assert_eq!(used, ids_at(&big, [6]));
     assert_eq!(process_gpus(&restored), vec![0x2222]);
 }
+
+/// The restored task of a container as crun restores it with its own cgroup manager on cgroup
+/// v2: the container's `/dev` has only the render nodes it was given (others: `ENOENT`), but its
+/// device cgroup is applied only after criu's restore, so its `/dev/kfd` has every GPU.
+#[derive(Debug)]
+struct UnconfinedContainer<P> {
+    inner: P,
+    dev: Vec<u32>,
+}
+
+impl<P: kfd_abi::Platform> kfd_abi::Platform for UnconfinedContainer<P> {
+    type Device = P::Device;
+
+    fn open_kfd(&self) -> Result<kfd_abi::Kfd<P::Device>, kfd_abi::IoctlError> {
+        self.inner.open_kfd()
+    }
+
+    fn open_render(
+        &self,
+        minor: u32,
+    ) -> Result<kfd_abi::RenderNode<P::Device>, kfd_abi::IoctlError> {
+        if self.dev.contains(&minor) {
+            return self.inner.open_render(minor);
+        }
+        Err(kfd_abi::IoctlError::Open {
+            path: format!("/dev/dri/renderD{minor}").into(),
+            source: std::io::Error::from_raw_os_error(libc::ENOENT),
+        })
+    }
+
+    fn kfd_from_fd(
+        &self,
+        fd: std::os::fd::OwnedFd,
+    ) -> Result<kfd_abi::Kfd<P::Device>, kfd_abi::IoctlError> {
+        self.inner.kfd_from_fd(fd)
+    }
+
+    fn render_from_fd(
+        &self,
+        fd: std::os::fd::OwnedFd,
+    ) -> Result<kfd_abi::RenderNode<P::Device>, kfd_abi::IoctlError> {
+        self.inner.render_from_fd(fd)
+    }
+
+    fn identify(&self, fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<kfd_abi::DeviceKind> {
+        self.inner.identify(fd)
+    }
+
+    fn identify_rdev(&self, rdev: u64) -> kfd_abi::DeviceKind {
+        self.inner.identify_rdev(rdev)
+    }
+
+    fn topology_root(&self) -> std::path::PathBuf {
+        self.inner.topology_root()
+    }
+
+    fn process_id(&self) -> u32 {
+        self.inner.process_id()
+    }
+}
+
+/// A container given one GPU of two, checkpointed with that one, is restored by a runtime that
+/// applies its device cgroup only after criu's restore (crun with cgroupfs on cgroup v2): its
+/// `/dev/kfd` has both GPUs, and the driver's RESTORE would need a render node of the other,
+/// which the container was not given. The plugin refuses before any GPU state is created, names
+/// the cause and the fix, and nothing is left on any GPU. The same image restores once the
+/// cgroup is in place (the systemd cgroup manager's order).
+#[rstest::rstest]
+fn a_container_whose_device_cgroup_is_not_applied_yet_is_refused_with_the_cause(
+    #[values(false, true)] renders_first: bool,
+) {
+    let small = mi250x2([0x1111, 0x2222]);
+    let dir = tempfile::tempdir().unwrap();
+    let src = SimNode::new(&small).unwrap();
+    let allowed = minors_at(&src, [0]);
+    let target = demo::start_target_in(&src, &spec(), Some(&allowed)).unwrap();
+    let (mut ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings()).unwrap();
+    ids.renders_first = renders_first;
+    let manifest = target.workload.manifest().clone();
+    drop(target);
+
+    let other = mi250x2([0x4242, 0x4343]);
+    let node = SimNode::new(&other).unwrap();
+    let given = minors_at(&node, [0]);
+    let unconfined = |p| UnconfinedContainer {
+        inner: p,
+        dev: given.clone(),
+    };
+    let process = node.machine.spawn_process_as(ids.pid);
+    let err = demo::restore_with(&node, &unconfined, process, dir.path(), &ids, &settings())
+        .unwrap_err()
+        .to_string();
+    let other_minor = minors_at(&node, [1])[0];
+    for needle in [
+        format!(
+            "/dev/kfd has GPU 0x4343 (renderD{other_minor}), which its container was not given"
+        ),
+        "device cgroup was not applied yet".to_owned(),
+        "refused before any GPU state was created".to_owned(),
+        "--runtime runc".to_owned(),
+        "--cgroup-manager systemd".to_owned(),
+    ] {
+        assert!(err.contains(&needle), "{needle:?} not in: {err}");
+    }
+    for gpu in [0x4242, 0x4343] {
+        assert_eq!(node.machine.vram_used(gpu), Some(0), "GPU {gpu:#x}");
+    }
+
+    let process = node.machine.spawn_process_as(ids.pid);
+    process.set_device_cgroup(Some(&given));
+    let (restored, _) =
+        demo::restore_with(&node, &unconfined, process, dir.path(), &ids, &settings()).unwrap();
+    restored.verify(&manifest).unwrap();
+    assert_eq!(process_gpus(&restored), vec![0x1111]);
+    assert_eq!(node.machine.vram_used(0x4343), Some(0));
+}
