@@ -637,18 +637,8 @@ fn alloc_reserved<T: Transport>(
 ) -> Result<(Buffer, Mapping, u64), WorkloadError> {
     let at = Mapping::reserve(usize::try_from(size).unwrap_or(usize::MAX))
         .map_err(|e| std::io::Error::from_raw_os_error(e.0))?;
-    let va = at.addr();
-    let a = kfd.alloc_memory(va, size, gpu, flags)?;
-    kfd.map_memory_to_gpu(a.handle, &[gpu])?;
-    let b = Buffer {
-        index: u32::try_from(buffers.len()).unwrap_or(u32::MAX),
-        kind,
-        va,
-        size,
-        handle: a.handle.get(),
-    };
-    buffers.push(b.clone());
-    Ok((b, at, a.mmap_offset))
+    let (b, mmap_offset) = alloc_at(kfd, gpu, buffers, kind, at.addr(), size, flags)?;
+    Ok((b, at, mmap_offset))
 }
 
 /// Allocates a buffer of `kind` at the next VA on `gpu`, maps it there, and lists it.
@@ -662,18 +652,31 @@ fn alloc<T: Transport>(
     va: &mut u64,
 ) -> Result<Buffer, WorkloadError> {
     let at = bump(va, size);
-    let a = kfd.alloc_memory(at, size, gpu, flags)?;
+    Ok(alloc_at(kfd, gpu, buffers, kind, at, size, flags)?.0)
+}
+
+/// Allocates a buffer of `kind` at `va` on `gpu`, maps it there and lists it in `buffers`;
+/// returns it with its mmap offset on its render node.
+fn alloc_at<T: Transport>(
+    kfd: &Kfd<T>,
+    gpu: GpuId,
+    buffers: &mut Vec<Buffer>,
+    kind: Kind,
+    va: u64,
+    size: u64,
+    flags: AllocFlags,
+) -> Result<(Buffer, u64), WorkloadError> {
+    let a = kfd.alloc_memory(va, size, gpu, flags)?;
     kfd.map_memory_to_gpu(a.handle, &[gpu])?;
-    let index = u32::try_from(buffers.len()).unwrap_or(u32::MAX);
     let b = Buffer {
-        index,
+        index: u32::try_from(buffers.len()).unwrap_or(u32::MAX),
         kind,
-        va: at,
+        va,
         size,
         handle: a.handle.get(),
     };
     buffers.push(b.clone());
-    Ok(b)
+    Ok((b, a.mmap_offset))
 }
 
 impl<T: Transport> Workload<T> {
