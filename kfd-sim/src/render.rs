@@ -1001,13 +1001,18 @@ fn dma_rings(call: &RenderCall<'_>) -> u32 {
         .map_or(0, |d| d.sdma_engines.saturating_add(d.xgmi_sdma_engines))
 }
 
+/// Scheduler entities a context has for the DMA IP (`amdgpu_ctx_num_entities`): rings 0 and 1,
+/// whatever the number of SDMA engines; each entity goes to the least busy engine.
+const CTX_DMA_ENTITIES: u32 = 2;
+
 /// `amdgpu_ctx_get_entity`: an IP past `AMDGPU_HW_IP_NUM`, an instance other than 0, or a ring
-/// the IP does not have, `EINVAL`. Only the DMA IP has rings here.
+/// past the context's entities of the IP, `EINVAL`. Only the DMA IP has rings here (a GPU
+/// without SDMA engines has none).
 fn entity_check(call: &RenderCall<'_>, ip: u32, instance: u32, ring: u32) -> Result<(), Errno> {
     if ip >= sys::AMDGPU_HW_IP_NUM || instance != 0 {
         return Err(Errno::EINVAL);
     }
-    if ip != sys::AMDGPU_HW_IP_DMA || ring >= dma_rings(call) {
+    if ip != sys::AMDGPU_HW_IP_DMA || ring >= CTX_DMA_ENTITIES || dma_rings(call) == 0 {
         return Err(Errno::EINVAL);
     }
     Ok(())

@@ -593,6 +593,31 @@ fn cs_errno(
     );
 }
 
+/// A context has two DMA entities (rings 0 and 1) however many SDMA engines the GPU has: ring 2
+/// of an MI210 (five engines) is EINVAL, as `amdgpu_ctx_get_entity` answers.
+#[rstest]
+#[case::ring_0(0, None)]
+#[case::ring_1(1, None)]
+#[case::ring_2(2, Some(Errno::EINVAL))]
+#[case::ring_4(4, Some(Errno::EINVAL))]
+fn a_context_has_two_dma_rings_on_a_gpu_with_five_engines(
+    #[case] ring: u32,
+    #[case] want: Option<Errno>,
+) {
+    let e = env(Preset::mi210x2());
+    let r = node(&e, 0);
+    let ctx = r.ctx_alloc().unwrap();
+    let submitted = r.cs_submit(&IbSubmit {
+        ctx,
+        bo_list: None,
+        ip_type: HW_IP_DMA,
+        ring,
+        ib_va: 0x55_0000_0000,
+        ib_bytes: 32,
+    });
+    assert_eq!(submitted.err().and_then(|e| e.errno()), want);
+}
+
 #[test]
 fn cs_refuses_no_chunks_and_unreadable_chunks() {
     let e = env(Preset::mi50x1());
