@@ -786,11 +786,21 @@ fn criu_dmabufs_and_the_smi_fd_arrive_installed_in_the_caller() {
     let before = d.open_fds();
     let smi = c.kfd.smi_events(c.gpus[0]).expect("SMI_EVENTS");
     assert!(File::from(smi).metadata().is_ok());
+    // The daemon keeps its own end of the event channel (where the driver keeps the client's
+    // kfifo) and no copy of the caller's: one fd more, until the next open finds the caller's
+    // end closed and drops it.
     assert_eq!(
         d.open_fds(),
-        before,
-        "the daemon keeps no copy of the SMI fd"
+        before + 1,
+        "the daemon keeps its end of the SMI channel and no copy of the caller's fd"
     );
+    let again = c.kfd.smi_events(c.gpus[0]).expect("SMI_EVENTS again");
+    assert_eq!(
+        d.open_fds(),
+        before + 1,
+        "the end of the closed SMI fd is dropped at the next open"
+    );
+    drop(again);
 
     // Checkpoint ourselves, save what a restore needs, and restore it in a fresh process, which
     // gets its RESTORE dma-bufs installed, fills them, and maps the restored BO.

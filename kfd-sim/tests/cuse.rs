@@ -238,11 +238,19 @@ fn kfd_and_render_nodes_are_served_like_hardware() {
         .expect("ALLOC GTT");
     c.kfd.free_memory(g.handle).expect("FREE");
     // An fd the driver installs (the SMI event fd) arrives through pidfd_getfd, and the daemon
-    // keeps no copy of it.
+    // keeps no copy of it, only its own end of the event channel (where the driver keeps the
+    // client's kfifo), until the next open finds the caller's end closed and drops it.
     let before = d.open_fds();
     let smi = c.kfd.smi_events(c.gpus[0]).expect("SMI_EVENTS");
     assert!(File::from(smi).metadata().is_ok());
-    assert_eq!(d.open_fds(), before, "the daemon closed its copy");
+    assert_eq!(d.open_fds(), before + 1, "the daemon closed its copy");
+    let again = c.kfd.smi_events(c.gpus[0]).expect("SMI_EVENTS again");
+    assert_eq!(
+        d.open_fds(),
+        before + 1,
+        "the end of the closed SMI fd is dropped at the next open"
+    );
+    drop(again);
 }
 
 /// What a process with GPU state prints for the test to find.
