@@ -144,22 +144,13 @@ fn checkpoint_restore_onto_other_gpu_ids_and_checkpoint_again() {
     assert_eq!(doorbell.offset, (3 << 62) | (u64::from(old_ids[0]) << 46));
 
     // Restore into a fresh process on a machine whose GPUs have other ids.
-    let mb = Machine::new(&Preset::mi210x2().with_gpu_ids(&[0x3a01, 0x3a02])).unwrap();
-    let r = mb.spawn_process();
-    let rk = Kfd::new(r.open_kfd().unwrap(), "/dev/kfd (restored)");
-    let renders: Vec<SimFile> = mb
-        .render_minors()
-        .into_iter()
-        .map(|m| r.open_render(m).unwrap())
-        .collect();
-    let restored = rk
-        .criu_restore(
-            &restore_devices(&c, &mb, &renders),
-            &restore_bos(&c),
-            &c.priv_data,
-            c.num_objects,
-        )
-        .unwrap();
+    let RestoredElsewhere {
+        machine: mb,
+        process: r,
+        kfd: rk,
+        renders: _renders,
+        bos: restored,
+    } = restore_on_other_gpu_ids(&c);
     assert_eq!(restored.len(), c.bos.len());
     for (i, (b, rb)) in c.bos.iter().zip(&restored).enumerate() {
         assert_eq!(rb.dmabuf.is_some(), b.alloc_flags.has_contents());

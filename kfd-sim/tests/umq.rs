@@ -11,7 +11,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::criu::{criu_view, read_dmabuf, restore_bos, restore_devices, write_dmabuf};
+use common::criu::{
+    criu_view, read_dmabuf, restore_on_other_gpu_ids, write_dmabuf, RestoredElsewhere,
+};
 use common::{env, errno, gpu, Env, GTT_W};
 use kfd_abi::kfd::QueueDesc;
 use kfd_abi::sdma::{IbBuilder, PollFunc};
@@ -356,22 +358,13 @@ fn packets_submitted_before_a_checkpoint_complete_after_the_restore() {
     assert_eq!(q.rptr(), 20, "nothing ran after the pause");
 
     // Restore into a fresh process on a machine whose GPUs have other ids.
-    let mb = Machine::new(&Preset::mi210x2().with_gpu_ids(&[0x3a01, 0x3a02])).unwrap();
-    let rp = mb.spawn_process();
-    let rk = Kfd::new(rp.open_kfd().unwrap(), "/dev/kfd (restored)");
-    let renders: Vec<SimFile> = mb
-        .render_minors()
-        .into_iter()
-        .map(|m| rp.open_render(m).unwrap())
-        .collect();
-    let restored = rk
-        .criu_restore(
-            &restore_devices(&c, &mb, &renders),
-            &restore_bos(&c),
-            &c.priv_data,
-            c.num_objects,
-        )
-        .unwrap();
+    let RestoredElsewhere {
+        machine: mb,
+        process: rp,
+        kfd: rk,
+        renders,
+        bos: restored,
+    } = restore_on_other_gpu_ids(&c);
     for (b, rb) in c.bos.iter().zip(&restored) {
         if let (Some(from), Some(to)) = (&b.dmabuf, &rb.dmabuf) {
             write_dmabuf(to, &read_dmabuf(from, b.size));

@@ -515,13 +515,16 @@ pub fn dump_gpu<T: Transport>(
     progress: &Progress,
     writer: &mut PagesWriter,
 ) -> Result<u64, CopyError> {
-    let (total, mut dma, ring) = prepare(render, bos, staging)?;
-    let Ring {
-        full_tx,
-        full_rx,
-        empty_tx,
-        empty_rx,
-    } = ring;
+    let (
+        total,
+        mut dma,
+        Ring {
+            full_tx,
+            full_rx,
+            empty_tx,
+            empty_rx,
+        },
+    ) = prepare(render, bos, staging)?;
     // Set by a copier that failed: the others stop taking buffers and the writer stops writing.
     let stop = AtomicBool::new(false);
     let stop = &stop;
@@ -613,13 +616,16 @@ pub fn restore_gpu<T: Transport>(
     progress: &Progress,
     reader: &mut PagesReader,
 ) -> Result<u64, CopyError> {
-    let (total, mut dma, ring) = prepare(render, bos, staging)?;
-    let Ring {
-        full_tx,
-        full_rx,
-        empty_tx,
-        empty_rx,
-    } = ring;
+    let (
+        total,
+        mut dma,
+        Ring {
+            full_tx,
+            full_rx,
+            empty_tx,
+            empty_rx,
+        },
+    ) = prepare(render, bos, staging)?;
     // Set by a copier that failed: the reader stops reading and the other copiers stop.
     let stop = AtomicBool::new(false);
     let stop = &stop;

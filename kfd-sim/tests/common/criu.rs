@@ -150,3 +150,40 @@ pub fn read_dmabuf(fd: &OwnedFd, len: u64) -> Vec<u8> {
         .unwrap();
     b
 }
+
+/// A restore of `c` into a fresh process on an MI210x2 whose GPUs have other ids (0x3a01,
+/// 0x3a02), with a render node of each GPU opened by it.
+pub struct RestoredElsewhere {
+    pub machine: Machine,
+    pub process: SimProcess,
+    pub kfd: Kfd<SimFile>,
+    pub renders: Vec<SimFile>,
+    pub bos: Vec<kfd_abi::criu::RestoredBo>,
+}
+
+/// Restores `c` as [`RestoredElsewhere`] says.
+pub fn restore_on_other_gpu_ids(c: &Checkpoint) -> RestoredElsewhere {
+    let machine = Machine::new(&Preset::mi210x2().with_gpu_ids(&[0x3a01, 0x3a02])).unwrap();
+    let process = machine.spawn_process();
+    let kfd = Kfd::new(process.open_kfd().unwrap(), "/dev/kfd (restored)");
+    let renders: Vec<SimFile> = machine
+        .render_minors()
+        .into_iter()
+        .map(|m| process.open_render(m).unwrap())
+        .collect();
+    let bos = kfd
+        .criu_restore(
+            &restore_devices(c, &machine, &renders),
+            &restore_bos(c),
+            &c.priv_data,
+            c.num_objects,
+        )
+        .unwrap();
+    RestoredElsewhere {
+        machine,
+        process,
+        kfd,
+        renders,
+        bos,
+    }
+}
