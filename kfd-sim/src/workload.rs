@@ -198,6 +198,23 @@ pub enum WorkloadError {
         /// The GPU.
         gpu_id: u32,
     },
+    /// A user-mode queue's submission did not complete: where its pointers and event stood.
+    #[error(
+        "SDMA submission on GPU {gpu_id:#x} did not complete: read pointer {}, write pointer \
+         {wptr:#x}, completion event {}",
+        .rptr.map_or_else(|| "unreadable".to_owned(), |r| format!("{r:#x}")),
+        if *.signaled { "signaled" } else { "not signaled" }
+    )]
+    QueueStalled {
+        /// The GPU.
+        gpu_id: u32,
+        /// The read pointer the engine last wrote back (none if the ring could not be read).
+        rptr: Option<u64>,
+        /// The write pointer the submission rang.
+        wptr: u64,
+        /// Whether the submission's event had signaled.
+        signaled: bool,
+    },
     /// Verification found a difference.
     #[error("{0}")]
     Mismatch(String),
@@ -436,13 +453,12 @@ impl<T: Transport> Mover for UserRun<'_, T> {
     fn run(&mut self, mut ib: IbBuilder) -> Result<(), WorkloadError> {
         let q = &mut *self.q;
         ib.fence(q.slot_va, q.slot).trap(q.slot);
-        let fence = WorkloadError::Fence { gpu_id: q.gpu_id };
         // The ring is empty (every run waits for its packets), so the packets fit.
         for &dw in ib.packets() {
             #[allow(clippy::cast_possible_truncation)] // < RING_BYTES
             let at = (q.wptr % RING_BYTES) as usize;
             if !q.ring.write(at, &dw.to_le_bytes()) {
-                return Err(fence);
+                return Err(WorkloadError::Fence { gpu_id: q.gpu_id });
             }
             q.wptr += 4;
         }
@@ -467,7 +483,12 @@ impl<T: Transport> Mover for UserRun<'_, T> {
                 return Ok(());
             }
             if !budget.charge(std::time::Instant::now()) {
-                return Err(fence);
+                return Err(WorkloadError::QueueStalled {
+                    gpu_id: q.gpu_id,
+                    rptr: q.rptr(),
+                    wptr: q.wptr,
+                    signaled,
+                });
             }
         }
     }

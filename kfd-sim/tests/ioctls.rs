@@ -287,6 +287,68 @@ fn an_interrupted_wait_writes_back_the_time_left() {
     );
 }
 
+/// A signal that reached a wait just before the wait was interrupted is not lost: the driver
+/// sets the auto-reset events that had activated the interrupted wait again, so that the
+/// restarted call counts them (criu's freeze interrupts every WAIT_EVENTS of a process; a
+/// completion signalled in that moment hung the restored process before).
+#[test]
+fn an_interrupted_wait_gives_back_the_signals_it_took() {
+    let e = env(Preset::mi50x1());
+    let first = e
+        .kfd
+        .create_event(EventType::Signal, true, None)
+        .unwrap()
+        .event_id;
+    let second = e
+        .kfd
+        .create_event(EventType::Signal, true, None)
+        .unwrap()
+        .event_id;
+    let data = [first, second].map(|ev| sys::kfd_event_data {
+        event_id: ev.0,
+        ..Default::default()
+    });
+    // Waits for both: the first one's signal activates the wait without completing it, then
+    // the signal interrupts it (in whichever order the waiter sees them: the first event's
+    // signal is taken before the interruption ends the wait).
+    let mut a = sys::kfd_ioctl_wait_events_args {
+        events_ptr: data.as_ptr() as u64,
+        num_events: 2,
+        wait_for_all: 1,
+        timeout: WAIT_INFINITE,
+        wait_result: 0,
+    };
+    let setter = e.kfd.try_clone().unwrap();
+    let sender = {
+        let p = e.proc.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            setter.set_event(first).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            p.signal();
+        })
+    };
+    assert_eq!(
+        raw(e.kfd.transport(), codes::WAIT_EVENTS, &mut a),
+        Err(Errno::EINTR)
+    );
+    sender.join().unwrap();
+    // The restarted wait finds the first event signalled, once (it is auto-reset).
+    assert_eq!(
+        e.kfd.wait_events(&[first], true, 0).unwrap(),
+        WaitResult::Complete
+    );
+    assert_eq!(
+        e.kfd.wait_events(&[first], true, 0).unwrap(),
+        WaitResult::Timeout
+    );
+    // The second never signalled: nothing to give back.
+    assert_eq!(
+        e.kfd.wait_events(&[second], true, 0).unwrap(),
+        WaitResult::Timeout
+    );
+}
+
 /// Two pages of which only the first is mapped.
 struct GuardedPage {
     base: *mut libc::c_void,

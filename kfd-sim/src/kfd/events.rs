@@ -326,7 +326,18 @@ impl<'c> EventSlots<'c> {
 
 /// Takes `waiters` off their events' wait lists (the driver's `free_waiters`): once per event,
 /// so that a wait on many slots of one event costs linear time, not quadratic.
-fn forget_waiters(st: &mut ProcState, waiters: &[(u32, Arc<AtomicU8>)]) {
+///
+/// A wait that ends to be restarted (`undo_auto_reset`: interrupted by a signal) gives back
+/// what it took: every auto-reset event that activated one of its waiters is set again, so that
+/// the restarted call counts that signal (the driver does so since its wait returns the time
+/// left, 5.19 and 6.1). Otherwise a signal that came just before the interruption is lost, and
+/// the restarted wait sleeps until its timeout, or forever. Returns whether an event was set
+/// again (its new waiters need a wake-up).
+fn forget_waiters(
+    st: &mut ProcState,
+    waiters: &[(u32, Arc<AtomicU8>)],
+    undo_auto_reset: bool,
+) -> bool {
     let mine: HashSet<*const AtomicU8> = waiters.iter().map(|(_, w)| Arc::as_ptr(w)).collect();
     let ids: BTreeSet<u32> = waiters.iter().map(|&(id, _)| id).collect();
     for id in ids {
@@ -334,6 +345,19 @@ fn forget_waiters(st: &mut ProcState, waiters: &[(u32, Arc<AtomicU8>)]) {
             ev.waiters.retain(|x| !mine.contains(&Arc::as_ptr(x)));
         }
     }
+    let mut set_again = false;
+    if undo_auto_reset {
+        for (id, w) in waiters {
+            if w.load(Ordering::SeqCst) != waiter::ACTIVATED {
+                continue;
+            }
+            if let Some(ev) = st.events.get_mut(id).filter(|ev| ev.auto_reset) {
+                ev.set();
+                set_again = true;
+            }
+        }
+    }
+    set_again
 }
 
 /// The jiffy of Debian's kernels (`CONFIG_HZ=250`), in milliseconds.
@@ -358,18 +382,17 @@ fn wait_on_events(
     let all = a.wait_for_all != 0;
     let mut st = call.process.lock();
     let mut waiters: Vec<(u32, Arc<AtomicU8>)> = Vec::new();
-    let cleanup = forget_waiters;
     let mut slots = EventSlots::new(call.client, a.events_ptr);
     for i in 0..n {
         let data = match slots.get(i, n) {
             Ok(d) => d,
             Err(_) => {
-                cleanup(&mut st, &waiters);
+                forget_waiters(&mut st, &waiters, false);
                 return Err(Errno::EFAULT);
             }
         };
         let Some(ev) = st.events.get_mut(&data.event_id) else {
-            cleanup(&mut st, &waiters);
+            forget_waiters(&mut st, &waiters, false);
             return Err(Errno::EINVAL);
         };
         let activated = ev.signaled;
@@ -415,7 +438,9 @@ fn wait_on_events(
         // written the time left back into the arguments, so that a restarted call waits only
         // for the rest.
         if call.client.signal_pending() {
-            cleanup(&mut st, &waiters);
+            if forget_waiters(&mut st, &waiters, true) {
+                call.process.events_cv.notify_all();
+            }
             if a.timeout != 0 && a.timeout != TIMEOUT_INFINITE {
                 a.timeout = timeout_left_ms(a.timeout, started.elapsed());
             }
@@ -445,7 +470,7 @@ fn wait_on_events(
             Err(e) => e.into_inner().0,
         };
     };
-    cleanup(&mut st, &waiters);
+    forget_waiters(&mut st, &waiters, false);
     if result == sys::KFD_IOC_WAIT_RESULT_COMPLETE {
         // copy_signaled_event_data: memory exception data of fired memory events.
         for (i, (id, w)) in (0u64..).zip(&waiters) {

@@ -112,6 +112,10 @@ pub(crate) fn kfd_mmap(
                 return Err(Errno::EINVAL);
             }
             let page = m.device_pages.doorbell(p, dev)?;
+            log::debug!(
+                "kfd-sim: pid {}: doorbell slice of device {dev} mapped",
+                p.pid
+            );
             // The process can ring its SDMA queues from now on.
             super::umq::ensure_engine(&p.machine);
             Ok(target(page, KFD_VMA))

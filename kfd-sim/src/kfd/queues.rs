@@ -137,6 +137,11 @@ pub(super) fn create_queue_locked(
             // The engine resumes where the checkpoint left it: what it had executed and what had
             // been submitted (the doorbell of the new process starts at zero).
             q.ring_state = q.ring_state_from_mqd();
+            log::debug!(
+                "kfd-sim: queue {qid} restored: rptr {:#x} wptr {:#x}",
+                q.ring_state.rptr,
+                q.ring_state.wptr
+            );
         }
         None => {
             let size = if q.kind == QueueKind::Compute {

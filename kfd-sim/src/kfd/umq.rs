@@ -113,6 +113,14 @@ pub(crate) fn latch_doorbells(m: &MachineInner, p: &KfdProcess, st: &mut ProcSta
         }
         let value = u64::from_le_bytes(b);
         if value != q.ring_state.doorbell {
+            log::debug!(
+                "kfd-sim: pid {}: SDMA queue doorbell {} latched: {:#x} -> {:#x} (rptr {:#x})",
+                p.pid,
+                q.doorbell_id,
+                q.ring_state.doorbell,
+                value,
+                q.ring_state.rptr
+            );
             q.ring_state.doorbell = value;
             q.ring_state.wptr = value;
         }
@@ -163,6 +171,13 @@ fn service(m: &MachineInner, p: &KfdProcess) -> bool {
     };
     let mut ran = false;
     for w in work {
+        log::debug!(
+            "kfd-sim: pid {}: SDMA queue {} runs {:#x}..{:#x}",
+            p.pid,
+            w.qid,
+            w.from,
+            w.to
+        );
         ran |= run_queue(p, &w);
     }
     ran
@@ -237,7 +252,13 @@ fn run_queue(p: &KfdProcess, w: &Work) -> bool {
                 let mut st = p.lock();
                 let mut woke = 0;
                 for ctx in traps {
-                    woke += signal_event_interrupt(&mut st, ctx, TRAP_ID_BITS);
+                    let set = signal_event_interrupt(&mut st, ctx, TRAP_ID_BITS);
+                    log::debug!(
+                        "kfd-sim: pid {}: SDMA queue {} TRAP {ctx:#x}: {set} event(s) set",
+                        p.pid,
+                        w.qid
+                    );
+                    woke += set;
                 }
                 if woke > 0 {
                     p.events_cv.notify_all();
