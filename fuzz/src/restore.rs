@@ -334,6 +334,18 @@ impl Platform for ShmElsewhere {
         Platform::process_id(&self.inner)
     }
 
+    fn fd_of_process(
+        &self,
+        pid: u32,
+        raw: std::os::fd::RawFd,
+    ) -> std::io::Result<std::os::fd::OwnedFd> {
+        Platform::fd_of_process(&self.inner, pid, raw)
+    }
+
+    fn parent_of(&self, pid: u32) -> Option<u32> {
+        Platform::parent_of(&self.inner, pid)
+    }
+
     fn hsakmt_shm_path(&self) -> PathBuf {
         self.shm.clone()
     }

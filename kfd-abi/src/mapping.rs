@@ -303,6 +303,33 @@ impl Mapping {
         true
     }
 
+    /// Atomically adds `value` to the native-endian `u64` at `offset` (sequentially
+    /// consistent, also against other processes sharing the memory) and returns the value before;
+    /// `None` when outside, unaligned or not readable and writable.
+    pub fn fetch_add_u64(&self, offset: usize, value: u64) -> Option<u64> {
+        let p = self.atomic_at(offset, Prot::RW)?;
+        Some(p.fetch_add(value, std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// Atomically loads the native-endian `u64` at `offset` (acquire: what another process wrote before
+    /// its [`fetch_add_u64`](Self::fetch_add_u64) there is visible after); `None` when outside,
+    /// unaligned or not readable.
+    pub fn load_u64(&self, offset: usize) -> Option<u64> {
+        let p = self.atomic_at(offset, Prot::READ)?;
+        Some(p.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    fn atomic_at(&self, offset: usize, need: Prot) -> Option<&std::sync::atomic::AtomicU64> {
+        if offset % 8 != 0 {
+            return None;
+        }
+        let p = self.range(offset, 8, need)?;
+        // SAFETY: aligned (the mapping is page-aligned and `offset` a multiple of 8), inside a
+        // mapping that lives as long as `&self`; every access to these bytes from this crate's
+        // side is atomic or a byte copy of shared memory, which another party may change anyway.
+        Some(unsafe { std::sync::atomic::AtomicU64::from_ptr(p.cast::<u64>()) })
+    }
+
     /// Leaves the memory mapped for good (a process that keeps its device mappings until it
     /// exits, as ROCm does) and returns its address and length.
     pub fn leak(self) -> (u64, usize) {
@@ -392,6 +419,19 @@ mod tests {
         let mut b = [0u8; 1];
         assert!(m.read(0, &mut b));
         assert_eq!(b, [9]);
+    }
+
+    #[test]
+    fn atomics_are_shared_with_every_mapping_of_the_memory() {
+        let f = file(&[0u8; 4096]);
+        let a = Mapping::map_fd(f.as_fd(), 0, 4096, Prot::RW, Share::Shared).unwrap();
+        let b = Mapping::map_fd(f.as_fd(), 0, 4096, Prot::READ, Share::Shared).unwrap();
+        assert_eq!(a.fetch_add_u64(16, 5), Some(0));
+        assert_eq!(a.fetch_add_u64(16, 2), Some(5));
+        assert_eq!(b.load_u64(16), Some(7));
+        assert_eq!(b.fetch_add_u64(16, 1), None, "read-only");
+        assert_eq!(a.load_u64(12), None, "unaligned");
+        assert_eq!(a.load_u64(4096), None, "past the end");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use std::fmt;
 use std::io;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -57,6 +57,17 @@ pub trait Platform: Send + Sync + fmt::Debug {
     /// The calling process's pid as the driver reports it (PROCESS_INFO's `pid`): at restore, the
     /// restored process's, which criu keeps from the dump.
     fn process_id(&self) -> u32;
+
+    /// A copy of fd `raw` of process `pid` (`pidfd_getfd(2)` on the real machine): a restored
+    /// task forked before its parent restored the GPU state maps the parent's restored buffers
+    /// through the parent's render-node files.
+    fn fd_of_process(&self, pid: u32, raw: RawFd) -> io::Result<OwnedFd>;
+
+    /// The parent of process `pid`, where the platform can tell (`/proc/PID/status` on the real
+    /// machine); `None` otherwise.
+    fn parent_of(&self, _pid: u32) -> Option<u32> {
+        None
+    }
 
     /// libhsakmt's shared memory file.
     fn hsakmt_shm_path(&self) -> PathBuf {
@@ -184,6 +195,22 @@ impl Platform for HostPlatform {
 
     fn process_id(&self) -> u32 {
         std::process::id()
+    }
+
+    fn fd_of_process(&self, pid: u32, raw: RawFd) -> io::Result<OwnedFd> {
+        let pidfd = crate::cuse::pidfd_open(pid)?;
+        crate::cuse::pidfd_getfd(pidfd.as_fd(), raw)
+    }
+
+    fn parent_of(&self, pid: u32) -> Option<u32> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))?
+            .trim()
+            .parse()
+            .ok()
+            .filter(|&p| p != 0)
     }
 }
 

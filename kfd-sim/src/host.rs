@@ -81,6 +81,22 @@ pub fn dup_inheritable(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(r) })
 }
 
+/// A close-on-exec copy of fd number `raw` of our own table (`fcntl(F_DUPFD_CLOEXEC)`); `EBADF`
+/// when it is not open.
+pub fn dup_raw(raw: RawFd) -> io::Result<OwnedFd> {
+    if raw < 0 {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    }
+    // SAFETY: fcntl on an integer fd number: a closed number yields EBADF and nothing else; the
+    // new fd is ours.
+    let r = unsafe { libc::fcntl(raw, libc::F_DUPFD_CLOEXEC, 0) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: F_DUPFD_CLOEXEC returned a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(r) })
+}
+
 /// A new read-only open file on the same inode (`/proc/self/fd/N` reopened `O_RDONLY`).
 pub fn reopen_readonly(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     let path = format!("/proc/self/fd/{}", fd.as_raw_fd());

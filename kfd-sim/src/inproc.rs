@@ -741,4 +741,18 @@ impl kfd_abi::Platform for SimPlatform {
     fn process_id(&self) -> u32 {
         self.process.pid()
     }
+
+    /// The simulated processes share this process's fd table: fd `raw` of any of them is our fd
+    /// `raw`, when it is a file of this machine (`EBADF` otherwise, as `pidfd_getfd` answers for a
+    /// number the target has not open).
+    fn fd_of_process(&self, _pid: u32, raw: RawFd) -> io::Result<OwnedFd> {
+        let known = host::raw_file_key(raw)
+            .ok()
+            .and_then(|key| self.machine.inner.file(key))
+            .is_some();
+        if !known {
+            return Err(io::Error::from_raw_os_error(libc::EBADF));
+        }
+        host::dup_raw(raw)
+    }
 }

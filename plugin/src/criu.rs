@@ -15,7 +15,7 @@ use crate::dump::{self, DumpOptions, Unpause};
 use crate::hooks::{CriuHooks, HookError, HookResult, Stage, VmaUpdate};
 use crate::inventory::{self, Inventory, NoInventory};
 use crate::restore::{self, RestoreOptions, Restored};
-use crate::vma::{MappedOn, VmaDevice};
+use crate::vma::{self, MappedOn, SharedBuffer, SharedVmas, VmaDevice};
 use kfd_abi::platform::{DeviceKind, HostPlatform, Platform};
 
 /// Turns on write-behind of the pages files at dump ([`Settings::write_behind`]).
@@ -93,6 +93,11 @@ struct State<P: Platform> {
     /// At restore: which `/dev/kfd` image is this process's (`None` inside: it has none), once
     /// looked up.
     own_kfd_image: Option<Option<u32>>,
+    /// At restore: the render-node buffers every restored task published, made at `init` in
+    /// criu's process (before it forks the tasks, which share it).
+    shared: Option<std::sync::Arc<SharedVmas>>,
+    /// This task's copy of what it last read of `shared`.
+    inherited: Vec<SharedBuffer>,
 }
 
 impl<P: Platform> Default for State<P> {
@@ -106,6 +111,8 @@ impl<P: Platform> Default for State<P> {
             pending_renders: Vec::new(),
             preopened: std::collections::BTreeMap::new(),
             own_kfd_image: None,
+            shared: None,
+            inherited: Vec::new(),
         }
     }
 }
@@ -115,8 +122,8 @@ pub struct Engine<P: Platform> {
     platform: P,
     settings: Mutex<Option<Settings>>,
     state: Mutex<State<P>>,
-    image_dir: Box<dyn Fn() -> Option<RawFd> + Send + Sync>,
-    inventory: Box<dyn Inventory>,
+    image_dir: std::sync::Arc<dyn Fn() -> Option<RawFd> + Send + Sync>,
+    inventory: std::sync::Arc<dyn Inventory>,
     /// This dump's inventory lists the plugin already.
     recorded: AtomicBool,
     /// This restore's images do not list the plugin: every hook is "not ours".
@@ -149,8 +156,8 @@ impl<P: Platform> Engine<P> {
             platform,
             settings: Mutex::new(None),
             state: Mutex::new(State::default()),
-            image_dir: Box::new(image_dir),
-            inventory: Box::new(NoInventory),
+            image_dir: std::sync::Arc::new(image_dir),
+            inventory: std::sync::Arc::new(NoInventory),
             recorded: AtomicBool::new(false),
             disabled: AtomicBool::new(false),
         }
@@ -159,8 +166,31 @@ impl<P: Platform> Engine<P> {
     /// The same engine on a host with criu's plugin inventory (criu 4.1+; see
     /// [`crate::inventory`]).
     pub fn with_inventory(mut self, inventory: impl Inventory + 'static) -> Self {
-        self.inventory = Box::new(inventory);
+        self.inventory = std::sync::Arc::new(inventory);
         self
+    }
+
+    /// What a task that criu forks from its own process after `init` has of this engine: a copy
+    /// of its settings and state as they are now (the topology read at `init`, the table of
+    /// buffers shared between the restored tasks), over the task's `platform`. The in-process
+    /// harness's fork.
+    pub fn forked(&self, platform: P) -> Self {
+        let state = lock(&self.state);
+        let copy = State {
+            topology: state.topology.clone(),
+            shared: state.shared.clone(),
+            ..State::default()
+        };
+        drop(state);
+        Self {
+            platform,
+            settings: Mutex::new(lock(&self.settings).clone()),
+            state: Mutex::new(copy),
+            image_dir: std::sync::Arc::clone(&self.image_dir),
+            inventory: std::sync::Arc::clone(&self.inventory),
+            recorded: AtomicBool::new(self.recorded.load(Ordering::SeqCst)),
+            disabled: AtomicBool::new(self.disabled.load(Ordering::SeqCst)),
+        }
     }
 
     /// Dump: records the plugin in the dump's inventory, once, as soon as it handles anything.
@@ -353,8 +383,110 @@ impl<P: Platform> Engine<P> {
         );
         let restored = self.keep_out_of_the_way(restored)?;
         let fd = dup(restored.kfd.as_fd())?;
+        self.publish(&restored);
         lock(&self.state).restored.push(restored);
         Ok(Some(fd))
+    }
+
+    /// Puts the render-node buffers of a process restored here in the table the other restored
+    /// tasks see: a child that shares this process's files (forked before the dump) maps them
+    /// through this task's render nodes.
+    fn publish(&self, r: &Restored<P::Device>) {
+        let Some(shared) = lock(&self.state).shared.clone() else {
+            return;
+        };
+        let owner = self.platform.process_id();
+        let buffers: Vec<SharedBuffer> = r
+            .vmas
+            .render_buffers()
+            .filter_map(|(old_minor, gpu_id, b)| {
+                let render = r.renders.get(&gpu_id)?;
+                Some(SharedBuffer {
+                    owner,
+                    old_minor,
+                    addr: b.addr,
+                    size: b.size,
+                    old_offset: b.old_offset,
+                    new_offset: b.new_offset,
+                    fd: render.as_fd().as_raw_fd(),
+                    new_minor: r
+                        .mapping
+                        .gpu(gpu_id)
+                        .map_or(0, |g| g.destination_render_minor),
+                })
+            })
+            .collect();
+        match shared.publish(&buffers) {
+            Ok(()) => log::debug!(
+                "pid {owner}: {} render-node buffers shared with the other restored tasks",
+                buffers.len()
+            ),
+            Err(e) => log::warn!("pid {owner}: {e}"),
+        }
+    }
+
+    /// UPDATE_VMA_MAP for a render VMA of a task that restored no buffer there: one that another
+    /// task restored (the task's parent, which it shares the files with), mapped through that
+    /// task's render node.
+    fn inherited_vma(
+        &self,
+        minor: u32,
+        addr: u64,
+        old_pgoff: u64,
+    ) -> HookResult<Option<VmaUpdate>> {
+        let pid = self.platform.process_id();
+        let mut state = lock(&self.state);
+        let Some(shared) = state.shared.clone() else {
+            return Ok(None);
+        };
+        let find = |buffers: &[SharedBuffer]| {
+            vma::find_inherited(buffers, pid, minor, addr, old_pgoff, |p| {
+                self.platform.parent_of(p)
+            })
+            .map_err(|e| failed(Errno::EINVAL, e))
+        };
+        let mut hit = find(&state.inherited)?;
+        if hit.is_none() {
+            // Published since this task last looked.
+            state.inherited = shared.buffers();
+            hit = find(&state.inherited)?;
+        }
+        drop(state);
+        let Some((b, new_pgoff)) = hit else {
+            if shared.lost() > 0 {
+                return Err(failed(
+                    Errno::ENOSPC,
+                    format!(
+                        "no restored buffer had renderD{minor} at {addr:#x} with offset \
+                         {old_pgoff:#x}, and {} buffers did not fit in the table of {} shared \
+                         with forked tasks",
+                        shared.lost(),
+                        shared.capacity()
+                    ),
+                ));
+            }
+            return Ok(None);
+        };
+        let fd = self.platform.fd_of_process(b.owner, b.fd).map_err(|e| {
+            failed(
+                Errno::from_io(&e),
+                format!(
+                    "taking renderD{} (fd {}) from pid {}, which restored the buffer at \
+                         {addr:#x}: {e}",
+                    b.new_minor, b.fd, b.owner
+                ),
+            )
+        })?;
+        log::info!(
+            "pid {pid}: renderD{minor} at {addr:#x} maps the buffer pid {} restored (offset \
+             {old_pgoff:#x} -> {new_pgoff:#x}, renderD{})",
+            b.owner,
+            b.new_minor
+        );
+        Ok(Some(VmaUpdate {
+            new_pgoff,
+            fd: Some(fd),
+        }))
     }
 
     /// Moves the files the plugin keeps in the restored task (its `/dev/kfd` and the render nodes
@@ -493,6 +625,19 @@ impl<P: Platform> CriuHooks for Engine<P> {
         }
         drop(s);
         if stage == Stage::Restore && listed {
+            // Made here, in criu's process before it forks the restored tasks, so that they all
+            // share it (see crate::vma).
+            let mut state = lock(&self.state);
+            if state.shared.is_none() {
+                match SharedVmas::new() {
+                    Ok(t) => state.shared = Some(std::sync::Arc::new(t)),
+                    Err(e) => log::warn!(
+                        "no table of restored buffers for forked tasks ({e}): a task that \
+                         inherited its parent's GPU mappings cannot map them"
+                    ),
+                }
+            }
+            drop(state);
             // criu restores GPU files in the restored tasks, after their namespaces are set up: a
             // container's task sees its own sysfs mount, where the topology may be missing or
             // partly unreadable (the device cgroup hides the GPUs it may not use). criu's own
@@ -521,6 +666,8 @@ impl<P: Platform> CriuHooks for Engine<P> {
         state.pending_renders.clear();
         state.preopened.clear();
         state.own_kfd_image = None;
+        state.shared = None;
+        state.inherited.clear();
         log::debug!("exit {stage:?} ({ret})");
     }
 
@@ -600,6 +747,12 @@ impl<P: Platform> CriuHooks for Engine<P> {
             .iter()
             .find_map(|r| Some((r, r.vmas.find(device, addr, old_pgoff)?)))
         else {
+            drop(state);
+            if let VmaDevice::Render { minor } = device {
+                if let Some(update) = self.inherited_vma(minor, addr, old_pgoff)? {
+                    return Ok(Some(update));
+                }
+            }
             log::info!(
                 "no restored buffer had {} at {addr:#x} with offset {old_pgoff:#x}: the mapping \
                  stays as criu has it",

@@ -234,6 +234,18 @@ impl<P: Platform> Platform for FaultyPlatform<P> {
         self.inner.process_id()
     }
 
+    fn fd_of_process(
+        &self,
+        pid: u32,
+        raw: std::os::fd::RawFd,
+    ) -> std::io::Result<std::os::fd::OwnedFd> {
+        self.inner.fd_of_process(pid, raw)
+    }
+
+    fn parent_of(&self, pid: u32) -> Option<u32> {
+        self.inner.parent_of(pid)
+    }
+
     fn hsakmt_shm_path(&self) -> PathBuf {
         self.inner.hsakmt_shm_path()
     }

@@ -449,3 +449,122 @@ fn a_vma_that_matches_no_buffer_is_left_as_criu_has_it() {
     assert!(r.mapped.is_empty());
     assert_eq!(r.untouched, stray);
 }
+
+/// A task forked by a ROCm process before the dump shares its parent's files and inherits the
+/// render-node mappings of its parent's host-visible buffers (not the `/dev/kfd` ones, which the
+/// driver makes `VM_DONTCOPY`), at the same addresses and offsets. criu forks both tasks from its
+/// own process after the plugin's `init`; the parent, which owns `/dev/kfd`, restores the GPU
+/// state; the child asks UPDATE_VMA_MAP about the same VMAs with another pid and gets its parent's
+/// restored buffers, through its parent's render nodes.
+#[rstest]
+#[case::same_gpus(false)]
+#[case::remapped_gpus(true)]
+fn a_forked_child_maps_the_buffers_its_parent_restored(#[case] remap: bool) {
+    let preset = Preset::by_name("mi210x2").unwrap();
+    let src = SimNode::new(&preset).unwrap();
+    let a = start(&src);
+    let dir = tempfile::tempdir().unwrap();
+    let (ids, vmas) = dump(&src, &a, dir.path());
+    let inherited: Vec<DeviceVma> = vmas
+        .iter()
+        .filter(|v| v.path != Path::new("/dev/kfd"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        inherited.len(),
+        2,
+        "one buffer per GPU through its render node"
+    );
+
+    let dst = SimNode::new(&if remap {
+        remapped_variant(&preset)
+    } else {
+        preset.clone()
+    })
+    .unwrap();
+    let dirf = File::open(dir.path()).unwrap();
+    // The restored tree keeps its pids: the parent (the pid of the dump) and its child; criu's
+    // own process has another.
+    let parent = dst.machine.spawn_process_as(ids.pid);
+    let child = dst.machine.spawn_process_as(ids.pid + 1);
+    let criu = dst.machine.spawn_process();
+    let master = dst.engine(&|p| p, &criu, &dirf, &settings());
+    master.init(Stage::Restore).unwrap();
+    // criu forks the tasks from its own process.
+    let in_parent = master.forked(dst.platform_of(&parent));
+    let in_child = master.forked(dst.platform_of(&child));
+    // An engine that did not come from criu's process (its own init): it sees no other task's
+    // buffers.
+    let alone = dst.engine(&|p| p, &child, &dirf, &settings());
+    alone.init(Stage::Restore).unwrap();
+
+    // The parent restores its files and maps its own VMAs.
+    let pplat = dst.platform_of(&parent);
+    let _kfd = pplat
+        .kfd_from_fd(in_parent.restore_file(ids.kfd).unwrap().unwrap())
+        .unwrap();
+    let _renders: Vec<RenderNode<SimFile>> = ids
+        .renders
+        .iter()
+        .map(|&id| {
+            pplat
+                .render_from_fd(in_parent.restore_file(id).unwrap().unwrap())
+                .unwrap()
+        })
+        .collect();
+    // The child gets the same files from criu (prepare_fds), then maps its VMAs.
+    let cplat = dst.platform_of(&child);
+    for v in &inherited {
+        assert!(
+            alone
+                .update_vma_map(&v.path, v.start, v.pgoff)
+                .unwrap()
+                .is_none(),
+            "a task that restored nothing and shares no table answers nothing for {v:?}"
+        );
+        let own = in_parent
+            .update_vma_map(&v.path, v.start, v.pgoff)
+            .unwrap()
+            .unwrap();
+        let update = in_child
+            .update_vma_map(&v.path, v.start, v.pgoff)
+            .unwrap()
+            .unwrap_or_else(|| panic!("the child found no buffer for {v:?}"));
+        assert_eq!(update.new_pgoff, own.new_pgoff, "{v:?}");
+        let len = usize::try_from(v.end - v.start).unwrap();
+        let m = cplat
+            .render_from_fd(update.fd.expect("a render VMA is mapped from an fd"))
+            .unwrap()
+            .map_bo(update.new_pgoff, len, Prot::RW, Share::Shared)
+            .unwrap_or_else(|e| panic!("the child mapping {v:?}: {e}"));
+        let Some((_, Expect::Bytes(bytes))) = a.expect.iter().find(|(at, _)| *at == v.start) else {
+            panic!("{v:?} is no buffer of the source");
+        };
+        let mut got = vec![0u8; bytes.len()];
+        assert!(m.read(0, &mut got));
+        assert!(
+            &got == bytes,
+            "the child's {v:?} shows another buffer's bytes"
+        );
+        // What the child writes, the parent's restored buffer holds.
+        assert!(m.write(0, b"child"));
+        let pm = pplat
+            .render_from_fd(own.fd.unwrap())
+            .unwrap()
+            .map_bo(own.new_pgoff, len, Prot::READ, Share::Shared)
+            .unwrap();
+        let mut head = [0u8; 5];
+        assert!(pm.read(0, &mut head));
+        assert_eq!(&head, b"child");
+    }
+    // A VMA at no buffer's address stays as criu has it in the child too.
+    let stray = &inherited[0];
+    assert!(in_child
+        .update_vma_map(&stray.path, 0x1000, stray.pgoff)
+        .unwrap()
+        .is_none());
+    master
+        .resume_devices_late(i32::try_from(ids.pid).unwrap())
+        .unwrap();
+    master.fini(Stage::Restore, 0);
+}

@@ -366,6 +366,18 @@ impl<P: Platform> Platform for TaskView<P> {
     fn process_id(&self) -> u32 {
         self.inner.process_id()
     }
+
+    fn fd_of_process(
+        &self,
+        pid: u32,
+        raw: std::os::fd::RawFd,
+    ) -> std::io::Result<std::os::fd::OwnedFd> {
+        self.inner.fd_of_process(pid, raw)
+    }
+
+    fn parent_of(&self, pid: u32) -> Option<u32> {
+        self.inner.parent_of(pid)
+    }
 }
 
 /// criu restores a container's GPU files in its restored task, after the task has entered the

@@ -396,6 +396,18 @@ impl<P: kfd_abi::Platform> kfd_abi::Platform for UnconfinedContainer<P> {
     fn process_id(&self) -> u32 {
         self.inner.process_id()
     }
+
+    fn fd_of_process(
+        &self,
+        pid: u32,
+        raw: std::os::fd::RawFd,
+    ) -> std::io::Result<std::os::fd::OwnedFd> {
+        self.inner.fd_of_process(pid, raw)
+    }
+
+    fn parent_of(&self, pid: u32) -> Option<u32> {
+        self.inner.parent_of(pid)
+    }
 }
 
 /// A container given one GPU of two, checkpointed with that one, is restored by a runtime that
