@@ -524,6 +524,20 @@ mod tests {
     }
 
     #[test]
+    fn cu_bitmaps_follow_the_topologys_fused_cu_pattern() {
+        // The render node's DEV_INFO bitmaps and the sysfs caches describe the same CUs.
+        let t = Preset::mi100x4().to_topology().unwrap();
+        let n = t.gpus().next().unwrap();
+        let a = Asic::of_node(n);
+        let layout = topology::caches::CuLayout::of(&n.properties);
+        for se in 0..8 {
+            assert_eq!(a.cu_bitmap_of(se, 0), layout.bitmap(se, 0));
+        }
+        // 120 of 128: each engine's slot 8 is off.
+        assert_eq!(a.cu_bitmap_of(3, 0), 0xffff & !(1 << 8));
+    }
+
+    #[test]
     fn slot_names_come_from_the_location() {
         let t = Preset::mi100x4().to_topology().unwrap();
         let names: Vec<String> = t.gpus().map(Asic::slot_name).collect();
