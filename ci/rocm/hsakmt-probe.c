@@ -284,6 +284,26 @@ int main(int argc, char **argv)
         printf("GPU node %u: gfx%u%u%x, location %#x, %u CUs, %" PRIu64 " MiB VRAM, %u SDMA engines\n", n,
                p.EngineId.ui32.Major, p.EngineId.ui32.Minor, p.EngineId.ui32.Stepping, p.LocationId,
                p.NumFComputeCores / p.NumSIMDPerCU, vram >> 20, p.NumSdmaEngines);
+        // The caches as libhsakmt parsed them from sysfs: counts per level, the L2's size and
+        // how many CUs its sibling map names.
+        HsaCacheProperties *caches = calloc(p.NumCaches ? p.NumCaches : 1, sizeof(*caches));
+        if (!caches)
+            stop("out of memory for %u caches", p.NumCaches);
+        CHECK(hsaKmtGetNodeCacheProperties(n, p.FComputeIdLo, p.NumCaches, caches));
+        uint32_t l1 = 0, l2 = 0, l2_kb = 0, l2_siblings = 0;
+        for (uint32_t c = 0; c < p.NumCaches; c++) {
+            if (caches[c].CacheLevel == 1)
+                l1++;
+            if (caches[c].CacheLevel != 2)
+                continue;
+            l2++;
+            l2_kb = caches[c].CacheSize;
+            for (uint32_t b = 0; b < HSA_CPU_SIBLINGS; b++)
+                l2_siblings += caches[c].SiblingMap[b] != 0;
+        }
+        printf("GPU node %u caches: %u (%u L1, %u L2), L2 %u KiB with %u siblings\n", n, p.NumCaches, l1,
+               l2, l2_kb, l2_siblings);
+        free(caches);
         gpus[ngpus++] = n;
     }
     if (!ngpus)

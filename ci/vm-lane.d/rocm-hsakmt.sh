@@ -49,6 +49,11 @@ before_sdma="open topology vram gtt vram-host userptr map-one map-all events sdm
     fail "hsakmt-probe stopped before the SDMA copy: $(grep '^STOP' "$VM_LANE_OUT/probe.out" || tail -n 3 "$VM_LANE_OUT/probe.err")"
 [[ $(grep -c '^GPU node .*: gfx90a, .*104 CUs' "$VM_LANE_OUT/probe.out") == 2 ]] ||
     fail "libhsakmt does not see the preset's two gfx90a GPUs with 104 CUs"
+# The caches per CU group as 6.1 lists them for an MI210 (104 CUs of 112): 104 TCP L1s, 56
+# scalar instruction and 56 scalar data L1s (one per SQC of 2 CUs), one 8 MiB L2 whose map names
+# 8 arrays of 13 CUs (kfd-sim topology::caches).
+[[ $(grep -c '^GPU node .* caches: 217 (216 L1, 1 L2), L2 8192 KiB with 104 siblings$' "$VM_LANE_OUT/probe.out") == 2 ]] ||
+    fail "libhsakmt does not read the caches per CU group: $(grep '^GPU node .* caches' "$VM_LANE_OUT/probe.out")"
 ((rc == 0)) || fail "hsakmt-probe failed (status $rc): $(grep '^STOP' "$VM_LANE_OUT/probe.out" || tail -n 3 "$VM_LANE_OUT/probe.err")"
 grep -q '^DONE' "$VM_LANE_OUT/probe.out" || fail "hsakmt-probe exited 0 without DONE"
 grep -q '^STEP sdma-copy ok' "$VM_LANE_OUT/probe.out" || fail "hsakmt-probe made no SDMA copy"

@@ -422,23 +422,17 @@ impl Asic {
         }
     }
 
-    /// The active-CU bitmap of shader engine `se`, array `sh`: the CUs are spread over the
-    /// arrays as evenly as the count allows, the first arrays getting the remainder, each array
-    /// using its lowest slots.
+    /// The active-CU bitmap of shader engine `se`, array `sh`: the same fused-off pattern as the
+    /// topology's caches ([`topology::caches::CuLayout::bitmap`]), so that the render node and
+    /// sysfs describe one board.
     pub fn cu_bitmap_of(&self, se: u32, sh: u32) -> u32 {
-        let arrays = self.shader_engines * self.sh_per_se;
-        if arrays == 0 {
-            return 0;
+        topology::caches::CuLayout {
+            shader_engines: self.shader_engines,
+            arrays_per_engine: self.sh_per_se,
+            slots_per_array: self.cu_per_sh.min(32),
+            active: self.active_cus,
         }
-        let idx = se * self.sh_per_se + sh;
-        let per = self.active_cus / arrays;
-        let extra = self.active_cus % arrays;
-        let n = (per + u32::from(idx < extra)).min(self.cu_per_sh).min(32);
-        if n == 32 {
-            u32::MAX
-        } else {
-            (1u32 << n) - 1
-        }
+        .bitmap(se, sh)
     }
 
     /// `cu_bitmap[4][4]` as `gfx_v9_0_get_cu_info` lays it out: SE `i`, SH `j` at
@@ -527,6 +521,20 @@ mod tests {
             let total: u32 = a.cu_bitmap().iter().flatten().map(|b| b.count_ones()).sum();
             assert_eq!(total, a.active_cus, "{:?}", a.chip);
         }
+    }
+
+    #[test]
+    fn cu_bitmaps_follow_the_topologys_fused_cu_pattern() {
+        // The render node's DEV_INFO bitmaps and the sysfs caches describe the same CUs.
+        let t = Preset::mi100x4().to_topology().unwrap();
+        let n = t.gpus().next().unwrap();
+        let a = Asic::of_node(n);
+        let layout = topology::caches::CuLayout::of(&n.properties);
+        for se in 0..8 {
+            assert_eq!(a.cu_bitmap_of(se, 0), layout.bitmap(se, 0));
+        }
+        // 120 of 128: each engine's slot 8 is off.
+        assert_eq!(a.cu_bitmap_of(3, 0), 0xffff & !(1 << 8));
     }
 
     #[test]

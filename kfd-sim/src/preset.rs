@@ -27,6 +27,8 @@ use topology::model::keys;
 use topology::Topology;
 
 const GIB: u64 = 1 << 30;
+/// xGMI links between the two GCDs of an MI250X package.
+const MI250X_PACKAGE_LINKS: u32 = 4;
 
 /// Why a preset could not be loaded or is inconsistent.
 #[derive(Debug, thiserror::Error)]
@@ -187,7 +189,9 @@ pub struct GpuEntry {
     pub pci: PciLocation,
     /// Index of the NUMA node it hangs off.
     pub numa: u32,
-    /// xGMI hive: GPUs with the same number form one hive (all pairs linked).
+    /// xGMI hive: GPUs with the same number form one hive (all pairs linked). MI250X GCDs come
+    /// in packages of two: GPUs 2k and 2k+1 of the preset, both MI250X in one hive, are the two
+    /// GCDs of one package, joined by 4 xGMI links; other pairs by one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hive: Option<u32>,
     /// Render minor (`/dev/dri/renderD<minor>`); default 128 + index.
@@ -561,6 +565,18 @@ impl Preset {
                     .map(|(i, _)| i),
             );
         }
+        // An MI250X's two GCDs talk over 4 links inside the package (the firmware's link count
+        // 6.1 reads for max_bandwidth); across packages the preset's full mesh has one per pair
+        // (a real 4-package board has 1 or 2, and some pairs only through another GCD).
+        for (i, pair) in self.gpus.chunks_exact(2).enumerate() {
+            if pair[0].model == GpuModel::Mi250x
+                && pair[1].model == GpuModel::Mi250x
+                && pair[0].hive.is_some()
+                && pair[0].hive == pair[1].hive
+            {
+                b = b.xgmi_links(2 * i, 2 * i + 1, MI250X_PACKAGE_LINKS);
+            }
+        }
         let mut t = b.build();
         // System memory per NUMA node, as the preset gives it.
         for (node, numa) in t.nodes.iter_mut().filter(|n| !n.is_gpu()).zip(&self.numa) {
@@ -643,6 +659,22 @@ mod tests {
         // No gpu_id of mi250x8's: an mi250x8 image restored here is remapped.
         let small: Vec<u32> = Preset::mi250x8().gpus.iter().map(|g| g.gpu_id).collect();
         assert!(p.gpus.iter().all(|g| !small.contains(&g.gpu_id)));
+    }
+
+    #[test]
+    fn mi250x_package_gcds_have_four_links_others_one() {
+        let t = Preset::mi250x8().to_topology().unwrap();
+        let gpus: Vec<&topology::Node> = t.gpus().collect();
+        let max_bw = |a: usize, b: usize| {
+            gpus[a]
+                .io_links
+                .iter()
+                .find(|l| l.node_to() == gpus[b].id)
+                .and_then(|l| l.properties.get("max_bandwidth"))
+        };
+        assert_eq!(max_bw(0, 1), Some(200_000));
+        assert_eq!(max_bw(7, 6), Some(200_000));
+        assert_eq!(max_bw(1, 2), Some(50_000));
     }
 
     #[test]

@@ -16,9 +16,14 @@
 //! distinct nonzero 16-bit values, render minors 128.., PCI buses distinct. Every count property
 //! (`mem_banks_count`, `caches_count`, `io_links_count`, `p2p_links_count`) matches the
 //! generated lists; change them afterwards through [`Topology::gpu_mut`] if a test needs a lie.
+//!
+//! What the 6.1 driver adds is added as it does: a GPU's caches per CU group
+//! ([`crate::caches`]), xGMI bandwidths from the link count, and the indirect p2p links between
+//! a GPU and the CPU nodes other than its own.
 
+use crate::caches::{self, CuLayout};
 use crate::model::{
-    heap_type, keys, link_flags, Cache, Link, LinkType, MemBank, Node, Properties, Topology,
+    heap_type, keys, link_flags, Link, LinkType, MemBank, Node, Properties, Topology,
 };
 
 const GIB: u64 = 1 << 30;
@@ -28,6 +33,11 @@ const FIRST_SIMD_ID_BASE: u64 = 0x8000_1000;
 const PCIE_WEIGHT: u32 = 20;
 const XGMI_WEIGHT: u32 = 15;
 const CPU_CPU_WEIGHT: u32 = 21;
+/// One xGMI link's bandwidth in MB/s as 6.1 reckons it for Aldebaran (x16 at 25 Gbps: xGMI DPM
+/// is defeatured, `amdgpu_amdkfd_get_xgmi_bandwidth_mbytes`). Older chips report 0.
+const XGMI_LINK_BANDWIDTH: u64 = 16 * 25000 / 8;
+/// `gfx_target_version` of Aldebaran, the only chip whose xGMI bandwidth 6.1 reports.
+const GFX_ALDEBARAN: u64 = 90010;
 /// A GPU's PCIe link bandwidths in MB/s (`amdgpu_amdkfd_get_pcie_bandwidth_mbytes`): the
 /// narrowest and slowest link the GPU and platform support (x1 at 2.5 GT/s) and the widest and
 /// fastest (x16 at 16 GT/s: every preset's GPU is PCIe 4.0 x16, on a PCIe 4.0 host).
@@ -54,7 +64,8 @@ pub struct GpuSpec {
     pub numa: usize,
     /// Frame buffer heap type (1 public / large BAR, 2 private) and size in bytes.
     pub vram: (u64, u64),
-    /// Number of cache entries to generate.
+    /// How many of the driver's cache entries to keep (all by default; tests that do not look at
+    /// caches keep none, to keep trees small).
     pub caches: usize,
     /// Whether the CPU node links back to the GPU (two-way CPU link). Default: large BAR.
     pub two_way_cpu_link: Option<bool>,
@@ -111,24 +122,26 @@ impl GpuSpec {
             render_minor: None,
             numa: 0,
             vram: (heap_type::FB_PUBLIC, vram_gib * GIB),
-            caches: 4,
+            caches: usize::MAX,
             two_way_cpu_link: None,
             overrides: Properties::new(),
             mem_clk_max: 1600,
         }
     }
 
-    /// AMD Instinct MI50 (gfx906, `vega20`, 60 CUs, 32 GiB).
+    /// AMD Instinct MI50 (gfx906, `vega20`, 60 CUs of 64: 4 engines of one 16-slot array,
+    /// 32 GiB).
     #[must_use]
     pub fn mi50() -> Self {
-        let mut spec = Self::gfx9("vega20", 90006, 0x66a1, 240, 15, 0, (454, 435), 32);
+        let mut spec = Self::gfx9("vega20", 90006, 0x66a1, 240, 16, 0, (454, 435), 32);
         spec.properties.set(keys::ARRAY_COUNT, 4);
         // HBM2 at 1000 MHz.
         spec.mem_clk_max = 1000;
         spec
     }
 
-    /// AMD Instinct MI100 (gfx908, `arcturus`, 120 CUs, 32 GiB).
+    /// AMD Instinct MI100 (gfx908, `arcturus`, 120 CUs of 128: 8 engines of one 16-slot array,
+    /// 32 GiB).
     #[must_use]
     pub fn mi100() -> Self {
         let mut spec = Self::gfx9("arcturus", 90008, 0x738c, 480, 16, 6, (65, 18), 32);
@@ -137,14 +150,15 @@ impl GpuSpec {
         spec
     }
 
-    /// AMD Instinct MI210 (gfx90a, `aldebaran`, 104 CUs, 64 GiB; HBM2e at 1600 MHz).
+    /// AMD Instinct MI210 (gfx90a, `aldebaran`, 104 CUs of 112: 8 engines of one 14-slot
+    /// array, 64 GiB; HBM2e at 1600 MHz).
     #[must_use]
     pub fn mi210() -> Self {
-        Self::gfx9("aldebaran", 90010, 0x740f, 416, 13, 3, (78, 8), 64)
+        Self::gfx9("aldebaran", 90010, 0x740f, 416, 14, 3, (78, 8), 64)
     }
 
-    /// One GCD of an AMD Instinct MI250X (gfx90a, `aldebaran`, 110 CUs, 64 GiB; HBM2e at
-    /// 1600 MHz).
+    /// One GCD of an AMD Instinct MI250X (gfx90a, `aldebaran`, 110 CUs of 112, 64 GiB; HBM2e
+    /// at 1600 MHz).
     #[must_use]
     pub fn mi250x_gcd() -> Self {
         Self::gfx9("aldebaran", 90010, 0x740c, 440, 14, 3, (78, 8), 64)
@@ -190,7 +204,7 @@ impl GpuSpec {
         self
     }
 
-    /// Sets how many cache entries are generated.
+    /// Keeps only the first `count` of the driver's cache entries.
     #[must_use]
     pub fn caches(mut self, count: usize) -> Self {
         self.caches = count;
@@ -210,8 +224,8 @@ impl GpuSpec {
 pub struct TopologyBuilder {
     cpus: Vec<u32>,
     gpus: Vec<GpuSpec>,
-    /// Two-way xGMI links between GPU indices.
-    xgmi: Vec<(usize, usize)>,
+    /// Two-way xGMI connections between GPU indices, with their link counts.
+    xgmi: Vec<(usize, usize, u32)>,
     p2p: bool,
     generation_id: u64,
 }
@@ -267,14 +281,35 @@ impl TopologyBuilder {
         self
     }
 
-    /// Adds one two-way xGMI link between GPU indices `a` and `b`, for hives that are not a
-    /// full mesh. GPUs connected by xGMI links share a `hive_id`.
+    /// Connects GPU indices `a` and `b` by xGMI (one link), for hives that are not a full mesh.
+    /// GPUs connected by xGMI share a `hive_id`.
     #[must_use]
-    pub fn xgmi(mut self, a: usize, b: usize) -> Self {
-        if a != b && !self.xgmi.contains(&(a, b)) && !self.xgmi.contains(&(b, a)) {
-            self.xgmi.push((a, b));
+    pub fn xgmi(self, a: usize, b: usize) -> Self {
+        if self.links_between(a, b).is_some() {
+            return self;
         }
+        self.xgmi_links(a, b, 1)
+    }
+
+    /// Connects GPU indices `a` and `b` by `links` xGMI links (the firmware's link count, which
+    /// 6.1 multiplies into an Aldebaran's `max_bandwidth`; e.g. 4 between the two GCDs of an
+    /// MI250X). Replaces an earlier count for the pair.
+    #[must_use]
+    pub fn xgmi_links(mut self, a: usize, b: usize, links: u32) -> Self {
+        if a == b {
+            return self;
+        }
+        self.xgmi
+            .retain(|&(x, y, _)| (x, y) != (a, b) && (x, y) != (b, a));
+        self.xgmi.push((a, b, links));
         self
+    }
+
+    fn links_between(&self, a: usize, b: usize) -> Option<u32> {
+        self.xgmi
+            .iter()
+            .find(|&&(x, y, _)| (x, y) == (a, b) || (x, y) == (b, a))
+            .map(|&(_, _, n)| n)
     }
 
     /// Whether to generate p2p_links (GPU to GPU through the host, for GPUs not in one hive).
@@ -303,9 +338,8 @@ impl TopologyBuilder {
         let node_id = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
         let gpu_node = |g: usize| node_id(n_cpus + g);
         let n_gpus = self.gpus.len();
-        let linked =
-            |a: usize, b: usize| self.xgmi.contains(&(a, b)) || self.xgmi.contains(&(b, a));
-        for &(a, b) in &self.xgmi {
+        let linked = |a: usize, b: usize| self.links_between(a, b).is_some();
+        for &(a, b, _) in &self.xgmi {
             assert!(
                 a.max(b) < n_gpus,
                 "xGMI link {a}-{b} names a GPU index that does not exist"
@@ -368,6 +402,29 @@ impl TopologyBuilder {
                     );
                 }
             }
+            // The driver's indirect links (kfd_create_indirect_link_prop): each large-BAR GPU on
+            // another NUMA node is reached through that node's CPU, as a p2p link whose weight
+            // adds the GPU's PCIe link and the CPU <-> CPU link, whose bandwidths are the
+            // narrower of the two (the CPU link has none), flagged as CPU -> GPU over PCIe.
+            let p2p_links: Vec<Link> = self
+                .gpus
+                .iter()
+                .enumerate()
+                .filter(|(_, spec)| spec.numa != c && two_way(spec))
+                .map(|(g, _)| {
+                    Link::new(
+                        LinkType::Pcie,
+                        node_id(c),
+                        gpu_node(g),
+                        PCIE_WEIGHT + CPU_CPU_WEIGHT,
+                    )
+                    .with_flags(link_flags::ENABLED | link_flags::NON_COHERENT)
+                    .with_bandwidth(0, 0)
+                })
+                .collect();
+            // System memory as 6.1 reports it: the CRAT gives the size; width and clock come
+            // from the DMI memory devices (find_system_memory: data width and speed of the
+            // DIMMs, here DDR4-3200).
             let mem = MemBank::new(heap_type::SYSTEM, 256 * GIB, 64, 3200);
             let cpu_keys: Vec<&str> = keys::NODE_ORDER
                 .iter()
@@ -378,6 +435,7 @@ impl TopologyBuilder {
                 keys::CPU_CORES_COUNT => u64::from(cores),
                 keys::MEM_BANKS_COUNT => 1,
                 keys::IO_LINKS_COUNT => io_links.len() as u64,
+                keys::P2P_LINKS_COUNT => p2p_links.len() as u64,
                 keys::CPU_CORE_ID_BASE => core_base,
                 keys::MAX_ENGINE_CLK_CCOMPUTE => 2450,
                 _ => 0,
@@ -391,7 +449,7 @@ impl TopologyBuilder {
                 mem_banks: vec![mem],
                 caches: Vec::new(),
                 io_links,
-                p2p_links: Vec::new(),
+                p2p_links,
             });
         }
 
@@ -406,19 +464,39 @@ impl TopologyBuilder {
             ];
             let vega20 =
                 |s: &GpuSpec| s.properties.get_or_zero(keys::GFX_TARGET_VERSION) == GFX_VEGA20;
-            let mut p2p_links = Vec::new();
+            // First the indirect links to the other NUMA nodes' CPUs (the reverse of the CPU
+            // nodes' p2p links above): the GPU -> CPU direction keeps ENABLED only.
+            let mut p2p_links: Vec<Link> = (0..n_cpus)
+                .filter(|&c| c != spec.numa)
+                .map(|c| {
+                    Link::new(LinkType::Pcie, me, node_id(c), PCIE_WEIGHT + CPU_CPU_WEIGHT)
+                        .with_bandwidth(0, 0)
+                })
+                .collect();
+            let aldebaran = spec.properties.get_or_zero(keys::GFX_TARGET_VERSION) == GFX_ALDEBARAN;
             for (o, other) in self.gpus.iter().enumerate() {
                 if o == g {
                     continue;
                 }
-                if linked(g, o) {
+                if let Some(links) = self.links_between(g, o) {
                     let flags = if vega20(spec) || vega20(other) {
                         link_flags::ENABLED | link_flags::NON_COHERENT
                     } else {
                         link_flags::ENABLED
                     };
+                    // 6.1 (kfd_fill_gpu_xgmi_link_to_gpu): max is the link count times one
+                    // link's bandwidth, min one link's when max is nonzero; only Aldebaran
+                    // reports any, Vega 20 and Arcturus 0. One hop, so weight 15.
+                    let max = if aldebaran {
+                        u64::from(links) * XGMI_LINK_BANDWIDTH
+                    } else {
+                        0
+                    };
+                    let min = if max == 0 { 0 } else { XGMI_LINK_BANDWIDTH };
                     io_links.push(
-                        Link::new(LinkType::Xgmi, me, gpu_node(o), XGMI_WEIGHT).with_flags(flags),
+                        Link::new(LinkType::Xgmi, me, gpu_node(o), XGMI_WEIGHT)
+                            .with_flags(flags)
+                            .with_bandwidth(min, max),
                     );
                 } else if self.p2p && two_way(other) {
                     // kfd_add_peer_prop: the two GPUs' PCIe links, and the CPU <-> CPU link
@@ -436,23 +514,11 @@ impl TopologyBuilder {
                     );
                 }
             }
-            let caches: Vec<Cache> = (0..spec.caches)
-                .map(|i| {
-                    Cache::new(
-                        simd_id_base + i as u64,
-                        if i % 2 == 0 { 1 } else { 2 },
-                        if i % 2 == 0 { 16 } else { 8192 },
-                        1 | 8,
-                        vec![1],
-                    )
-                })
-                .collect();
             let hive_id = hive_of[g].map_or(0, |h| 0x4a7e_0000_0000_0000 + h as u64 + 1);
             let bus = 0x03 + 0x20 * g as u64;
             let mut properties = spec.properties.clone();
             for (k, v) in [
                 (keys::MEM_BANKS_COUNT, 1),
-                (keys::CACHES_COUNT, caches.len() as u64),
                 (keys::IO_LINKS_COUNT, io_links.len() as u64),
                 (keys::P2P_LINKS_COUNT, p2p_links.len() as u64),
                 (keys::SIMD_ID_BASE, simd_id_base),
@@ -469,9 +535,19 @@ impl TopologyBuilder {
             for (k, v) in spec.overrides.iter() {
                 properties.set(k, v);
             }
-            // The next GPU's SIMD ids follow this one's CU slots.
-            simd_id_base += properties.get_or_zero(keys::SIMD_COUNT)
-                / properties.get_or_zero(keys::SIMD_PER_CU).max(1);
+            let layout = CuLayout::of(&properties);
+            let mut caches = caches::table(properties.get_or_zero(keys::GFX_TARGET_VERSION))
+                .map(|kinds| {
+                    caches::gpu_caches(kinds, &layout, properties.get_or_zero(keys::SIMD_ID_BASE))
+                })
+                .unwrap_or_default();
+            caches.truncate(spec.caches);
+            if spec.overrides.get(keys::CACHES_COUNT).is_none() {
+                properties.set(keys::CACHES_COUNT, caches.len() as u64);
+            }
+            // The next GPU's SIMD ids follow this one's CU slots, active or not
+            // (get_and_inc_gpu_processor_id).
+            simd_id_base += u64::from(layout.slots());
             let gpu_id = spec.gpu_id.unwrap_or_else(|| auto_gpu_id(g));
             nodes.push(Node {
                 id: me,

@@ -8,6 +8,7 @@
 //!   the `KFD_*_CHECK` switches ([`CheckOptions`]), or explains ([`MapError`]) why none exists.
 
 pub mod builder;
+pub mod caches;
 pub mod map;
 
 pub mod model;
