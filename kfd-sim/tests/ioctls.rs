@@ -287,6 +287,50 @@ fn an_interrupted_wait_writes_back_the_time_left() {
     );
 }
 
+/// A wait interrupted by a signal gives back the auto-reset events it had already taken (the
+/// driver's `free_waiters(..., undo_auto_reset)`): the restarted call sees them signalled. Here a
+/// wait for all of two events takes the first, already set, and is interrupted while it waits
+/// for the second; a signal that comes as the event fires (criu freezing a process that waits
+/// for its queue's completion) takes the same path.
+#[test]
+fn an_interrupted_wait_gives_back_the_auto_reset_events_it_took() {
+    let e = env(Preset::mi50x1());
+    let create = |auto_reset| {
+        e.kfd
+            .create_event(EventType::Signal, auto_reset, None)
+            .unwrap()
+            .event_id
+    };
+    let (taken, pending, manual) = (create(true), create(true), create(false));
+    e.kfd.set_event(taken).unwrap();
+    e.kfd.set_event(manual).unwrap();
+    e.proc.signal();
+    assert_eq!(
+        errno(
+            e.kfd
+                .wait_events(&[taken, manual, pending], true, WAIT_INFINITE)
+        ),
+        Some(Errno::EINTR)
+    );
+    // Both set events are signalled again; the one still pending is not.
+    for ev in [taken, manual] {
+        assert_eq!(
+            e.kfd.wait_events(&[ev], false, 0).unwrap(),
+            WaitResult::Complete,
+            "{ev:?}"
+        );
+    }
+    assert_eq!(
+        e.kfd.wait_events(&[pending], false, 0).unwrap(),
+        WaitResult::Timeout
+    );
+    // A wait that completes keeps what it took: the auto-reset event is reset again.
+    assert_eq!(
+        e.kfd.wait_events(&[taken], false, 0).unwrap(),
+        WaitResult::Timeout
+    );
+}
+
 /// Two pages of which only the first is mapped.
 struct GuardedPage {
     base: *mut libc::c_void,

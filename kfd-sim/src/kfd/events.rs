@@ -336,6 +336,27 @@ fn forget_waiters(st: &mut ProcState, waiters: &[(u32, Arc<AtomicU8>)]) {
     }
 }
 
+/// What the driver's `free_waiters` does for a wait that ends in `-ERESTARTSYS`
+/// (`undo_auto_reset`, from the 6.1 change that also writes the time left back): every auto-reset
+/// event that had already activated one of `waiters` (and so was reset by it) is set again, so
+/// that the restarted call counts that signal again. Without it a signal that arrives as the
+/// event fires (criu freezing a process waiting for its SDMA queue's completion) loses the event
+/// for good. Call it after [`forget_waiters`]: setting the event wakes the other waiters on it.
+/// Returns whether any event was set.
+fn undo_auto_reset(st: &mut ProcState, waiters: &[(u32, Arc<AtomicU8>)]) -> bool {
+    let mut set = false;
+    for (id, w) in waiters {
+        if w.load(Ordering::SeqCst) != waiter::ACTIVATED {
+            continue;
+        }
+        if let Some(ev) = st.events.get_mut(id).filter(|ev| ev.auto_reset) {
+            ev.set();
+            set = true;
+        }
+    }
+    set
+}
+
 /// The jiffy of Debian's kernels (`CONFIG_HZ=250`), in milliseconds.
 const JIFFY_MS: u64 = 4;
 
@@ -412,10 +433,13 @@ fn wait_on_events(
             break first;
         }
         // The driver ends the sleep with -ERESTARTSYS (FUSE can only carry EINTR), having
-        // written the time left back into the arguments, so that a restarted call waits only
-        // for the rest.
+        // written the time left back into the arguments and set again the auto-reset events
+        // this call had taken, so that a restarted call waits only for the rest and sees them.
         if call.client.signal_pending() {
             cleanup(&mut st, &waiters);
+            if undo_auto_reset(&mut st, &waiters) {
+                call.process.events_cv.notify_all();
+            }
             if a.timeout != 0 && a.timeout != TIMEOUT_INFINITE {
                 a.timeout = timeout_left_ms(a.timeout, started.elapsed());
             }
