@@ -8,7 +8,8 @@
 #
 # Where it stops: hsa_memory_copy. ROCr copies there with a blit kernel (a dispatch of its copy
 # shader on an AQL compute queue it creates then); the simulator creates the queue as the driver
-# does, but has no command processor and cannot run shader code, so the copy never completes. The
+# does and names the KERNEL_DISPATCH packet rung on it, but has no command processor and cannot
+# run shader code, so the copy never completes. The
 # scenario asserts exactly that stop (the probe's alarm after 20 s), then real criu dumps a probe
 # that holds ROCr's state (its SDMA queues, signals, events, VRAM and host buffers) and restores
 # it, on the same node and on one with other gpu ids; the restored probe checks its buffers and
@@ -58,7 +59,9 @@ grep -q '^STOP memcpy: no completion within' "$VM_LANE_OUT/probe.out" ||
 grep 'queue [0-9]* created' "$VM_LANE_OUT/simd.err" | while read -r line; do note "kfd-simd: $line"; done
 grep -q 'queue [0-9]* created .*: compute AQL' "$VM_LANE_OUT/simd.err" ||
     fail "hsa_memory_copy did not complete, yet ROCr created no AQL queue for its blit kernel"
-note "stops at hsa_memory_copy: ROCr's blit kernel on an AQL queue never completes (no shader execution)"
+grep -q 'AQL queue [0-9]* rung for a KERNEL_DISPATCH packet' "$VM_LANE_OUT/simd.err" ||
+    fail "hsa_memory_copy did not complete, yet ROCr rang no kernel dispatch on its AQL queue"
+note "stops at hsa_memory_copy: ROCr's blit kernel, dispatched on an AQL queue, never completes (no shader execution)"
 
 # 2. criu dumps a probe holding ROCr's state and restores it; the restored probe copies again.
 probe_cycle held 120 "$probe" --no-memory-copy
