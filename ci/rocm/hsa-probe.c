@@ -3,10 +3,7 @@
  * written here to see how far AMD's runtime gets on kfd-simd (issue 17, item 5), and to be
  * checkpointed by real criu while it holds device memory.
  *
- * Like hsakmt-probe, it runs one step after another and prints "STEP <name> ok[: details]" for
- * each; the first step that fails prints "STOP <name>: <what>" and the program exits 2 (1: bad
- * usage). A step that does not finish within its time limit (a copy the simulated GPU never
- * completes) prints "STOP <name>: no completion within N s" from an alarm and exits 3. Steps:
+ * It follows the step protocol of probe.h, each step within 20 s. Steps:
  *
  *   init        hsa_init
  *   agents      the CPU and GPU agents: names, gfx target, compute units
@@ -29,69 +26,19 @@
  */
 #define _GNU_SOURCE
 #include <inttypes.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <hsa/hsa.h>
 #include <hsa/hsa_ext_amd.h>
 
+#include "probe.h"
+
 #define MAX_GPUS 16
 #define BYTES (1u << 20)
 #define STEP_SECONDS 20
-
-static const char *volatile step_name = "start";
-
-/* Each step gets STEP_SECONDS: a copy the engine never completes ends in the alarm's STOP. */
-static void step(const char *name)
-{
-    step_name = name;
-    alarm(STEP_SECONDS);
-}
-
-static void on_alarm(int sig)
-{
-    (void)sig;
-    char line[160];
-    int n = snprintf(line, sizeof(line), "STOP %s: no completion within %d s\n", step_name,
-                     STEP_SECONDS);
-    if (n > 0 && write(STDOUT_FILENO, line, (size_t)n) < 0)
-        _exit(4);
-    _exit(3);
-}
-
-static void ok(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void ok(const char *fmt, ...)
-{
-    va_list ap;
-    printf("STEP %s ok", step_name);
-    if (fmt && *fmt) {
-        printf(": ");
-        va_start(ap, fmt);
-        vprintf(fmt, ap);
-        va_end(ap);
-    }
-    printf("\n");
-    fflush(stdout);
-}
-
-static void stop(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void stop(const char *fmt, ...)
-{
-    va_list ap;
-    printf("STOP %s: ", step_name);
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-    fflush(stdout);
-    exit(2);
-}
 
 /* Stops with the call's text, status and ROCr's description of it unless it succeeded. */
 #define CHECK(call)                                                                                \
@@ -103,27 +50,6 @@ static void stop(const char *fmt, ...)
             stop("%s: status %#x (%s)", #call, (unsigned)s_, why_ ? why_ : "?");                   \
         }                                                                                          \
     } while (0)
-
-static uint8_t pattern(uint32_t seed, size_t i)
-{
-    uint32_t x = seed * 2654435761u + (uint32_t)i * 40503u;
-    return (uint8_t)(x ^ (x >> 13) ^ (x >> 24));
-}
-
-static void fill(void *p, size_t n, uint32_t seed)
-{
-    uint8_t *b = p;
-    for (size_t i = 0; i < n; i++)
-        b[i] = pattern(seed, i);
-}
-
-static void check_or_stop(const char *what, const void *p, size_t n, uint32_t seed)
-{
-    const volatile uint8_t *b = p;
-    for (size_t i = 0; i < n; i++)
-        if (b[i] != pattern(seed, i))
-            stop("%s: byte %zu is %#x, not %#x", what, i, b[i], pattern(seed, i));
-}
 
 struct agents {
     hsa_agent_t cpu;
@@ -220,8 +146,7 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    signal(SIGALRM, on_alarm);
+    probe_start(STEP_SECONDS);
 
     step("init");
     CHECK(hsa_init());
@@ -280,12 +205,7 @@ int main(int argc, char **argv)
 
     if (hold) {
         step("hold");
-        alarm(0);
-        printf("HOLDING %d\n", (int)getpid());
-        fflush(stdout);
-        while (access(hold, F_OK))
-            usleep(100 * 1000);
-        alarm(STEP_SECONDS);
+        hold_until(hold);
         check_or_stop("the host buffer after the hold", dst, BYTES, 1);
         /* VRAM after the restore: copied back first, then written anew and read back. */
         memset(dst, 0, BYTES);

@@ -3,8 +3,8 @@
  * see how far AMD's own userspace gets on kfd-simd, and to be checkpointed by real criu while it
  * holds GPU state (issue 17, item 4).
  *
- * It runs one step after another and prints, for each, "STEP <name> ok[: details]". The first
- * step that fails prints "STOP <name>: <what>" and the program exits 2 (1: bad usage). Steps:
+ * It follows the step protocol of probe.h (no step time limit: its waits have their own).
+ * Steps:
  *
  *   open        hsaKmtOpenKFD, hsaKmtGetVersion
  *   topology    the system and node properties, each GPU's memory banks
@@ -43,7 +43,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -61,40 +60,10 @@
 #include <hsakmt.h>
 #endif
 
+#include "probe.h"
+
 #define MAX_NODES 64
 #define PAGE 4096u
-
-static const char *step_name = "start";
-
-static void step(const char *name) { step_name = name; }
-
-static void ok(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void ok(const char *fmt, ...)
-{
-    va_list ap;
-    printf("STEP %s ok", step_name);
-    if (fmt && *fmt) {
-        printf(": ");
-        va_start(ap, fmt);
-        vprintf(fmt, ap);
-        va_end(ap);
-    }
-    printf("\n");
-    fflush(stdout);
-}
-
-static void stop(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void stop(const char *fmt, ...)
-{
-    va_list ap;
-    printf("STOP %s: ", step_name);
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-    fflush(stdout);
-    exit(2);
-}
 
 /* Stops with the call's text and status unless it succeeded. */
 #define CHECK(call)                                                                                \
@@ -103,38 +72,6 @@ static void stop(const char *fmt, ...)
         if (s_ != HSAKMT_STATUS_SUCCESS)                                                           \
             stop("%s: status %d", #call, (int)s_);                                                 \
     } while (0)
-
-/* The byte at offset i of a buffer filled with pattern `seed`. */
-static uint8_t pattern(uint32_t seed, size_t i)
-{
-    uint32_t x = seed * 2654435761u + (uint32_t)i * 40503u;
-    return (uint8_t)(x ^ (x >> 13) ^ (x >> 24));
-}
-
-static void fill(void *p, size_t n, uint32_t seed)
-{
-    uint8_t *b = p;
-    for (size_t i = 0; i < n; i++)
-        b[i] = pattern(seed, i);
-}
-
-/* The offset of the first byte that differs from the pattern, or -1. */
-static long check(const void *p, size_t n, uint32_t seed)
-{
-    const volatile uint8_t *b = p;
-    for (size_t i = 0; i < n; i++)
-        if (b[i] != pattern(seed, i))
-            return (long)i;
-    return -1;
-}
-
-static void check_or_stop(const char *what, const void *p, size_t n, uint32_t seed)
-{
-    long at = check(p, n, seed);
-    if (at >= 0)
-        stop("%s: byte %ld is %#x, not %#x", what, at, ((const volatile uint8_t *)p)[at],
-             pattern(seed, (size_t)at));
-}
 
 static double now(void)
 {
@@ -254,7 +191,7 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    setvbuf(stdout, NULL, _IOLBF, 0);
+    probe_start(0);
 
     step("open");
     CHECK(hsaKmtOpenKFD());
@@ -407,10 +344,7 @@ int main(int argc, char **argv)
 
     if (hold) {
         step("hold");
-        printf("HOLDING %d\n", (int)getpid());
-        fflush(stdout);
-        while (access(hold, F_OK))
-            usleep(100 * 1000);
+        hold_until(hold);
         /* After a restore: the data through the mappings, then the queue again. */
         check_or_stop("GTT after the hold", gtt.p, gtt.size, 1);
         check_or_stop("userptr after the hold", user, 4 * PAGE, 3);

@@ -61,23 +61,15 @@ grep -q -- '--runtime runc.*--cgroup-manager systemd' "$log" || fail "the plugin
 tail -n +"$((seen + 1))" "$VM_LANE_OUT/simd.err" | grep -q 'its device cgroup allows every GPU' ||
     fail "kfd-simd did not see g4's restored task with every GPU allowed (did crun's ordering change?)"
 ! grep -q 'CRIU_OP(RESTORE)' "$log" || fail "the plugin reached CRIU_OP(RESTORE) before refusing"
-status=$(container_status g4)
-note "g4 after the refused restore: ${status:-no such container}"
-[[ $status != running && $status != paused ]] || fail "g4 is $status after a refused restore"
-[[ -z $(pm ps -q) ]] || fail "containers are running: $(pm ps)"
-opened=$(tail -n +"$((seen + 1))" "$VM_LANE_OUT/simd.err" | { grep -o 'kfd opened by pid [0-9]*' || true; } |
-    awk '{print $NF}' | sort -u)
-note "processes that opened /dev/kfd during g4's restore: ${opened:-none}"
-[[ -n $opened ]] || fail "no process opened /dev/kfd during g4's restore (kfd-simd's debug log)"
-for p in $opened; do released_since "$seen" "$p"; done
+nothing_left_since "$seen" g4 "the refused restore"
 pm rm -f g4 >/dev/null 2>&1 || true
 
 # runc: restored onto renderD128's GPU, verified.
 podman_cr restore g5 import --import "$VM_LANE_WORK/g5.tar.gz" ||
     fail "podman restore --import of g5 (runc) failed (criu's log: criu/g5-import-restore.log)"
 need_running g5 "after the restore"
-runtime=$(pm inspect --format '{{.OCIRuntime}}' g5)
-[[ $runtime == runc ]] || fail "g5 was restored by $runtime, not runc"
+used=$(pm inspect --format '{{.OCIRuntime}}' g5)
+[[ $used == runc ]] || fail "g5 was restored by $used, not runc"
 log=$VM_LANE_OUT/criu/g5-import-restore.log
 grep -A3 'amdgpu_plugin: GPU mapping' "$log" || fail "the plugin logged no GPU mapping"
 grep -q '0x4242' "$log" || fail "the image's GPU was not mapped onto 0x4242 (renderD128, the container's)"

@@ -5,11 +5,12 @@
 # hipHostMalloc, hipMemcpy host -> device -> device -> host.
 #
 # Where it stops (measured with HIP 5.2.3 on bookworm): the first hipMemcpy (host -> device, from
-# pinned memory). By then HIP has created two AQL compute queues and no SDMA queue; its copy waits
-# on work it put on them, which the simulator cannot execute (no command processor for AQL
-# packets, no shader code): the copy never completes. The scenario asserts that stop (the probe's 30 s alarm) after hipInit,
-# the device's properties and the allocations, and that HIP made an AQL queue. No criu cycle: a
-# HIP process is held nowhere useful before the stop.
+# pinned memory). By then HIP has created two AQL compute queues and no SDMA queue; it copies with
+# a blit kernel: a KERNEL_DISPATCH packet rung on an AQL queue (kfd-simd names the packets rung on
+# AQL queues), which the simulator cannot execute (no command processor, no shader code): the copy
+# never completes. The scenario asserts that stop (the probe's 30 s alarm) after hipInit, the
+# device's properties and the allocations, and the kernel dispatch. No criu cycle: a HIP process
+# is held nowhere useful before the stop.
 #
 # Guest-agnostic: it skips where hipcc is not installed.
 # shellcheck shell=bash
@@ -22,14 +23,25 @@ command -v hipcc >/dev/null || skip "hipcc is not installed on the host (apt-get
 note "HIP $(dpkg-query -W -f '${Version}' libamdhip64-5 2>/dev/null)"
 
 probe=$VM_LANE_WORK/hip-probe
-# --offload-arch: hipcc would otherwise ask rocm_agent_enumerator, which reads the real topology.
-# hipcc in the TCG guest took 290 s at load 15 and over 600 s at load 18.
-hrc=0
-timeout 1500 hipcc -O1 --offload-arch=gfx90a -o "$probe" "$VM_LANE_REPO/ci/rocm/hip-probe.cpp" \
-    2>"$VM_LANE_OUT/hipcc.err" || hrc=$?
-((hrc != 124)) || fail "building hip-probe took over 1500 s"
-((hrc == 0)) || fail "building hip-probe failed (status $hrc): $(head -n 5 "$VM_LANE_OUT/hipcc.err")"
-note "hip-probe built"
+if [[ -n ${KFD_HIP_PROBE:-} ]]; then
+    # Built on the host with the same hipcc (the guest shares the host's root) in seconds, at a
+    # path the guest sees (the repository's; the guest's /tmp is its own):
+    #   hipcc -O1 --offload-arch=gfx90a -o target/hip-probe ci/rocm/hip-probe.cpp
+    [[ -x $KFD_HIP_PROBE ]] || fail "KFD_HIP_PROBE=$KFD_HIP_PROBE is not an executable the guest sees"
+    [[ $KFD_HIP_PROBE -nt $VM_LANE_REPO/ci/rocm/hip-probe.cpp && $KFD_HIP_PROBE -nt $VM_LANE_REPO/ci/rocm/probe.h ]] ||
+        fail "KFD_HIP_PROBE=$KFD_HIP_PROBE is older than ci/rocm/hip-probe.cpp or probe.h: build it again"
+    cp "$KFD_HIP_PROBE" "$probe"
+    note "hip-probe built on the host ($KFD_HIP_PROBE)"
+else
+    # --offload-arch: hipcc would otherwise ask rocm_agent_enumerator, which reads the real
+    # topology. hipcc in the TCG guest took 290 s at load 15 and over 600 s at load 18.
+    hrc=0
+    timeout 1500 hipcc -O1 --offload-arch=gfx90a -o "$probe" "$VM_LANE_REPO/ci/rocm/hip-probe.cpp" \
+        2>"$VM_LANE_OUT/hipcc.err" || hrc=$?
+    ((hrc != 124)) || fail "building hip-probe took over 1500 s"
+    ((hrc == 0)) || fail "building hip-probe failed (status $hrc): $(head -n 5 "$VM_LANE_OUT/hipcc.err")"
+    note "hip-probe built"
+fi
 
 need_kmod
 start_simd --preset mi210x2 --sysfs-dir "$KFD_SYSFS"
@@ -58,5 +70,7 @@ grep -q '^STOP h2d: no completion within' "$VM_LANE_OUT/probe.out" ||
     fail "hip-probe stopped elsewhere: $(grep '^STOP' "$VM_LANE_OUT/probe.out")"
 grep -q 'queue [0-9]* created .*: compute AQL' "$VM_LANE_OUT/simd.err" ||
     fail "hipMemcpy did not complete, yet HIP created no AQL queue"
-note "stops at the first hipMemcpy: HIP's copy waits on its AQL queue, which nothing executes"
+grep -q 'AQL queue [0-9]* rung for a KERNEL_DISPATCH packet' "$VM_LANE_OUT/simd.err" ||
+    fail "hipMemcpy did not complete, yet HIP rang no kernel dispatch on an AQL queue"
+note "stops at the first hipMemcpy: HIP copies with a blit kernel dispatched on its AQL queue, which nothing executes"
 pass

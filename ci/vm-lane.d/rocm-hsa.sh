@@ -8,7 +8,8 @@
 #
 # Where it stops: hsa_memory_copy. ROCr copies there with a blit kernel (a dispatch of its copy
 # shader on an AQL compute queue it creates then); the simulator creates the queue as the driver
-# does, but has no command processor and cannot run shader code, so the copy never completes. The
+# does and names the KERNEL_DISPATCH packet rung on it, but has no command processor and cannot
+# run shader code, so the copy never completes. The
 # scenario asserts exactly that stop (the probe's alarm after 20 s), then real criu dumps a probe
 # that holds ROCr's state (its SDMA queues, signals, events, VRAM and host buffers) and restores
 # it, on the same node and on one with other gpu ids; the restored probe checks its buffers and
@@ -19,6 +20,8 @@
 . "$VM_LANE_LIB"
 # shellcheck source=kfd.inc
 . "$VM_LANE_REPO/ci/vm-lane.d/kfd.inc"
+# shellcheck source=rocm.inc
+. "$VM_LANE_REPO/ci/vm-lane.d/rocm.inc"
 
 command -v gcc >/dev/null || skip "no gcc on the host root"
 [[ -f /usr/include/hsa/hsa.h ]] ||
@@ -30,18 +33,13 @@ gcc -O1 -Wall -Wextra -Werror -o "$probe" "$VM_LANE_REPO/ci/rocm/hsa-probe.c" -l
     2>"$VM_LANE_OUT/gcc.err" ||
     fail "building hsa-probe failed: $(head -n 5 "$VM_LANE_OUT/gcc.err")"
 
-need_kmod
-start_simd --preset mi210x2 --sysfs-dir "$KFD_SYSFS"
-grep -q 'kfd_bridge proxy of' "$VM_LANE_OUT/simd.out" || fail "kfd-simd does not serve through kfd_bridge"
-mount_sim_sysfs
-
-steps() { sed -n 's/^STEP \([^ ]*\) ok.*/\1/p' "$1" | paste -sd ' '; }
+start_probe_simd
 
 # 1. The whole probe once: everything up to hsa_memory_copy, where it must stop.
 rc=0
 timeout -k 5 180 strace -f --seccomp-bpf -e 'trace=openat,ioctl,mmap' -o "$VM_LANE_OUT/probe.strace" \
     "$probe" >"$VM_LANE_OUT/probe.out" 2>"$VM_LANE_OUT/probe.err" || rc=$?
-note "hsa-probe: status $rc; steps: $(steps "$VM_LANE_OUT/probe.out")"
+note "hsa-probe: status $rc; steps: $(probe_steps "$VM_LANE_OUT/probe.out")"
 grep '^GPU agent' "$VM_LANE_OUT/probe.out" | while read -r line; do note "$line"; done
 ! grep -q 'kfd-sim: not simulated' "$VM_LANE_OUT/simd.err" ||
     fail "hsa-probe issued requests kfd-simd does not answer: $(grep 'not simulated' "$VM_LANE_OUT/simd.err")"
@@ -49,7 +47,7 @@ grep '^GPU agent' "$VM_LANE_OUT/probe.out" | while read -r line; do note "$line"
     fail "an SDMA queue of ROCr hung: $(grep 'SDMA queue .* hung' "$VM_LANE_OUT/simd.err")"
 [[ $(grep -c '^GPU agent .*: gfx90a, AMD Instinct MI210, 104 CUs' "$VM_LANE_OUT/probe.out") == 2 ]] ||
     fail "ROCr does not see the preset's two MI210s"
-[[ $(steps "$VM_LANE_OUT/probe.out") == "init agents pools alloc h2d d2h" ]] ||
+[[ $(probe_steps "$VM_LANE_OUT/probe.out") == "init agents pools alloc h2d d2h" ]] ||
     fail "hsa-probe stopped before hsa_memory_copy: $(grep '^STOP' "$VM_LANE_OUT/probe.out" || tail -n 3 "$VM_LANE_OUT/probe.err")"
 note "ROCr: hsa_init, agents, pools, allocations, SDMA copies host -> VRAM -> host"
 if ((rc == 0)); then
@@ -61,36 +59,11 @@ grep -q '^STOP memcpy: no completion within' "$VM_LANE_OUT/probe.out" ||
 grep 'queue [0-9]* created' "$VM_LANE_OUT/simd.err" | while read -r line; do note "kfd-simd: $line"; done
 grep -q 'queue [0-9]* created .*: compute AQL' "$VM_LANE_OUT/simd.err" ||
     fail "hsa_memory_copy did not complete, yet ROCr created no AQL queue for its blit kernel"
-note "stops at hsa_memory_copy: ROCr's blit kernel on an AQL queue never completes (no shader execution)"
+grep -q 'AQL queue [0-9]* rung for a KERNEL_DISPATCH packet' "$VM_LANE_OUT/simd.err" ||
+    fail "hsa_memory_copy did not complete, yet ROCr rang no kernel dispatch on its AQL queue"
+note "stops at hsa_memory_copy: ROCr's blit kernel, dispatched on an AQL queue, never completes (no shader execution)"
 
 # 2. criu dumps a probe holding ROCr's state and restores it; the restored probe copies again.
-cycle() {
-    local name=$1 between=${2:-true} trigger=$VM_LANE_WORK/$1.go pid
-    rm -f "$trigger"
-    pid=$(start_detached "$name" "$probe" --hold "$trigger" --no-memory-copy)
-    wait_for "$name to hold" 120 grep -q '^HOLDING' "$VM_LANE_OUT/$name.out"
-    grep -E '/dev/(kfd|dri/renderD)' "/proc/$pid/maps" >"$VM_LANE_OUT/$name-maps.txt" || true
-    note "$name: $(wc -l <"$VM_LANE_OUT/$name-maps.txt") device mappings, $(find "/proc/$pid/task" -mindepth 1 -maxdepth 1 | wc -l) threads"
-    # --link-remap: libhsakmt's named semaphore, as in rocm-hsakmt.
-    criu_dump "$pid" "$VM_LANE_WORK/$name-images" --link-remap
-    compgen -G "$VM_LANE_WORK/$name-images/amdgpu-*" >/dev/null || fail "the plugin wrote no amdgpu images for $name"
-    "$between"
-    criu_restore "$VM_LANE_WORK/$name-images"
-    touch "$trigger"
-    wait_for "$name to finish" 120 grep -qE '^(DONE|STOP)' "$VM_LANE_OUT/$name.out"
-    grep -q '^DONE' "$VM_LANE_OUT/$name.out" ||
-        fail "$name after restore: $(grep '^STOP' "$VM_LANE_OUT/$name.out")"
-    note "$name restored: $(grep '^STEP hold' "$VM_LANE_OUT/$name.out"); then $(steps "$VM_LANE_OUT/$name.out" | sed 's/.* hold //')"
-}
-cycle held
-
-remap_node() {
-    umount_sim_sysfs
-    stop_simd
-    "$KFD_BIN/kfd-simd" show mi210x2 --gpu-ids 0x4242,0x4343 --render-minors 130,131 \
-        >"$VM_LANE_WORK/variant.toml"
-    start_simd --file "$VM_LANE_WORK/variant.toml" --sysfs-dir "$KFD_SYSFS-remapped"
-    mount_sim_sysfs "$KFD_SYSFS-remapped"
-}
-cycle remapped remap_node
+probe_cycle held 120 "$probe" --no-memory-copy
+probe_cycle remapped 120 --between probe_remap_node "$probe" --no-memory-copy
 pass

@@ -151,6 +151,9 @@ pub struct RingState {
     pub doorbell: u64,
     /// The engine stopped on this queue (a bad packet or a VM fault), as a hung queue stays.
     pub hung: bool,
+    /// AQL compute queues, which nothing executes: the doorbell index whose packet the engine
+    /// has reported (`kfd::aql`).
+    pub aql_reported: Option<u64>,
 }
 
 /// Byte offsets of the fields the simulator keeps in its MQD image (its own layout; the real
@@ -199,6 +202,7 @@ impl Queue {
             wptr: u64_at(mqd_layout::WPTR),
             doorbell: 0,
             hung: false,
+            aql_reported: None,
         }
     }
 

@@ -287,64 +287,46 @@ fn an_interrupted_wait_writes_back_the_time_left() {
     );
 }
 
-/// A signal that reached a wait just before the wait was interrupted is not lost: the driver
-/// sets the auto-reset events that had activated the interrupted wait again, so that the
-/// restarted call counts them (criu's freeze interrupts every WAIT_EVENTS of a process; a
-/// completion signalled in that moment hung the restored process before).
+/// A wait interrupted by a signal gives back the auto-reset events it had already taken (the
+/// driver's `free_waiters(..., undo_auto_reset)`): the restarted call sees them signalled. Here a
+/// wait for all of two events takes the first, already set, and is interrupted while it waits
+/// for the second; a signal that comes as the event fires (criu freezing a process that waits
+/// for its queue's completion) takes the same path.
 #[test]
-fn an_interrupted_wait_gives_back_the_signals_it_took() {
+fn an_interrupted_wait_gives_back_the_auto_reset_events_it_took() {
     let e = env(Preset::mi50x1());
-    let first = e
-        .kfd
-        .create_event(EventType::Signal, true, None)
-        .unwrap()
-        .event_id;
-    let second = e
-        .kfd
-        .create_event(EventType::Signal, true, None)
-        .unwrap()
-        .event_id;
-    let data = [first, second].map(|ev| sys::kfd_event_data {
-        event_id: ev.0,
-        ..Default::default()
-    });
-    // Waits for both: the first one's signal activates the wait without completing it, then
-    // the signal interrupts it (in whichever order the waiter sees them: the first event's
-    // signal is taken before the interruption ends the wait).
-    let mut a = sys::kfd_ioctl_wait_events_args {
-        events_ptr: data.as_ptr() as u64,
-        num_events: 2,
-        wait_for_all: 1,
-        timeout: WAIT_INFINITE,
-        wait_result: 0,
+    let create = |auto_reset| {
+        e.kfd
+            .create_event(EventType::Signal, auto_reset, None)
+            .unwrap()
+            .event_id
     };
-    let setter = e.kfd.try_clone().unwrap();
-    let sender = {
-        let p = e.proc.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            setter.set_event(first).unwrap();
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            p.signal();
-        })
-    };
+    let (taken, pending, manual) = (create(true), create(true), create(false));
+    e.kfd.set_event(taken).unwrap();
+    e.kfd.set_event(manual).unwrap();
+    e.proc.signal();
     assert_eq!(
-        raw(e.kfd.transport(), codes::WAIT_EVENTS, &mut a),
-        Err(Errno::EINTR)
+        errno(
+            e.kfd
+                .wait_events(&[taken, manual, pending], true, WAIT_INFINITE)
+        ),
+        Some(Errno::EINTR)
     );
-    sender.join().unwrap();
-    // The restarted wait finds the first event signalled, once (it is auto-reset).
+    // Both set events are signalled again; the one still pending is not.
+    for ev in [taken, manual] {
+        assert_eq!(
+            e.kfd.wait_events(&[ev], false, 0).unwrap(),
+            WaitResult::Complete,
+            "{ev:?}"
+        );
+    }
     assert_eq!(
-        e.kfd.wait_events(&[first], true, 0).unwrap(),
-        WaitResult::Complete
-    );
-    assert_eq!(
-        e.kfd.wait_events(&[first], true, 0).unwrap(),
+        e.kfd.wait_events(&[pending], false, 0).unwrap(),
         WaitResult::Timeout
     );
-    // The second never signalled: nothing to give back.
+    // A wait that completes keeps what it took: the auto-reset event is reset again.
     assert_eq!(
-        e.kfd.wait_events(&[second], true, 0).unwrap(),
+        e.kfd.wait_events(&[taken], false, 0).unwrap(),
         WaitResult::Timeout
     );
 }

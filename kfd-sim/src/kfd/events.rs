@@ -326,18 +326,7 @@ impl<'c> EventSlots<'c> {
 
 /// Takes `waiters` off their events' wait lists (the driver's `free_waiters`): once per event,
 /// so that a wait on many slots of one event costs linear time, not quadratic.
-///
-/// A wait that ends to be restarted (`undo_auto_reset`: interrupted by a signal) gives back
-/// what it took: every auto-reset event that activated one of its waiters is set again, so that
-/// the restarted call counts that signal (the driver does so since its wait returns the time
-/// left, 5.19 and 6.1). Otherwise a signal that came just before the interruption is lost, and
-/// the restarted wait sleeps until its timeout, or forever. Returns whether an event was set
-/// again (its new waiters need a wake-up).
-fn forget_waiters(
-    st: &mut ProcState,
-    waiters: &[(u32, Arc<AtomicU8>)],
-    undo_auto_reset: bool,
-) -> bool {
+fn forget_waiters(st: &mut ProcState, waiters: &[(u32, Arc<AtomicU8>)]) {
     let mine: HashSet<*const AtomicU8> = waiters.iter().map(|(_, w)| Arc::as_ptr(w)).collect();
     let ids: BTreeSet<u32> = waiters.iter().map(|&(id, _)| id).collect();
     for id in ids {
@@ -345,19 +334,27 @@ fn forget_waiters(
             ev.waiters.retain(|x| !mine.contains(&Arc::as_ptr(x)));
         }
     }
-    let mut set_again = false;
-    if undo_auto_reset {
-        for (id, w) in waiters {
-            if w.load(Ordering::SeqCst) != waiter::ACTIVATED {
-                continue;
-            }
-            if let Some(ev) = st.events.get_mut(id).filter(|ev| ev.auto_reset) {
-                ev.set();
-                set_again = true;
-            }
+}
+
+/// What the driver's `free_waiters` does for a wait that ends in `-ERESTARTSYS`
+/// (`undo_auto_reset`, from the 6.1 change that also writes the time left back): every auto-reset
+/// event that had already activated one of `waiters` (and so was reset by it) is set again, so
+/// that the restarted call counts that signal again. Without it a signal that arrives as the
+/// event fires (criu freezing a process waiting for its SDMA queue's completion) loses the event
+/// for good. Call it after [`forget_waiters`]: setting the event wakes the other waiters on it.
+/// Returns whether any event was set.
+fn undo_auto_reset(st: &mut ProcState, waiters: &[(u32, Arc<AtomicU8>)]) -> bool {
+    let mut set = false;
+    for (id, w) in waiters {
+        if w.load(Ordering::SeqCst) != waiter::ACTIVATED {
+            continue;
+        }
+        if let Some(ev) = st.events.get_mut(id).filter(|ev| ev.auto_reset) {
+            ev.set();
+            set = true;
         }
     }
-    set_again
+    set
 }
 
 /// The jiffy of Debian's kernels (`CONFIG_HZ=250`), in milliseconds.
@@ -382,17 +379,18 @@ fn wait_on_events(
     let all = a.wait_for_all != 0;
     let mut st = call.process.lock();
     let mut waiters: Vec<(u32, Arc<AtomicU8>)> = Vec::new();
+    let cleanup = forget_waiters;
     let mut slots = EventSlots::new(call.client, a.events_ptr);
     for i in 0..n {
         let data = match slots.get(i, n) {
             Ok(d) => d,
             Err(_) => {
-                forget_waiters(&mut st, &waiters, false);
+                cleanup(&mut st, &waiters);
                 return Err(Errno::EFAULT);
             }
         };
         let Some(ev) = st.events.get_mut(&data.event_id) else {
-            forget_waiters(&mut st, &waiters, false);
+            cleanup(&mut st, &waiters);
             return Err(Errno::EINVAL);
         };
         let activated = ev.signaled;
@@ -435,10 +433,11 @@ fn wait_on_events(
             break first;
         }
         // The driver ends the sleep with -ERESTARTSYS (FUSE can only carry EINTR), having
-        // written the time left back into the arguments, so that a restarted call waits only
-        // for the rest.
+        // written the time left back into the arguments and set again the auto-reset events
+        // this call had taken, so that a restarted call waits only for the rest and sees them.
         if call.client.signal_pending() {
-            if forget_waiters(&mut st, &waiters, true) {
+            cleanup(&mut st, &waiters);
+            if undo_auto_reset(&mut st, &waiters) {
                 call.process.events_cv.notify_all();
             }
             if a.timeout != 0 && a.timeout != TIMEOUT_INFINITE {
@@ -470,7 +469,7 @@ fn wait_on_events(
             Err(e) => e.into_inner().0,
         };
     };
-    forget_waiters(&mut st, &waiters, false);
+    cleanup(&mut st, &waiters);
     if result == sys::KFD_IOC_WAIT_RESULT_COMPLETE {
         // copy_signaled_event_data: memory exception data of fired memory events.
         for (i, (id, w)) in (0u64..).zip(&waiters) {

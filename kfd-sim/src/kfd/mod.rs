@@ -19,6 +19,7 @@
 //! Client-controlled values are never indexed or unwrapped: every lookup is checked and every
 //! user access goes through the [`Client`], so no input can panic the simulator.
 
+mod aql;
 pub mod criu;
 mod events;
 mod memory;

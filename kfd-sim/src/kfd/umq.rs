@@ -18,7 +18,8 @@
 //! - **What it skips.** A process whose queues are evicted (CRIU's PROCESS_INFO, a restore
 //!   before RESUME) runs nothing; evicting waits for the packet in flight
 //!   ([`wait_idle`]): the queue is preempted at a packet boundary. A queue without a ring, with
-//!   a zero percentage, or hung does not run.
+//!   a zero percentage, or hung does not run. Nor does an AQL compute queue: the packet its
+//!   doorbell names is only looked at, and reported once per type ([`super::aql`]).
 //! - **Faults.** A packet the engine does not know, a ring pointer that is not dword aligned or
 //!   more than a ring ahead, or a VM fault hangs the queue (logged; nothing after it runs), as
 //!   a hung SDMA queue waits for a reset on hardware. An incomplete packet at the write pointer
@@ -141,13 +142,15 @@ struct Work {
 /// Runs the pending packets of `p`'s queues; whether any ran.
 fn service(m: &MachineInner, p: &KfdProcess) -> bool {
     let _running = lock(&p.engine);
-    let work: Vec<Work> = {
+    let (work, aql): (Vec<Work>, _) = {
         let mut st = p.lock();
         latch_doorbells(m, p, &mut st);
         if st.evictions > 0 {
             return false;
         }
-        st.queues
+        let aql = super::aql::rung(m, p, &st);
+        let work = st
+            .queues
             .iter()
             .filter(|(_, q)| {
                 q.kind != QueueKind::Compute
@@ -167,8 +170,11 @@ fn service(m: &MachineInner, p: &KfdProcess) -> bool {
                     to: q.ring_state.wptr,
                 })
             })
-            .collect()
+            .collect();
+        (work, aql)
     };
+    // The AQL queues' packets are only looked at (and reported): no work for the engine.
+    super::aql::report(m, p, aql);
     let mut ran = false;
     for w in work {
         log::debug!(
