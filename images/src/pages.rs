@@ -24,7 +24,7 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::ops::Range;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
 
 use crate::checksum::{self, ChecksumAlgorithm, Chunker};
@@ -61,6 +61,12 @@ pub fn buffer_offset(pos: u64) -> usize {
     #[allow(clippy::cast_possible_truncation)] // < PAGE
     let off = ((pos + HEADER_LEN) % PAGE) as usize;
     off
+}
+
+/// The file offset of the page that holds payload byte `pos`: a mapping of the file from there
+/// has that byte [`buffer_offset`]`(pos)` bytes in, as a staging buffer would.
+pub fn page_offset(pos: u64) -> u64 {
+    pos + HEADER_LEN - buffer_offset(pos) as u64
 }
 
 /// The length of the next I/O call at file offset `file_offset` with `left` bytes to go: up to
@@ -617,7 +623,62 @@ impl PagesReader {
     /// # Errors
     /// As [`PagesReader::read_exact_into`].
     pub fn read_skipping_holes(&mut self, buf: &mut [u8]) -> Result<Vec<Range<usize>>, PagesError> {
-        let len = buf.len() as u64;
+        self.next_skipping_holes(buf.len(), |r, range| r.read_data(&mut buf[range]))
+    }
+
+    /// As [`PagesReader::read_skipping_holes`] for the next `len` payload bytes, without reading
+    /// them: the caller has them in memory already, mapped from this file (see
+    /// [`PagesReader::file`]), and `data(range)` returns the bytes of `range` (offsets into the
+    /// `len` bytes); each range is asked for once, in order, and never one of the returned hole
+    /// ranges (their pages need not be touched at all). The bytes are verified as
+    /// [`PagesReader::read_exact_into`] verifies what it reads.
+    ///
+    /// # Errors
+    ///
+    /// [`PagesError::ReadPastEnd`]; [`PagesError::Read`] when `data` fails (a mapping that
+    /// cannot be read: the file shrank, an I/O error); [`PagesError::ChecksumMismatch`].
+    pub fn verify_skipping_holes<'a>(
+        &mut self,
+        len: usize,
+        mut data: impl FnMut(Range<usize>) -> io::Result<&'a [u8]>,
+    ) -> Result<Vec<Range<usize>>, PagesError> {
+        self.next_skipping_holes(len, |r, range| {
+            let offset = r.pos + HEADER_LEN;
+            let want = range.len();
+            let bytes = data(range)
+                .and_then(|b| {
+                    if b.len() == want {
+                        Ok(b)
+                    } else {
+                        Err(io::ErrorKind::UnexpectedEof.into())
+                    }
+                })
+                .map_err(|source| PagesError::Read {
+                    file: r.name.clone(),
+                    offset,
+                    source,
+                })?;
+            r.verify_piece(bytes)?;
+            r.pos += bytes.len() as u64;
+            Ok(())
+        })
+    }
+
+    /// The file, for callers that map it: payload byte `pos` is at file offset `pos + 8`. The
+    /// reader checked its length when it opened it; reading it does not move the reader.
+    pub fn file(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+
+    /// The next `len` payload bytes, chunk by chunk: holes are skipped (see
+    /// [`PagesReader::read_skipping_holes`]) and returned, `data(self, range)` takes in the
+    /// others (offsets into the `len` bytes) and moves the position past them.
+    fn next_skipping_holes(
+        &mut self,
+        len: usize,
+        mut data: impl FnMut(&mut Self, Range<usize>) -> Result<(), PagesError>,
+    ) -> Result<Vec<Range<usize>>, PagesError> {
+        let len = len as u64;
         let offset = self.pos + HEADER_LEN;
         if len > self.remaining() {
             return Err(PagesError::ReadPastEnd {
@@ -639,7 +700,7 @@ impl PagesReader {
         while self.pos < end {
             let chunk_end = (self.pos - self.pos % chunk + chunk).min(self.total);
             let stop = chunk_end.min(end);
-            #[allow(clippy::cast_possible_truncation)] // offsets inside `buf`
+            #[allow(clippy::cast_possible_truncation)] // offsets inside the `len` bytes
             let (a, b) = ((self.pos - start) as usize, (stop - start) as usize);
             if self.pos % chunk == 0 && stop == chunk_end && self.hole(self.pos, chunk_end)? {
                 match zeros.last_mut() {
@@ -647,7 +708,7 @@ impl PagesReader {
                     _ => zeros.push(a..b),
                 }
             } else {
-                self.read_data(&mut buf[a..b])?;
+                data(self, a..b)?;
             }
         }
         Ok(zeros)
@@ -824,6 +885,11 @@ mod tests {
         assert_eq!(buffer_offset(8 << 20), 8);
         assert_eq!(buffer_offset(4088), 0);
         assert_eq!(buffer_offset(4090), 2);
+        // A mapping from the page that holds a payload byte has it where a buffer would.
+        assert_eq!(page_offset(0), 0);
+        assert_eq!(page_offset(4088), 4096);
+        assert_eq!(page_offset(4090), 4096);
+        assert_eq!(page_offset(4087), 0);
         // The first call of a file stops at the first slice boundary, the next ones are whole.
         let slice = IO_SLICE as u64;
         assert_eq!(next_slice(HEADER_LEN, 8 << 20), IO_SLICE - 8);

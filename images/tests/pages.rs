@@ -224,3 +224,64 @@ fn write_behind_writes_the_same_file() {
     assert!(raw[8..] == data[..], "payload differs");
     assert!(read_file(&d, KFD, len as u64, sums.as_ref(), 1 << 20).unwrap() == data);
 }
+
+/// The bytes as a mapping of the file would show them: payload byte `pos` at file offset
+/// `pos + 8`, the file read whole (the test's stand-in for a mapping).
+fn file_bytes(d: &Dir, which: PagesFile) -> Vec<u8> {
+    std::fs::read(d.tmp.path().join(which.file_name())).unwrap()
+}
+
+#[test]
+fn bytes_in_memory_are_verified_as_read_ones_are() {
+    let d = dir();
+    let data = pattern(10_000, 5);
+    let sums = write_file(&d, KFD, &data, 10_000, Some(4096)).unwrap();
+    let mut file = file_bytes(&d, KFD);
+
+    // In two pieces, each range asked for once, in order: the same checks as reading.
+    let mut r = PagesReader::open(d.fd.as_fd(), KFD, 10_000, Some(&sums)).unwrap();
+    let mut asked = Vec::new();
+    for (start, len) in [(0usize, 5000usize), (5000, 5000)] {
+        let zeros = r
+            .verify_skipping_holes(len, |range| {
+                asked.push(start + range.start..start + range.end);
+                Ok(&file[8 + start + range.start..8 + start + range.end])
+            })
+            .unwrap();
+        assert!(zeros.is_empty());
+    }
+    assert_eq!(r.verified_up_to(), 10_000);
+    assert_eq!(asked.first().unwrap().start, 0);
+    assert!(asked.windows(2).all(|w| w[0].end == w[1].start));
+    assert_eq!(asked.last().unwrap().end, 10_000);
+
+    // A byte changed in memory fails its chunk's checksum.
+    file[8 + 6000] ^= 1;
+    let mut r = PagesReader::open(d.fd.as_fd(), KFD, 10_000, Some(&sums)).unwrap();
+    let e = r.verify_skipping_holes(10_000, |range| Ok(&file[8 + range.start..8 + range.end]));
+    assert!(
+        matches!(
+            e,
+            Err(images::PagesError::ChecksumMismatch { chunk: 1, .. })
+        ),
+        "{e:?}"
+    );
+
+    // Bytes that cannot be had (a mapping past a truncated end) are the reader's Read error, as
+    // are fewer bytes than asked for.
+    let mut r = PagesReader::open(d.fd.as_fd(), KFD, 10_000, Some(&sums)).unwrap();
+    let e = r
+        .verify_skipping_holes(10_000, |_| {
+            Err(std::io::Error::from_raw_os_error(libc::EFAULT))
+        })
+        .unwrap_err();
+    assert!(
+        matches!(e, images::PagesError::Read { offset: 8, .. }),
+        "{e}"
+    );
+    let mut r = PagesReader::open(d.fd.as_fd(), KFD, 10_000, Some(&sums)).unwrap();
+    let e = r
+        .verify_skipping_holes(10_000, |range| Ok(&file[8 + range.start..7 + range.end]))
+        .unwrap_err();
+    assert!(matches!(e, images::PagesError::Read { .. }), "{e}");
+}

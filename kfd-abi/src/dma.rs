@@ -6,6 +6,7 @@
 //! unmaps and closes the BO before freeing it.
 
 use std::fmt;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 
 use crate::error::{IoctlError, Result};
@@ -175,6 +176,188 @@ impl<T: Transport> Drop for UserptrBuffer<'_, T> {
         if let Err(e) = self.render.gem_close(self.bo) {
             log::warn!("closing a staging buffer: {e}");
         }
+    }
+}
+
+/// A window of a file, mapped read-only into this process (`MAP_SHARED`, so its pages are the
+/// file's page cache, not process memory), registered as a read-only USERPTR BO and mapped
+/// read-only at a GPU VA: the GPU copies straight out of the page cache.
+///
+/// Only for reading: amdgpu takes a file-backed userptr when `AMDGPU_GEM_USERPTR_ANONONLY` is
+/// not asked for, and with `AMDGPU_GEM_USERPTR_READONLY` it neither asks for write access to
+/// the pages nor maps them writable for the GPU, so the file's pages are never dirtied behind
+/// the kernel's back (a GPU writing into page-cache pages would be).
+///
+/// The CPU sees the bytes through [`FileWindow::bytes`], which first has the kernel map them
+/// (`MADV_POPULATE_READ`): a page beyond the end of the file (one truncated since the caller
+/// checked its length) is then an error, not a `SIGBUS`. A file truncated by another process
+/// between that call and the reads of the returned slice can still raise `SIGBUS`, as with any
+/// mapped file; the pages files of an image directory are not written while criu restores.
+pub struct FileWindow<'r, T: Transport> {
+    render: &'r RenderNode<T>,
+    ptr: NonNull<u8>,
+    len: usize,
+    bo: BoHandle,
+    va: u64,
+}
+
+// SAFETY: the window is a read-only mapping owned by this value; moving it to another thread
+// moves the ownership with it; transports are Sync, so the render node reference may move.
+unsafe impl<T: Transport> Send for FileWindow<'_, T> {}
+// SAFETY: shared access only hands out shared slices of read-only memory.
+unsafe impl<T: Transport> Sync for FileWindow<'_, T> {}
+
+impl<T: Transport> fmt::Debug for FileWindow<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "FileWindow({:#x}, {} bytes, GPU VA {:#x})",
+            self.ptr.as_ptr() as u64,
+            self.len,
+            self.va
+        )
+    }
+}
+
+impl<'r, T: Transport> FileWindow<'r, T> {
+    /// Maps `len` bytes (rounded up to whole pages) of `file` from `offset` (a multiple of
+    /// [`PAGE_SIZE`]) read-only, registers them with `render` as a read-only USERPTR BO and
+    /// maps that at GPU VA `va`, readable only.
+    ///
+    /// # Errors
+    ///
+    /// [`IoctlError::Fd`] when `mmap(2)` fails (`ENODEV`: the file system cannot map files;
+    /// `EINVAL`: an unaligned offset); the errors of `AMDGPU_GEM_USERPTR` and `AMDGPU_GEM_VA`.
+    pub fn new(
+        render: &'r RenderNode<T>,
+        file: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        va: u64,
+    ) -> Result<Self> {
+        let fd_err = |source| IoctlError::Fd {
+            what: "mapping a window of a pages file",
+            device: render.label().to_owned(),
+            source,
+        };
+        let len = len.max(1).div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        let off = libc::off_t::try_from(offset)
+            .ok()
+            .filter(|_| offset % PAGE_SIZE as u64 == 0)
+            .ok_or_else(|| fd_err(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
+        // SAFETY: a NULL hint: the kernel picks address space that overlaps nothing of ours; a
+        // read-only shared mapping of the file cannot change the file; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                off,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(fd_err(std::io::Error::last_os_error()));
+        }
+        let Some(ptr) = NonNull::new(p.cast::<u8>()) else {
+            return Err(fd_err(std::io::Error::from_raw_os_error(libc::ENOMEM)));
+        };
+        let unmap = || {
+            // SAFETY: unmapping exactly the mapping made above, which nothing references.
+            unsafe { libc::munmap(ptr.as_ptr().cast(), len) };
+        };
+        // SAFETY: the range is the mapping made above, page-aligned, owned by the value built
+        // below, which unmaps and closes the BO (in Drop) before it unmaps the memory; the BO is
+        // read-only, so the GPU never writes the file's pages.
+        let bo = match unsafe {
+            render.gem_userptr(
+                ptr.as_ptr() as u64,
+                len as u64,
+                UserptrFlags::READONLY | UserptrFlags::REGISTER,
+            )
+        } {
+            Ok(bo) => bo,
+            Err(e) => {
+                unmap();
+                return Err(e);
+            }
+        };
+        if let Err(e) = render.va_map(bo, va, 0, len as u64, VmPageFlags::READABLE) {
+            let _ = render.gem_close(bo);
+            unmap();
+            return Err(e);
+        }
+        Ok(Self {
+            render,
+            ptr,
+            len,
+            bo,
+            va,
+        })
+    }
+
+    /// The GPU VA of the first byte.
+    pub fn va(&self) -> u64 {
+        self.va
+    }
+
+    /// Length in bytes (whole pages).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The bytes of `range` (offsets into the window), after having the kernel map their pages
+    /// (`MADV_POPULATE_READ`, reading them from the disk if they are not in the page cache).
+    ///
+    /// # Errors
+    ///
+    /// `EFAULT` when a page is beyond the end of the file, `EINVAL` on kernels before 5.14
+    /// (no `MADV_POPULATE_READ`) or for a range outside the window, `EINTR`, `ENOMEM`, `EIO`.
+    pub fn bytes(&self, range: std::ops::Range<usize>) -> std::io::Result<&[u8]> {
+        if range.start > range.end || range.end > self.len {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        if range.is_empty() {
+            return Ok(&[]);
+        }
+        let first = range.start / PAGE_SIZE * PAGE_SIZE;
+        let end = range.end.div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        // SAFETY: madvise on whole pages of our own mapping; POPULATE_READ only faults them in.
+        let r = unsafe {
+            libc::madvise(
+                self.ptr.as_ptr().add(first).cast(),
+                end - first,
+                libc::MADV_POPULATE_READ,
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: the range is inside the mapping (checked above), which lives as long as
+        // `&self` and is never written by this process or the GPU (read-only on both sides);
+        // its pages were just mapped, so reading them does not fault (see the type's docs for a
+        // file truncated meanwhile by another process).
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(range.start), range.len()) })
+    }
+}
+
+impl<T: Transport> Drop for FileWindow<'_, T> {
+    fn drop(&mut self) {
+        if let Err(e) = self.render.va_unmap(self.bo, self.va, 0, self.len as u64) {
+            log::warn!("unmapping a window of a pages file: {e}");
+        }
+        if let Err(e) = self.render.gem_close(self.bo) {
+            log::warn!("closing a window of a pages file: {e}");
+        }
+        // SAFETY: unmapping exactly the mapping made in `new`; the BO over it is closed and
+        // nothing else references it.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }
 

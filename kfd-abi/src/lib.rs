@@ -27,7 +27,7 @@ pub mod sdma;
 pub mod transport;
 pub mod types;
 
-pub use dma::{HostBuffer, SdmaQueue, UserptrBuffer};
+pub use dma::{FileWindow, HostBuffer, SdmaQueue, UserptrBuffer};
 pub use errno::Errno;
 pub use error::{IoctlError, Result};
 pub use kfd::{Kfd, KFD_PATH};

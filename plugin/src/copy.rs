@@ -37,7 +37,7 @@ use std::time::Duration;
 use images::{pages, PagesError, PagesReader, PagesWriter};
 use kfd_abi::render::VmPageFlags;
 use kfd_abi::sdma::{self, IbBuilder};
-use kfd_abi::{BoHandle, IoctlError, RenderNode, SdmaQueue, Transport, UserptrBuffer};
+use kfd_abi::{BoHandle, FileWindow, IoctlError, RenderNode, SdmaQueue, Transport, UserptrBuffer};
 
 /// A running count of bytes copied (both directions), for progress displays. Clones share the
 /// count.
@@ -380,11 +380,11 @@ impl<T: Transport> Drop for Dma<'_, T> {
     }
 }
 
-/// A staging buffer on its way from the side that filled it: the stream position of its data,
-/// where the data starts in it, its length and, at restore, the ranges of the data that are
-/// zeros the reader did not read.
-struct Full<'r, T: Transport> {
-    buf: UserptrBuffer<'r, T>,
+/// A staging buffer (`B`) on its way from the side that filled it: the stream position of its
+/// data, where the data starts in it, its length and, at restore, the ranges of the data that
+/// are zeros the reader did not read.
+struct Full<B> {
+    buf: B,
     pos: u64,
     off: usize,
     len: usize,
@@ -392,41 +392,75 @@ struct Full<'r, T: Transport> {
 }
 
 /// The staging buffers' round trip between the copiers and the I/O thread: `full` carries a
-/// filled buffer one way, `empty` brings it back. Each channel holds every buffer at once, so a
-/// send never blocks.
-struct Ring<'r, T: Transport> {
-    full_tx: mpsc::SyncSender<Full<'r, T>>,
-    full_rx: mpsc::Receiver<Full<'r, T>>,
-    empty_tx: mpsc::SyncSender<UserptrBuffer<'r, T>>,
-    empty_rx: mpsc::Receiver<UserptrBuffer<'r, T>>,
+/// filled buffer (`F`) one way, `empty` brings it back (as an `E`). Each channel holds every
+/// buffer at once, so a send never blocks.
+struct Ring<F, E> {
+    full_tx: mpsc::SyncSender<Full<F>>,
+    full_rx: mpsc::Receiver<Full<F>>,
+    empty_tx: mpsc::SyncSender<E>,
+    empty_rx: mpsc::Receiver<E>,
 }
 
-/// Sets up one GPU's copy: the SDMA queues with every BO imported, and the staging buffers, all
-/// of them empty, in the ring. Returns the stream's length too.
-fn prepare<'r, T: Transport>(
-    render: &'r RenderNode<T>,
-    bos: &[BoSource<'_>],
-    staging: Staging,
-) -> Result<(u64, Dma<'r, T>, Ring<'r, T>), CopyError> {
-    let total: u64 = bos.iter().map(|b| b.size).sum();
-    let mut dma = Dma::new(render)?;
-    dma.import_all(bos)?;
-    let buffers = dma.staging(staging)?;
-    let (full_tx, full_rx) = mpsc::sync_channel(buffers.len());
-    let (empty_tx, empty_rx) = mpsc::sync_channel(buffers.len());
-    for b in buffers {
-        let _ = empty_tx.send(b);
-    }
-    Ok((
-        total,
-        dma,
-        Ring {
+impl<F, E> Ring<F, E> {
+    /// A ring with every one of `empties` in it, empty.
+    fn new(empties: Vec<E>) -> Self {
+        let (full_tx, full_rx) = mpsc::sync_channel(empties.len());
+        let (empty_tx, empty_rx) = mpsc::sync_channel(empties.len());
+        for b in empties {
+            let _ = empty_tx.send(b);
+        }
+        Self {
             full_tx,
             full_rx,
             empty_tx,
             empty_rx,
-        },
-    ))
+        }
+    }
+}
+
+/// Where a piece of the stream sits at restore while the copiers copy it into the BOs.
+enum Staged<'r, T: Transport> {
+    /// In a staging buffer, read there from the pages file.
+    Buffer(UserptrBuffer<'r, T>),
+    /// In the page cache: a window of the pages file, mapped for the GPU to read.
+    Window(FileWindow<'r, T>),
+}
+
+impl<'r, T: Transport> Staged<'r, T> {
+    fn va(&self) -> u64 {
+        match self {
+            Self::Buffer(b) => b.va(),
+            Self::Window(w) => w.va(),
+        }
+    }
+
+    /// Gives the room back once copied: the buffer, or the window's GPU VA (the window is
+    /// unmapped here).
+    fn release(self) -> Slot<'r, T> {
+        match self {
+            Self::Buffer(b) => Slot::Buffer(b),
+            Self::Window(w) => Slot::Va(w.va()),
+        }
+    }
+}
+
+/// Room for the next piece of the stream at restore: a staging buffer to read into, or a GPU VA
+/// where a window of the pages file is to be mapped.
+enum Slot<'r, T: Transport> {
+    Buffer(UserptrBuffer<'r, T>),
+    Va(u64),
+}
+
+/// Sets up one GPU's copy: the SDMA queues with every BO imported. Returns the stream's length
+/// too.
+fn prepare<'r, T: Transport>(
+    render: &'r RenderNode<T>,
+    bos: &[BoSource<'_>],
+) -> Result<(u64, Dma<'r, T>), CopyError> {
+    let total: u64 = bos.iter().map(|b| b.size).sum();
+    let mut dma = Dma::new(render)?;
+    dma.import_all(bos)?;
+    Ok((total, dma))
 }
 
 /// A mutex's guard, also when another thread panicked holding it (what it guards, a channel
@@ -515,16 +549,13 @@ pub fn dump_gpu<T: Transport>(
     progress: &Progress,
     writer: &mut PagesWriter,
 ) -> Result<u64, CopyError> {
-    let (
-        total,
-        mut dma,
-        Ring {
-            full_tx,
-            full_rx,
-            empty_tx,
-            empty_rx,
-        },
-    ) = prepare(render, bos, staging)?;
+    let (total, mut dma) = prepare(render, bos)?;
+    let Ring {
+        full_tx,
+        full_rx,
+        empty_tx,
+        empty_rx,
+    } = Ring::new(dma.staging(staging)?);
     // Set by a copier that failed: the others stop taking buffers and the writer stops writing.
     let stop = AtomicBool::new(false);
     let stop = &stop;
@@ -534,7 +565,7 @@ pub fn dump_gpu<T: Transport>(
     // one.
     let write = move || -> Result<(), CopyError> {
         let mut next = 0u64;
-        let mut early: BTreeMap<u64, Full<'_, T>> = BTreeMap::new();
+        let mut early: BTreeMap<u64, Full<UserptrBuffer<'_, T>>> = BTreeMap::new();
         for full in full_rx {
             if stop.load(Ordering::Relaxed) {
                 for f in std::iter::once(full).chain(std::mem::take(&mut early).into_values()) {
@@ -609,30 +640,38 @@ pub fn dump_gpu<T: Transport>(
 }
 
 /// Copies `reader`'s stream into the BOs of one GPU, in order. Returns the bytes copied.
+///
+/// With `map`, the GPU copies straight out of the page cache: each staging-buffer-sized piece
+/// of the pages file is mapped read-only as a window (a read-only USERPTR BO over a shared file
+/// mapping, [`FileWindow`]), the reader checksums the window's bytes where they are instead of
+/// `read`ing them into a staging buffer, and the window is unmapped once copied: no staging
+/// memory and no copy by the CPU. At most `staging.buffers` windows are mapped at a time, the
+/// same bound as the staging buffers (page cache, not process memory). Where the file cannot be
+/// mapped so (a file system without `mmap`, a kernel without `MADV_POPULATE_READ`, a driver
+/// that refuses the userptr), the pages are read into staging buffers as without `map`.
 pub fn restore_gpu<T: Transport>(
     render: &RenderNode<T>,
     bos: &[BoSource<'_>],
     staging: Staging,
+    map: bool,
     progress: &Progress,
     reader: &mut PagesReader,
 ) -> Result<u64, CopyError> {
-    let (
-        total,
-        mut dma,
-        Ring {
-            full_tx,
-            full_rx,
-            empty_tx,
-            empty_rx,
-        },
-    ) = prepare(render, bos, staging)?;
+    let (total, mut dma) = prepare(render, bos)?;
+    let slots = restore_slots(&mut dma, reader, staging, map && total > 0)?;
+    let Ring {
+        full_tx,
+        full_rx,
+        empty_tx,
+        empty_rx,
+    } = Ring::new(slots);
     // Set by a copier that failed: the reader stops reading and the other copiers stop.
     let stop = AtomicBool::new(false);
     let stop = &stop;
     let read = move || -> Result<(), CopyError> {
         let mut pos = 0u64;
         while pos < total && !stop.load(Ordering::Relaxed) {
-            let Ok(mut buf) = empty_rx.recv() else { break };
+            let Ok(slot) = empty_rx.recv() else { break };
             if stop.load(Ordering::Relaxed) {
                 break;
             }
@@ -640,7 +679,30 @@ pub fn restore_gpu<T: Transport>(
             #[allow(clippy::cast_possible_truncation)] // len <= staging.buffer_size
             let len = len as usize;
             let off = pages::buffer_offset(pos);
-            let zeros = reader.read_skipping_holes(&mut buf.as_mut_slice()[off..off + len])?;
+            let (buf, zeros) = match slot {
+                Slot::Buffer(mut buf) => {
+                    let zeros =
+                        reader.read_skipping_holes(&mut buf.as_mut_slice()[off..off + len])?;
+                    (Staged::Buffer(buf), zeros)
+                }
+                Slot::Va(va) => {
+                    let window = FileWindow::new(
+                        render,
+                        reader.file(),
+                        pages::page_offset(pos),
+                        off + len,
+                        va,
+                    )
+                    .map_err(ioctl_err(format!(
+                        "mapping {} bytes of {} for the GPU",
+                        len,
+                        reader.file_name()
+                    )))?;
+                    let zeros = reader
+                        .verify_skipping_holes(len, |r| window.bytes(off + r.start..off + r.end))?;
+                    (Staged::Window(window), zeros)
+                }
+            };
             let full = Full {
                 buf,
                 pos,
@@ -689,7 +751,7 @@ pub fn restore_gpu<T: Transport>(
                 &zeros,
             );
             // The reader may already be done; a closed channel is fine here.
-            let _ = empty_tx.send(buf);
+            let _ = empty_tx.send(buf.release());
             if let Err(e) = r {
                 stop.store(true, Ordering::Relaxed);
                 return Err(e);
@@ -703,6 +765,48 @@ pub fn restore_gpu<T: Transport>(
         return Err(CopyError::ThreadGone("reader"));
     }
     Ok(total)
+}
+
+/// The restore's room for the stream: with `map`, GPU VAs for windows of the pages file, once a
+/// first window showed that the file maps (and how it did not is logged otherwise); else, and
+/// then, staging buffers.
+fn restore_slots<'r, T: Transport>(
+    dma: &mut Dma<'r, T>,
+    reader: &PagesReader,
+    staging: Staging,
+    map: bool,
+) -> Result<Vec<Slot<'r, T>>, CopyError> {
+    if map {
+        let len = staging.buffer_size + kfd_abi::dma::PAGE_SIZE;
+        let vas = (0..staging.buffers.max(1))
+            .map(|_| dma.alloc_va(len as u64))
+            .collect::<Result<Vec<_>, _>>()?;
+        // The header's page: mapped, registered, mapped for the GPU and read as every window is.
+        // Only the file's own refusals (a file system that cannot map it, a kernel without
+        // MADV_POPULATE_READ) choose the other way; a failed driver call is the restore's error.
+        let why = match FileWindow::new(dma.render, reader.file(), 0, 1, vas[0]) {
+            Ok(w) => w.bytes(0..1).err().map(|e| e.to_string()),
+            Err(e @ IoctlError::Fd { .. }) => Some(e.to_string()),
+            Err(e) => {
+                return Err(ioctl_err(format!(
+                    "mapping {} for the GPU",
+                    reader.file_name()
+                ))(e))
+            }
+        };
+        match why {
+            None => return Ok(vas.into_iter().map(Slot::Va).collect()),
+            Some(e) => log::info!(
+                "{}: cannot map it for the GPU to read ({e}); reading it into staging buffers",
+                reader.file_name()
+            ),
+        }
+    }
+    Ok(dma
+        .staging(staging)?
+        .into_iter()
+        .map(Slot::Buffer)
+        .collect())
 }
 
 #[cfg(test)]

@@ -21,6 +21,9 @@ use kfd_abi::platform::{DeviceKind, HostPlatform, Platform};
 /// Turns on write-behind of the pages files at dump ([`Settings::write_behind`]).
 pub const WRITE_BEHIND_ENV: &str = "AMDGPU_CR_WRITE_BEHIND";
 
+/// Turns off restoring from mappings of the pages files ([`Settings::map_pages`]).
+pub const MAP_PAGES_ENV: &str = "AMDGPU_CR_MAP_PAGES";
+
 /// The settings that come from the environment (read once, at `init`).
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -36,6 +39,10 @@ pub struct Settings {
     pub progress: crate::copy::Progress,
     /// `AMDGPU_CR_WRITE_BEHIND`: dumps start writing the pages files to the disk as they go.
     pub write_behind: bool,
+    /// `AMDGPU_CR_MAP_PAGES` (default on): restores have the GPU copy straight out of read-only
+    /// mappings of the pages files (see [`crate::copy::restore_gpu`]); off, they read them into
+    /// staging buffers.
+    pub map_pages: bool,
 }
 
 impl Settings {
@@ -63,6 +70,12 @@ impl Settings {
                 topology::options::parse_bool(&v).unwrap_or_else(|| {
                     log::warn!("ignoring {WRITE_BEHIND_ENV}={v:?}: expected 0, 1, NO or YES");
                     false
+                })
+            }),
+            map_pages: lookup(MAP_PAGES_ENV).is_none_or(|v| {
+                topology::options::parse_bool(&v).unwrap_or_else(|| {
+                    log::warn!("ignoring {MAP_PAGES_ENV}={v:?}: expected 0, 1, NO or YES");
+                    true
                 })
             }),
         }
@@ -365,6 +378,7 @@ impl<P: Platform> Engine<P> {
         let settings = self.settings();
         let opts = RestoreOptions {
             staging: settings.staging,
+            map_pages: settings.map_pages,
             checks: settings.checks,
             progress: settings.progress,
         };
@@ -861,5 +875,26 @@ mod tests {
             false,
         );
         assert_eq!(s.write_behind, on);
+    }
+
+    #[rstest::rstest]
+    #[case::unset(None, true)]
+    #[case::on(Some("yes"), true)]
+    #[case::off(Some("0"), false)]
+    #[case::no(Some("NO"), false)]
+    #[case::garbage_is_ignored(Some("rarely"), true)]
+    fn mapping_the_pages_files_comes_from_the_environment(
+        #[case] value: Option<&str>,
+        #[case] on: bool,
+    ) {
+        let s = Settings::from_lookup(
+            |k| {
+                (k == MAP_PAGES_ENV)
+                    .then(|| value.map(String::from))
+                    .flatten()
+            },
+            false,
+        );
+        assert_eq!(s.map_pages, on);
     }
 }

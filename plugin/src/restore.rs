@@ -37,6 +37,9 @@ use kfd_abi::platform::Platform;
 pub struct RestoreOptions {
     /// Staging geometry per GPU.
     pub staging: Staging,
+    /// Whether the GPU copies straight out of mappings of the pages files (see
+    /// [`copy::restore_gpu`]).
+    pub map_pages: bool,
     /// The `KFD_*_CHECK` rules of the GPU mapping.
     pub checks: CheckOptions,
     /// Counts the bytes copied.
@@ -694,12 +697,18 @@ fn copy_contents<P: Platform>(
                         what: format!("GPU {gpu:#x} was not mapped"),
                     })?;
                     let render = platform.open_render(m.destination_render_minor)?;
-                    let bytes =
-                        copy::restore_gpu(&render, &bos, opts.staging, &opts.progress, &mut reader)
-                            .map_err(|source| RestoreError::Copy {
-                                gpu_id: gpu,
-                                source,
-                            })?;
+                    let bytes = copy::restore_gpu(
+                        &render,
+                        &bos,
+                        opts.staging,
+                        opts.map_pages,
+                        &opts.progress,
+                        &mut reader,
+                    )
+                    .map_err(|source| RestoreError::Copy {
+                        gpu_id: gpu,
+                        source,
+                    })?;
                     Ok(GpuRestore {
                         gpu_id: gpu,
                         actual_gpu_id: m.destination_gpu_id,

@@ -31,12 +31,15 @@ fn spec() -> Spec {
     }
 }
 
-fn settings() -> Settings {
+/// Small staging buffers; `map_pages`: the restore copies out of mappings of the pages files,
+/// or reads them into the staging buffers.
+fn settings(map_pages: bool) -> Settings {
     let mut s = Settings::from_lookup(|_| None, false);
     s.staging = Staging {
         buffer_size: 2 << 20,
         buffers: 3,
     };
+    s.map_pages = map_pages;
     s
 }
 
@@ -57,14 +60,16 @@ fn first_pages_file(dir: &Path, ids: &demo::ImageIds, manifest: &Manifest) -> (P
     (dir.join(which.file_name()), len)
 }
 
-#[test]
-fn untouched_memory_is_a_hole_at_dump_and_a_fill_at_restore() {
+#[rstest::rstest]
+fn untouched_memory_is_a_hole_at_dump_and_a_fill_at_restore(
+    #[values(true, false)] map_pages: bool,
+) {
     let preset = Preset::by_name("mi210x2").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let src = SimNode::new(&preset).unwrap();
     let target = demo::start_target(&src, &spec()).unwrap();
     let manifest = target.workload.manifest().clone();
-    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings()).unwrap();
+    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings(true)).unwrap();
     drop(target);
 
     // The file has its full length; of the buffers' 10 MiB, 7.5 MiB are untouched and holes.
@@ -86,7 +91,7 @@ fn untouched_memory_is_a_hole_at_dump_and_a_fill_at_restore() {
     );
 
     let dst = SimNode::new(&preset).unwrap();
-    let (restored, _) = demo::restore(&dst, dir.path(), &ids, &settings()).unwrap();
+    let (restored, _) = demo::restore(&dst, dir.path(), &ids, &settings(map_pages)).unwrap();
     // Before anything reads it (a read through the simulated VRAM's mapping allocates memory):
     // the restored VRAM buffer holds memory only for the quarter that was copied. Copying the
     // zeros would have allocated all of it; the fills punched it out.
@@ -117,14 +122,14 @@ fn untouched_memory_is_a_hole_at_dump_and_a_fill_at_restore() {
     restored.verify(&manifest).unwrap();
 }
 
-#[test]
-fn a_data_chunk_zeroed_in_the_image_is_refused() {
+#[rstest::rstest]
+fn a_data_chunk_zeroed_in_the_image_is_refused(#[values(true, false)] map_pages: bool) {
     let preset = Preset::by_name("mi210x2").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let src = SimNode::new(&preset).unwrap();
     let target = demo::start_target(&src, &spec()).unwrap();
     let manifest = target.workload.manifest().clone();
-    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings()).unwrap();
+    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings(true)).unwrap();
     drop(target);
     // The file's second MiB held data (the end of the payload's first chunk and most of its
     // second): it becomes a hole, as a zeroed-out chunk.
@@ -137,6 +142,6 @@ fn a_data_chunk_zeroed_in_the_image_is_refused() {
     rustix::fs::fallocate(f.as_fd(), flags, M, M).unwrap();
     drop(f);
     let dst = SimNode::new(&preset).unwrap();
-    let e = demo::restore(&dst, dir.path(), &ids, &settings()).unwrap_err();
+    let e = demo::restore(&dst, dir.path(), &ids, &settings(map_pages)).unwrap_err();
     assert!(e.to_string().contains("is corrupt: chunk 0"), "{e}");
 }
