@@ -10,7 +10,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use amdgpu_cr::demo::{self, SimNode};
-use amdgpu_plugin::copy::Staging;
 use amdgpu_plugin::criu::Settings;
 use kfd_sim::preset::Preset;
 use kfd_sim::workload::{Manifest, Spec};
@@ -27,12 +26,7 @@ fn spec() -> Spec {
 }
 
 fn settings() -> Settings {
-    let mut s = Settings::from_lookup(|_| None, false);
-    s.staging = Staging {
-        buffer_size: 1 << 20,
-        buffers: 2,
-    };
-    s
+    tests::staged_settings(1 << 20, 2)
 }
 
 /// One MI250X: two GCDs in a hive on one NUMA node, with gpu_ids of its own.
@@ -342,71 +336,29 @@ fn a_container_given_one_gpu_is_checkpointed_with_one_and_restored_onto_another(
 /// v2: the container's `/dev` has only the render nodes it was given (others: `ENOENT`), but its
 /// device cgroup is applied only after criu's restore, so its `/dev/kfd` has every GPU.
 #[derive(Debug)]
-struct UnconfinedContainer<P> {
-    inner: P,
+struct UnconfinedContainer {
     dev: Vec<u32>,
 }
 
-impl<P: kfd_abi::Platform> kfd_abi::Platform for UnconfinedContainer<P> {
+impl<P: kfd_abi::Platform> tests::View<P> for UnconfinedContainer {
     type Device = P::Device;
 
-    fn open_kfd(&self) -> Result<kfd_abi::Kfd<P::Device>, kfd_abi::IoctlError> {
-        self.inner.open_kfd()
+    fn device(&self, inner: P::Device) -> P::Device {
+        inner
     }
 
     fn open_render(
         &self,
+        inner: &P,
         minor: u32,
     ) -> Result<kfd_abi::RenderNode<P::Device>, kfd_abi::IoctlError> {
         if self.dev.contains(&minor) {
-            return self.inner.open_render(minor);
+            return inner.open_render(minor);
         }
         Err(kfd_abi::IoctlError::Open {
             path: format!("/dev/dri/renderD{minor}").into(),
             source: std::io::Error::from_raw_os_error(libc::ENOENT),
         })
-    }
-
-    fn kfd_from_fd(
-        &self,
-        fd: std::os::fd::OwnedFd,
-    ) -> Result<kfd_abi::Kfd<P::Device>, kfd_abi::IoctlError> {
-        self.inner.kfd_from_fd(fd)
-    }
-
-    fn render_from_fd(
-        &self,
-        fd: std::os::fd::OwnedFd,
-    ) -> Result<kfd_abi::RenderNode<P::Device>, kfd_abi::IoctlError> {
-        self.inner.render_from_fd(fd)
-    }
-
-    fn identify(&self, fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<kfd_abi::DeviceKind> {
-        self.inner.identify(fd)
-    }
-
-    fn identify_rdev(&self, rdev: u64) -> kfd_abi::DeviceKind {
-        self.inner.identify_rdev(rdev)
-    }
-
-    fn topology_root(&self) -> std::path::PathBuf {
-        self.inner.topology_root()
-    }
-
-    fn process_id(&self) -> u32 {
-        self.inner.process_id()
-    }
-
-    fn fd_of_process(
-        &self,
-        pid: u32,
-        raw: std::os::fd::RawFd,
-    ) -> std::io::Result<std::os::fd::OwnedFd> {
-        self.inner.fd_of_process(pid, raw)
-    }
-
-    fn parent_of(&self, pid: u32) -> Option<u32> {
-        self.inner.parent_of(pid)
     }
 }
 
@@ -433,9 +385,9 @@ fn a_container_whose_device_cgroup_is_not_applied_yet_is_refused_with_the_cause(
     let other = mi250x2([0x4242, 0x4343]);
     let node = SimNode::new(&other).unwrap();
     let given = minors_at(&node, [0]);
-    let unconfined = |p| UnconfinedContainer {
+    let unconfined = |p| tests::Viewed {
         inner: p,
-        dev: given.clone(),
+        view: UnconfinedContainer { dev: given.clone() },
     };
     let process = node.machine.spawn_process_as(ids.pid);
     let err = demo::restore_with(&node, &unconfined, process, dir.path(), &ids, &settings())
