@@ -45,14 +45,7 @@ fn skip_reason() -> Option<String> {
              these tests (ci/vm-lane --scenario kmod-bridge)"
         ));
     }
-    if !Path::new("/dev/cuse").exists() {
-        return Some("/dev/cuse does not exist".into());
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("serving over CUSE needs root".into());
-    }
-    None
+    served::cannot_serve("/dev/cuse does not exist")
 }
 
 macro_rules! bridge_test {

@@ -31,18 +31,10 @@ const HELPER_ENV: &str = "KFD_CUSE_HELPER";
 
 /// Why the CUSE tests cannot run here, if they cannot.
 fn skip_reason() -> Option<String> {
-    if !Path::new("/dev/cuse").exists() {
-        return Some(
-            "/dev/cuse does not exist (this kernel has no CUSE); the VM lane runs these tests \
-             (ci/vm-lane --scenario cuse-kfd)"
-                .into(),
-        );
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("serving over CUSE needs root".into());
-    }
-    None
+    served::cannot_serve(
+        "/dev/cuse does not exist (this kernel has no CUSE); the VM lane runs these tests \
+         (ci/vm-lane --scenario cuse-kfd)",
+    )
 }
 
 macro_rules! cuse_test {

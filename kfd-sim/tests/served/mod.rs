@@ -18,6 +18,19 @@ use kfd_abi::{GpuId, Kfd, RenderNode};
 /// The preset every daemon serves.
 pub const PRESET: &str = "mi210x2";
 
+/// Why a daemon cannot serve over CUSE here, if it cannot: no `/dev/cuse` (`no_cuse` says what
+/// then), or not root.
+pub fn cannot_serve(no_cuse: &str) -> Option<String> {
+    if !Path::new("/dev/cuse").exists() {
+        return Some(no_cuse.to_owned());
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("serving over CUSE needs root".into());
+    }
+    None
+}
+
 /// Ends the test (which passes) when `reason` says why it cannot run here.
 macro_rules! skip_if {
     ($reason:expr) => {
