@@ -51,6 +51,15 @@ fn ids_at(preset: &Preset, indices: impl IntoIterator<Item = usize>) -> Vec<u32>
     indices.into_iter().map(|i| preset.gpus[i].gpu_id).collect()
 }
 
+/// The GPUs the restore's mapping chose, in the image's order.
+fn chosen_gpus(restored: &demo::RestoredTarget) -> Vec<u32> {
+    restored
+        .mapping
+        .iter()
+        .map(|m| m.destination_gpu_id)
+        .collect()
+}
+
 /// The restored process's GPUs as its `/dev/kfd` names them (the user gpu ids; the apertures
 /// report the actual ids, as the driver's).
 fn process_gpus(restored: &demo::RestoredTarget) -> Vec<u32> {
@@ -80,11 +89,7 @@ fn an_eight_gcd_image_restores_onto_one_hive_of_a_sixteen_gcd_node() {
     assert_eq!(report.queues, 8);
     assert_eq!(report.events, 3);
 
-    let used: Vec<u32> = restored
-        .mapping
-        .iter()
-        .map(|m| m.destination_gpu_id)
-        .collect();
+    let used = chosen_gpus(&restored);
     assert_eq!(used, ids_at(&big, 0..8), "the first hive, in order");
     for gpu in ids_at(&big, 8..16) {
         assert_eq!(node.machine.vram_used(gpu), Some(0), "GPU {gpu:#x}");
@@ -107,11 +112,7 @@ fn two_gcds_restore_onto_a_pair_of_an_eight_gcd_node(#[values(false, true)] rend
     let node = SimNode::new(&big).unwrap();
     let (restored, _) = demo::restore(&node, dir.path(), &ids, &settings()).unwrap();
     restored.verify(&manifest).unwrap();
-    let used: Vec<u32> = restored
-        .mapping
-        .iter()
-        .map(|m| m.destination_gpu_id)
-        .collect();
+    let used = chosen_gpus(&restored);
     assert_eq!(used, ids_at(&big, 0..2));
     assert_eq!(big.gpus[0].numa, big.gpus[1].numa);
 }
@@ -130,11 +131,7 @@ fn a_left_out_gpu_with_an_image_gpu_id_gets_another_id() {
     restored.verify(&manifest).unwrap();
 
     // GCD 0 is too old, so the pair goes to the next two GCDs that share a NUMA node.
-    let used: Vec<u32> = restored
-        .mapping
-        .iter()
-        .map(|m| m.destination_gpu_id)
-        .collect();
+    let used = chosen_gpus(&restored);
     assert_eq!(used, ids_at(&big, 2..4));
     let gpus = process_gpus(&restored);
     assert_eq!(gpus.len(), 8, "{gpus:x?}");
@@ -271,11 +268,7 @@ fn a_container_is_restored_onto_the_gpus_its_device_cgroup_allows(
     let (restored, _) =
         demo::restore_with(&node, &|p| p, process, dir.path(), &ids, &settings()).unwrap();
     restored.verify(&manifest).unwrap();
-    let used: Vec<u32> = restored
-        .mapping
-        .iter()
-        .map(|m| m.destination_gpu_id)
-        .collect();
+    let used = chosen_gpus(&restored);
     assert_eq!(used, ids_at(&big, 4..6));
     assert_eq!(process_gpus(&restored), vec![0x1111, 0x2222]);
     for gpu in ids_at(&big, (0..4).chain(6..8)) {
@@ -323,11 +316,7 @@ fn a_container_given_one_gpu_is_checkpointed_with_one_and_restored_onto_another(
     let (restored, _) =
         demo::restore_with(&node, &|p| p, process, dir.path(), &ids, &settings()).unwrap();
     restored.verify(&manifest).unwrap();
-    let used: Vec<u32> = restored
-        .mapping
-        .iter()
-        .map(|m| m.destination_gpu_id)
-        .collect();
+    let used = chosen_gpus(&restored);
     assert_eq!(used, ids_at(&big, [6]));
     assert_eq!(process_gpus(&restored), vec![0x2222]);
 }
