@@ -585,10 +585,8 @@ fn pages_error_file(e: &PagesError) -> &str {
         | PagesError::InvalidChunkSize { file }
         | PagesError::Overrun { file, .. }
         | PagesError::Incomplete { file, .. }
-        | PagesError::ShortHeader { file, .. }
+        | PagesError::Header { file, .. }
         | PagesError::HeaderMismatch { file, .. }
-        | PagesError::Truncated { file, .. }
-        | PagesError::TrailingData { file, .. }
         | PagesError::BadChecksumList { file, .. }
         | PagesError::ChecksumMismatch { file, .. }
         | PagesError::ReadPastEnd { file, .. } => file,

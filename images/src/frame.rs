@@ -61,44 +61,13 @@ pub enum FrameError {
         /// The I/O error.
         source: io::Error,
     },
-    /// The file is too short to hold the length header.
-    #[error(
-        "image file {file} is {size} bytes long, too short for the 8-byte length header at \
-         offset 0; the image is truncated"
-    )]
-    ShortHeader {
+    /// The length header disagrees with the file.
+    #[error("image file {file} {fault}")]
+    Header {
         /// File name in the image directory.
         file: String,
-        /// The file's size.
-        size: u64,
-    },
-    /// The length header promises more payload than the file holds.
-    #[error(
-        "image file {file} is truncated: the length header at offset 0 says {header} payload \
-         bytes, but only {available} bytes follow from offset 8 (the file ends at offset {})",
-        available + HEADER_LEN
-    )]
-    Truncated {
-        /// File name in the image directory.
-        file: String,
-        /// The length header's value.
-        header: u64,
-        /// Payload bytes present.
-        available: u64,
-    },
-    /// Bytes follow the payload that the length header does not cover.
-    #[error(
-        "image file {file} has {extra} unexpected bytes at offset {} after the {header}-byte \
-         payload its length header announces; the image is damaged",
-        header + HEADER_LEN
-    )]
-    TrailingData {
-        /// File name in the image directory.
-        file: String,
-        /// The length header's value.
-        header: u64,
-        /// Bytes after the payload.
-        extra: u64,
+        /// What is wrong.
+        fault: HeaderFault,
     },
     /// The payload is larger than the caller's cap.
     #[error(
@@ -133,32 +102,59 @@ pub enum FrameError {
     },
 }
 
-/// How a file's length header disagrees with the file. The header is read and checked in one
-/// place ([`Framing`]) for every kind of image file; each kind reports a fault as its own error,
-/// in the variants of the same names ([`FrameError`], [`crate::pages::PagesError`]).
-#[derive(Debug)]
-pub(crate) enum HeaderFault {
-    /// `fstat` or reading the header failed (at offset 0).
-    Read(io::Error),
-    /// The file is `size` bytes long, too short for the header.
+/// How a file's length header disagrees with the file, said once for every kind of image file:
+/// each kind's error ([`FrameError::Header`], [`crate::pages::PagesError::Header`]) names the
+/// kind and the file, and this completes the sentence ("is truncated: ...").
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderFault {
+    /// The file is too short to hold the length header.
+    #[error(
+        "is {size} bytes long, too short for the 8-byte length header at offset 0; the image is \
+         truncated"
+    )]
     ShortHeader {
         /// The file's size.
         size: u64,
     },
-    /// Fewer payload bytes follow the header than it says.
+    /// The length header promises more payload than the file holds.
+    #[error(
+        "is truncated: the length header at offset 0 says {header} payload bytes, but only \
+         {available} bytes follow from offset 8 (the file ends at offset {})",
+        available + HEADER_LEN
+    )]
     Truncated {
         /// The length header's value.
         header: u64,
         /// Payload bytes present.
         available: u64,
     },
-    /// More payload bytes follow the header than it says.
+    /// Bytes follow the payload that the length header does not cover.
+    #[error(
+        "has {extra} unexpected bytes at offset {} after the {header}-byte payload its length \
+         header announces; the image is damaged",
+        header + HEADER_LEN
+    )]
     TrailingData {
         /// The length header's value.
         header: u64,
         /// Bytes after the payload.
         extra: u64,
     },
+}
+
+/// Reading a length header from a file: the read fails, or the header disagrees with the file.
+#[derive(Debug)]
+pub(crate) enum HeaderError {
+    /// `fstat` or reading the header failed (at offset 0).
+    Read(io::Error),
+    /// The header disagrees with the file.
+    Fault(HeaderFault),
+}
+
+impl From<HeaderFault> for HeaderError {
+    fn from(fault: HeaderFault) -> Self {
+        Self::Fault(fault)
+    }
 }
 
 /// A file's length header and the number of payload bytes that follow it.
@@ -172,13 +168,13 @@ pub(crate) struct Framing {
 
 impl Framing {
     /// Reads the header at the start of `file`, after checking (fstat) that the file can hold it.
-    pub(crate) fn read(file: &mut File) -> Result<Self, HeaderFault> {
-        let size = file.metadata().map_err(HeaderFault::Read)?.len();
+    pub(crate) fn read(file: &mut File) -> Result<Self, HeaderError> {
+        let size = file.metadata().map_err(HeaderError::Read)?.len();
         if size < HEADER_LEN {
-            return Err(HeaderFault::ShortHeader { size });
+            return Err(HeaderFault::ShortHeader { size }.into());
         }
         let mut head = [0u8; 8];
-        file.read_exact(&mut head).map_err(HeaderFault::Read)?;
+        file.read_exact(&mut head).map_err(HeaderError::Read)?;
         Ok(Self {
             header: u64::from_ne_bytes(head),
             available: size - HEADER_LEN,
@@ -215,32 +211,24 @@ impl Framing {
     }
 }
 
-/// Gives the error enum `$error` of a file kind, which has `Read`, `ShortHeader`, `Truncated`
-/// and `TrailingData` variants with the fields of [`HeaderFault`]'s and a `file`, the function
-/// `header(file, fault)` that reports a [`HeaderFault`] as one of them.
+/// Gives the error enum `$error` of a file kind, which has a `Read { file, offset, source }`
+/// and a `Header { file, fault }` variant, the function `header(file, error)` that reports a
+/// [`HeaderError`] (or a [`HeaderFault`]) as one of them.
 macro_rules! header_fault_into {
     ($error:ident) => {
         impl $error {
-            /// Reports a fault of `file`'s length header.
-            pub(crate) fn header(file: String, fault: $crate::frame::HeaderFault) -> Self {
-                use $crate::frame::HeaderFault;
-                match fault {
-                    HeaderFault::Read(source) => Self::Read {
+            /// Reports a fault of `file`'s length header, or a failure to read it.
+            pub(crate) fn header(
+                file: String,
+                error: impl Into<$crate::frame::HeaderError>,
+            ) -> Self {
+                match error.into() {
+                    $crate::frame::HeaderError::Read(source) => Self::Read {
                         file,
                         offset: 0,
                         source,
                     },
-                    HeaderFault::ShortHeader { size } => Self::ShortHeader { file, size },
-                    HeaderFault::Truncated { header, available } => Self::Truncated {
-                        file,
-                        header,
-                        available,
-                    },
-                    HeaderFault::TrailingData { header, extra } => Self::TrailingData {
-                        file,
-                        header,
-                        extra,
-                    },
+                    $crate::frame::HeaderError::Fault(fault) => Self::Header { file, fault },
                 }
             }
         }
@@ -284,8 +272,7 @@ pub fn encode_framed<M: Message>(msg: &M) -> Vec<u8> {
 /// reading it from a file. `file` names it in errors.
 ///
 /// # Errors
-/// [`FrameError::ShortHeader`], [`FrameError::Truncated`], [`FrameError::TrailingData`],
-/// [`FrameError::TooLarge`] or [`FrameError::Decode`].
+/// [`FrameError::Header`], [`FrameError::TooLarge`] or [`FrameError::Decode`].
 pub fn decode_framed<M: Message + Default>(
     bytes: &[u8],
     file: &str,

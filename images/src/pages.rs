@@ -29,7 +29,7 @@ use std::os::unix::fs::FileExt;
 
 use crate::checksum::{self, ChecksumAlgorithm, Chunker};
 use crate::dir;
-use crate::frame::{Framing, HEADER_LEN};
+use crate::frame::{Framing, HeaderFault, HEADER_LEN};
 use crate::names::PagesFile;
 use crate::proto::{KfdBoEntry, PagesChecksums};
 use crate::sparse::{self, Extents};
@@ -170,16 +170,13 @@ pub enum PagesError {
         /// Payload bytes announced.
         total: u64,
     },
-    /// The file is shorter than the length header.
-    #[error(
-        "pages file {file} is {size} bytes long, too short for the 8-byte length header at \
-         offset 0; the image is truncated"
-    )]
-    ShortHeader {
+    /// The length header disagrees with the file.
+    #[error("pages file {file} {fault}")]
+    Header {
         /// File name in the image directory.
         file: String,
-        /// The file's size.
-        size: u64,
+        /// What is wrong.
+        fault: HeaderFault,
     },
     /// The length header disagrees with the sizes of the BOs the image says the file holds.
     #[error(
@@ -194,34 +191,6 @@ pub enum PagesError {
         header: u64,
         /// The sum of the BO sizes.
         expected: u64,
-    },
-    /// The file ends before the payload the header announces.
-    #[error(
-        "pages file {file} is truncated: the length header at offset 0 says {header} payload \
-         bytes, but the file ends at offset {} after {available} of them",
-        available + HEADER_LEN
-    )]
-    Truncated {
-        /// File name in the image directory.
-        file: String,
-        /// The length header's value.
-        header: u64,
-        /// Payload bytes present.
-        available: u64,
-    },
-    /// Bytes follow the payload.
-    #[error(
-        "pages file {file} has {extra} unexpected bytes at offset {} after the {header}-byte \
-         payload its length header announces; the image is damaged",
-        header + HEADER_LEN
-    )]
-    TrailingData {
-        /// File name in the image directory.
-        file: String,
-        /// The length header's value.
-        header: u64,
-        /// Bytes after the payload.
-        extra: u64,
     },
     /// The checksum list stored in the image cannot describe this file.
     #[error("pages file {file}: its checksum list in the image does not fit the file: {reason}")]
@@ -505,9 +474,8 @@ impl PagesReader {
     /// `checksums: None` reads an image without checksums (upstream's) unverified.
     ///
     /// # Errors
-    /// [`PagesError::Open`], [`PagesError::Read`], [`PagesError::ShortHeader`],
-    /// [`PagesError::HeaderMismatch`], [`PagesError::Truncated`], [`PagesError::TrailingData`],
-    /// [`PagesError::BadChecksumList`].
+    /// [`PagesError::Open`], [`PagesError::Read`], [`PagesError::Header`],
+    /// [`PagesError::HeaderMismatch`], [`PagesError::BadChecksumList`].
     pub fn open(
         dir: BorrowedFd<'_>,
         which: PagesFile,
@@ -533,8 +501,7 @@ impl PagesReader {
         checksums: Option<&PagesChecksums>,
     ) -> Result<Self, PagesError> {
         let name = which.file_name();
-        let header_err = |fault| PagesError::header(name.clone(), fault);
-        let framing = Framing::read(&mut file).map_err(header_err)?;
+        let framing = Framing::read(&mut file).map_err(|e| PagesError::header(name.clone(), e))?;
         if framing.header != expected_len {
             return Err(PagesError::HeaderMismatch {
                 file: name,
@@ -542,7 +509,9 @@ impl PagesReader {
                 expected: expected_len,
             });
         }
-        let header = framing.exact().map_err(header_err)?;
+        let header = framing
+            .exact()
+            .map_err(|fault| PagesError::header(name.clone(), fault))?;
         let verify = match checksums {
             None => None,
             Some(sums) => {

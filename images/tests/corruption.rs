@@ -6,7 +6,9 @@ mod common;
 use std::os::fd::AsFd;
 
 use common::*;
-use images::{FrameError, ImageFile, KfdImage, PagesError, PagesFile, PagesReader, PagesWriter};
+use images::{
+    FrameError, HeaderFault, ImageFile, KfdImage, PagesError, PagesFile, PagesReader, PagesWriter,
+};
 
 const KFD: PagesFile = PagesFile::Kfd {
     id: 3,
@@ -93,9 +95,11 @@ fn truncated_pages_file_is_refused_up_front() {
     assert!(
         matches!(
             e,
-            PagesError::Truncated {
-                header: 10_000,
-                available: 6000,
+            PagesError::Header {
+                fault: HeaderFault::Truncated {
+                    header: 10_000,
+                    available: 6000,
+                },
                 ..
             }
         ),
@@ -104,7 +108,16 @@ fn truncated_pages_file_is_refused_up_front() {
     assert_names(&e, NAME, "offset 6008");
     f.set_len(5).unwrap();
     let e = PagesReader::open(d.fd.as_fd(), KFD, LEN as u64, None).unwrap_err();
-    assert!(matches!(e, PagesError::ShortHeader { size: 5, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            PagesError::Header {
+                fault: HeaderFault::ShortHeader { size: 5 },
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -131,8 +144,11 @@ fn inflated_length_header_disagrees_with_bo_sizes() {
         assert!(
             matches!(
                 e,
-                PagesError::Truncated {
-                    available: 10_000,
+                PagesError::Header {
+                    fault: HeaderFault::Truncated {
+                        available: 10_000,
+                        ..
+                    },
                     ..
                 }
             ),
@@ -149,7 +165,13 @@ fn appended_bytes_are_refused() {
     std::fs::write(d.path(NAME), &raw).unwrap();
     let e = PagesReader::open(d.fd.as_fd(), KFD, LEN as u64, None).unwrap_err();
     assert!(
-        matches!(e, PagesError::TrailingData { extra: 4, .. }),
+        matches!(
+            e,
+            PagesError::Header {
+                fault: HeaderFault::TrailingData { extra: 4, .. },
+                ..
+            }
+        ),
         "{e}"
     );
     assert_names(&e, NAME, "offset 10008");
@@ -207,11 +229,29 @@ fn kfd_image_truncated_mid_message() {
     let cut = raw.len() / 2;
     std::fs::write(d.path("amdgpu-kfd-1.img"), &raw[..cut]).unwrap();
     let e = KfdImage::read(d.fd.as_fd(), 1).unwrap_err();
-    assert!(matches!(e, FrameError::Truncated { .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            FrameError::Header {
+                fault: HeaderFault::Truncated { .. },
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert_names(&e, "amdgpu-kfd-1.img", &format!("offset {cut}"));
     std::fs::write(d.path("amdgpu-kfd-1.img"), &raw[..3]).unwrap();
     let e = KfdImage::read(d.fd.as_fd(), 1).unwrap_err();
-    assert!(matches!(e, FrameError::ShortHeader { size: 3, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            FrameError::Header {
+                fault: HeaderFault::ShortHeader { size: 3 },
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -266,8 +306,11 @@ fn kfd_image_with_huge_length_header_does_not_allocate() {
     assert!(
         matches!(
             e,
-            FrameError::Truncated {
-                header: 0x8000_0000_0000_0000,
+            FrameError::Header {
+                fault: HeaderFault::Truncated {
+                    header: 0x8000_0000_0000_0000,
+                    ..
+                },
                 ..
             }
         ),

@@ -12,23 +12,27 @@
 //! with `KFD_BRIDGE_HELPER=<role>`, running only [`helper_process_entry`].
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kfd_abi::criu::{RestoreBo, RestoreDevice};
 use kfd_abi::mmap_offset as mo;
 use kfd_abi::{AllocFlags, Errno, EventType, FdTransport, GpuId, Kfd, RenderNode};
 
+mod served;
+
+use served::{preset_gpus, read_helper_line, render_path, say, Client, Daemon};
+
 const VA: u64 = 0x7f00_0000_0000;
 const PAGE: usize = 4096;
 const MIB: u64 = 1 << 20;
 const MIB_USIZE: usize = 1 << 20;
-const PRESET: &str = "mi210x2";
 const HELPER_ENV: &str = "KFD_BRIDGE_HELPER";
+const HELPER_ARG_ENV: &str = "KFD_BRIDGE_HELPER_ARG";
 const CONTROL: &str = "/dev/kfd-bridge";
 /// `KFD_BRIDGE_SIM_MMAP`: the module's own request to the daemon.
 const SIM_MMAP: u32 = 0x0000_4b7c;
@@ -41,210 +45,52 @@ fn skip_reason() -> Option<String> {
              these tests (ci/vm-lane --scenario kmod-bridge)"
         ));
     }
-    if !Path::new("/dev/cuse").exists() {
-        return Some("/dev/cuse does not exist".into());
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("serving over CUSE needs root".into());
-    }
-    None
+    served::cannot_serve("/dev/cuse does not exist")
 }
 
 macro_rules! bridge_test {
     () => {
-        if let Some(why) = skip_reason() {
-            eprintln!("SKIPPED: {why}");
-            return;
-        }
+        served::skip_if!(skip_reason())
     };
 }
 
-/// Holds the cross-process lock of the CUSE tests while a daemon runs.
-struct Lock {
-    _file: File,
-}
-
-fn lock() -> Lock {
-    let f = File::create("/tmp/kfd-sim-cuse-tests.lock").expect("lock file");
-    // SAFETY: flock on an fd we own; blocks until the lock is ours.
-    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
-    assert_eq!(r, 0, "flock");
-    Lock { _file: f }
-}
-
-/// A running `kfd-simd serve` behind the module; stopped with SIGTERM on drop (or by
-/// [`Daemon::stop`]).
-struct Daemon {
-    child: Child,
-    pid: u32,
-    _lock: Lock,
-}
-
 impl Daemon {
+    /// A daemon behind the module: it must say that it serves through the module's proxies.
     fn start() -> Daemon {
-        let lock = lock();
-        assert!(
-            !Path::new("/dev/kfd").exists(),
-            "/dev/kfd exists before the daemon starts (a real GPU, or a daemon left over)"
-        );
-        let topology = std::env::temp_dir().join(format!("kfd-sim-bridge-{}", std::process::id()));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kfd-simd"))
-            .args(["serve", "--preset", PRESET, "--topology-dir"])
-            .arg(&topology)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start kfd-simd");
-        let out = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(out).lines();
-        let mut proxied = false;
-        let pid = loop {
-            let line = lines
-                .next()
-                .expect("kfd-simd ended before READY")
-                .expect("read kfd-simd output");
-            proxied |= line.contains("kfd_bridge proxy of");
-            if let Some(rest) = line.strip_prefix("READY pid=") {
-                break rest
-                    .split_whitespace()
-                    .next()
-                    .and_then(|p| p.parse().ok())
-                    .expect("pid in READY");
-            }
-        };
-        assert!(proxied, "kfd-simd did not serve through the module");
-        assert_eq!(pid, child.id());
-        Daemon {
-            child,
-            pid,
-            _lock: lock,
-        }
-    }
-
-    fn alive(&mut self) -> bool {
-        self.child.try_wait().expect("try_wait").is_none()
-    }
-
-    /// Whether the daemon holds two fds on one BO's memory (its VRAM/GTT memfds, and dma-bufs
-    /// of them): "none twice", or the inodes it does.
-    fn bo_memory_handles(&self) -> String {
-        let mut seen = std::collections::BTreeMap::<u64, usize>::new();
-        for e in std::fs::read_dir(format!("/proc/{}/fd", self.pid)).expect("daemon fds") {
-            let Ok(e) = e else { continue };
-            let Ok(target) = std::fs::read_link(e.path()) else {
-                continue; // closed since the listing
-            };
-            let t = target.to_string_lossy();
-            if t.starts_with("/memfd:kfd-sim:vram") || t.starts_with("/memfd:kfd-sim:gtt") {
-                if let Ok(m) = std::fs::metadata(e.path()) {
-                    *seen.entry(m.ino()).or_default() += 1;
-                }
-            }
-        }
-        let twice: Vec<String> = seen
-            .iter()
-            .filter(|(_, &n)| n > 1)
-            .map(|(ino, n)| format!("inode {ino} x{n}"))
-            .collect();
-        if twice.is_empty() {
-            "none twice".into()
-        } else {
-            twice.join(", ")
-        }
-    }
-
-    fn open_fds(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.pid))
-            .map(|d| d.count())
-            .unwrap_or(0)
-    }
-
-    /// SIGTERM, and waits until it has exited and its nodes are gone.
-    fn stop(&mut self) {
-        // SAFETY: kill with the pid of our own child, which we have not reaped.
-        unsafe { libc::kill(libc::pid_t::try_from(self.pid).unwrap_or(0), libc::SIGTERM) };
-        let start = Instant::now();
-        let status = loop {
-            if let Some(s) = self.child.try_wait().expect("try_wait") {
-                break Some(s);
-            }
-            if start.elapsed() > Duration::from_secs(20) {
-                let _ = self.child.kill();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        if !std::thread::panicking() {
-            let status = status.expect("kfd-simd did not stop on SIGTERM");
-            assert!(status.success(), "kfd-simd exited with {status}");
-            assert!(
-                !Path::new("/dev/kfd").exists(),
-                "/dev/kfd outlived the daemon"
-            );
-            assert!(
-                !Path::new("/dev/kfd-sim").exists() || dir_is_empty("/dev/kfd-sim"),
-                "the CUSE nodes outlived the daemon"
-            );
-        }
+        let d = Daemon::serve("kfd-sim-bridge");
+        assert!(d.proxied, "kfd-simd did not serve through the module");
+        d
     }
 }
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            self.stop();
-        }
-    }
-}
-
-fn dir_is_empty(p: &str) -> bool {
-    std::fs::read_dir(p).map_or(true, |mut d| d.next().is_none())
-}
-
-/// The preset's GPUs: (gpu id, render minor).
-fn gpus() -> Vec<(GpuId, u32)> {
-    let preset = kfd_sim::Preset::by_name(PRESET).expect("preset");
-    let t = preset.to_topology().expect("topology");
-    t.gpus()
-        .map(|n| (GpuId::new(n.gpu_id).expect("gpu id"), n.render_minor()))
-        .collect()
-}
-
-fn render_path(minor: u32) -> PathBuf {
-    PathBuf::from(format!("/dev/dri/renderD{minor}"))
-}
-
-/// A process's view: /dev/kfd and every render node open, every VM acquired.
-struct Client {
-    kfd: Kfd,
-    renders: Vec<RenderNode>,
-    gpus: Vec<GpuId>,
-}
-
+/// This process's view of the served devices.
 fn client() -> Client {
-    let kfd = Kfd::open(Path::new("/dev/kfd")).expect("open /dev/kfd");
-    let mut renders = Vec::new();
-    let gpus = gpus();
-    for (gpu, minor) in &gpus {
-        let r = RenderNode::open(&render_path(*minor)).expect("open render node");
-        kfd.acquire_vm(*gpu, r.transport().as_fd())
-            .expect("ACQUIRE_VM");
-        renders.push(r);
-    }
-    Client {
-        kfd,
-        renders,
-        gpus: gpus.iter().map(|g| g.0).collect(),
-    }
+    served::client(&preset_gpus())
 }
 
 impl Client {
-    fn render_fd(&self, i: usize) -> BorrowedFd<'_> {
-        self.renders[i].transport().as_fd()
+    /// A writable GTT BO of `len` bytes at [`VA`] on the first GPU, mapped shared through its
+    /// render node.
+    fn mapped_gtt(&self, len: usize) -> Mapping {
+        let bo = self
+            .kfd
+            .alloc_memory(
+                VA,
+                len as u64,
+                self.gpus[0],
+                AllocFlags::GTT | AllocFlags::WRITABLE,
+            )
+            .expect("GTT");
+        map_shared(self.render_fd(0), bo.mmap_offset, len).expect("map")
     }
 
-    fn kfd_fd(&self) -> BorrowedFd<'_> {
-        self.kfd.transport().as_fd()
+    /// A shared mapping of the doorbell pages of GPU `i`.
+    fn doorbells(&self, i: usize) -> Result<Mapping, Errno> {
+        map_shared(
+            self.kfd_fd(),
+            mo::TYPE_DOORBELL | mo::gpu_id(self.gpus[i].get()),
+            2 * PAGE,
+        )
     }
 }
 
@@ -407,7 +253,7 @@ fn the_public_nodes_are_proxies_of_private_cuse_devices() {
         "{}",
         backend.display()
     );
-    for (_, minor) in gpus() {
+    for (_, minor) in preset_gpus() {
         let (numbers, dev) = sysfs(&render_path(minor));
         assert_eq!(
             numbers,
@@ -579,7 +425,7 @@ fn render_node_mappings_fail_as_on_the_driver() {
         Errno::EINVAL
     );
     // Through another file of the same node, which is not the process's VM: EACCES.
-    let other = RenderNode::open(&render_path(gpus()[0].1)).expect("open");
+    let other = RenderNode::open(&render_path(preset_gpus()[0].1)).expect("open");
     assert_eq!(
         errno_of(map_shared(other.transport().as_fd(), gtt.mmap_offset, PAGE)),
         Errno::EACCES
@@ -902,16 +748,7 @@ fn mappings_outlive_the_daemon_and_the_module_stays_sane() {
     drop(d);
     let d = Daemon::start();
     let c = client();
-    let bo = c
-        .kfd
-        .alloc_memory(
-            VA,
-            PAGE as u64,
-            c.gpus[0],
-            AllocFlags::GTT | AllocFlags::WRITABLE,
-        )
-        .expect("GTT");
-    let m = map_shared(c.render_fd(0), bo.mmap_offset, PAGE).expect("map");
+    let m = c.mapped_gtt(PAGE);
     m.write(0, b"new!");
     // A process that exits with its mappings in place.
     let (mut child, mut out) = spawn_helper("exit-mapped", &[]);
@@ -922,42 +759,8 @@ fn mappings_outlive_the_daemon_and_the_module_stays_sane() {
     drop(d);
 }
 
-/// What a helper process prints for the test to find.
-fn read_helper_line(out: &mut BufReader<ChildStdout>) -> String {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        let n = out.read_line(&mut line).expect("helper output");
-        assert!(n > 0, "the helper ended early");
-        // libtest prints `test helper_process_entry ... ` without a newline before the test
-        // runs: the marker may come after it on the same line.
-        if let Some((_, rest)) = line.split_once("HELPER ") {
-            return rest.trim().to_owned();
-        }
-    }
-}
-
 fn spawn_helper(role: &str, args: &[&str]) -> (Child, BufReader<ChildStdout>) {
-    let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "helper_process_entry",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(HELPER_ENV, role)
-        .env("KFD_BRIDGE_HELPER_ARG", args.join(" "))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start helper");
-    let out = BufReader::new(child.stdout.take().expect("stdout"));
-    (child, out)
-}
-
-fn say(s: &str) {
-    println!("HELPER {s}");
-    let _ = std::io::stdout().flush();
+    served::spawn_helper(&[(HELPER_ENV, role), (HELPER_ARG_ENV, &args.join(" "))])
 }
 
 /// Not a test of its own: the entry point of the helper processes the tests above start
@@ -967,22 +770,13 @@ fn helper_process_entry() {
     let Ok(role) = std::env::var(HELPER_ENV) else {
         return;
     };
-    let arg = std::env::var("KFD_BRIDGE_HELPER_ARG").unwrap_or_default();
+    let arg = std::env::var(HELPER_ARG_ENV).unwrap_or_default();
     match role.as_str() {
         "restore" => helper_restore(Path::new(&arg)),
         "restore-fails" => helper_restore_fails(Path::new(&arg)),
         "own-checkpoint" => {
             let c = client();
-            let bo = c
-                .kfd
-                .alloc_memory(
-                    VA,
-                    PAGE as u64,
-                    c.gpus[0],
-                    AllocFlags::GTT | AllocFlags::WRITABLE,
-                )
-                .expect("GTT");
-            let m = map_shared(c.render_fd(0), bo.mmap_offset, PAGE).expect("map");
+            let m = c.mapped_gtt(PAGE);
             m.write(0, b"nsOK");
             let info = c.kfd.criu_process_info().expect("PROCESS_INFO");
             let ck = c
@@ -1006,23 +800,9 @@ fn helper_process_entry() {
         }
         "hold-mappings" => {
             let c = client();
-            let bo = c
-                .kfd
-                .alloc_memory(
-                    VA,
-                    2 * PAGE as u64,
-                    c.gpus[0],
-                    AllocFlags::GTT | AllocFlags::WRITABLE,
-                )
-                .expect("GTT");
-            let m = map_shared(c.render_fd(0), bo.mmap_offset, 2 * PAGE).expect("map");
+            let m = c.mapped_gtt(2 * PAGE);
             m.write(PAGE, b"kept");
-            let db = map_shared(
-                c.kfd_fd(),
-                mo::TYPE_DOORBELL | mo::gpu_id(c.gpus[0].get()),
-                2 * PAGE,
-            )
-            .expect("doorbells");
+            let db = c.doorbells(0).expect("doorbells");
             db.write(0, b"ring");
             say("mapped");
             let mut line = String::new();
@@ -1044,23 +824,9 @@ fn helper_process_entry() {
             // What the VM lane's scenario has criu dump: a GTT BO mapped through its render
             // node and the doorbell page, held until criu kills us.
             let c = client();
-            let bo = c
-                .kfd
-                .alloc_memory(
-                    VA,
-                    2 * PAGE as u64,
-                    c.gpus[0],
-                    AllocFlags::GTT | AllocFlags::WRITABLE,
-                )
-                .expect("GTT");
-            let m = map_shared(c.render_fd(0), bo.mmap_offset, 2 * PAGE).expect("map");
+            let m = c.mapped_gtt(2 * PAGE);
             m.write(0, b"dump");
-            let db = map_shared(
-                c.kfd_fd(),
-                mo::TYPE_DOORBELL | mo::gpu_id(c.gpus[0].get()),
-                2 * PAGE,
-            )
-            .expect("doorbells");
+            let db = c.doorbells(0).expect("doorbells");
             say("mapped");
             loop {
                 std::thread::sleep(Duration::from_secs(1));
@@ -1069,23 +835,9 @@ fn helper_process_entry() {
         }
         "exit-mapped" => {
             let c = client();
-            let bo = c
-                .kfd
-                .alloc_memory(
-                    VA,
-                    PAGE as u64,
-                    c.gpus[0],
-                    AllocFlags::GTT | AllocFlags::WRITABLE,
-                )
-                .expect("GTT");
-            let m = map_shared(c.render_fd(0), bo.mmap_offset, PAGE).expect("map");
+            let m = c.mapped_gtt(PAGE);
             m.write(0, b"bye!");
-            let _ = map_shared(
-                c.kfd_fd(),
-                mo::TYPE_DOORBELL | mo::gpu_id(c.gpus[0].get()),
-                2 * PAGE,
-            )
-            .map(Mapping::leak);
+            let _ = c.doorbells(0).map(Mapping::leak);
             m.leak();
             say("exiting");
             std::mem::forget(c);
@@ -1181,7 +933,7 @@ fn helper_restore_fails(dir: &Path) {
 fn open_renders(devs: &[(u32, u32)]) -> Vec<RenderNode> {
     devs.iter()
         .map(|(_, actual)| {
-            let minor = gpus()
+            let minor = preset_gpus()
                 .iter()
                 .find(|(g, _)| g.get() == *actual)
                 .map(|(_, m)| *m)

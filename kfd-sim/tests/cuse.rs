@@ -11,179 +11,46 @@
 //! running only [`helper_process_entry`].
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::os::unix::thread::JoinHandleExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, ChildStdout};
 use std::time::{Duration, Instant};
 
-use kfd_abi::{AllocFlags, Errno, FdTransport, GpuId, IoctlError, Kfd, RenderNode};
+use kfd_abi::{AllocFlags, Errno, FdTransport, IoctlError, Kfd, RenderNode};
+
+mod served;
+
+use served::{client, preset_gpus, read_helper_line, render_path, say, Daemon};
 
 const VA: u64 = 0x7f00_0000_0000;
 const MIB: u64 = 1 << 20;
-const PRESET: &str = "mi210x2";
 const HELPER_ENV: &str = "KFD_CUSE_HELPER";
 
 /// Why the CUSE tests cannot run here, if they cannot.
 fn skip_reason() -> Option<String> {
-    if !Path::new("/dev/cuse").exists() {
-        return Some(
-            "/dev/cuse does not exist (this kernel has no CUSE); the VM lane runs these tests \
-             (ci/vm-lane --scenario cuse-kfd)"
-                .into(),
-        );
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("serving over CUSE needs root".into());
-    }
-    None
+    served::cannot_serve(
+        "/dev/cuse does not exist (this kernel has no CUSE); the VM lane runs these tests \
+         (ci/vm-lane --scenario cuse-kfd)",
+    )
 }
 
 macro_rules! cuse_test {
     () => {
-        if let Some(why) = skip_reason() {
-            eprintln!("SKIPPED: {why}");
-            return;
-        }
+        served::skip_if!(skip_reason())
     };
-}
-
-/// Holds the cross-process lock while a daemon runs.
-struct Lock {
-    _file: File,
-}
-
-fn lock() -> Lock {
-    let f = File::create("/tmp/kfd-sim-cuse-tests.lock").expect("lock file");
-    // SAFETY: flock on an fd we own; blocks until the lock is ours.
-    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
-    assert_eq!(r, 0, "flock");
-    Lock { _file: f }
-}
-
-/// A running `kfd-simd serve`; stopped with SIGTERM (which must end it cleanly) on drop.
-struct Daemon {
-    child: Child,
-    pid: u32,
-    topology: PathBuf,
-    _lock: Lock,
 }
 
 impl Daemon {
     fn start() -> Daemon {
-        let lock = lock();
-        assert!(
-            !Path::new("/dev/kfd").exists(),
-            "/dev/kfd exists before the daemon starts (a real GPU, or a daemon left over)"
-        );
-        let topology = std::env::temp_dir().join(format!("kfd-sim-cuse-{}", std::process::id()));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kfd-simd"))
-            .args(["serve", "--preset", PRESET, "--topology-dir"])
-            .arg(&topology)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start kfd-simd");
-        let out = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(out).lines();
-        let pid = loop {
-            let line = lines
-                .next()
-                .expect("kfd-simd ended before READY")
-                .expect("read kfd-simd output");
-            if let Some(rest) = line.strip_prefix("READY pid=") {
-                break rest
-                    .split_whitespace()
-                    .next()
-                    .and_then(|p| p.parse().ok())
-                    .expect("pid in READY");
-            }
-        };
-        assert_eq!(pid, child.id());
-        Daemon {
-            child,
-            pid,
-            topology,
-            _lock: lock,
-        }
-    }
-
-    fn alive(&mut self) -> bool {
-        self.child.try_wait().expect("try_wait").is_none()
-    }
-
-    fn open_fds(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.pid))
-            .map(|d| d.count())
-            .unwrap_or(0)
-    }
-
-    fn gpus(&self) -> Vec<(GpuId, u32)> {
-        let t = topology::parse(&self.topology).expect("parse the daemon's topology");
-        t.gpus()
-            .map(|n| (GpuId::new(n.gpu_id).expect("gpu id"), n.render_minor()))
-            .collect()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        // SAFETY: kill with a pid of our own child, which we have not reaped.
-        unsafe { libc::kill(libc::pid_t::try_from(self.pid).unwrap_or(0), libc::SIGTERM) };
-        let start = Instant::now();
-        let status = loop {
-            if let Some(s) = self.child.try_wait().expect("try_wait") {
-                break Some(s);
-            }
-            if start.elapsed() > Duration::from_secs(20) {
-                let _ = self.child.kill();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let _ = std::fs::remove_dir_all(&self.topology);
-        if !std::thread::panicking() {
-            let status = status.expect("kfd-simd did not stop on SIGTERM");
-            assert!(status.success(), "kfd-simd exited with {status}");
-            assert!(
-                !Path::new("/dev/kfd").exists(),
-                "/dev/kfd outlived the daemon"
-            );
-        }
+        Daemon::serve("kfd-sim-cuse")
     }
 }
 
 fn errno(e: &IoctlError) -> Option<Errno> {
     e.errno()
-}
-
-fn render_path(minor: u32) -> PathBuf {
-    PathBuf::from(format!("/dev/dri/renderD{minor}"))
-}
-
-/// A process's view: /dev/kfd and every render node open, every VM acquired.
-struct Client {
-    kfd: Kfd,
-    renders: Vec<RenderNode>,
-    gpus: Vec<GpuId>,
-}
-
-fn client(gpus: &[(GpuId, u32)]) -> Client {
-    let kfd = Kfd::open(Path::new("/dev/kfd")).expect("open /dev/kfd");
-    let mut renders = Vec::new();
-    for (gpu, minor) in gpus {
-        let r = RenderNode::open(&render_path(*minor)).expect("open render node");
-        kfd.acquire_vm(*gpu, r.transport().as_fd())
-            .expect("ACQUIRE_VM");
-        renders.push(r);
-    }
-    Client {
-        kfd,
-        renders,
-        gpus: gpus.iter().map(|g| g.0).collect(),
-    }
 }
 
 #[test]
@@ -253,36 +120,8 @@ fn kfd_and_render_nodes_are_served_like_hardware() {
     drop(again);
 }
 
-/// What a process with GPU state prints for the test to find.
-fn read_helper_line(out: &mut BufReader<ChildStdout>) -> String {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        let n = out.read_line(&mut line).expect("helper output");
-        assert!(n > 0, "the helper ended early");
-        // libtest prints `test helper_process_entry ... ` without a newline before the test
-        // runs: the marker may come after it on the same line.
-        if let Some((_, rest)) = line.split_once("HELPER ") {
-            return rest.trim().to_owned();
-        }
-    }
-}
-
 fn spawn_helper(role: &str) -> (Child, BufReader<ChildStdout>) {
-    let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "helper_process_entry",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(HELPER_ENV, role)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start helper");
-    let out = BufReader::new(child.stdout.take().expect("stdout"));
-    (child, out)
+    served::spawn_helper(&[(HELPER_ENV, role)])
 }
 
 #[test]
@@ -468,11 +307,7 @@ fn helper_process_entry() {
     let Ok(role) = std::env::var(HELPER_ENV) else {
         return;
     };
-    let gpus = gpus_from_nodes();
-    let say = |s: &str| {
-        println!("HELPER {s}");
-        let _ = std::io::stdout().flush();
-    };
+    let gpus = preset_gpus();
     match role.as_str() {
         "hold" => {
             let c = client(&gpus);
@@ -518,16 +353,6 @@ fn helper_process_entry() {
         other => panic!("unknown helper role {other}"),
     }
     std::process::exit(0);
-}
-
-/// The GPUs of the served machine, from the render nodes that exist (helpers do not know the
-/// daemon's topology directory): the preset's gpu ids in node order.
-fn gpus_from_nodes() -> Vec<(GpuId, u32)> {
-    let preset = kfd_sim::Preset::by_name(PRESET).expect("preset");
-    let t = preset.to_topology().expect("topology");
-    t.gpus()
-        .map(|n| (GpuId::new(n.gpu_id).expect("gpu id"), n.render_minor()))
-        .collect()
 }
 
 /// Writes `GPU!` at the start of every VRAM/GTT BO of the process, through the dma-bufs of a

@@ -1,18 +1,23 @@
 //! Integration tests across the workspace, and what they share: the backend switch between the
-//! simulator and hardware ([`backend`]), and a transport and a platform that fail on demand, to
-//! inject a driver error at every step of a dump or a restore.
+//! simulator and hardware ([`backend`]), platforms as a test changes them ([`view`]), and a
+//! transport and a platform that fail on demand, to inject a driver error at every step of a
+//! dump or a restore.
 
 use std::ffi::c_void;
 use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use kfd_abi::{DeviceKind, Errno, IoctlError, Kfd, Platform, RenderNode, Transport};
+use amdgpu_plugin::copy::Staging;
+use amdgpu_plugin::criu::Settings;
+use kfd_abi::{Errno, Platform, Transport};
 
 pub mod backend;
+pub mod view;
+
+pub use view::{View, Viewed};
 
 /// Which ioctl to fail: the `fail_at`-th one (counting from 1) issued through any transport of
 /// the plan's platform; 0 never fails.
@@ -154,101 +159,45 @@ impl<T: Transport> Transport for Faulty<T> {
     }
 }
 
-/// A platform whose device files fail where the plan says.
-pub struct FaultyPlatform<P> {
-    inner: P,
+/// The view of a platform whose device files fail where the plan says.
+#[derive(Debug)]
+pub struct Faults {
     plan: Arc<FaultPlan>,
 }
+
+impl<P: Platform> View<P> for Faults {
+    type Device = Faulty<P::Device>;
+
+    fn device(&self, inner: P::Device) -> Faulty<P::Device> {
+        Faulty {
+            inner,
+            plan: Arc::clone(&self.plan),
+        }
+    }
+}
+
+/// A platform whose device files fail where the plan says.
+pub type FaultyPlatform<P> = Viewed<P, Faults>;
 
 impl<P> FaultyPlatform<P> {
     /// Wraps `inner`.
     pub fn new(inner: P, plan: Arc<FaultPlan>) -> Self {
-        Self { inner, plan }
+        Self {
+            inner,
+            view: Faults { plan },
+        }
     }
 }
 
-impl<P: fmt::Debug> fmt::Debug for FaultyPlatform<P> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FaultyPlatform")
-            .field("inner", &self.inner)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<P: Platform> FaultyPlatform<P> {
-    fn kfd(&self, k: Kfd<P::Device>) -> Kfd<Faulty<P::Device>> {
-        let label = k.label().to_owned();
-        Kfd::new(
-            Faulty {
-                inner: k.into_transport(),
-                plan: Arc::clone(&self.plan),
-            },
-            label,
-        )
-    }
-
-    fn render(&self, r: RenderNode<P::Device>) -> RenderNode<Faulty<P::Device>> {
-        let label = r.label().to_owned();
-        RenderNode::new(
-            Faulty {
-                inner: r.into_transport(),
-                plan: Arc::clone(&self.plan),
-            },
-            label,
-        )
-    }
-}
-
-impl<P: Platform> Platform for FaultyPlatform<P> {
-    type Device = Faulty<P::Device>;
-
-    fn open_kfd(&self) -> Result<Kfd<Self::Device>, IoctlError> {
-        self.inner.open_kfd().map(|k| self.kfd(k))
-    }
-
-    fn open_render(&self, minor: u32) -> Result<RenderNode<Self::Device>, IoctlError> {
-        self.inner.open_render(minor).map(|r| self.render(r))
-    }
-
-    fn kfd_from_fd(&self, fd: OwnedFd) -> Result<Kfd<Self::Device>, IoctlError> {
-        self.inner.kfd_from_fd(fd).map(|k| self.kfd(k))
-    }
-
-    fn render_from_fd(&self, fd: OwnedFd) -> Result<RenderNode<Self::Device>, IoctlError> {
-        self.inner.render_from_fd(fd).map(|r| self.render(r))
-    }
-
-    fn identify(&self, fd: BorrowedFd<'_>) -> io::Result<DeviceKind> {
-        self.inner.identify(fd)
-    }
-
-    fn identify_rdev(&self, rdev: u64) -> DeviceKind {
-        self.inner.identify_rdev(rdev)
-    }
-
-    fn topology_root(&self) -> PathBuf {
-        self.inner.topology_root()
-    }
-
-    fn process_id(&self) -> u32 {
-        self.inner.process_id()
-    }
-
-    fn fd_of_process(
-        &self,
-        pid: u32,
-        raw: std::os::fd::RawFd,
-    ) -> std::io::Result<std::os::fd::OwnedFd> {
-        self.inner.fd_of_process(pid, raw)
-    }
-
-    fn parent_of(&self, pid: u32) -> Option<u32> {
-        self.inner.parent_of(pid)
-    }
-
-    fn hsakmt_shm_path(&self) -> PathBuf {
-        self.inner.hsakmt_shm_path()
-    }
+/// The plugin's settings with no environment (every variable unset), staging through `buffers`
+/// buffers of `buffer_size` bytes.
+pub fn staged_settings(buffer_size: usize, buffers: usize) -> Settings {
+    let mut s = Settings::from_lookup(|_| None, false);
+    s.staging = Staging {
+        buffer_size,
+        buffers,
+    };
+    s
 }
 
 /// The number of open file descriptors of this process.

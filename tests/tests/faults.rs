@@ -6,7 +6,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use amdgpu_cr::demo::{self, SimNode};
-use amdgpu_plugin::copy::Staging;
 use amdgpu_plugin::criu::Settings;
 use kfd_sim::preset::Preset;
 use kfd_sim::workload::Spec;
@@ -24,12 +23,7 @@ fn spec() -> Spec {
 }
 
 fn settings() -> Settings {
-    let mut s = Settings::from_lookup(|_| None, false);
-    s.staging = Staging {
-        buffer_size: 1 << 20,
-        buffers: 2,
-    };
-    s
+    tests::staged_settings(1 << 20, 2)
 }
 
 #[test]

@@ -29,12 +29,7 @@ fn small_spec() -> Spec {
 
 /// Settings with 1 MiB staging buffers, so that BOs span several buffers.
 fn settings() -> Settings {
-    let mut s = Settings::from_lookup(|_| None, false);
-    s.staging = Staging {
-        buffer_size: 1 << 20,
-        buffers: 3,
-    };
-    s
+    tests::staged_settings(1 << 20, 3)
 }
 
 fn round_trip(
@@ -310,73 +305,27 @@ fn a_render_node_without_kfd_restores_on_the_same_gpu() {
     engine.fini(Stage::Restore, -1);
 }
 
-/// A platform whose KFD topology can vanish: the view of a restored container's task, whose sysfs
+/// A KFD topology that can vanish: the view of a restored container's task, whose sysfs
 /// is the container's own mount (without the simulated topology in the VM lane; on a real node,
 /// with the GPUs its device cgroup denies unreadable).
 #[derive(Debug)]
-struct TaskView<P> {
-    inner: P,
+struct TaskView {
     hidden: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
-impl<P: Platform> Platform for TaskView<P> {
+impl<P: Platform> tests::View<P> for TaskView {
     type Device = P::Device;
 
-    fn open_kfd(&self) -> Result<kfd_abi::Kfd<P::Device>, kfd_abi::IoctlError> {
-        self.inner.open_kfd()
+    fn device(&self, inner: P::Device) -> P::Device {
+        inner
     }
 
-    fn open_render(
-        &self,
-        minor: u32,
-    ) -> Result<kfd_abi::RenderNode<P::Device>, kfd_abi::IoctlError> {
-        self.inner.open_render(minor)
-    }
-
-    fn kfd_from_fd(
-        &self,
-        fd: std::os::fd::OwnedFd,
-    ) -> Result<kfd_abi::Kfd<P::Device>, kfd_abi::IoctlError> {
-        self.inner.kfd_from_fd(fd)
-    }
-
-    fn render_from_fd(
-        &self,
-        fd: std::os::fd::OwnedFd,
-    ) -> Result<kfd_abi::RenderNode<P::Device>, kfd_abi::IoctlError> {
-        self.inner.render_from_fd(fd)
-    }
-
-    fn identify(&self, fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<DeviceKind> {
-        self.inner.identify(fd)
-    }
-
-    fn identify_rdev(&self, rdev: u64) -> DeviceKind {
-        self.inner.identify_rdev(rdev)
-    }
-
-    fn topology_root(&self) -> std::path::PathBuf {
+    fn topology_root(&self, inner: &P) -> std::path::PathBuf {
         if self.hidden.load(std::sync::atomic::Ordering::SeqCst) {
             std::path::PathBuf::from("/nonexistent/sys/class/kfd/kfd/topology")
         } else {
-            self.inner.topology_root()
+            inner.topology_root()
         }
-    }
-
-    fn process_id(&self) -> u32 {
-        self.inner.process_id()
-    }
-
-    fn fd_of_process(
-        &self,
-        pid: u32,
-        raw: std::os::fd::RawFd,
-    ) -> std::io::Result<std::os::fd::OwnedFd> {
-        self.inner.fd_of_process(pid, raw)
-    }
-
-    fn parent_of(&self, pid: u32) -> Option<u32> {
-        self.inner.parent_of(pid)
     }
 }
 
@@ -394,9 +343,11 @@ fn a_restored_task_needs_no_topology_of_its_own(#[case] hidden_at_init: bool) {
     let dst = SimNode::new(&p).unwrap();
     let restored = dst.machine.spawn_process_as(ids.pid);
     let hidden = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(hidden_at_init));
-    let view = |inner| TaskView {
+    let view = |inner| tests::Viewed {
         inner,
-        hidden: std::sync::Arc::clone(&hidden),
+        view: TaskView {
+            hidden: std::sync::Arc::clone(&hidden),
+        },
     };
     let engine = dst.engine(&view, &restored, &dirf, &settings());
     engine.init(Stage::Restore).unwrap();

@@ -10,7 +10,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use amdgpu_cr::demo::{self, SimNode};
-use amdgpu_plugin::copy::Staging;
 use amdgpu_plugin::criu::Settings;
 use kfd_sim::preset::Preset;
 use kfd_sim::workload::{Manifest, Spec};
@@ -27,12 +26,7 @@ fn spec() -> Spec {
 }
 
 fn settings() -> Settings {
-    let mut s = Settings::from_lookup(|_| None, false);
-    s.staging = Staging {
-        buffer_size: 1 << 20,
-        buffers: 2,
-    };
-    s
+    tests::staged_settings(1 << 20, 2)
 }
 
 /// One MI250X: two GCDs in a hive on one NUMA node, with gpu_ids of its own.
@@ -55,6 +49,15 @@ fn dump(preset: &Preset) -> (tempfile::TempDir, demo::ImageIds, Manifest) {
 /// The GPU ids of `preset` at these indices.
 fn ids_at(preset: &Preset, indices: impl IntoIterator<Item = usize>) -> Vec<u32> {
     indices.into_iter().map(|i| preset.gpus[i].gpu_id).collect()
+}
+
+/// The GPUs the restore's mapping chose, in the image's order.
+fn chosen_gpus(restored: &demo::RestoredTarget) -> Vec<u32> {
+    restored
+        .mapping
+        .iter()
+        .map(|m| m.destination_gpu_id)
+        .collect()
 }
 
 /// The restored process's GPUs as its `/dev/kfd` names them (the user gpu ids; the apertures
@@ -86,11 +89,7 @@ fn an_eight_gcd_image_restores_onto_one_hive_of_a_sixteen_gcd_node() {
     assert_eq!(report.queues, 8);
     assert_eq!(report.events, 3);
 
-    let used: Vec<u32> = restored
-        .mapping
-        .iter()
-        .map(|m| m.destination_gpu_id)
-        .collect();
+    let used = chosen_gpus(&restored);
     assert_eq!(used, ids_at(&big, 0..8), "the first hive, in order");
     for gpu in ids_at(&big, 8..16) {
         assert_eq!(node.machine.vram_used(gpu), Some(0), "GPU {gpu:#x}");
@@ -113,11 +112,7 @@ fn two_gcds_restore_onto_a_pair_of_an_eight_gcd_node(#[values(false, true)] rend
     let node = SimNode::new(&big).unwrap();
     let (restored, _) = demo::restore(&node, dir.path(), &ids, &settings()).unwrap();
     restored.verify(&manifest).unwrap();
-    let used: Vec<u32> = restored
-        .mapping
-        .iter()
-        .map(|m| m.destination_gpu_id)
-        .collect();
+    let used = chosen_gpus(&restored);
     assert_eq!(used, ids_at(&big, 0..2));
     assert_eq!(big.gpus[0].numa, big.gpus[1].numa);
 }
@@ -136,11 +131,7 @@ fn a_left_out_gpu_with_an_image_gpu_id_gets_another_id() {
     restored.verify(&manifest).unwrap();
 
     // GCD 0 is too old, so the pair goes to the next two GCDs that share a NUMA node.
-    let used: Vec<u32> = restored
-        .mapping
-        .iter()
-        .map(|m| m.destination_gpu_id)
-        .collect();
+    let used = chosen_gpus(&restored);
     assert_eq!(used, ids_at(&big, 2..4));
     let gpus = process_gpus(&restored);
     assert_eq!(gpus.len(), 8, "{gpus:x?}");
@@ -277,11 +268,7 @@ fn a_container_is_restored_onto_the_gpus_its_device_cgroup_allows(
     let (restored, _) =
         demo::restore_with(&node, &|p| p, process, dir.path(), &ids, &settings()).unwrap();
     restored.verify(&manifest).unwrap();
-    let used: Vec<u32> = restored
-        .mapping
-        .iter()
-        .map(|m| m.destination_gpu_id)
-        .collect();
+    let used = chosen_gpus(&restored);
     assert_eq!(used, ids_at(&big, 4..6));
     assert_eq!(process_gpus(&restored), vec![0x1111, 0x2222]);
     for gpu in ids_at(&big, (0..4).chain(6..8)) {
@@ -329,11 +316,7 @@ fn a_container_given_one_gpu_is_checkpointed_with_one_and_restored_onto_another(
     let (restored, _) =
         demo::restore_with(&node, &|p| p, process, dir.path(), &ids, &settings()).unwrap();
     restored.verify(&manifest).unwrap();
-    let used: Vec<u32> = restored
-        .mapping
-        .iter()
-        .map(|m| m.destination_gpu_id)
-        .collect();
+    let used = chosen_gpus(&restored);
     assert_eq!(used, ids_at(&big, [6]));
     assert_eq!(process_gpus(&restored), vec![0x2222]);
 }
@@ -342,71 +325,29 @@ fn a_container_given_one_gpu_is_checkpointed_with_one_and_restored_onto_another(
 /// v2: the container's `/dev` has only the render nodes it was given (others: `ENOENT`), but its
 /// device cgroup is applied only after criu's restore, so its `/dev/kfd` has every GPU.
 #[derive(Debug)]
-struct UnconfinedContainer<P> {
-    inner: P,
+struct UnconfinedContainer {
     dev: Vec<u32>,
 }
 
-impl<P: kfd_abi::Platform> kfd_abi::Platform for UnconfinedContainer<P> {
+impl<P: kfd_abi::Platform> tests::View<P> for UnconfinedContainer {
     type Device = P::Device;
 
-    fn open_kfd(&self) -> Result<kfd_abi::Kfd<P::Device>, kfd_abi::IoctlError> {
-        self.inner.open_kfd()
+    fn device(&self, inner: P::Device) -> P::Device {
+        inner
     }
 
     fn open_render(
         &self,
+        inner: &P,
         minor: u32,
     ) -> Result<kfd_abi::RenderNode<P::Device>, kfd_abi::IoctlError> {
         if self.dev.contains(&minor) {
-            return self.inner.open_render(minor);
+            return inner.open_render(minor);
         }
         Err(kfd_abi::IoctlError::Open {
             path: format!("/dev/dri/renderD{minor}").into(),
             source: std::io::Error::from_raw_os_error(libc::ENOENT),
         })
-    }
-
-    fn kfd_from_fd(
-        &self,
-        fd: std::os::fd::OwnedFd,
-    ) -> Result<kfd_abi::Kfd<P::Device>, kfd_abi::IoctlError> {
-        self.inner.kfd_from_fd(fd)
-    }
-
-    fn render_from_fd(
-        &self,
-        fd: std::os::fd::OwnedFd,
-    ) -> Result<kfd_abi::RenderNode<P::Device>, kfd_abi::IoctlError> {
-        self.inner.render_from_fd(fd)
-    }
-
-    fn identify(&self, fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<kfd_abi::DeviceKind> {
-        self.inner.identify(fd)
-    }
-
-    fn identify_rdev(&self, rdev: u64) -> kfd_abi::DeviceKind {
-        self.inner.identify_rdev(rdev)
-    }
-
-    fn topology_root(&self) -> std::path::PathBuf {
-        self.inner.topology_root()
-    }
-
-    fn process_id(&self) -> u32 {
-        self.inner.process_id()
-    }
-
-    fn fd_of_process(
-        &self,
-        pid: u32,
-        raw: std::os::fd::RawFd,
-    ) -> std::io::Result<std::os::fd::OwnedFd> {
-        self.inner.fd_of_process(pid, raw)
-    }
-
-    fn parent_of(&self, pid: u32) -> Option<u32> {
-        self.inner.parent_of(pid)
     }
 }
 
@@ -433,9 +374,9 @@ fn a_container_whose_device_cgroup_is_not_applied_yet_is_refused_with_the_cause(
     let other = mi250x2([0x4242, 0x4343]);
     let node = SimNode::new(&other).unwrap();
     let given = minors_at(&node, [0]);
-    let unconfined = |p| UnconfinedContainer {
+    let unconfined = |p| tests::Viewed {
         inner: p,
-        dev: given.clone(),
+        view: UnconfinedContainer { dev: given.clone() },
     };
     let process = node.machine.spawn_process_as(ids.pid);
     let err = demo::restore_with(&node, &unconfined, process, dir.path(), &ids, &settings())

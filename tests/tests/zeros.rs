@@ -10,7 +10,6 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use amdgpu_cr::demo::{self, SimNode};
-use amdgpu_plugin::copy::Staging;
 use amdgpu_plugin::criu::Settings;
 use images::PagesFile;
 use kfd_sim::preset::Preset;
@@ -34,11 +33,7 @@ fn spec() -> Spec {
 /// Small staging buffers; `map_pages`: the restore copies out of mappings of the pages files,
 /// or reads them into the staging buffers.
 fn settings(map_pages: bool) -> Settings {
-    let mut s = Settings::from_lookup(|_| None, false);
-    s.staging = Staging {
-        buffer_size: 2 << 20,
-        buffers: 3,
-    };
+    let mut s = tests::staged_settings(2 << 20, 3);
     s.map_pages = map_pages;
     s
 }

@@ -1182,29 +1182,49 @@ pub(crate) mod tests {
         s.shutdown();
     }
 
+    /// A WAIT_EVENTS without a timeout on a new signal event of `fh`, sent and not answered: the
+    /// memory the call reads and writes stays here until it is dropped (after the reply).
+    struct InfiniteWait {
+        /// The request's `unique`.
+        unique: u64,
+        _data: Box<kfd_sys::kfd_event_data>,
+        _args: Box<kfd_sys::kfd_ioctl_wait_events_args>,
+    }
+
+    impl InfiniteWait {
+        fn send(k: &mut FakeKernel, fh: u64) -> Self {
+            let mut ev = kfd_sys::kfd_ioctl_create_event_args {
+                event_type: kfd_sys::KFD_IOC_EVENT_SIGNAL,
+                ..Default::default()
+            };
+            let addr = std::ptr::addr_of_mut!(ev) as u64;
+            assert_eq!(k.ioctl(me(), fh, kfd::CREATE_EVENT, addr), 0);
+            let mut data = Box::new(kfd_sys::kfd_event_data {
+                event_id: ev.event_id,
+                ..Default::default()
+            });
+            let mut args = Box::new(kfd_sys::kfd_ioctl_wait_events_args {
+                events_ptr: std::ptr::addr_of_mut!(*data) as u64,
+                num_events: 1,
+                wait_for_all: 1,
+                timeout: u32::MAX,
+                ..Default::default()
+            });
+            let body = ioctl_body(fh, kfd::WAIT_EVENTS, std::ptr::addr_of_mut!(*args) as u64);
+            Self {
+                unique: k.send(39, me(), &body),
+                _data: data,
+                _args: args,
+            }
+        }
+    }
+
     #[test]
     fn an_interrupt_ends_an_infinite_wait_events_with_eintr() {
         let (s, mut k) = initialised_server();
         let fh = k[0].open(me()).unwrap();
-        let mut ev = kfd_sys::kfd_ioctl_create_event_args {
-            event_type: kfd_sys::KFD_IOC_EVENT_SIGNAL,
-            ..Default::default()
-        };
-        let addr = std::ptr::addr_of_mut!(ev) as u64;
-        assert_eq!(k[0].ioctl(me(), fh, kfd::CREATE_EVENT, addr), 0);
-        let mut data = kfd_sys::kfd_event_data {
-            event_id: ev.event_id,
-            ..Default::default()
-        };
-        let mut wait = kfd_sys::kfd_ioctl_wait_events_args {
-            events_ptr: std::ptr::addr_of_mut!(data) as u64,
-            num_events: 1,
-            wait_for_all: 1,
-            timeout: u32::MAX,
-            ..Default::default()
-        };
-        let body = ioctl_body(fh, kfd::WAIT_EVENTS, std::ptr::addr_of_mut!(wait) as u64);
-        let waiting = k[0].send(39, me(), &body);
+        let wait = InfiniteWait::send(&mut k[0], fh);
+        let waiting = wait.unique;
 
         // An interrupt of a request that is not being served (answered, or not yet read): EAGAIN,
         // so that the kernel sends it again if the request is still pending.
@@ -1243,25 +1263,8 @@ pub(crate) mod tests {
     fn shutdown_ends_a_call_that_sleeps_for_ever() {
         let (s, mut k) = initialised_server();
         let fh = k[0].open(me()).unwrap();
-        let mut ev = kfd_sys::kfd_ioctl_create_event_args {
-            event_type: kfd_sys::KFD_IOC_EVENT_SIGNAL,
-            ..Default::default()
-        };
-        let addr = std::ptr::addr_of_mut!(ev) as u64;
-        assert_eq!(k[0].ioctl(me(), fh, kfd::CREATE_EVENT, addr), 0);
-        let mut data = kfd_sys::kfd_event_data {
-            event_id: ev.event_id,
-            ..Default::default()
-        };
-        let mut wait = kfd_sys::kfd_ioctl_wait_events_args {
-            events_ptr: std::ptr::addr_of_mut!(data) as u64,
-            num_events: 1,
-            wait_for_all: 1,
-            timeout: u32::MAX,
-            ..Default::default()
-        };
-        let body = ioctl_body(fh, kfd::WAIT_EVENTS, std::ptr::addr_of_mut!(wait) as u64);
-        let waiting = k[0].send(39, me(), &body);
+        let wait = InfiniteWait::send(&mut k[0], fh);
+        let waiting = wait.unique;
         let start = Instant::now();
         while lock(&s.devices[0].inflight).is_empty() {
             assert!(
