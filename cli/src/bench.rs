@@ -828,28 +828,16 @@ pub fn run_bench(args: &BenchArgs) -> Result<BenchReport, DemoError> {
             )
         })
     };
-    // Upstream's dump right after ours and the second raw write, so that the source node is gone
-    // before any restore: neither side's restore runs beside a live source (its VRAM and
-    // workload). Measured on this VM before the move: our 1-GPU restore from the disk took
-    // 3.4-4.7 s with the source still alive, 1.4-1.7 s without it (cause not found).
-    let upstream_dump = match upstream_skipped {
-        Some(_) => None,
-        None => {
-            let dumped = measure(&src.machine, || -> Result<_, DemoError> {
-                let mut took = upstream::dump(&src, &target, &up_dir, ids.kfd, max_buffer)?;
-                if args.sync {
-                    let start = Instant::now();
-                    settle(&up_dir).map_err(io_err("syncing upstream's files"))?;
-                    took += start.elapsed();
-                }
-                Ok(took)
-            });
-            settle_both().map_err(io_err("syncing the bench directory"))?;
-            Some((dumped.out?, dumped.peak))
+    // The source stays for upstream's dump, which comes last (so that the disk holds two sets
+    // of files at most).
+    let source = match upstream_skipped {
+        Some(_) => {
+            drop(target);
+            drop(src);
+            None
         }
+        None => Some((src, target)),
     };
-    drop(target);
-    drop(src);
 
     // Read: raw, restore, raw. With --sync from the disk (every file's page cache dropped
     // before each). Else from the page cache: each phase's files are read into it first
@@ -878,11 +866,11 @@ pub fn run_bench(args: &BenchArgs) -> Result<BenchReport, DemoError> {
     drop(target_back);
     drop(dst);
 
-    // Upstream's restore, after the raw files and our pages files are gone (it reads our KFD
-    // image, which names the same buffers).
-    let upstream_run = match upstream_dump {
+    // Upstream's dump and restore, after the raw files and our pages files are gone (its
+    // restore reads our KFD image, which names the same buffers).
+    let upstream_run = match source {
         None => None,
-        Some((dump_took, dump_peak)) => {
+        Some((src, target)) => {
             remove(&raw2).map_err(io_err("removing the raw files"))?;
             let pages: Vec<PathBuf> = images
                 .iter()
@@ -894,6 +882,19 @@ pub fn run_bench(args: &BenchArgs) -> Result<BenchReport, DemoError> {
                 .collect();
             remove(&pages).map_err(io_err("removing the pages files"))?;
             settle_both().map_err(io_err("syncing the bench directory"))?;
+            let dumped = measure(&src.machine, || -> Result<_, DemoError> {
+                let mut took = upstream::dump(&src, &target, &up_dir, ids.kfd, max_buffer)?;
+                if args.sync {
+                    let start = Instant::now();
+                    settle(&up_dir).map_err(io_err("syncing upstream's files"))?;
+                    took += start.elapsed();
+                }
+                Ok(took)
+            });
+            let dump_took = dumped.out?;
+            settle_both().map_err(io_err("syncing the bench directory"))?;
+            drop(target);
+            drop(src);
             let up_files = files(&up_dir).map_err(io_err("listing upstream's files"))?;
             let node = SimNode::new(&preset)?;
             prepare(&up_files, &[]).map_err(io_err("preparing upstream's restore"))?;
@@ -903,7 +904,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<BenchReport, DemoError> {
             let (back, restore_took) = restored.out?;
             back.verify(&manifest)?;
             Some(Upstream {
-                dump: UpstreamPhase::new(bytes, dump_took, dump_peak),
+                dump: UpstreamPhase::new(bytes, dump_took, dumped.peak),
                 restore: UpstreamPhase::new(bytes, restore_took, restored.peak),
             })
         }
