@@ -197,7 +197,10 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(20));
             got = resident(&file, len);
         }
-        assert_eq!(got, pages, "pages of the 32 MiB in the page cache after read_ahead");
+        assert_eq!(
+            got, pages,
+            "pages of the 32 MiB in the page cache after read_ahead"
+        );
     }
 
     #[test]
