@@ -374,22 +374,13 @@ fn pwrite_all(fd: BorrowedFd<'_>, mut buf: &[u8], mut offset: u64) -> Result<(),
 /// The kernel reads the user range (`copy_from_user`): unmapped memory ends the transfer with a
 /// short count or `EFAULT`, and any failure is `EFAULT` (bytes before it may have been written).
 fn pwrite_from_user(fd: BorrowedFd<'_>, addr: u64, len: usize, offset: u64) -> Result<(), Errno> {
-    let mut done = 0usize;
-    while done < len {
-        let ptr = addr_at(addr, done, len - done)?;
-        let at = libc::off_t::try_from(offset + done as u64).map_err(|_| Errno::EFAULT)?;
-        // SAFETY: the kernel only reads `[ptr, ptr + len - done)` of our address space, through
+    user_file_io(addr, len, offset, |ptr, n, at| {
+        // SAFETY: the kernel only reads `[ptr, ptr + n)` of our address space, through
         // copy_from_user, which fails cleanly on unmapped memory; no Rust reference to that
         // memory exists here (it is user memory of a simulated process, as for
         // process_vm_readv).
-        let n = unsafe { libc::pwrite(fd.as_raw_fd(), ptr as *const libc::c_void, len - done, at) };
-        match usize::try_from(n) {
-            Ok(n) if n > 0 => done += n,
-            _ if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => {}
-            _ => return Err(Errno::EFAULT),
-        }
-    }
-    Ok(())
+        unsafe { libc::pwrite(fd.as_raw_fd(), ptr as *const libc::c_void, n, at) }
+    })
 }
 
 /// `pread(2)` of `len` bytes of `fd` at `offset` into our own memory at user address `addr`.
@@ -397,16 +388,30 @@ fn pwrite_from_user(fd: BorrowedFd<'_>, addr: u64, len: usize, offset: u64) -> R
 /// transfer with a short count or `EFAULT`, and any failure, or the end of the file, is
 /// `EFAULT`.
 fn pread_into_user(fd: BorrowedFd<'_>, offset: u64, len: usize, addr: u64) -> Result<(), Errno> {
+    user_file_io(addr, len, offset, |ptr, n, at| {
+        // SAFETY: the kernel only writes `[ptr, ptr + n)` of our address space, through
+        // copy_to_user, which fails cleanly on unmapped or read-only memory; no Rust reference
+        // to that memory exists here (user memory of a simulated process, which
+        // process_vm_writev would write the same way).
+        unsafe { libc::pread(fd.as_raw_fd(), ptr as *mut libc::c_void, n, at) }
+    })
+}
+
+/// Moves `len` bytes between our own memory at user address `addr` and a file at `offset`, one
+/// call of `call(user pointer, bytes, file offset)` (a `pread` or `pwrite`) at a time until all
+/// are moved; interrupted calls are retried. A failed call, one that moved nothing (the end of
+/// the file), or a range beyond the user address space is `EFAULT`.
+fn user_file_io(
+    addr: u64,
+    len: usize,
+    offset: u64,
+    mut call: impl FnMut(usize, usize, libc::off_t) -> isize,
+) -> Result<(), Errno> {
     let mut done = 0usize;
     while done < len {
         let ptr = addr_at(addr, done, len - done)?;
         let at = libc::off_t::try_from(offset + done as u64).map_err(|_| Errno::EFAULT)?;
-        // SAFETY: the kernel only writes `[ptr, ptr + len - done)` of our address space, through
-        // copy_to_user, which fails cleanly on unmapped or read-only memory; no Rust reference
-        // to that memory exists here (user memory of a simulated process, which
-        // process_vm_writev would write the same way).
-        let n = unsafe { libc::pread(fd.as_raw_fd(), ptr as *mut libc::c_void, len - done, at) };
-        match usize::try_from(n) {
+        match usize::try_from(call(ptr, len - done, at)) {
             Ok(n) if n > 0 => done += n,
             Err(_) if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => {}
             _ => return Err(Errno::EFAULT),
