@@ -82,6 +82,66 @@ pub trait Transport: AsFd + fmt::Debug + Send + Sync {
     }
 }
 
+/// A transport that forwards every call to another one, and may act before each ioctl: a
+/// test's fault injection, a trap on some requests, a switch to another file halfway through.
+/// Implementing it (and [`AsFd`], usually the inner transport's fd) makes a type a
+/// [`Transport`] that writes only what it adds.
+pub trait Forward: AsFd + fmt::Debug + Send + Sync + Sized {
+    /// The transport calls go to.
+    type Inner: Transport;
+
+    /// Where the next call goes.
+    fn inner(&self) -> &Self::Inner;
+
+    /// Runs before each ioctl; an error is the ioctl's answer and the call is not forwarded.
+    /// The default lets every call through.
+    ///
+    /// # Safety
+    ///
+    /// The caller gives [`Transport::ioctl`]'s guarantees for `arg`, so an implementation may
+    /// read the argument `request` carries.
+    unsafe fn before_ioctl(&self, request: u32, arg: *mut c_void) -> Result<(), Errno> {
+        let _ = (request, arg);
+        Ok(())
+    }
+
+    /// Another handle on the same open file ([`Transport::try_clone`]).
+    fn dup(&self) -> io::Result<Self>;
+}
+
+impl<F: Forward> Transport for F {
+    unsafe fn ioctl(&self, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
+        // SAFETY: our caller gives the guarantees both calls need.
+        unsafe {
+            self.before_ioctl(request, arg)?;
+            self.inner().ioctl(request, arg)
+        }
+    }
+
+    unsafe fn adopt_fd(&self, raw: RawFd) -> io::Result<OwnedFd> {
+        // SAFETY: forwarded unchanged; the caller's contract is the inner transport's.
+        unsafe { self.inner().adopt_fd(raw) }
+    }
+
+    fn try_clone(&self) -> io::Result<Self> {
+        self.dup()
+    }
+
+    fn mmap(&self, offset: u64, len: usize, prot: Prot, share: Share) -> Result<Mapping, Errno> {
+        self.inner().mmap(offset, len, prot, share)
+    }
+
+    fn mmap_at(
+        &self,
+        at: Mapping,
+        offset: u64,
+        prot: Prot,
+        share: Share,
+    ) -> Result<Mapping, Errno> {
+        self.inner().mmap_at(at, offset, prot, share)
+    }
+}
+
 /// A device file opened with `open(2)`: real hardware, or a simulator served over CUSE.
 ///
 /// When the device is served by the simulator over CUSE (found out once, when the fd is opened
