@@ -108,6 +108,19 @@ pub struct RestoreBo {
     pub alloc_flags: AllocFlags,
 }
 
+impl From<&BoBucket> for RestoreBo {
+    /// The BO as `CHECKPOINT` recorded it.
+    fn from(b: &BoBucket) -> Self {
+        Self {
+            addr: b.addr,
+            size: b.size,
+            offset: b.offset,
+            gpu_id: b.gpu_id,
+            alloc_flags: b.alloc_flags,
+        }
+    }
+}
+
 /// A BO after `RESTORE`.
 #[derive(Debug)]
 pub struct RestoredBo {

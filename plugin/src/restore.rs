@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
-use images::proto::CriuKfd;
+use images::proto::{CriuKfd, KfdBoEntry};
 use images::{pages, ImageFile, KfdImage, PagesFile, PagesReader};
 use kfd_abi::criu::{RestoreBo, RestoreDevice, RestoredBo};
 use kfd_abi::{AllocFlags, Errno, GpuId, IoctlError, Kfd, RenderNode, Transport};
@@ -192,6 +192,20 @@ fn inconsistent(id: u32, what: impl Into<String>) -> RestoreError {
         file: KfdImage::file_name(id),
         what: what.into(),
     }
+}
+
+/// The image's BOs as `CRIU_OP(RESTORE)` takes them, in image order.
+pub fn restore_bos(entries: &[KfdBoEntry]) -> Vec<RestoreBo> {
+    entries
+        .iter()
+        .map(|b| RestoreBo {
+            addr: b.addr,
+            size: b.size,
+            offset: b.offset,
+            gpu_id: b.gpu_id,
+            alloc_flags: AllocFlags::from_bits_retain(b.alloc_flags),
+        })
+        .collect()
 }
 
 /// Whether an image has no device state at all (no BOs, queues, events or SVM ranges): nothing
@@ -519,17 +533,7 @@ pub fn restore_kfd<P: Platform>(
             drm: render.as_fd(),
         });
     }
-    let bos: Vec<RestoreBo> = msg
-        .bo_entries
-        .iter()
-        .map(|b| RestoreBo {
-            addr: b.addr,
-            size: b.size,
-            offset: b.offset,
-            gpu_id: b.gpu_id,
-            alloc_flags: AllocFlags::from_bits_retain(b.alloc_flags),
-        })
-        .collect();
+    let bos = restore_bos(&msg.bo_entries);
     // A process that opened /dev/kfd but has no buffers and no queues or events has no device
     // state: its fresh /dev/kfd is all it needs (and 6.1's RESTORE refuses zero BOs).
     let restored = if is_empty(&msg) {
