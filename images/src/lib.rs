@@ -12,8 +12,6 @@
 pub mod checksum;
 pub mod dir;
 pub mod frame;
-#[doc(hidden)]
-pub mod fuzz;
 pub mod names;
 pub mod pages;
 pub mod proto;
