@@ -37,7 +37,7 @@ pub const SIM_DAEMON_PID: u32 = encode(Dir::Read, b'K', 0x7f, 4);
 pub const SIM_CLOSE_FD: u32 = encode(Dir::Write, b'K', 0x7e, 4);
 
 /// Where sysfs puts the devices of CUSE servers.
-pub const CUSE_SYSFS_DIR: &str = "/sys/devices/virtual/cuse/";
+pub(crate) const CUSE_SYSFS_DIR: &str = "/sys/devices/virtual/cuse/";
 
 /// A device served by the simulator daemon.
 ///
@@ -57,12 +57,12 @@ impl fmt::Debug for CuseLink {
 }
 
 /// Whether a resolved `/sys/dev/char/M:m` target is a CUSE device.
-pub fn is_cuse_sysfs_path(resolved: &Path) -> bool {
+pub(crate) fn is_cuse_sysfs_path(resolved: &Path) -> bool {
     resolved.starts_with(CUSE_SYSFS_DIR)
 }
 
 /// Whether the character device `rdev` is served over CUSE (by any server).
-pub fn is_cuse_device(rdev: u64) -> bool {
+pub(crate) fn is_cuse_device(rdev: u64) -> bool {
     let link = format!("/sys/dev/char/{}:{}", libc::major(rdev), libc::minor(rdev));
     std::fs::canonicalize(link).is_ok_and(|p| is_cuse_sysfs_path(&p))
 }

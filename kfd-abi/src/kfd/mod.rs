@@ -22,7 +22,7 @@ pub use event::{CreatedEvent, WAIT_INFINITE};
 pub use memory::{Allocation, DmabufInfo};
 pub use process::{Apertures, CachePolicy, ClockCounters, TileConfig, Version};
 pub use queue::{CreatedQueue, QueueDesc};
-pub use svm::{SvmAttribute, SvmOp, SVM_MAX_ATTRS};
+pub use svm::SvmAttribute;
 
 /// The default path of the KFD node.
 pub const KFD_PATH: &str = "/dev/kfd";

@@ -25,7 +25,7 @@ pub struct SvmAttribute {
 /// `KFD_IOCTL_SVM_OP_*`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
-pub enum SvmOp {
+pub(crate) enum SvmOp {
     /// Set attributes on a range.
     SetAttr = sys::KFD_IOCTL_SVM_OP_SET_ATTR,
     /// Get attributes of a range.
@@ -33,7 +33,7 @@ pub enum SvmOp {
 }
 
 /// Largest attribute count one SVM call carries (the size field of the request code is 14 bits).
-pub const SVM_MAX_ATTRS: usize = (0x3fff - size_of::<sys::kfd_ioctl_svm_args>()) / 8;
+pub(crate) const SVM_MAX_ATTRS: usize = (0x3fff - size_of::<sys::kfd_ioctl_svm_args>()) / 8;
 
 impl<T: Transport> Kfd<T> {
     fn svm(&self, op: SvmOp, start: u64, size: u64, attrs: &mut [SvmAttribute]) -> Result<()> {
