@@ -85,15 +85,40 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kfd_sim::preset::Preset;
-use kfd_sim::workload::Spec;
-use kfd_sim::Machine;
+use harness::workload::{Spec, WorkloadError};
+use harness::{NodeError, SimNode};
+use kfd_sim::{Machine, Preset, PresetError};
 use serde::Serialize;
 
-use super::demo::{self, DemoError, SimNode};
-use super::upstream;
+use super::upstream::{self, UpstreamError};
 use super::{CliError, HumanSize, Outcome, Report, Run};
 use amdgpu_plugin::criu::Settings;
+
+/// Why the bench failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The preset of the bench's node is invalid.
+    #[error(transparent)]
+    Preset(#[from] PresetError),
+    /// Building a node, running the workload, or the plugin's checkpoint or restore failed.
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    /// The model of the upstream plugin's data path failed.
+    #[error("upstream's data path: {0}")]
+    Upstream(#[from] UpstreamError),
+    /// A restored workload did not verify.
+    #[error("the model workload: {0}")]
+    Workload(#[from] WorkloadError),
+    /// A file or directory operation of the bench failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+}
 
 /// `amdgpu-cr bench`.
 #[derive(Debug, clap::Args)]
@@ -713,7 +738,7 @@ fn per_second(bytes: u64, took: Duration) -> f64 {
 }
 
 /// A node of `gpus` MI210s.
-fn preset(gpus: usize) -> Result<Preset, DemoError> {
+fn preset(gpus: usize) -> Result<Preset, BenchError> {
     let mut preset = Preset::by_name("mi210x2")?;
     let template = preset.gpus[0].clone();
     preset.gpus = (0..gpus)
@@ -731,13 +756,8 @@ fn preset(gpus: usize) -> Result<Preset, DemoError> {
 }
 
 /// Runs the benchmark.
-pub fn run_bench(args: &BenchArgs) -> Result<BenchReport, DemoError> {
-    let io_err = |what: &'static str| {
-        move |source| DemoError::Io {
-            what: what.into(),
-            source,
-        }
-    };
+pub fn run_bench(args: &BenchArgs) -> Result<BenchReport, BenchError> {
+    let io_err = |what: &'static str| move |source| BenchError::Io { what, source };
     let gpus = args.gpus.max(1);
     let preset = preset(gpus)?;
     let per_gpu = args.size / gpus as u64;
@@ -783,7 +803,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<BenchReport, DemoError> {
     };
 
     let src = SimNode::new(&preset)?;
-    let target = demo::start_target(&src, &spec)?;
+    let target = harness::start_target(&src, &spec)?;
     let manifest = target.workload.manifest().clone();
     let bytes = manifest.pattern_bytes();
     settle(&dir).map_err(io_err("syncing the bench directory"))?;
@@ -799,8 +819,8 @@ pub fn run_bench(args: &BenchArgs) -> Result<BenchReport, DemoError> {
     let raw_w1 = raw_w1.map_err(io_err("measuring the raw write"))?;
     settle_and_drop(&dir).map_err(io_err("syncing the bench directory"))?;
     remove(&raw1).map_err(io_err("removing the raw files"))?;
-    let dumped = measure(&src.machine, || -> Result<_, DemoError> {
-        let (ids, mut dump_time) = demo::checkpoint(&src, &target, &dir, &settings)?;
+    let dumped = measure(&src.machine, || -> Result<_, BenchError> {
+        let (ids, mut dump_time) = harness::checkpoint(&src, &target, &dir, &settings)?;
         if args.sync {
             let start = Instant::now();
             settle(&dir).map_err(io_err("syncing the image files"))?;
@@ -857,7 +877,9 @@ pub fn run_bench(args: &BenchArgs) -> Result<BenchReport, DemoError> {
     let raw_r1 = raw_r1.map_err(io_err("measuring the raw read"))?;
     let dst = SimNode::new(&preset)?;
     prepare(&images, &raw2).map_err(io_err("preparing the restore"))?;
-    let restored = measure(&dst.machine, || demo::restore(&dst, &dir, &ids, &settings));
+    let restored = measure(&dst.machine, || {
+        harness::restore(&dst, &dir, &ids, &settings)
+    });
     let (target_back, restore_time) = restored.out?;
     prepare(&raw2, &images).map_err(io_err("preparing the raw read"))?;
     let (raw_r2, cpu_r2) = with_cpu(|| raw_read(&raw2));
@@ -882,7 +904,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<BenchReport, DemoError> {
                 .collect();
             remove(&pages).map_err(io_err("removing the pages files"))?;
             settle_both().map_err(io_err("syncing the bench directory"))?;
-            let dumped = measure(&src.machine, || -> Result<_, DemoError> {
+            let dumped = measure(&src.machine, || -> Result<_, BenchError> {
                 let mut took = upstream::dump(&src, &target, &up_dir, ids.kfd, max_buffer)?;
                 if args.sync {
                     let start = Instant::now();
@@ -1127,10 +1149,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let up_dir = tempfile::tempdir().unwrap();
         let src = SimNode::new(&preset).unwrap();
-        let target = demo::start_target(&src, &one_buffer(BO)).unwrap();
+        let target = harness::start_target(&src, &one_buffer(BO)).unwrap();
         let manifest = target.workload.manifest().clone();
         let ours = measure(&src.machine, || {
-            demo::checkpoint(&src, &target, dir.path(), &settings)
+            harness::checkpoint(&src, &target, dir.path(), &settings)
         });
         let (ids, _) = ours.out.unwrap();
         let theirs = measure(&src.machine, || {
@@ -1148,7 +1170,7 @@ mod tests {
 
         let dst = SimNode::new(&preset).unwrap();
         let ours = measure(&dst.machine, || {
-            demo::restore(&dst, dir.path(), &ids, &settings)
+            harness::restore(&dst, dir.path(), &ids, &settings)
         });
         let (back, _) = ours.out.unwrap();
         back.verify(&manifest).unwrap();
@@ -1182,9 +1204,9 @@ mod tests {
         let settings = Settings::from_lookup(|_| None, false);
         let (dir, up_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let src = SimNode::new(&preset).unwrap();
-        let target = demo::start_target(&src, &spec).unwrap();
+        let target = harness::start_target(&src, &spec).unwrap();
         let manifest = target.workload.manifest().clone();
-        let (ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings).unwrap();
+        let (ids, _) = harness::checkpoint(&src, &target, dir.path(), &settings).unwrap();
         upstream::dump(&src, &target, up_dir.path(), ids.kfd, Some(2 << 20)).unwrap();
         drop(target);
         for g in &manifest.gpus {

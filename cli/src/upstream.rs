@@ -44,7 +44,7 @@ use kfd_abi::{
 };
 use kfd_sim::{SimFile, SimPlatform};
 
-use super::demo::{ImageIds, RestoredTarget, SimNode, Target};
+use harness::{ImageIds, RestoredTarget, SimNode, Target};
 
 /// Bytes per COPY_LINEAR packet upstream emits on gfx9 (`SDMA_LINEAR_COPY_MAX_SIZE`).
 pub const PACKET_BYTES: u64 = 2 << 20;

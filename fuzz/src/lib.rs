@@ -24,9 +24,6 @@ pub mod ioctls;
 pub mod restore;
 pub mod seeds;
 
-/// The demo code that makes real checkpoints (the only place this crate uses the CLI's code).
-pub(crate) use amdgpu_cr::demo;
-
 /// One fuzz target.
 #[derive(Clone, Copy, Debug)]
 pub struct Target {

@@ -19,11 +19,11 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use amdgpu_cr::demo::{self, SimNode};
 use amdgpu_plugin::criu::Settings;
+use harness::workload::{Dma, Spec, Workload};
+use harness::{self, SimNode};
 use kfd_abi::{Errno, GpuId, Kfd, RenderNode, Transport};
 use kfd_sim::preset::Preset;
-use kfd_sim::workload::{Dma, Spec, Workload};
 use kfd_sim::{SimFile, SimProcess};
 use rstest::rstest;
 
@@ -168,13 +168,13 @@ fn a_checkpoint_inside_a_step_costs_at_most_one_rerun_of_it(
             let settings = Settings::from_lookup(|_| None, false);
             let refs: Vec<&RenderNode<SimFile>> = renders.iter().collect();
             let (ids, _) =
-                demo::checkpoint_files(&node, &|p| p, &process, &kfd, &refs, &dir, &settings)
+                harness::checkpoint_files(&node, &|p| p, &process, &kfd, &refs, &dir, &settings)
                     .unwrap();
             // The dumped process lives on in this test (its memory is the test's), so the
             // restored one gets another pid on the same node.
             let fresh = node.machine.spawn_process();
             let (restored, _) =
-                demo::restore_with(&node, &|p| p, fresh, &dir, &ids, &settings).unwrap();
+                harness::restore_with(&node, &|p| p, fresh, &dir, &ids, &settings).unwrap();
             let mut files = vec![restored.kfd.into_transport()];
             files.extend(restored.renders.into_iter().map(RenderNode::into_transport));
             (files, restored.process)

@@ -3,8 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use harness::workload::{Spec, Workload};
 use kfd_abi::{GpuId, Platform};
-use kfd_sim::workload::{Spec, Workload};
 use tests::backend::{Backend, PlatformTest};
 
 struct DriverVersion;

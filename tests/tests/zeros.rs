@@ -9,12 +9,12 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use amdgpu_cr::demo::{self, SimNode};
 use amdgpu_plugin::criu::Settings;
+use harness::workload::{Kind, Manifest, Spec};
+use harness::{self, SimNode};
 use images::PagesFile;
 use kfd_sim::preset::Preset;
 use kfd_sim::render::VmTarget;
-use kfd_sim::workload::{Kind, Manifest, Spec};
 
 const M: u64 = 1 << 20;
 
@@ -45,7 +45,7 @@ fn on_disk(path: &Path) -> u64 {
 }
 
 /// The pages file of the workload's first GPU, and its payload length.
-fn first_pages_file(dir: &Path, ids: &demo::ImageIds, manifest: &Manifest) -> (PathBuf, u64) {
+fn first_pages_file(dir: &Path, ids: &harness::ImageIds, manifest: &Manifest) -> (PathBuf, u64) {
     let gpu = &manifest.gpus[0];
     let which = PagesFile::Kfd {
         id: ids.kfd,
@@ -62,9 +62,9 @@ fn untouched_memory_is_a_hole_at_dump_and_a_fill_at_restore(
     let preset = Preset::by_name("mi210x2").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let src = SimNode::new(&preset).unwrap();
-    let target = demo::start_target(&src, &spec()).unwrap();
+    let target = harness::start_target(&src, &spec()).unwrap();
     let manifest = target.workload.manifest().clone();
-    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings(true)).unwrap();
+    let (ids, _) = harness::checkpoint(&src, &target, dir.path(), &settings(true)).unwrap();
     drop(target);
 
     // The file has its full length; of the buffers' 10 MiB, 7.5 MiB are untouched and holes.
@@ -86,7 +86,7 @@ fn untouched_memory_is_a_hole_at_dump_and_a_fill_at_restore(
     );
 
     let dst = SimNode::new(&preset).unwrap();
-    let (restored, _) = demo::restore(&dst, dir.path(), &ids, &settings(map_pages)).unwrap();
+    let (restored, _) = harness::restore(&dst, dir.path(), &ids, &settings(map_pages)).unwrap();
     // Before anything reads it (a read through the simulated VRAM's mapping allocates memory):
     // the restored VRAM buffer holds memory only for the quarter that was copied. Copying the
     // zeros would have allocated all of it; the fills punched it out.
@@ -122,9 +122,9 @@ fn a_data_chunk_zeroed_in_the_image_is_refused(#[values(true, false)] map_pages:
     let preset = Preset::by_name("mi210x2").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let src = SimNode::new(&preset).unwrap();
-    let target = demo::start_target(&src, &spec()).unwrap();
+    let target = harness::start_target(&src, &spec()).unwrap();
     let manifest = target.workload.manifest().clone();
-    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings(true)).unwrap();
+    let (ids, _) = harness::checkpoint(&src, &target, dir.path(), &settings(true)).unwrap();
     drop(target);
     // The file's second MiB held data (the end of the payload's first chunk and most of its
     // second): it becomes a hole, as a zeroed-out chunk.
@@ -137,6 +137,6 @@ fn a_data_chunk_zeroed_in_the_image_is_refused(#[values(true, false)] map_pages:
     rustix::fs::fallocate(f.as_fd(), flags, M, M).unwrap();
     drop(f);
     let dst = SimNode::new(&preset).unwrap();
-    let e = demo::restore(&dst, dir.path(), &ids, &settings(map_pages)).unwrap_err();
+    let e = harness::restore(&dst, dir.path(), &ids, &settings(map_pages)).unwrap_err();
     assert!(e.to_string().contains("is corrupt: chunk 0"), "{e}");
 }
