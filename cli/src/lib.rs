@@ -85,6 +85,9 @@ pub enum CliError {
     /// `check --devices` names no GPU of the topology.
     #[error(transparent)]
     Devices(#[from] check::DeviceListError),
+    /// `bench --judge` could not read the runs' reports.
+    #[error(transparent)]
+    Judge(#[from] bench::judge::JudgeError),
     /// Writing the output failed (a closed pipe, a full disk).
     #[error("writing the output: {0}")]
     Output(#[from] io::Error),

@@ -105,14 +105,7 @@ pub enum Outcome {
 /// The workload checkpointed for the fixture: small, so that each restore is quick, and with
 /// every kind of object (VRAM and GTT buffers, queues, signal events) on two GPUs.
 pub fn spec() -> Spec {
-    Spec {
-        seed: 0xf022,
-        vram: vec![64 << 10, 4 << 10],
-        gtt: vec![4 << 10],
-        queues: 1,
-        events: 2,
-        untouched_permille: 0,
-    }
+    Spec::new(0xf022, vec![64 << 10, 4 << 10], vec![4 << 10])
 }
 
 /// The node the fixture dumps on; the restore runs on its remapped variant.

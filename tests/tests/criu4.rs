@@ -20,14 +20,7 @@ use kfd_sim::preset::Preset;
 use rstest::rstest;
 
 fn spec() -> Spec {
-    Spec {
-        seed: 7,
-        vram: vec![1 << 20, 64 << 10],
-        gtt: vec![64 << 10],
-        queues: 1,
-        events: 2,
-        untouched_permille: 0,
-    }
+    Spec::new(7, vec![1 << 20, 64 << 10], vec![64 << 10])
 }
 
 fn settings() -> Settings {

@@ -12,14 +12,7 @@ use kfd_sim::preset::Preset;
 use tests::{open_fds, FaultPlan, FaultyPlatform};
 
 fn spec() -> Spec {
-    Spec {
-        seed: 7,
-        vram: vec![2 << 20, 4 << 10],
-        gtt: vec![64 << 10],
-        queues: 1,
-        events: 2,
-        untouched_permille: 0,
-    }
+    Spec::new(7, vec![2 << 20, 4 << 10], vec![64 << 10])
 }
 
 fn settings() -> Settings {

@@ -209,14 +209,7 @@ fn a_checkpoint_inside_a_step_costs_at_most_one_rerun_of_it(
             )
         })
         .collect();
-    let spec = Spec {
-        seed: 9,
-        vram: vec![1 << 20, 4 << 10],
-        gtt: vec![64 << 10],
-        queues: 1,
-        events: 2,
-        untouched_permille: 0,
-    };
+    let spec = Spec::new(9, vec![1 << 20, 4 << 10], vec![64 << 10]);
     // Only command submission keeps objects in the render-node file across a tick step.
     let mut w = Workload::start_with(wkfd, gpus, &spec, Dma::Cs).unwrap();
     assert_eq!(w.tick().unwrap(), 2, "a tick before the checkpoint");

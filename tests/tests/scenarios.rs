@@ -18,12 +18,8 @@ use topology::options::Check;
 /// A small workload: a buffer larger than one staging buffer, small ones, GTT, queues, events.
 fn small_spec() -> Spec {
     Spec {
-        seed: 42,
-        vram: vec![3 << 20, 64 << 10, 4 << 10],
-        gtt: vec![256 << 10],
-        queues: 1,
         events: 3,
-        untouched_permille: 0,
+        ..Spec::new(42, vec![3 << 20, 64 << 10, 4 << 10], vec![256 << 10])
     }
 }
 

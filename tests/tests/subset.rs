@@ -16,12 +16,8 @@ use kfd_sim::preset::Preset;
 
 fn spec() -> Spec {
     Spec {
-        seed: 15,
-        vram: vec![3 << 20, 64 << 10],
-        gtt: vec![256 << 10],
-        queues: 1,
         events: 3,
-        untouched_permille: 0,
+        ..Spec::new(15, vec![3 << 20, 64 << 10], vec![256 << 10])
     }
 }
 

@@ -21,12 +21,8 @@ const M: u64 = 1 << 20;
 /// One VRAM buffer of 8 MiB, three quarters of it never written, and a GTT buffer of 2 MiB.
 fn spec() -> Spec {
     Spec {
-        seed: 9,
-        vram: vec![8 * M],
-        gtt: vec![2 * M],
-        queues: 1,
-        events: 2,
         untouched_permille: 750,
+        ..Spec::new(9, vec![8 * M], vec![2 * M])
     }
 }
 

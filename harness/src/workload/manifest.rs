@@ -18,7 +18,7 @@ pub enum Dma {
     /// host-visible buffer is mapped, so a checkpoint carries no device mapping and no queue
     /// state of the workload's own; and a tick step that criu checkpoints between its CS ioctls
     /// loses the step's context, IB and staging mappings (the 6.1 driver cannot checkpoint
-    /// them), so the step is rerun on new ones ([`Workload::rebuilds`]).
+    /// them), so the step is rerun on new ones ([`Workload::rebuilds`](super::Workload::rebuilds)).
     Cs,
 }
 
@@ -43,6 +43,20 @@ pub struct Spec {
 }
 
 impl Spec {
+    /// `vram` and `gtt` buffers per GPU with the pattern of `seed`, one AQL queue per GPU and two
+    /// signal events, every byte written: the small workload most checks need. Other counts are
+    /// struct updates of it (`Spec { events: 3, ..Spec::new(..) }`).
+    pub fn new(seed: u64, vram: Vec<u64>, gtt: Vec<u64>) -> Self {
+        Self {
+            seed,
+            vram,
+            gtt,
+            queues: 1,
+            events: 2,
+            untouched_permille: 0,
+        }
+    }
+
     /// Bytes at the end of a `size`-byte buffer that stay zero (see
     /// [`Spec::untouched_permille`]).
     pub fn untouched_bytes(&self, size: u64) -> u64 {
