@@ -55,25 +55,25 @@ pub struct DemoArgs {
 
 /// What the demo did.
 #[derive(Debug, Serialize)]
-pub struct DemoReport {
+pub(crate) struct DemoReport {
     /// Source preset.
-    pub source: String,
+    pub(crate) source: String,
     /// Destination preset (other gpu ids).
-    pub destination: String,
+    pub(crate) destination: String,
     /// The image directory.
-    pub dir: String,
+    pub(crate) dir: String,
     /// GPU mapping, image id -> restored id.
-    pub mapping: Vec<(String, String)>,
+    pub(crate) mapping: Vec<(String, String)>,
     /// Bytes of buffer contents.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// Dump time (s).
-    pub dump_seconds: f64,
+    pub(crate) dump_seconds: f64,
     /// Restore time (s).
-    pub restore_seconds: f64,
+    pub(crate) restore_seconds: f64,
     /// Image files and sizes.
-    pub files: Vec<(String, u64)>,
+    pub(crate) files: Vec<(String, u64)>,
     /// Verification result, or what differed.
-    pub verified: Result<workload::Report, String>,
+    pub(crate) verified: Result<workload::Report, String>,
 }
 
 fn throughput(bytes: u64, secs: f64) -> String {
@@ -214,7 +214,7 @@ fn corrupt_first_pages_file(dir: &Path) -> Result<(), NodeError> {
 }
 
 /// Runs the demo and returns its report (`Err` for failures before verification).
-pub fn run_demo(args: &DemoArgs) -> Result<DemoReport, NodeError> {
+pub(crate) fn run_demo(args: &DemoArgs) -> Result<DemoReport, NodeError> {
     let source = Preset::by_name(&args.preset)?;
     let destination = harness::remapped_variant(&source);
     let mib = |v: &[u64]| v.iter().map(|m| m << 20).collect::<Vec<_>>();

@@ -19,7 +19,9 @@
 //!
 //! [`seeds`] makes each target's starting inputs from the project's own demo and workloads.
 
-pub mod fds;
+#![warn(unreachable_pub)]
+
+mod fds;
 pub mod ioctls;
 pub mod restore;
 pub mod seeds;

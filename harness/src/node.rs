@@ -61,8 +61,6 @@ pub(crate) fn hook(name: &'static str) -> impl FnOnce(HookError) -> NodeError {
 /// A simulated node: the machine, its sysfs tree in a temporary directory, and its platform.
 #[derive(Debug)]
 pub struct SimNode {
-    /// The preset it was built from.
-    pub preset: Preset,
     /// The machine.
     pub machine: Machine,
     platform: SimPlatform,
@@ -80,7 +78,6 @@ impl SimNode {
         let platform = SimPlatform::new(machine.clone(), dir.path())
             .map_err(|e| NodeError::Machine(e.to_string()))?;
         Ok(Self {
-            preset: preset.clone(),
             machine,
             platform,
             _topology: dir,

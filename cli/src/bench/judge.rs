@@ -39,22 +39,22 @@ pub enum JudgeError {
 
 /// One target's verdict.
 #[derive(Debug, Serialize)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     /// The target.
-    pub target: String,
+    pub(crate) target: String,
     /// `met`, `NOT MET`, or `skipped`.
-    pub result: &'static str,
+    pub(crate) result: &'static str,
     /// The figures it was judged on.
-    pub figures: String,
+    pub(crate) figures: String,
 }
 
 /// `amdgpu-cr bench --judge DIR`: every target's verdict.
 #[derive(Debug, Serialize)]
-pub struct Judgement {
+pub(crate) struct Judgement {
     /// Repetitions found of the repeated runs.
-    pub repetitions: usize,
+    pub(crate) repetitions: usize,
     /// The verdicts, in the order of [`TARGETS`].
-    pub verdicts: Vec<Verdict>,
+    pub(crate) verdicts: Vec<Verdict>,
 }
 
 impl Report for Judgement {
@@ -161,7 +161,7 @@ impl Reports {
 /// # Errors
 ///
 /// [`JudgeError`] when a report is unreadable or a repeated run has none.
-pub fn judge(dir: &Path) -> Result<Judgement, JudgeError> {
+pub(crate) fn judge(dir: &Path) -> Result<Judgement, JudgeError> {
     let first = RUNS.iter().find(|r| r.repeated).map_or("", |r| r.name);
     let repetitions = (1..)
         .take_while(|i| dir.join(format!("{first}-{i}.json")).exists())

@@ -5,8 +5,8 @@
 //! memory accounting, the cache policy with and without `--sync`) is written down in
 //! `docs/bench.md`. Inside: one run in its order (`run`), what it reports (`report`), what it
 //! measures of the OS (`measure`), the bench directory's files (`files`), the raw-I/O baselines
-//! (`raw`), and the targets the figures are judged against ([`targets`], [`judge`]); upstream's
-//! data path is [`crate::upstream`].
+//! (`raw`), and the targets the figures are judged against (`targets`, `judge`); upstream's data
+//! path is `crate::upstream`.
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -19,19 +19,19 @@ use super::upstream::UpstreamError;
 use super::{CliError, Outcome, Report, Run};
 
 mod files;
-pub mod judge;
+mod judge;
 mod measure;
 mod raw;
 mod report;
 mod run;
-pub mod targets;
+mod targets;
 
-pub use report::{BenchReport, Cpu, CpuPhase, Detail, Phase, Speedup, Upstream, UpstreamPhase};
-pub use run::run_bench;
+pub use judge::JudgeError;
+use run::run_bench;
 
 /// Why the bench failed.
 #[derive(Debug, thiserror::Error)]
-pub enum BenchError {
+pub(crate) enum BenchError {
     /// The preset of the bench's node is invalid.
     #[error(transparent)]
     Preset(#[from] PresetError),

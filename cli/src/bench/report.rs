@@ -13,20 +13,20 @@ use crate::{HumanSize, Outcome, Report};
 
 /// One direction's numbers.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Phase {
+pub(crate) struct Phase {
     /// Bytes moved.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// Seconds taken.
-    pub seconds: f64,
+    pub(crate) seconds: f64,
     /// Bytes per second.
-    pub throughput: f64,
+    pub(crate) throughput: f64,
     /// The raw limit, bytes per second.
-    pub raw_throughput: f64,
+    pub(crate) raw_throughput: f64,
     /// `throughput / raw_throughput`.
-    pub ratio: f64,
+    pub(crate) ratio: f64,
     /// Dump only: bytes the file system holds for the checkpoint's files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bytes_on_disk: Option<u64>,
+    pub(crate) bytes_on_disk: Option<u64>,
 }
 
 impl Phase {
@@ -47,13 +47,13 @@ impl Phase {
 
 /// One direction of upstream's data path.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct UpstreamPhase {
+pub(crate) struct UpstreamPhase {
     /// Seconds taken.
-    pub seconds: f64,
+    pub(crate) seconds: f64,
     /// Bytes per second.
-    pub throughput: f64,
+    pub(crate) throughput: f64,
     /// Peak anonymous memory beyond the simulated VRAM during the phase.
-    pub peak_extra_anon_bytes: u64,
+    pub(crate) peak_extra_anon_bytes: u64,
 }
 
 impl UpstreamPhase {
@@ -68,100 +68,100 @@ impl UpstreamPhase {
 
 /// Upstream's strategy on the same work.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Upstream {
+pub(crate) struct Upstream {
     /// Its dump.
-    pub dump: UpstreamPhase,
+    pub(crate) dump: UpstreamPhase,
     /// Its restore.
-    pub restore: UpstreamPhase,
+    pub(crate) restore: UpstreamPhase,
 }
 
 /// Ours over upstream's: its seconds over ours (above 1 is faster).
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Speedup {
+pub(crate) struct Speedup {
     /// Dump.
-    pub dump: f64,
+    pub(crate) dump: f64,
     /// Restore.
-    pub restore: f64,
+    pub(crate) restore: f64,
 }
 
 /// CPU seconds of one direction.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct CpuPhase {
+pub(crate) struct CpuPhase {
     /// The simulated SDMA engines' (what the GPU does on hardware).
-    pub engine_seconds: f64,
+    pub(crate) engine_seconds: f64,
     /// The plugin's own: the process's, minus the engines' and the memory sampler's.
-    pub plugin_seconds: f64,
+    pub(crate) plugin_seconds: f64,
     /// The raw write's (dump) or read's (restore), the run that used less.
-    pub raw_seconds: f64,
+    pub(crate) raw_seconds: f64,
 }
 
 /// CPU seconds per direction.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Cpu {
+pub(crate) struct Cpu {
     /// Dump against raw write.
-    pub dump: CpuPhase,
+    pub(crate) dump: CpuPhase,
     /// Restore against raw read.
-    pub restore: CpuPhase,
+    pub(crate) restore: CpuPhase,
 }
 
 /// What the bench measured.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct BenchReport {
+pub(crate) struct BenchReport {
     /// Dump against raw sequential write.
-    pub dump: Phase,
+    pub(crate) dump: Phase,
     /// Restore against raw sequential read.
-    pub restore: Phase,
+    pub(crate) restore: Phase,
     /// Peak anonymous memory beyond the simulated VRAM, during dump and restore.
-    pub peak_extra_anon_bytes: u64,
+    pub(crate) peak_extra_anon_bytes: u64,
     /// Staging memory per GPU times GPUs.
-    pub staging_bytes: u64,
+    pub(crate) staging_bytes: u64,
     /// Whether page checksums were written and verified.
-    pub checksums: bool,
+    pub(crate) checksums: bool,
     /// Upstream's data path on the same work (`None`: skipped, [`Detail::upstream_skipped`]
     /// says why).
-    pub upstream: Option<Upstream>,
+    pub(crate) upstream: Option<Upstream>,
     /// Ours over upstream's.
-    pub speedup: Option<Speedup>,
+    pub(crate) speedup: Option<Speedup>,
     /// CPU seconds: the simulated engines', the plugin's own, the raw I/O's.
-    pub cpu: Cpu,
+    pub(crate) cpu: Cpu,
     /// Not in the JSON (its shape is fixed): how the run was set up, and both raw runs.
     #[serde(skip)]
-    pub detail: Detail,
+    pub(crate) detail: Detail,
 }
 
 /// What the human report adds to the JSON.
 #[derive(Clone, Debug, Default)]
-pub struct Detail {
+pub(crate) struct Detail {
     /// GPUs.
-    pub gpus: usize,
+    pub(crate) gpus: usize,
     /// Buffers per GPU.
-    pub bos_per_gpu: usize,
+    pub(crate) bos_per_gpu: usize,
     /// Bytes per buffer.
-    pub bo_size: u64,
+    pub(crate) bo_size: u64,
     /// Raw write throughputs, before and after the dump.
-    pub raw_writes: [f64; 2],
+    pub(crate) raw_writes: [f64; 2],
     /// Raw read throughputs, before and after the restore.
-    pub raw_reads: [f64; 2],
+    pub(crate) raw_reads: [f64; 2],
     /// CPU seconds (user + system, all threads) the process used during the dump.
-    pub cpu_dump: f64,
+    pub(crate) cpu_dump: f64,
     /// CPU seconds of the raw write that used fewer.
-    pub cpu_raw_write: f64,
+    pub(crate) cpu_raw_write: f64,
     /// CPU seconds during the restore.
-    pub cpu_restore: f64,
+    pub(crate) cpu_restore: f64,
     /// CPU seconds of the raw read that used fewer.
-    pub cpu_raw_read: f64,
+    pub(crate) cpu_raw_read: f64,
     /// Whether writes were synced and caches dropped.
-    pub sync: bool,
+    pub(crate) sync: bool,
     /// The directory measured.
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// The fraction of every buffer left zero.
-    pub zero_fraction: f64,
+    pub(crate) zero_fraction: f64,
     /// Peak extra anonymous memory of our dump and of our restore.
-    pub peaks: [u64; 2],
+    pub(crate) peaks: [u64; 2],
     /// Why upstream's data path did not run.
-    pub upstream_skipped: Option<String>,
+    pub(crate) upstream_skipped: Option<String>,
     /// Its host buffers, all GPUs together.
-    pub upstream_buffers: u64,
+    pub(crate) upstream_buffers: u64,
 }
 
 fn rate(bytes_per_s: f64) -> String {

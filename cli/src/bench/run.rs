@@ -307,7 +307,7 @@ fn upstream_side(
 /// # Errors
 ///
 /// [`BenchError`]: a node, a phase or a verification failed.
-pub fn run_bench(args: &BenchArgs) -> Result<BenchReport, BenchError> {
+pub(crate) fn run_bench(args: &BenchArgs) -> Result<BenchReport, BenchError> {
     let plan = Plan::new(args)?;
     let d = BenchDir::new(args.dir.as_deref())?;
     let raw2 = raw_paths(d.ours(), 2, plan.gpus);

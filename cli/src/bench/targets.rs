@@ -11,22 +11,22 @@ use crate::{Outcome, Report};
 
 /// A configuration of the bench that targets are judged on.
 #[derive(Clone, Copy, Debug, Serialize)]
-pub struct RunConfig {
+pub(crate) struct RunConfig {
     /// Its name, and the name of its JSON reports.
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// What it measures, as the targets name it.
-    pub label: &'static str,
+    pub(crate) label: &'static str,
     /// Its arguments to `amdgpu-cr bench` (besides `--dir` and `--json`).
-    pub args: &'static [&'static str],
+    pub(crate) args: &'static [&'static str],
     /// Repeated (every repetition interleaved with the other repeated runs), or run once.
-    pub repeated: bool,
+    pub(crate) repeated: bool,
     /// Needs 8 GiB of memory for the simulated VRAM (`scripts/bench-targets.sh --skip-8g`
     /// leaves it out, and its target is then skipped).
-    pub heavy: bool,
+    pub(crate) heavy: bool,
 }
 
 /// The runs, in the order `scripts/bench-targets.sh` runs them.
-pub const RUNS: &[RunConfig] = &[
+pub(crate) const RUNS: &[RunConfig] = &[
     RunConfig {
         name: "gpu1",
         label: "1 GPU, page cache",
@@ -82,7 +82,7 @@ pub const RUNS: &[RunConfig] = &[
 /// A direction of the data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Direction {
+pub(crate) enum Direction {
     /// The dump, against the raw write.
     Dump,
     /// The restore, against the raw read.
@@ -108,7 +108,7 @@ impl Direction {
 /// What a target checks of its run's reports, with its bounds.
 #[derive(Clone, Copy, Debug, Serialize)]
 #[serde(tag = "check", rename_all = "snake_case")]
-pub enum Check {
+pub(crate) enum Check {
     /// Our speedup over upstream's data path, dump and restore, medians: at least `min`.
     Speedup {
         /// The run.
@@ -178,7 +178,7 @@ pub enum Check {
 }
 
 /// Every target.
-pub const TARGETS: &[Check] = &[
+pub(crate) const TARGETS: &[Check] = &[
     Check::Speedup {
         run: "gpu1",
         min: 1.5,
@@ -248,7 +248,7 @@ impl Check {
     }
 
     /// The target in words, its bounds included.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match *self {
             Check::Speedup { run: r, min } if min <= 1.0 => format!(
                 "{}: never slower than upstream (speedup >= {min:.1}), medians",
@@ -304,17 +304,17 @@ impl Check {
 
 /// `amdgpu-cr bench --targets`: the runs and the targets.
 #[derive(Debug, Serialize)]
-pub struct TargetsReport {
+pub(crate) struct TargetsReport {
     /// The configurations.
-    pub runs: &'static [RunConfig],
+    pub(crate) runs: &'static [RunConfig],
     /// The targets.
-    pub targets: &'static [Check],
+    pub(crate) targets: &'static [Check],
 }
 
 impl TargetsReport {
     /// The table of this build.
     #[must_use]
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             runs: RUNS,
             targets: TARGETS,
@@ -359,7 +359,7 @@ impl Report for TargetsReport {
 /// # Errors
 ///
 /// The writer's.
-pub fn write_plan(out: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn write_plan(out: &mut dyn Write) -> io::Result<()> {
     for r in RUNS {
         let mut line = vec![
             r.name,

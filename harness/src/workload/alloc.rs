@@ -54,73 +54,74 @@ impl QueueMemory {
     }
 }
 
-/// A GTT buffer of `kind` on `gpu` mapped for the CPU through `render` at its GPU VA (an
-/// address the CPU reserves first), as ROCm maps host-visible buffers; listed in `buffers`.
-pub(super) fn alloc_mapped<T: Transport>(
-    kfd: &Kfd<T>,
-    render: &RenderNode<T>,
-    gpu: GpuId,
-    buffers: &mut Vec<Buffer>,
-    kind: Kind,
-    size: u64,
-) -> Result<(Buffer, Mapping), WorkloadError> {
-    let flags = AllocFlags::GTT | AllocFlags::WRITABLE | AllocFlags::NO_SUBSTITUTE;
-    let (b, at, mmap_offset) = alloc_reserved(kfd, gpu, buffers, kind, size, flags)?;
-    let map = render.map_bo_at(at, mmap_offset, Prot::RW, Share::Shared)?;
-    Ok((b, map))
+/// The buffers of one GPU as they are allocated: each mapped on the GPU and listed, in order, in
+/// the GPU's manifest.
+pub(super) struct GpuBuffers<'k, T: Transport> {
+    pub(super) kfd: &'k Kfd<T>,
+    pub(super) gpu: GpuId,
+    pub(super) list: Vec<Buffer>,
 }
 
-/// A buffer of `kind` on `gpu` (mapped on it) whose GPU VA is an address range the CPU reserves
-/// for it, listed in `buffers`; returns the buffer, the reservation (to map the buffer's pages
-/// over) and the buffer's mmap offset on its render node.
-pub(super) fn alloc_reserved<T: Transport>(
-    kfd: &Kfd<T>,
-    gpu: GpuId,
-    buffers: &mut Vec<Buffer>,
-    kind: Kind,
-    size: u64,
-    flags: AllocFlags,
-) -> Result<(Buffer, Mapping, u64), WorkloadError> {
-    let at = Mapping::reserve(usize::try_from(size).unwrap_or(usize::MAX))
-        .map_err(|e| std::io::Error::from_raw_os_error(e.0))?;
-    let (b, mmap_offset) = alloc_at(kfd, gpu, buffers, kind, at.addr(), size, flags)?;
-    Ok((b, at, mmap_offset))
-}
+impl<T: Transport> GpuBuffers<'_, T> {
+    /// A GTT buffer of `kind` mapped for the CPU through `render` at its GPU VA (an address the
+    /// CPU reserves first), as ROCm maps host-visible buffers.
+    pub(super) fn mapped(
+        &mut self,
+        render: &RenderNode<T>,
+        kind: Kind,
+        size: u64,
+    ) -> Result<(Buffer, Mapping), WorkloadError> {
+        let flags = AllocFlags::GTT | AllocFlags::WRITABLE | AllocFlags::NO_SUBSTITUTE;
+        let (b, at, mmap_offset) = self.reserved(kind, size, flags)?;
+        let map = render.map_bo_at(at, mmap_offset, Prot::RW, Share::Shared)?;
+        Ok((b, map))
+    }
 
-/// Allocates a buffer of `kind` at the next VA on `gpu`, maps it there, and lists it.
-pub(super) fn alloc<T: Transport>(
-    kfd: &Kfd<T>,
-    gpu: GpuId,
-    buffers: &mut Vec<Buffer>,
-    kind: Kind,
-    size: u64,
-    flags: AllocFlags,
-    va: &mut u64,
-) -> Result<Buffer, WorkloadError> {
-    let at = bump(va, size);
-    Ok(alloc_at(kfd, gpu, buffers, kind, at, size, flags)?.0)
-}
+    /// A buffer of `kind` whose GPU VA is an address range the CPU reserves for it; returns the
+    /// buffer, the reservation (to map the buffer's pages over) and the buffer's mmap offset on
+    /// its render node.
+    pub(super) fn reserved(
+        &mut self,
+        kind: Kind,
+        size: u64,
+        flags: AllocFlags,
+    ) -> Result<(Buffer, Mapping, u64), WorkloadError> {
+        let at = Mapping::reserve(usize::try_from(size).unwrap_or(usize::MAX))
+            .map_err(|e| std::io::Error::from_raw_os_error(e.0))?;
+        let (b, mmap_offset) = self.at(kind, at.addr(), size, flags)?;
+        Ok((b, at, mmap_offset))
+    }
 
-/// Allocates a buffer of `kind` at `va` on `gpu`, maps it there and lists it in `buffers`;
-/// returns it with its mmap offset on its render node.
-pub(super) fn alloc_at<T: Transport>(
-    kfd: &Kfd<T>,
-    gpu: GpuId,
-    buffers: &mut Vec<Buffer>,
-    kind: Kind,
-    va: u64,
-    size: u64,
-    flags: AllocFlags,
-) -> Result<(Buffer, u64), WorkloadError> {
-    let a = kfd.alloc_memory(va, size, gpu, flags)?;
-    kfd.map_memory_to_gpu(a.handle, &[gpu])?;
-    let b = Buffer {
-        index: u32::try_from(buffers.len()).unwrap_or(u32::MAX),
-        kind,
-        va,
-        size,
-        handle: a.handle.get(),
-    };
-    buffers.push(b.clone());
-    Ok((b, a.mmap_offset))
+    /// A buffer of `kind` at the next VA of `va`.
+    pub(super) fn next(
+        &mut self,
+        kind: Kind,
+        size: u64,
+        flags: AllocFlags,
+        va: &mut u64,
+    ) -> Result<Buffer, WorkloadError> {
+        let at = bump(va, size);
+        Ok(self.at(kind, at, size, flags)?.0)
+    }
+
+    /// A buffer of `kind` at `va`; returns it with its mmap offset on its render node.
+    fn at(
+        &mut self,
+        kind: Kind,
+        va: u64,
+        size: u64,
+        flags: AllocFlags,
+    ) -> Result<(Buffer, u64), WorkloadError> {
+        let a = self.kfd.alloc_memory(va, size, self.gpu, flags)?;
+        self.kfd.map_memory_to_gpu(a.handle, &[self.gpu])?;
+        let b = Buffer {
+            index: u32::try_from(self.list.len()).unwrap_or(u32::MAX),
+            kind,
+            va,
+            size,
+            handle: a.handle.get(),
+        };
+        self.list.push(b.clone());
+        Ok((b, a.mmap_offset))
+    }
 }

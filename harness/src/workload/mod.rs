@@ -19,10 +19,11 @@
 //! (CUSE without the bridge module), [`Dma::Cs`] uses the render node's command submission
 //! instead (see there for what it loses).
 //!
-//! Contents are a pure function of `(seed, gpu index, buffer index, byte offset)` ([`pattern`];
+//! Contents are a pure function of `(seed, gpu index, buffer index, byte offset)` (`pattern`;
 //! zero in the untouched tail of each buffer, [`Spec::untouched_permille`]), so any process that
 //! knows the [`Manifest`] can verify them: the workload itself after criu restored it, or a test
-//! that restored its state into another simulated process ([`verify`]).
+//! that restored its state into another simulated process
+//! ([`RestoredTarget::verify`](crate::RestoredTarget::verify)).
 //!
 //! Inside: what it is made of (`manifest`), its buffers (`alloc`), how it moves data (`mover`:
 //! the render node's command submission; `user_queue`: the user-mode queue), how it starts
@@ -41,9 +42,8 @@ mod user_queue;
 mod verify;
 
 pub use manifest::{Buffer, Dma, GpuManifest, Kind, Manifest, Queue, Report, Spec, WorkloadError};
-pub use pattern::pattern;
 pub use user_queue::STAMP_SLOT;
-pub use verify::verify;
+pub(crate) use verify::verify;
 
 use alloc::QueueMemory;
 use mover::{GpuDma, Mover, VA_BASE};

@@ -8,7 +8,7 @@ use std::time::Duration;
 use kfd_abi::sdma::IbBuilder;
 use kfd_abi::{RenderNode, SdmaQueue, Transport, UserptrBuffer};
 
-use super::manifest::{Buffer, WorkloadError};
+use super::manifest::{Buffer, Spec, WorkloadError};
 use super::pattern::pattern;
 
 /// Bytes of the staging buffer the workload fills and reads buffers through.
@@ -29,6 +29,41 @@ fn pieces(len: u64, piece: u64) -> impl Iterator<Item = (u64, u64)> {
     })
 }
 
+/// What a patterned buffer holds: the pattern of `seed` for GPU number `gpu`, but zero in its
+/// last `untouched` bytes.
+pub(super) struct Contents<'b> {
+    seed: u64,
+    gpu: usize,
+    buffer: &'b Buffer,
+    untouched: u64,
+}
+
+impl<'b> Contents<'b> {
+    /// Buffer `buffer` of GPU number `gpu` of a workload of `spec`.
+    pub(super) fn of(spec: &Spec, gpu: usize, buffer: &'b Buffer) -> Self {
+        Self {
+            seed: spec.seed,
+            gpu,
+            buffer,
+            untouched: spec.untouched_bytes(buffer.size),
+        }
+    }
+
+    /// Bytes written with the pattern, from the start.
+    fn written(&self) -> u64 {
+        self.buffer.size - self.untouched.min(self.buffer.size)
+    }
+
+    /// Fills `out` with the bytes at `offset` of the buffer.
+    fn expected(&self, offset: u64, out: &mut [u8]) {
+        #[allow(clippy::cast_possible_truncation)] // < out.len()
+        let patterned = self.written().saturating_sub(offset).min(out.len() as u64) as usize;
+        let (data, zeros) = out.split_at_mut(patterned);
+        pattern(self.seed, self.gpu, self.buffer.index, offset, data);
+        zeros.fill(0);
+    }
+}
+
 /// A way to move data on one GPU: a staging buffer in the GPU's VM and a way to run packets.
 pub(super) trait Mover {
     fn gpu_id(&self) -> u32;
@@ -41,20 +76,13 @@ pub(super) trait Mover {
     /// Runs `ib` and waits for it.
     fn run(&mut self, ib: IbBuilder) -> Result<(), WorkloadError>;
 
-    /// Writes the pattern of buffer `b` (GPU number `gpu`) into it by SDMA, but for its last
-    /// `untouched` bytes.
-    fn fill(
-        &mut self,
-        seed: u64,
-        gpu: usize,
-        b: &Buffer,
-        untouched: u64,
-    ) -> Result<(), WorkloadError> {
+    /// Writes `c` into its buffer by SDMA.
+    fn fill(&mut self, c: &Contents<'_>) -> Result<(), WorkloadError> {
         let (va, size) = self.staging();
-        let end = b.size - untouched.min(b.size);
-        for (off, n) in pieces(end, size) {
+        let b = c.buffer;
+        for (off, n) in pieces(c.written(), size) {
             #[allow(clippy::cast_possible_truncation)] // n <= the staging size
-            self.stage_in(n as usize, &mut |buf| pattern(seed, gpu, b.index, off, buf))?;
+            self.stage_in(n as usize, &mut |buf| c.expected(off, buf))?;
             let mut ib = IbBuilder::new();
             ib.copy_linear(va, b.va + off, n);
             self.run(ib)?;
@@ -62,17 +90,10 @@ pub(super) trait Mover {
         Ok(())
     }
 
-    /// Reads buffer `b` back by SDMA and compares it with its pattern (zeros in its last
-    /// `untouched` bytes).
-    fn check(
-        &mut self,
-        seed: u64,
-        gpu: usize,
-        b: &Buffer,
-        untouched: u64,
-    ) -> Result<(), WorkloadError> {
+    /// Reads `c`'s buffer back by SDMA and compares it with `c`.
+    fn check(&mut self, c: &Contents<'_>) -> Result<(), WorkloadError> {
         let (va, size) = self.staging();
-        let end = b.size - untouched.min(b.size);
+        let b = c.buffer;
         for (off, n) in pieces(b.size, size) {
             let mut ib = IbBuilder::new();
             ib.copy_linear(b.va + off, va, n);
@@ -80,9 +101,7 @@ pub(super) trait Mover {
             #[allow(clippy::cast_possible_truncation)] // n <= the staging size
             let n = n as usize;
             let mut want = vec![0u8; n];
-            #[allow(clippy::cast_possible_truncation)] // < n
-            let patterned = end.saturating_sub(off).min(n as u64) as usize;
-            pattern(seed, gpu, b.index, off, &mut want[..patterned]);
+            c.expected(off, &mut want);
             let got = self.stage_out(n)?;
             if got != want {
                 let at = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);

@@ -3,7 +3,7 @@
 
 /// The pattern byte stream of buffer `index` on GPU number `gpu`: 8-byte words of a
 /// splitmix64-style hash of the position.
-pub fn pattern(seed: u64, gpu: usize, index: u32, offset: u64, out: &mut [u8]) {
+pub(crate) fn pattern(seed: u64, gpu: usize, index: u32, offset: u64, out: &mut [u8]) {
     let key = seed ^ ((gpu as u64) << 48) ^ (u64::from(index) << 32);
     let mut pos = offset;
     let mut i = 0;

@@ -12,9 +12,9 @@ use kfd_abi::{
     Share, Transport,
 };
 
-use super::alloc::{alloc, alloc_reserved, QueueMemory};
+use super::alloc::{GpuBuffers, QueueMemory};
 use super::manifest::{Buffer, Dma, GpuManifest, Kind, Manifest, Spec, WorkloadError};
-use super::mover::{GpuDma, Mover, VA_BASE};
+use super::mover::{Contents, GpuDma, Mover, VA_BASE};
 use super::user_queue::{map_doorbells, UserQueue, UserRun, SIGNAL_PAGE};
 use super::Workload;
 
@@ -32,7 +32,11 @@ fn allocate<T: Transport>(
     let mut page_at = None;
     for (g, (&gpu, render)) in gpus.iter().zip(renders).enumerate() {
         kfd.acquire_vm(gpu, render.as_fd())?;
-        let mut buffers = Vec::new();
+        let mut buffers = GpuBuffers {
+            kfd,
+            gpu,
+            list: Vec::new(),
+        };
         let sized = |kind, flags| move |&size: &u64| (kind, size, flags);
         let wanted = (spec
             .vram
@@ -41,23 +45,16 @@ fn allocate<T: Transport>(
         .chain(spec.gtt.iter().map(sized(Kind::Gtt, AllocFlags::GTT | rw)))
         .chain([(Kind::Counter, 4096, AllocFlags::VRAM | rw)]);
         for (kind, size, flags) in wanted {
-            alloc(kfd, gpu, &mut buffers, kind, size, flags, va)?;
+            buffers.next(kind, size, flags, va)?;
         }
         if g == 0 {
             // At an address the CPU reserves: in queue mode the page's `/dev/kfd` mapping goes
             // there.
             let page_flags = AllocFlags::GTT | rw | AllocFlags::COHERENT;
-            let (_, at, _) = alloc_reserved(
-                kfd,
-                gpu,
-                &mut buffers,
-                Kind::EventPage,
-                SIGNAL_PAGE,
-                page_flags,
-            )?;
+            let (_, at, _) = buffers.reserved(Kind::EventPage, SIGNAL_PAGE, page_flags)?;
             page_at = Some(at);
         }
-        all_buffers.push(buffers);
+        all_buffers.push(buffers.list);
     }
     Ok((all_buffers, page_at))
 }
@@ -171,12 +168,18 @@ impl<T: Transport> Workload<T> {
                     Some(m) => m,
                     None => map_doorbells(&kfd, gpu)?,
                 };
-                let buffers = all_buffers
+                let list = all_buffers
                     .get_mut(g)
                     .ok_or(WorkloadError::Fence { gpu_id: gpu.get() })?;
-                let event = signals.create(&kfd, true)?;
-                let q = UserQueue::create(&kfd, render, gpu, buffers, doorbells, &event, page.va)?;
-                user.push(Mutex::new(q));
+                let mut buffers = GpuBuffers {
+                    kfd: &kfd,
+                    gpu,
+                    list: std::mem::take(list),
+                };
+                let event = || signals.create(&kfd, true);
+                let q = UserQueue::create(render, &mut buffers, doorbells, event, page.va);
+                *list = buffers.list;
+                user.push(Mutex::new(q?));
             }
         }
 
@@ -211,7 +214,7 @@ impl<T: Transport> Workload<T> {
                 .iter()
                 .filter(|b| matches!(b.kind, Kind::Vram | Kind::Gtt))
             {
-                mover.fill(spec.seed, g, b, spec.untouched_bytes(b.size))?;
+                mover.fill(&Contents::of(spec, g, b))?;
             }
             if let Some(c) = buffers.iter().find(|b| b.kind == Kind::Counter) {
                 mover.write_counter(c.va, 1)?;

@@ -15,8 +15,8 @@ use kfd_abi::{
     Share, Transport, WaitResult,
 };
 
-use super::alloc::alloc_mapped;
-use super::manifest::{Buffer, Kind, WorkloadError};
+use super::alloc::GpuBuffers;
+use super::manifest::{Kind, WorkloadError};
 use super::mover::{Mover, FENCE};
 
 /// Bytes of a user-mode queue's ring (its pointers follow in the next page).
@@ -72,22 +72,21 @@ pub(super) struct UserQueue {
 }
 
 impl UserQueue {
-    /// Creates the queue on `gpu` (render node `render`, doorbell page `doorbells`): its ring and
-    /// pointers and its staging buffer as GTT buffers mapped for the CPU (listed in `buffers`),
-    /// completing into the slot of `event` in the signal page at GPU VA `page_va`.
+    /// Creates the queue on the GPU of `buffers` (render node `render`, doorbell page
+    /// `doorbells`): its ring and pointers and its staging buffer as GTT buffers mapped for the
+    /// CPU (listed in `buffers`), completing into the slot of the signal event `event` creates
+    /// (after the buffers) in the signal page at GPU VA `page_va`.
     pub(super) fn create<T: Transport>(
-        kfd: &Kfd<T>,
         render: &RenderNode<T>,
-        gpu: GpuId,
-        buffers: &mut Vec<Buffer>,
+        buffers: &mut GpuBuffers<'_, T>,
         doorbells: Mapping,
-        event: &CreatedEvent,
+        event: impl FnOnce() -> Result<CreatedEvent, IoctlError>,
         page_va: u64,
     ) -> Result<Self, WorkloadError> {
-        let (ring, ring_map) =
-            alloc_mapped(kfd, render, gpu, buffers, Kind::Ring, RING_BYTES + 4096)?;
-        let (staging, staging_map) =
-            alloc_mapped(kfd, render, gpu, buffers, Kind::Staging, QUEUE_STAGING)?;
+        let (kfd, gpu) = (buffers.kfd, buffers.gpu);
+        let (ring, ring_map) = buffers.mapped(render, Kind::Ring, RING_BYTES + 4096)?;
+        let (staging, staging_map) = buffers.mapped(render, Kind::Staging, QUEUE_STAGING)?;
+        let event = event()?;
         let mut d = QueueDesc::new(gpu, QueueType::Sdma);
         d.ring_base = ring.va;
         d.ring_size = u32::try_from(RING_BYTES).unwrap_or(u32::MAX);

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use kfd_abi::{EventId, Kfd, QueueId, RenderNode, Transport, WaitResult};
 
 use super::manifest::{Kind, Manifest, Report, WorkloadError};
-use super::mover::{GpuDma, Mover, VA_BASE};
+use super::mover::{Contents, GpuDma, Mover, VA_BASE};
 use super::user_queue::{lock, stamp, UserRun, STAMP_SLOT, UNSIGNALED_SLOT};
 use super::Workload;
 
@@ -103,7 +103,7 @@ impl<T: Transport> Workload<T> {
 /// Checks, through `kfd` and one render node per GPU of the manifest (whose VMs must be the
 /// process's compute VMs), that every buffer holds its pattern, every counter the manifest's
 /// generation, every queue exists and every event has its recorded state.
-pub fn verify<T: Transport>(
+pub(crate) fn verify<T: Transport>(
     kfd: &Kfd<T>,
     renders: &[&RenderNode<T>],
     m: &Manifest,
@@ -134,7 +134,7 @@ fn verify_with<T: Transport>(
         for b in &gm.buffers {
             match b.kind {
                 Kind::Vram | Kind::Gtt => {
-                    dma.check(m.spec.seed, g, b, m.spec.untouched_bytes(b.size))?;
+                    dma.check(&Contents::of(&m.spec, g, b))?;
                     report.buffers += 1;
                     report.bytes += b.size;
                 }
