@@ -102,6 +102,26 @@ pub fn checkpoint_files<P: Platform, W: Fn(SimPlatform) -> P>(
     result.map(|()| (ids, elapsed))
 }
 
+/// Checkpoints a process that a restore made (`restored`, on `node`) into `dir`, as criu dumps a
+/// restored process again: [`checkpoint_files`] of its files as RESTORE_EXT_FILE returned them.
+pub fn checkpoint_restored(
+    node: &SimNode,
+    restored: &RestoredTarget,
+    dir: &Path,
+    settings: &Settings,
+) -> Result<(ImageIds, Duration), NodeError> {
+    let renders: Vec<&RenderNode<SimFile>> = restored.renders.iter().collect();
+    checkpoint_files(
+        node,
+        &|p| p,
+        &restored.process,
+        &restored.kfd,
+        &renders,
+        dir,
+        settings,
+    )
+}
+
 /// The restored process: its `/dev/kfd` and render nodes as RESTORE_EXT_FILE returned them.
 #[derive(Debug)]
 pub struct RestoredTarget {

@@ -28,5 +28,8 @@ pub mod criu;
 pub mod node;
 pub mod workload;
 
-pub use criu::{checkpoint, checkpoint_files, restore, restore_with, ImageIds, RestoredTarget};
+pub use criu::{
+    checkpoint, checkpoint_files, checkpoint_restored, restore, restore_with, ImageIds,
+    RestoredTarget,
+};
 pub use node::{remapped_variant, start_target, start_target_in, NodeError, SimNode, Target};

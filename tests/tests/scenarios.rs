@@ -184,17 +184,8 @@ fn a_restored_process_is_checkpointed_and_restored_again() {
 
     // Dump the restored process, which uses its old gpu ids on other GPUs, and restore it back.
     let dir2 = tempfile::tempdir().unwrap();
-    let renders: Vec<_> = restored.renders.iter().collect();
-    let (ids2, _) = harness::checkpoint_files(
-        &second,
-        &|p| p,
-        &restored.process,
-        &restored.kfd,
-        &renders,
-        dir2.path(),
-        &settings(),
-    )
-    .unwrap();
+    let (ids2, _) =
+        harness::checkpoint_restored(&second, &restored, dir2.path(), &settings()).unwrap();
     let third = SimNode::new(&p).unwrap();
     let (again, _) = harness::restore(&third, dir2.path(), &ids2, &settings()).unwrap();
     again.verify(&manifest).unwrap();

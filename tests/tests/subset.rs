@@ -150,17 +150,8 @@ fn a_process_restored_onto_a_bigger_node_is_checkpointed_and_restored_again() {
     restored.verify(&manifest).unwrap();
 
     let dir2 = tempfile::tempdir().unwrap();
-    let renders: Vec<_> = restored.renders.iter().collect();
-    let (ids2, _) = harness::checkpoint_files(
-        &second,
-        &|p| p,
-        &restored.process,
-        &restored.kfd,
-        &renders,
-        dir2.path(),
-        &settings(),
-    )
-    .unwrap();
+    let (ids2, _) =
+        harness::checkpoint_restored(&second, &restored, dir2.path(), &settings()).unwrap();
     let third = SimNode::new(&harness::remapped_variant(&big)).unwrap();
     let (again, _) = harness::restore(&third, dir2.path(), &ids2, &settings()).unwrap();
     again.verify(&manifest).unwrap();
