@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use amdgpu_plugin::criu::Settings;
 use amdgpu_plugin::hooks::{CriuHooks, HookError, Stage};
 use kfd_abi::{Kfd, Platform, RenderNode};
-use kfd_sim::{SimFile, SimPlatform, SimProcess};
+use kfd_sim::{Preset, SimFile, SimPlatform, SimProcess};
 use serde::Serialize;
 
-use crate::node::{hook, io_err, NodeError, SimNode, Target};
-use crate::workload::{self, Manifest};
+use crate::node::{hook, io_err, start_target, NodeError, SimNode, Target};
+use crate::workload::{self, Manifest, Spec};
 
 /// The criu file ids of a checkpoint: `/dev/kfd` first, then one per render node.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -53,6 +53,21 @@ pub fn checkpoint(
         dir,
         settings,
     )
+}
+
+/// Starts the workload of `spec` on a new node of `preset`, checkpoints it into `dir` and lets
+/// the node go: what a test that needs only the images does. Returns the file ids and the
+/// workload's manifest.
+pub fn checkpoint_new(
+    preset: &Preset,
+    spec: &Spec,
+    dir: &Path,
+    settings: &Settings,
+) -> Result<(ImageIds, Manifest), NodeError> {
+    let node = SimNode::new(preset)?;
+    let target = start_target(&node, spec)?;
+    let (ids, _) = checkpoint(&node, &target, dir, settings)?;
+    Ok((ids, target.workload.manifest().clone()))
 }
 
 /// [`checkpoint`] for any process of `node` with its `/dev/kfd` and render-node files, with the

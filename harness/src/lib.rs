@@ -29,7 +29,7 @@ pub mod node;
 pub mod workload;
 
 pub use criu::{
-    checkpoint, checkpoint_files, checkpoint_restored, restore, restore_with, ImageIds,
-    RestoredTarget,
+    checkpoint, checkpoint_files, checkpoint_new, checkpoint_restored, restore, restore_with,
+    ImageIds, RestoredTarget,
 };
 pub use node::{remapped_variant, start_target, start_target_in, NodeError, SimNode, Target};

@@ -137,10 +137,9 @@ fn dump_only(
     harness::workload::Manifest,
 ) {
     let dir = tempfile::tempdir().unwrap();
-    let src = SimNode::new(preset).unwrap();
-    let target = harness::start_target(&src, &small_spec()).unwrap();
-    let (ids, _) = harness::checkpoint(&src, &target, dir.path(), settings).unwrap();
-    (dir, ids, target.workload.manifest().clone())
+    let (ids, manifest) =
+        harness::checkpoint_new(preset, &small_spec(), dir.path(), settings).unwrap();
+    (dir, ids, manifest)
 }
 
 #[test]

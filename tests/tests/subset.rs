@@ -36,10 +36,9 @@ fn mi250x2(ids: [u32; 2]) -> Preset {
 /// Checkpoints the workload running on every GPU of `preset`.
 fn dump(preset: &Preset) -> (tempfile::TempDir, harness::ImageIds, Manifest) {
     let dir = tempfile::tempdir().unwrap();
-    let src = SimNode::new(preset).unwrap();
-    let target = harness::start_target(&src, &spec()).unwrap();
-    let (ids, _) = harness::checkpoint(&src, &target, dir.path(), &settings()).unwrap();
-    (dir, ids, target.workload.manifest().clone())
+    let (ids, manifest) =
+        harness::checkpoint_new(preset, &spec(), dir.path(), &settings()).unwrap();
+    (dir, ids, manifest)
 }
 
 /// The GPU ids of `preset` at these indices.

@@ -57,11 +57,8 @@ fn untouched_memory_is_a_hole_at_dump_and_a_fill_at_restore(
 ) {
     let preset = Preset::by_name("mi210x2").unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let src = SimNode::new(&preset).unwrap();
-    let target = harness::start_target(&src, &spec()).unwrap();
-    let manifest = target.workload.manifest().clone();
-    let (ids, _) = harness::checkpoint(&src, &target, dir.path(), &settings(true)).unwrap();
-    drop(target);
+    let (ids, manifest) =
+        harness::checkpoint_new(&preset, &spec(), dir.path(), &settings(true)).unwrap();
 
     // The file has its full length; of the buffers' 10 MiB, 7.5 MiB are untouched and holes.
     // The workload's user-mode queue buffers (the staging buffer it moved the data through, the
@@ -117,11 +114,8 @@ fn untouched_memory_is_a_hole_at_dump_and_a_fill_at_restore(
 fn a_data_chunk_zeroed_in_the_image_is_refused(#[values(true, false)] map_pages: bool) {
     let preset = Preset::by_name("mi210x2").unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let src = SimNode::new(&preset).unwrap();
-    let target = harness::start_target(&src, &spec()).unwrap();
-    let manifest = target.workload.manifest().clone();
-    let (ids, _) = harness::checkpoint(&src, &target, dir.path(), &settings(true)).unwrap();
-    drop(target);
+    let (ids, manifest) =
+        harness::checkpoint_new(&preset, &spec(), dir.path(), &settings(true)).unwrap();
     // The file's second MiB held data (the end of the payload's first chunk and most of its
     // second): it becomes a hole, as a zeroed-out chunk.
     let (pages, _) = first_pages_file(dir.path(), &ids, &manifest);
