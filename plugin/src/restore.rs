@@ -94,7 +94,7 @@ pub enum RestoreError {
          other than the checkpointed one (a new container started from a checkpoint with Docker \
          or containerd), runc on cgroup v2 gives criu no cgroup root, and criu moves the task \
          into the checkpointed container's cgroup path, recreated without its rules: add \
-         `manage-cgroups ignore` to /etc/criu/runc.conf, so that criu leaves it in the new \
+         `manage-cgroups=ignore` to /etc/criu/runc.conf, so that criu leaves it in the new \
          container's cgroup"
     )]
     DeviceCgroupNotApplied {
