@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """A minimal client of the Kubernetes CRI (runtime.v1.RuntimeService) for the VM lane: what the
-kubelet sends for `kubectl checkpoint`-style requests, without a kubelet.
+kubelet sends for its checkpoint API, without a kubelet.
 
-Usage: cri-call.py SOCKET version
-       cri-call.py SOCKET checkpoint CONTAINER_ID LOCATION [TIMEOUT_SECONDS]
+Usage: cri-call.py SOCKET CALL [+ CALL]...
+where CALL is `version` or `checkpoint CONTAINER_ID LOCATION [TIMEOUT_SECONDS]`.
 
-Prints one line: `key=value ...` of the response, or `error code=NAME details=TEXT` (exit 1) when
-the call fails. The messages are encoded here by hand (a few string and integer fields of the CRI's
-protobuf definitions), so only python3-grpcio is needed, no generated code.
+Prints one line per call: `key=value ...` of the response, or `error code=NAME details=TEXT`
+when the call fails; exits 1 when one did. Several calls share one process (python and grpc are
+slow to start in the lane's guest). The messages are encoded here by hand (a few string and
+integer fields of the CRI's protobuf definitions), so only python3-grpcio is needed, no generated
+code.
 """
 
 import sys
@@ -72,30 +74,41 @@ def call(sock, method, request):
     return stub(request, timeout=600)
 
 
+def one(sock, args):
+    """Runs one call; returns its line."""
+    what = args[0] if args else ""
+    if what == "version" and len(args) == 1:
+        # VersionRequest{version}; VersionResponse{version, runtime_name, runtime_version,
+        # runtime_api_version}
+        names = {1: "version", 2: "runtime_name", 3: "runtime_version", 4: "runtime_api_version"}
+        reply = call(sock, "Version", field_bytes(1, "v1"))
+        return " ".join(f"{names.get(n, n)}={v.decode()}" for n, v in fields(reply))
+    if what == "checkpoint" and len(args) in (3, 4):
+        # CheckpointContainerRequest{container_id, location, timeout}
+        request = field_bytes(1, args[1]) + field_bytes(2, args[2])
+        if len(args) == 4:
+            request += field_int(3, int(args[3]))
+        call(sock, "CheckpointContainer", request)
+        return f"checkpointed {args[1]} to {args[2]}"
+    sys.exit(__doc__)
+
+
 def main(argv):
     if len(argv) < 3:
         sys.exit(__doc__)
-    sock, what = argv[1], argv[2]
-    try:
-        if what == "version":
-            # VersionRequest{version}; VersionResponse{version, runtime_name, runtime_version,
-            # runtime_api_version}
-            names = {1: "version", 2: "runtime_name", 3: "runtime_version", 4: "runtime_api_version"}
-            reply = call(sock, "Version", field_bytes(1, "v1"))
-            print(" ".join(f"{names.get(n, n)}={v.decode()}" for n, v in fields(reply)))
-        elif what == "checkpoint" and len(argv) in (5, 6):
-            # CheckpointContainerRequest{container_id, location, timeout}
-            request = field_bytes(1, argv[3]) + field_bytes(2, argv[4])
-            if len(argv) == 6:
-                request += field_int(3, int(argv[5]))
-            call(sock, "CheckpointContainer", request)
-            print(f"checkpointed {argv[3]} to {argv[4]}")
+    sock, calls, failed = argv[1], [[]], False
+    for arg in argv[2:]:
+        if arg == "+":
+            calls.append([])
         else:
-            sys.exit(__doc__)
-    except grpc.RpcError as e:
-        print(f"error code={e.code().name} details={e.details()}")
-        return 1
-    return 0
+            calls[-1].append(arg)
+    for args in calls:
+        try:
+            print(one(sock, args), flush=True)
+        except grpc.RpcError as e:
+            print(f"error code={e.code().name} details={e.details()}", flush=True)
+            failed = True
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -7,22 +7,20 @@
 #    checkpoint directory and started from it; kfd-simd released its KFD process at the dump, the
 #    plugin restored the image, and the workload verifies every byte, queue and event and ticks on
 #    (not started anew);
-# 2. new containers on another node: g1 again and g2 (given renderD128 only, kfd-workload
-#    --render-minors 128) are checkpointed into a --checkpoint-dir, new containers g1b and g2b are
-#    created with the same devices, and kfd-simd restarts with other gpu ids. Docker does not
-#    start a container from a --checkpoint-dir ("custom checkpointdir is not supported", refused
-#    by its daemon before anything runs: asserted); with the checkpoints copied into the new
-#    containers' own checkpoint directories, `docker start --checkpoint` restores g1b: the plugin
-#    maps the image's GPUs onto the new ones (criu's log) and it verifies, but its workload lands
-#    in g1's old cgroup path, which criu recreates (runc 1.1 gives criu no cgroup root on cgroup
-#    v2: asserted), outside g1b's cgroup and device rules. So g2b, whose image has one GPU, gets
-#    both in its /dev/kfd and the plugin refuses (asserted, nothing left); with
-#    `manage-cgroups=ignore` in /etc/criu/runc.conf criu leaves the task in g2b's cgroup, and it
-#    restores onto renderD128's GPU and verifies;
+# 2. a new container given 1 of 2 GPUs, on another node: g2 (given renderD128 only, kfd-workload
+#    --render-minors 128; its image has that one GPU) is checkpointed into a --checkpoint-dir, a
+#    new container g2b is created with the same devices, and kfd-simd restarts with other gpu
+#    ids. Docker does not start a container from a --checkpoint-dir ("custom checkpointdir is
+#    not supported", refused by its daemon before anything runs: asserted). Copied into g2b's own
+#    checkpoint directory, the checkpoint is restored by criu into g2's old cgroup path, which
+#    criu recreates (runc 1.1 gives criu no cgroup root on cgroup v2), outside g2b's device
+#    rules: its /dev/kfd gets both GPUs and the plugin refuses (asserted with criu's cgroup line;
+#    nothing left). With `manage-cgroups=ignore` in /etc/criu/runc.conf criu leaves the task in
+#    g2b's cgroup, and it restores onto renderD128's GPU, now 0x4242, and verifies;
 # 3. a refused restore: kfd-simd restarts with older firmware, and starting a new container g1c
-#    from g1's checkpoint of phase 2 (copied in) fails with the plugin's reason
-#    (KFD_FW_VER_CHECK) in criu's log, Docker's error names criu's failure, nothing runs and every
-#    device file the restore opened is released.
+#    from g1's checkpoint of phase 1 (copied in) fails with the plugin's reason
+#    (KFD_FW_VER_CHECK) in criu's log, Docker's error names criu's failure and a log file that is
+#    already gone, nothing runs and every device file the restore opened is released.
 # criu's log under runc is kept through /etc/criu/runc.conf (containerd.inc).
 # trixie only.
 # shellcheck shell=bash
@@ -64,54 +62,40 @@ grep 'amdgpu_plugin: restored image' "$CRIU_LOG" || fail "the plugin restored no
 [[ $(dk_cgroup g1) == "/docker/$(dk_id g1)" ]] || fail "g1's restored workload is in cgroup $(dk_cgroup g1), not its container's"
 dk_verify g1
 
-note "--- phase 2: new containers from --checkpoint-dir on a node with other gpu ids"
-# g2 only now: kfd-simd's VRAM count (released_since in phase 1) is the node's, not a process's.
-docker_gpu run g2 128 -- --render-minors 128
+note "--- phase 2: a new container, given 1 of 2 GPUs, from --checkpoint-dir on a node with other gpu ids"
 # A --checkpoint-dir holds checkpoints by name only (DIR/NAME), whichever container made them.
 cpd=$VM_LANE_WORK/checkpoints
 mkdir -p "$cpd"
-dk_cr g1-export checkpoint create --checkpoint-dir "$cpd" g1 g1-cp2 || fail "docker checkpoint create --checkpoint-dir of g1 failed"
-dk_cr g2-export checkpoint create --checkpoint-dir "$cpd" g2 g2-cp2 || fail "docker checkpoint create --checkpoint-dir of g2 failed"
+# g1 goes, and its checkpoint directory with it: cp1 is kept for phase 3. g2 is given renderD128
+# only.
+cp -a "$cpdir" "$cpd/cp1"
+dk rm -f g1 >/dev/null
+docker_gpu run g2 128 -- --render-minors 128
+dk_cr g2-export checkpoint create --checkpoint-dir "$cpd" g2 g2-cp ||
+    fail "docker checkpoint create --checkpoint-dir of g2 failed (criu's log: criu/g2-export.log)"
 # The driver gives a process a device record only for the GPUs its device cgroup allows.
 gpus=$(sed -n 's/.*amdgpu_plugin: dumping pid [0-9]*: \([0-9]*\) GPUs.*/\1/p' "$CRIU_LOG" | head -n 1)
 [[ $gpus == 1 ]] || fail "g2's image has ${gpus:-an unknown number of} GPUs, not 1: its device cgroup (renderD128 only) was not applied"
-docker_gpu create g1b 128 129
 docker_gpu create g2b 128 -- --render-minors 128
 gpu_node_restart --file "$VM_LANE_WORK/node-b.toml"
 # Docker writes a checkpoint into a --checkpoint-dir but does not start from one: its daemon
 # refuses before anything runs (moby's containerStart, unchanged in 26.1).
-if dk_cr g1b-dir start --checkpoint-dir "$cpd" --checkpoint g1-cp2 g1b; then
-    fail "docker started g1b from --checkpoint-dir: update the scenario and README (Docker now supports it)"
+if dk_cr g2b-dir start --checkpoint-dir "$cpd" --checkpoint g2-cp g2b; then
+    fail "docker started g2b from --checkpoint-dir: update the scenario and README (Docker now supports it)"
 fi
-grep -q 'custom checkpointdir is not supported' "$VM_LANE_OUT/g1b-dir.docker" ||
-    fail "docker start --checkpoint-dir failed for another reason: $(cat "$VM_LANE_OUT/g1b-dir.docker")"
-[[ $(dk_state g1b) == created ]] || fail "g1b is $(dk_state g1b) after the refused start"
-# What works: the checkpoint copied into the new container's own checkpoint directory.
-dk_checkpoint_into g1b "$cpd/g1-cp2"
-dk_cr g1b-rst start --checkpoint g1-cp2 g1b || fail "docker start of g1b from g1-cp2 failed (criu's log: criu/g1b-rst.log)"
-grep -A3 'amdgpu_plugin: GPU mapping' "$CRIU_LOG" || fail "the plugin logged no GPU mapping"
-grep -q '0x4242' "$CRIU_LOG" || fail "g1b's restore did not use the new node's GPUs (no 0x4242 in criu's log)"
-dk_verify g1b
+grep -q 'custom checkpointdir is not supported' "$VM_LANE_OUT/g2b-dir.docker" ||
+    fail "docker start --checkpoint-dir failed for another reason: $(cat "$VM_LANE_OUT/g2b-dir.docker")"
+[[ $(dk_state g2b) == created ]] || fail "g2b is $(dk_state g2b) after the refused start"
+# What works: the checkpoint copied into the new container's own checkpoint directory. But
 # runc 1.1 on cgroup v2 gives criu no cgroup root, and criu (cgroup mode soft, its default) puts
-# the restored task into the checkpointed container's cgroup path, which it creates anew: outside
-# g1b's cgroup, its device rules and its limits. (Phase 1 restored into the same container, so
-# the same path.)
-cg=$(dk_cgroup g1b)
-note "g1b's workload is in cgroup $cg; g1b's own is /docker/$(dk_id g1b)"
-[[ $cg == "/docker/$(dk_id g1)" ]] ||
-    fail "g1b's restored workload is in cgroup $cg, not g1's (/docker/$(dk_id g1)): did runc's restore change? update the scenario and README"
-# g1b's part is done: removed, and kfd-simd's node empty again (the VRAM checks below count the
-# node's, not a process's).
-pid=$(dk_pid g1b)
+# the restored task into the checkpointed container's cgroup path (g2's), which it creates anew:
+# outside g2b's cgroup and its device rules. (Phase 1 restored into the same container, so the
+# same path.) g2b's /dev/kfd then gets both GPUs, and the plugin refuses rather than open
+# renderD129, which g2b was not given.
+dk_checkpoint_into g2b "$cpd/g2-cp"
 seen=$(wc -l <"$VM_LANE_OUT/simd.err")
-dk rm -f g1b >/dev/null
-released_since "$seen" "$pid"
-# g2b, given renderD128 only: in that recreated cgroup no device rule applies, its /dev/kfd gets
-# both GPUs, and the plugin refuses (rather than open renderD129, which g2b was not given).
-dk_checkpoint_into g2b "$cpd/g2-cp2"
-seen=$(wc -l <"$VM_LANE_OUT/simd.err")
-if dk_cr g2b-rst start --checkpoint g2-cp2 g2b; then
-    fail "g2b restored in spite of a cgroup without its device rules (criu log: criu/g2b-rst.log)"
+if dk_cr g2b-rst start --checkpoint g2-cp g2b; then
+    fail "g2b restored in spite of a cgroup without its device rules (did runc's restore change? criu's log: criu/g2b-rst.log)"
 fi
 grep 'amdgpu_plugin: .*which its container was not given' "$CRIU_LOG" ||
     fail "g2b's restore failed without the plugin's device cgroup reason (criu's log: criu/g2b-rst.log)"
@@ -122,7 +106,7 @@ devices_released_since "$seen" "g2b's refused restore"
 # With `manage-cgroups=ignore` in runc.conf criu leaves the restored task in the cgroup runc
 # prepared for it (g2b's, its device rules set): one GPU, renderD128's, and it verifies.
 DK_CRIU_OPTIONS=("manage-cgroups=ignore")
-dk_cr g2b-rst-ignore start --checkpoint g2-cp2 g2b ||
+dk_cr g2b-rst-ignore start --checkpoint g2-cp g2b ||
     fail "docker start of g2b with manage-cgroups=ignore failed (criu's log: criu/g2b-rst-ignore.log)"
 DK_CRIU_OPTIONS=()
 [[ $(dk_cgroup g2b) == "/docker/$(dk_id g2b)" ]] || fail "g2b's restored workload is in cgroup $(dk_cgroup g2b), not its container's"
@@ -132,13 +116,14 @@ grep -q '0x4242' "$CRIU_LOG" || fail "g2b's GPU was not mapped onto 0x4242 (rend
 dk_verify g2b
 
 note "--- phase 3: a restore refused on a node with older firmware"
-# g1's checkpoint of phase 2 (taken on a node with firmware 90) again, on one with 60.
+# g1's checkpoint of phase 1 (taken on a node with firmware 90), in a new container g1c, on a
+# node with 60.
 dk rm -f g2b >/dev/null
 docker_gpu create g1c 128 129
 gpu_node_restart --file "$VM_LANE_WORK/node-c.toml"
 seen=$(wc -l <"$VM_LANE_OUT/simd.err")
-dk_checkpoint_into g1c "$cpd/g1-cp2"
-if dk_cr g1c-rst start --checkpoint g1-cp2 g1c; then
+dk_checkpoint_into g1c "$cpd/cp1"
+if dk_cr g1c-rst start --checkpoint cp1 g1c; then
     fail "docker restored g1c onto older firmware"
 fi
 grep 'amdgpu_plugin: .*KFD_FW_VER_CHECK' "$CRIU_LOG" || fail "the plugin's reason is not in criu's log"
