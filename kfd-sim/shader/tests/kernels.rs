@@ -1,0 +1,538 @@
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_possible_wrap,
+    clippy::cast_sign_loss,
+    clippy::unwrap_used
+)] // test code
+//! The committed test kernels (kernels/kernels.cl, built by scripts/gen-kernels.sh) run through
+//! the core over flat test memory, each checked against the same computation on the CPU.
+
+use kfd_shader::testmem::{layout, Rig};
+use kfd_shader::{run_dispatch, Dispatch, DispatchOutcome, Executor, NoClock, ShaderError, Stop};
+use rstest::rstest;
+
+const CODE_OBJECT: &[u8] = include_bytes!("../kernels/kernels.co");
+
+fn rig() -> Rig {
+    Rig::new(CODE_OBJECT, 64 << 20).unwrap()
+}
+
+/// Kernel arguments, each aligned to its size.
+#[derive(Default)]
+struct Args(Vec<u8>);
+
+impl Args {
+    fn u64(mut self, v: u64) -> Self {
+        while self.0.len() % 8 != 0 {
+            self.0.push(0);
+        }
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn u32(mut self, v: u32) -> Self {
+        while self.0.len() % 4 != 0 {
+            self.0.push(0);
+        }
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+}
+
+fn run(rig: &Rig, d: &Dispatch, threads: usize) -> DispatchOutcome {
+    run_dispatch(d, &rig.mem, &NoClock, threads, 200_000_000)
+}
+
+fn pattern(n: usize, seed: u32) -> Vec<u32> {
+    (0..n as u32)
+        .map(|i| i.wrapping_mul(0x9e37_79b9).wrapping_add(seed) ^ (i >> 3))
+        .collect()
+}
+
+#[test]
+fn every_kernel_of_the_code_object_is_found() {
+    let rig = rig();
+    let mut k = rig.kernels();
+    k.sort_unstable();
+    assert_eq!(
+        k,
+        [
+            "atomics",
+            "copy_aligned",
+            "dmath",
+            "fault",
+            "fill",
+            "flat_apertures",
+            "grid2d",
+            "illegal",
+            "index64",
+            "interrupt",
+            "lds_reduce",
+            "scratch",
+            "shuffle",
+            "spin",
+            "trap",
+            "vector_add"
+        ]
+    );
+}
+
+#[rstest]
+#[case::whole_waves(4096, 0, 1)]
+#[case::tail(1000, 3, 1)]
+#[case::two_threads(5000, 63, 2)]
+#[case::less_than_the_grid(17, 15, 1)]
+fn copy_aligned_copies_body_and_tail(#[case] n16: u64, #[case] n4: u64, #[case] threads: usize) {
+    let mut rig = rig();
+    let src = rig.alloc(n16 * 16).unwrap();
+    let dst = rig.alloc(n16 * 16).unwrap();
+    let src_t = rig.alloc(n4 * 4 + 4).unwrap();
+    let dst_t = rig.alloc(n4 * 4 + 4).unwrap();
+    let body = pattern(n16 as usize * 4, 1);
+    let tail = pattern(n4 as usize, 2);
+    rig.mem.write_u32s(src, &body);
+    rig.mem.write_u32s(src_t, &tail);
+    let a = Args::default()
+        .u64(src)
+        .u64(dst)
+        .u64(n16)
+        .u64(src_t)
+        .u64(dst_t)
+        .u64(n4);
+    let d = rig
+        .dispatch(
+            "copy_aligned",
+            [256 * 4, 1, 1],
+            [64, 1, 1],
+            &a.0,
+            threads as u32,
+        )
+        .unwrap();
+    let out = run(&rig, &d, threads);
+    assert_eq!(out.stop, Stop::Done);
+    assert_eq!(rig.mem.read_u32s(dst, body.len()).unwrap(), body);
+    assert_eq!(rig.mem.read_u32s(dst_t, tail.len()).unwrap(), tail);
+    // The word after the tail is not touched.
+    assert_eq!(rig.mem.read_u32(dst_t + n4 * 4).unwrap(), 0);
+}
+
+#[test]
+fn fill_writes_the_value_and_nothing_past_it() {
+    let mut rig = rig();
+    let (n16, n4) = (3001u64, 5u64);
+    let dst = rig.alloc(n16 * 16 + 16).unwrap();
+    let dst_t = rig.alloc(64).unwrap();
+    let a = Args::default()
+        .u64(dst)
+        .u32(0xdead_beef)
+        .u64(n16)
+        .u64(dst_t)
+        .u64(n4);
+    let d = rig
+        .dispatch("fill", [1024, 1, 1], [64, 1, 1], &a.0, 1)
+        .unwrap();
+    assert_eq!(run(&rig, &d, 1).stop, Stop::Done);
+    let got = rig.mem.read_u32s(dst, n16 as usize * 4 + 1).unwrap();
+    assert!(got[..n16 as usize * 4].iter().all(|&x| x == 0xdead_beef));
+    assert_eq!(got[n16 as usize * 4], 0);
+    assert_eq!(
+        rig.mem.read_u32s(dst_t, 6).unwrap(),
+        [
+            0xdead_beef,
+            0xdead_beef,
+            0xdead_beef,
+            0xdead_beef,
+            0xdead_beef,
+            0
+        ]
+    );
+}
+
+#[rstest]
+#[case::partial_last_workgroup(1000, 256)]
+#[case::one_wave(64, 64)]
+#[case::partial_wave(33, 64)]
+fn vector_add_matches_the_cpu(#[case] n: u32, #[case] wg: u16) {
+    let mut rig = rig();
+    let a: Vec<f32> = (0..n).map(|i| i as f32 * 0.25 - 17.0).collect();
+    let b: Vec<f32> = (0..n).map(|i| 1.0 / (i as f32 + 1.0)).collect();
+    let (pa, pb, pc) = (
+        rig.alloc(u64::from(n) * 4).unwrap(),
+        rig.alloc(u64::from(n) * 4).unwrap(),
+        rig.alloc(u64::from(n) * 4 + 4).unwrap(),
+    );
+    rig.mem
+        .write_u32s(pa, &a.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    rig.mem
+        .write_u32s(pb, &b.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    let args = Args::default().u64(pa).u64(pb).u64(pc).u32(n);
+    let d = rig
+        .dispatch("vector_add", [n, 1, 1], [wg, 1, 1], &args.0, 1)
+        .unwrap();
+    assert_eq!(run(&rig, &d, 1).stop, Stop::Done);
+    let got = rig.mem.read_u32s(pc, n as usize + 1).unwrap();
+    for i in 0..n as usize {
+        assert_eq!(got[i], (a[i] + b[i]).to_bits(), "element {i}");
+    }
+    assert_eq!(got[n as usize], 0);
+}
+
+#[test]
+fn lds_reduce_sums_each_workgroup_across_barriers() {
+    let mut rig = rig();
+    let groups = 6usize;
+    let input = pattern(256 * groups, 7);
+    let pin = rig.alloc(input.len() as u64 * 4).unwrap();
+    let pout = rig.alloc(groups as u64 * 4).unwrap();
+    rig.mem.write_u32s(pin, &input);
+    let args = Args::default().u64(pin).u64(pout);
+    let d = rig
+        .dispatch(
+            "lds_reduce",
+            [256 * groups as u32, 1, 1],
+            [256, 1, 1],
+            &args.0,
+            2,
+        )
+        .unwrap();
+    assert_eq!(run(&rig, &d, 2).stop, Stop::Done);
+    let want: Vec<u32> = input
+        .chunks(256)
+        .map(|c| c.iter().fold(0u32, |s, x| s.wrapping_add(*x)))
+        .collect();
+    assert_eq!(rig.mem.read_u32s(pout, groups).unwrap(), want);
+}
+
+#[rstest]
+#[case::one_thread(1)]
+#[case::two_threads(2)]
+fn atomics_are_atomic(#[case] threads: usize) {
+    let mut rig = rig();
+    let n = 100usize;
+    let vals: Vec<i32> = (0..n as i32).map(|i| (i * 37 % 101) - 50).collect();
+    let counters = rig.alloc(16).unwrap();
+    let wide = rig.alloc(24).unwrap();
+    let slots = rig.alloc(128 * 4).unwrap();
+    let pv = rig.alloc(n as u64 * 4).unwrap();
+    rig.mem
+        .write_u32s(pv, &vals.iter().map(|&v| v as u32).collect::<Vec<_>>());
+    rig.mem
+        .write_u32s(counters, &[0, i32::MAX as u32, i32::MIN as u32, 0]);
+    rig.mem.write(
+        wide,
+        &[
+            0u64.to_le_bytes(),
+            i64::MAX.to_le_bytes(),
+            i64::MIN.to_le_bytes(),
+        ]
+        .concat(),
+    );
+    let args = Args::default().u64(counters).u64(wide).u64(slots).u64(pv);
+    let d = rig
+        .dispatch(
+            "atomics",
+            [n as u32, 1, 1],
+            [32, 1, 1],
+            &args.0,
+            threads as u32,
+        )
+        .unwrap();
+    assert_eq!(run(&rig, &d, threads).stop, Stop::Done);
+    let c = rig.mem.read_u32s(counters, 4).unwrap();
+    assert_eq!(c[0], n as u32);
+    assert_eq!(c[1] as i32, *vals.iter().min().unwrap());
+    assert_eq!(c[2] as i32, *vals.iter().max().unwrap());
+    assert_eq!(c[3], vals.iter().map(|&v| v as u32).max().unwrap());
+    assert_eq!(
+        rig.mem.read_u64(wide).unwrap() as i64,
+        vals.iter().map(|&v| i64::from(v)).sum::<i64>()
+    );
+    assert_eq!(
+        rig.mem.read_u64(wide + 8).unwrap() as i64,
+        i64::from(*vals.iter().min().unwrap()) * 1_000_000_000
+    );
+    assert_eq!(
+        rig.mem.read_u64(wide + 16).unwrap() as i64,
+        i64::from(*vals.iter().max().unwrap()) * 1_000_000_000
+    );
+    let mut owners: Vec<u32> = rig
+        .mem
+        .read_u32s(slots, 128)
+        .unwrap()
+        .into_iter()
+        .filter(|&x| x != 0)
+        .collect();
+    owners.sort_unstable();
+    assert_eq!(
+        owners,
+        (1..=n as u32).collect::<Vec<_>>(),
+        "every item claimed exactly one slot"
+    );
+}
+
+#[test]
+fn shuffles_move_values_between_lanes() {
+    let mut rig = rig();
+    let n = 128usize;
+    let input = pattern(n, 3);
+    let (pin, prot, pdpp) = (
+        rig.alloc(512).unwrap(),
+        rig.alloc(512).unwrap(),
+        rig.alloc(512).unwrap(),
+    );
+    rig.mem.write_u32s(pin, &input);
+    let args = Args::default().u64(pin).u64(prot).u64(pdpp);
+    let d = rig
+        .dispatch("shuffle", [n as u32, 1, 1], [64, 1, 1], &args.0, 1)
+        .unwrap();
+    assert_eq!(run(&rig, &d, 1).stop, Stop::Done);
+    let rot = rig.mem.read_u32s(prot, n).unwrap();
+    let dpp = rig.mem.read_u32s(pdpp, n).unwrap();
+    for i in 0..n {
+        let wave = i & !63;
+        assert_eq!(rot[i], input[wave + (i + 1) % 64], "bpermute lane {i}");
+        let want = if i % 16 == 0 { 0 } else { input[i - 1] };
+        assert_eq!(dpp[i], want, "row_shr lane {i}");
+    }
+}
+
+#[test]
+fn grid2d_covers_partial_edge_workgroups() {
+    let mut rig = rig();
+    let (w, h) = (40u32, 24u32);
+    let out = rig.alloc(u64::from(w * h) * 4 + 4).unwrap();
+    let args = Args::default().u64(out).u32(w);
+    let d = rig
+        .dispatch("grid2d", [w, h, 1], [16, 8, 1], &args.0, 1)
+        .unwrap();
+    assert_eq!(d.workgroup_counts(), [3, 3, 1]);
+    assert_eq!(run(&rig, &d, 1).stop, Stop::Done);
+    let got = rig.mem.read_u32s(out, (w * h) as usize + 1).unwrap();
+    for y in 0..h {
+        for x in 0..w {
+            assert_eq!(got[(y * w + x) as usize], x * 1000 + y, "({x}, {y})");
+        }
+    }
+    assert_eq!(got[(w * h) as usize], 0);
+}
+
+#[test]
+fn dmath_matches_the_cpu() {
+    let mut rig = rig();
+    let n = 64usize;
+    let a: Vec<f64> = (0..n).map(|i| (i as f64 + 0.5) * 1.37e3).collect();
+    let b: Vec<f64> = (0..n).map(|i| 3.0 - i as f64 * 0.731).collect();
+    let (pa, pb, po) = (
+        rig.alloc(512).unwrap(),
+        rig.alloc(512).unwrap(),
+        rig.alloc(2048).unwrap(),
+    );
+    rig.mem.write(
+        pa,
+        &a.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>(),
+    );
+    rig.mem.write(
+        pb,
+        &b.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>(),
+    );
+    let args = Args::default().u64(pa).u64(pb).u64(po);
+    let d = rig
+        .dispatch("dmath", [n as u32, 1, 1], [64, 1, 1], &args.0, 1)
+        .unwrap();
+    assert_eq!(run(&rig, &d, 1).stop, Stop::Done);
+    for i in 0..n {
+        let got: Vec<f64> = (0..4)
+            .map(|k| f64::from_bits(rig.mem.read_u64(po + 8 * (4 * i + k) as u64).unwrap()))
+            .collect();
+        let (x, y) = (a[i], b[i]);
+        // OpenCL contracts x * y + x into one fma.
+        assert_eq!(got[0], x.mul_add(y, x), "mul-add {i}");
+        assert_eq!(got[1], x / y, "division {i}");
+        assert_eq!(got[2], x.sqrt(), "sqrt {i}");
+        assert_eq!(got[3], x.mul_add(y, -1.5), "fma {i}");
+    }
+}
+
+#[test]
+fn index64_reaches_past_4_gib() {
+    let mut rig = rig();
+    let base = rig.alloc(8).unwrap();
+    let offset_words = (5u64 << 30) / 8;
+    assert!(rig.mem.map(base + offset_words * 8, 4096, true));
+    let args = Args::default().u64(base).u64(offset_words);
+    let d = rig
+        .dispatch("index64", [256, 1, 1], [64, 1, 1], &args.0, 1)
+        .unwrap();
+    assert_eq!(run(&rig, &d, 1).stop, Stop::Done);
+    for i in 0..256u64 {
+        assert_eq!(
+            rig.mem.read_u64(base + (offset_words + i) * 8).unwrap(),
+            offset_words + i
+        );
+    }
+}
+
+#[test]
+fn an_illegal_instruction_stops_the_dispatch_with_its_address() {
+    let mut rig = rig();
+    let out = rig.alloc(4).unwrap();
+    let d = rig
+        .dispatch(
+            "illegal",
+            [64, 1, 1],
+            [64, 1, 1],
+            &Args::default().u64(out).0,
+            1,
+        )
+        .unwrap();
+    let o = run(&rig, &d, 1);
+    let Stop::Error {
+        error: ShaderError::IllegalInstruction { word, pc, .. },
+        ..
+    } = o.stop
+    else {
+        panic!("expected an illegal instruction, got {:?}", o.stop)
+    };
+    assert_eq!(word, 0xfc00_0000);
+    assert!(pc > d.entry(), "the word is after the first store");
+    assert_eq!(
+        rig.mem.read_u32(out).unwrap(),
+        1,
+        "the store before it happened, the one after not"
+    );
+}
+
+#[test]
+fn a_read_of_an_unmapped_address_is_a_memory_fault() {
+    let mut rig = rig();
+    let out = rig.alloc(256).unwrap();
+    let bad = 0x7_0000_0000u64;
+    let args = Args::default().u64(bad).u64(out);
+    let d = rig
+        .dispatch("fault", [64, 1, 1], [64, 1, 1], &args.0, 1)
+        .unwrap();
+    let o = run(&rig, &d, 1);
+    let Stop::Error {
+        error: ShaderError::MemoryFault { fault, .. },
+        ..
+    } = o.stop
+    else {
+        panic!("expected a memory fault, got {:?}", o.stop)
+    };
+    assert_eq!((fault.addr & !0xff, fault.write), (bad, false));
+}
+
+#[test]
+fn s_trap_is_reported_with_its_id() {
+    let mut rig = rig();
+    let out = rig.alloc(4).unwrap();
+    let d = rig
+        .dispatch(
+            "trap",
+            [64, 1, 1],
+            [64, 1, 1],
+            &Args::default().u64(out).0,
+            1,
+        )
+        .unwrap();
+    let o = run(&rig, &d, 1);
+    assert!(
+        matches!(o.stop, Stop::Trap { trap_id: 2, .. }),
+        "{:?}",
+        o.stop
+    );
+    assert_eq!(rig.mem.read_u32(out).unwrap(), 1);
+}
+
+#[test]
+fn a_spinning_wave_stops_at_its_budget_and_finishes_when_the_flag_is_set() {
+    let mut rig = rig();
+    let flag = rig.alloc(4).unwrap();
+    let out = rig.alloc(256).unwrap();
+    let args = Args::default().u64(flag).u64(out);
+    let d = rig
+        .dispatch("spin", [64, 1, 1], [64, 1, 1], &args.0, 1)
+        .unwrap();
+    let mut wg = d.workgroup(0, 0);
+    let mut ex = Executor::new();
+    let st = ex.run(&mut wg, &rig.mem, &NoClock, 10_000);
+    assert_eq!((st.stop, st.instructions), (Stop::Budget, 10_000));
+    rig.mem.write_u32s(flag, &[5]);
+    let st = ex.run(&mut wg, &rig.mem, &NoClock, 10_000);
+    assert_eq!(st.stop, Stop::Done);
+    assert_eq!(
+        rig.mem.read_u32s(out, 64).unwrap(),
+        (5..69).collect::<Vec<u32>>()
+    );
+}
+
+#[test]
+fn private_arrays_use_swizzled_scratch() {
+    let mut rig = rig();
+    let n = 200usize;
+    let input = pattern(n, 11);
+    let idx = pattern(n, 5);
+    let (pin, pidx, pout) = (
+        rig.alloc(1024).unwrap(),
+        rig.alloc(1024).unwrap(),
+        rig.alloc(1024).unwrap(),
+    );
+    rig.mem.write_u32s(pin, &input);
+    rig.mem.write_u32s(pidx, &idx);
+    let args = Args::default().u64(pin).u64(pidx).u64(pout);
+    let d = rig
+        .dispatch("scratch", [n as u32, 1, 1], [128, 1, 1], &args.0, 2)
+        .unwrap();
+    assert_eq!(run(&rig, &d, 2).stop, Stop::Done);
+    let got = rig.mem.read_u32s(pout, n).unwrap();
+    for i in 0..n {
+        let a = |k: u32| input[i].wrapping_mul(k).wrapping_add(k);
+        assert_eq!(
+            got[i],
+            a(idx[i] & 63).wrapping_add(a((idx[i] + 7) & 63)),
+            "item {i}"
+        );
+    }
+    // The private arrays went through the scratch backing memory.
+    let used = rig.mem.read_u32s(layout::SCRATCH_VA, 4096).unwrap();
+    assert!(used.iter().any(|&x| x != 0));
+}
+
+#[test]
+fn flat_pointers_reach_lds_and_private_memory_through_the_apertures() {
+    let mut rig = rig();
+    let out = rig.alloc(256).unwrap();
+    let d = rig
+        .dispatch(
+            "flat_apertures",
+            [64, 1, 1],
+            [64, 1, 1],
+            &Args::default().u64(out).0,
+            1,
+        )
+        .unwrap();
+    let o = run(&rig, &d, 1);
+    assert_eq!(o.stop, Stop::Done);
+    let got = rig.mem.read_u32s(out, 64).unwrap();
+    for t in 0..64u32 {
+        assert_eq!(got[t as usize], (63 - t) * 3 + t * 5, "lane {t}");
+    }
+}
+
+#[test]
+fn s_sendmsg_interrupt_carries_m0_and_the_wave_goes_on() {
+    let mut rig = rig();
+    let out = rig.alloc(1024).unwrap();
+    let d = rig
+        .dispatch(
+            "interrupt",
+            [256, 1, 1],
+            [64, 1, 1],
+            &Args::default().u64(out).0,
+            1,
+        )
+        .unwrap();
+    let o = run(&rig, &d, 1);
+    assert_eq!(o.stop, Stop::Done);
+    assert_eq!(o.interrupts, [40, 41, 42, 43]);
+    assert!(rig.mem.read_u32s(out, 256).unwrap().iter().all(|&x| x == 7));
+}
