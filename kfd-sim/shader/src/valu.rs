@@ -2,7 +2,7 @@
 //! opcode table. Every loop runs over all 64 lanes into a result array that one masked store
 //! writes back, so the compiler can vectorise it.
 
-use crate::decode::Inst;
+use crate::decode::{Inst, Operand};
 use crate::exec::{Ctx, Exit};
 use crate::float::{self, Denorm, QNAN32, QNAN64};
 use crate::operand::Lanes64;
@@ -33,40 +33,79 @@ pub(crate) const F32: [Ty; 4] = [Ty::F32; 4];
 pub(crate) const F64: [Ty; 4] = [Ty::F64; 4];
 pub(crate) const F16: [Ty; 4] = [Ty::F16; 4];
 
+// ---- sources ----
+
+/// Whether an instruction reads its sources unmodified (no SDWA, DPP, ABS, NEG or OPSEL).
+#[inline(always)]
+pub(crate) fn plain(i: &Inst) -> bool {
+    i.sdwa.is_none() && i.dpp.is_none() && i.abs == 0 && i.neg == 0 && i.opsel == 0
+}
+
+/// Runs `body` on the N 32-bit sources: borrowed VGPRs for an unmodified instruction (no copy
+/// of the register), copies with the modifiers applied otherwise.
+#[inline(always)]
+pub(crate) fn with_srcs<const N: usize, T>(
+    c: &mut Ctx<'_>,
+    i: &Inst,
+    body: impl FnOnce([&Lanes; N]) -> T,
+) -> T {
+    if plain(i) {
+        let mut tmp = [[0u32; LANES]; N];
+        for n in 0..N {
+            if !matches!(i.src[n], Operand::Vgpr(_) | Operand::Agpr(_)) {
+                tmp[n] = [c.s32(i.src[n]); LANES];
+            }
+        }
+        let c = &*c;
+        let refs: [&Lanes; N] = std::array::from_fn(|n| match i.src[n] {
+            Operand::Vgpr(r) => c.w.v(c.vidx(r, n)),
+            Operand::Agpr(r) => c.w.v(c.w.accum_offset as usize + usize::from(r)),
+            _ => &tmp[n],
+        });
+        body(refs)
+    } else {
+        let owned: [Lanes; N] = std::array::from_fn(|n| c.src32(i, n));
+        body(std::array::from_fn(|n| &owned[n]))
+    }
+}
+
 // ---- integer lane loops ----
 
 #[inline(always)]
 pub(crate) fn u32_1(c: &mut Ctx<'_>, i: &Inst, f: impl Fn(u32) -> u32) -> R {
-    let a = c.src32(i, 0);
-    let mut r = [0u32; LANES];
-    for l in 0..LANES {
-        r[l] = f(a[l]);
-    }
+    let r = with_srcs(c, i, |[a]: [&Lanes; 1]| {
+        let mut r = [0u32; LANES];
+        for l in 0..LANES {
+            r[l] = f(a[l]);
+        }
+        r
+    });
     c.write32(i, &r);
     Ok(())
 }
 
 #[inline(always)]
 pub(crate) fn u32_2(c: &mut Ctx<'_>, i: &Inst, f: impl Fn(u32, u32) -> u32) -> R {
-    let a = c.src32(i, 0);
-    let b = c.src32(i, 1);
-    let mut r = [0u32; LANES];
-    for l in 0..LANES {
-        r[l] = f(a[l], b[l]);
-    }
+    let r = with_srcs(c, i, |[a, b]: [&Lanes; 2]| {
+        let mut r = [0u32; LANES];
+        for l in 0..LANES {
+            r[l] = f(a[l], b[l]);
+        }
+        r
+    });
     c.write32(i, &r);
     Ok(())
 }
 
 #[inline(always)]
 pub(crate) fn u32_3(c: &mut Ctx<'_>, i: &Inst, f: impl Fn(u32, u32, u32) -> u32) -> R {
-    let a = c.src32(i, 0);
-    let b = c.src32(i, 1);
-    let d = c.src32(i, 2);
-    let mut r = [0u32; LANES];
-    for l in 0..LANES {
-        r[l] = f(a[l], b[l], d[l]);
-    }
+    let r = with_srcs(c, i, |[a, b, d]: [&Lanes; 3]| {
+        let mut r = [0u32; LANES];
+        for l in 0..LANES {
+            r[l] = f(a[l], b[l], d[l]);
+        }
+        r
+    });
     c.write32(i, &r);
     Ok(())
 }
@@ -98,16 +137,17 @@ pub(crate) fn write16(c: &mut Ctx<'_>, i: &Inst, r: &mut Lanes) {
 /// `carry_in`, a carry in from src2's lane mask.
 #[inline(always)]
 fn carry(c: &mut Ctx<'_>, i: &Inst, carry_in: bool, f: impl Fn(u32, u32, u32) -> (u32, bool)) -> R {
-    let a = c.src32(i, 0);
-    let b = c.src32(i, 1);
     let cin = if carry_in { c.s64(i.src[2]) } else { 0 };
-    let mut r = [0u32; LANES];
-    let mut out = 0u64;
-    for l in 0..LANES {
-        let (v, co) = f(a[l], b[l], (cin >> l) as u32 & 1);
-        r[l] = v;
-        out |= u64::from(co) << l;
-    }
+    let (r, out) = with_srcs(c, i, |[a, b]: [&Lanes; 2]| {
+        let mut r = [0u32; LANES];
+        let mut out = 0u64;
+        for l in 0..LANES {
+            let (v, co) = f(a[l], b[l], (cin >> l) as u32 & 1);
+            r[l] = v;
+            out |= u64::from(co) << l;
+        }
+        (r, out)
+    });
     let mask = c.wmask;
     c.write32(i, &r);
     // Lanes outside EXEC read 0 in a VALU-written mask.
@@ -134,24 +174,22 @@ pub(crate) fn den64(c: &Ctx<'_>) -> Denorm {
 #[inline(always)]
 pub(crate) fn f32_n<const N: usize>(c: &mut Ctx<'_>, i: &Inst, f: impl Fn([f32; N]) -> f32) -> R {
     let dn = den32(c);
-    let mut s: [Lanes; N] = std::array::from_fn(|n| c.src32(i, n));
-    if dn.flush_in {
-        for v in s.iter_mut() {
-            for x in v.iter_mut() {
-                *x = float::flush32(*x);
-            }
+    let mut r = with_srcs(c, i, |s: [&Lanes; N]| {
+        let mut r = [0u32; LANES];
+        for l in 0..LANES {
+            let args: [f32; N] = std::array::from_fn(|n| {
+                let x = s[n][l];
+                f32::from_bits(if dn.flush_in { float::flush32(x) } else { x })
+            });
+            let v = f(args);
+            r[l] = if v.is_nan() && !args.iter().any(|a| a.is_nan()) {
+                QNAN32
+            } else {
+                v.to_bits()
+            };
         }
-    }
-    let mut r = [0u32; LANES];
-    for l in 0..LANES {
-        let args: [f32; N] = std::array::from_fn(|n| f32::from_bits(s[n][l]));
-        let v = f(args);
-        r[l] = if v.is_nan() && !args.iter().any(|a| a.is_nan()) {
-            QNAN32
-        } else {
-            v.to_bits()
-        };
-    }
+        r
+    });
     post32(c, i, &mut r, dn);
     c.write32(i, &r);
     Ok(())

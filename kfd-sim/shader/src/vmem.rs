@@ -278,14 +278,18 @@ fn load(c: &mut Ctx<'_>, i: &Inst, bytes: u8, sext: bool, d16: u8) -> R {
     let mut vals = [[0u32; LANES]; 4];
     let span = wave_span(c, &ad, exec, u64::from(bytes), false).map_err(|f| c.fault(f))?;
     match span {
-        Some(s) if bytes >= 4 => {
-            for l in 0..LANES {
-                if exec >> l & 1 != 0 {
-                    for (k, v) in vals.iter_mut().enumerate().take(nd) {
-                        v[l] = s.load_u32(ad.a[l] + 4 * k as u64).unwrap_or(0);
+        Some(s) if bytes >= 4 && d16 == 0 => {
+            // Straight into the destination registers.
+            let d = vreg(c, i, Operand::Vgpr(i.dst));
+            for k in 0..nd {
+                let Some(r) = c.w.v_mut(d + k) else { continue };
+                for l in 0..LANES {
+                    if exec >> l & 1 != 0 {
+                        r[l] = s.load_u32(ad.a[l] + 4 * k as u64).unwrap_or(0);
                     }
                 }
             }
+            return Ok(());
         }
         _ => {
             for l in 0..LANES {
@@ -335,20 +339,22 @@ fn store(c: &mut Ctx<'_>, i: &Inst, bytes: u8, hi: bool) -> R {
     let ad = addrs(c, i, u64::from(bytes));
     let nd = usize::from(bytes).div_ceil(4);
     let dr = vreg(c, i, i.src[1]);
-    let data: [Lanes; 4] =
-        std::array::from_fn(|k| if k < nd { *c.w.v(dr + k) } else { [0; LANES] });
     let span = wave_span(c, &ad, exec, u64::from(bytes), true).map_err(|f| c.fault(f))?;
     match span {
         Some(s) if bytes >= 4 => {
-            for l in 0..LANES {
-                if exec >> l & 1 != 0 {
-                    for (k, v) in data.iter().enumerate().take(nd) {
+            // Straight from the data registers.
+            for k in 0..nd {
+                let v = c.w.v(dr + k);
+                for l in 0..LANES {
+                    if exec >> l & 1 != 0 {
                         s.store_u32(ad.a[l] + 4 * k as u64, v[l]);
                     }
                 }
             }
         }
         _ => {
+            let data: [Lanes; 4] =
+                std::array::from_fn(|k| if k < nd { *c.w.v(dr + k) } else { [0; LANES] });
             for l in 0..LANES {
                 if exec >> l & 1 == 0 {
                     continue;

@@ -117,6 +117,8 @@ pub struct RunStatus {
     pub stop: Stop,
     /// Instructions executed (wave instructions, not lanes).
     pub instructions: u64,
+    /// Lane-instructions executed: the sum of the active lanes (EXEC) of every instruction.
+    pub lane_instructions: u64,
 }
 
 const PAGE_SHIFT: u32 = 12;
@@ -196,18 +198,21 @@ impl Executor {
     ) -> RunStatus {
         self.tlb.clear();
         let mut done = 0u64;
+        let mut lanes = 0u64;
         let n = wg.waves.len();
         loop {
             if wg.done() {
                 return RunStatus {
                     stop: Stop::Done,
                     instructions: done,
+                    lane_instructions: lanes,
                 };
             }
             if done >= budget {
                 return RunStatus {
                     stop: Stop::Budget,
                     instructions: done,
+                    lane_instructions: lanes,
                 };
             }
             wg.release_barrier();
@@ -222,11 +227,13 @@ impl Executor {
                 return RunStatus {
                     stop: Stop::Done,
                     instructions: done,
+                    lane_instructions: lanes,
                 };
             };
             let slice = self.quantum.min(budget - done);
-            let (ran, exit) = self.run_wave(wg, wi, mem, clock, slice);
+            let (ran, ran_lanes, exit) = self.run_wave(wg, wi, mem, clock, slice);
             done += ran;
+            lanes += ran_lanes;
             wg.next = ((wi + 1) % n) as u32;
             match exit {
                 None | Some(Exit::Yield) => {}
@@ -245,6 +252,7 @@ impl Executor {
                             m0,
                         },
                         instructions: done,
+                        lane_instructions: lanes,
                     };
                 }
                 Some(Exit::Trap(trap_id)) => {
@@ -256,6 +264,7 @@ impl Executor {
                             pc,
                         },
                         instructions: done,
+                        lane_instructions: lanes,
                     };
                 }
                 Some(Exit::Error(error)) => {
@@ -265,6 +274,7 @@ impl Executor {
                             error,
                         },
                         instructions: done,
+                        lane_instructions: lanes,
                     };
                 }
             }
@@ -280,33 +290,30 @@ impl Executor {
         mem: &dyn Memory,
         clock: &dyn Clock,
         slice: u64,
-    ) -> (u64, Option<Exit>) {
+    ) -> (u64, u64, Option<Exit>) {
         let Workgroup {
             waves, lds, env, ..
         } = wg;
         let Some(w) = waves.get_mut(wi) else {
-            return (0, Some(Exit::End));
+            return (0, 0, Some(Exit::End));
         };
         let Executor { tlb, code, .. } = self;
         let mut ran = 0u64;
+        let mut lanes = 0u64;
         while ran < slice {
             let pc = w.pc;
-            let slot = code.slot(pc);
-            let inst = match slot {
-                Some(i) => *i,
-                None => {
-                    let d = decode::decode(pc, |a| {
-                        tlb.read_u32(mem, a)
-                            .map_err(|fault| ShaderError::MemoryFault { fault, pc })
-                    });
-                    match d {
-                        Ok(i) => {
-                            *code.slot(pc) = Some(i);
-                            i
-                        }
-                        Err(e) => return (ran, Some(Exit::Error(e))),
-                    }
+            if code.slot(pc).is_none() {
+                let d = decode::decode(pc, |a| {
+                    tlb.read_u32(mem, a)
+                        .map_err(|fault| ShaderError::MemoryFault { fault, pc })
+                });
+                match d {
+                    Ok(i) => *code.slot(pc) = Some(i),
+                    Err(e) => return (ran, lanes, Some(Exit::Error(e))),
                 }
+            }
+            let Some(inst) = code.slot(pc).as_ref() else {
+                return (ran, lanes, Some(Exit::End));
             };
             w.pc = pc.wrapping_add(u64::from(inst.len));
             let exec = w.exec();
@@ -323,6 +330,7 @@ impl Executor {
             let Some(f) = inst.def.exec else {
                 return (
                     ran,
+                    lanes,
                     Some(Exit::Error(ShaderError::UnsupportedOpcode {
                         encoding: inst.enc,
                         opcode: inst.def.code,
@@ -331,18 +339,21 @@ impl Executor {
                     })),
                 );
             };
-            let r = f(&mut ctx, &inst);
+            let r = f(&mut ctx, inst);
             match r {
-                Ok(()) => ran += 1,
+                Ok(()) => {
+                    ran += 1;
+                    lanes += u64::from(exec.count_ones());
+                }
                 Err(Exit::Error(e)) => {
                     // The faulting instruction has not happened: the wave stays at it.
                     w.pc = pc;
-                    return (ran, Some(Exit::Error(e)));
+                    return (ran, lanes, Some(Exit::Error(e)));
                 }
-                Err(e) => return (ran + 1, Some(e)),
+                Err(e) => return (ran + 1, lanes + u64::from(exec.count_ones()), Some(e)),
             }
         }
-        (ran, None)
+        (ran, lanes, None)
     }
 }
 
@@ -351,6 +362,8 @@ impl Executor {
 pub struct DispatchOutcome {
     /// Instructions executed over all workgroups.
     pub instructions: u64,
+    /// Lane-instructions executed over all workgroups.
+    pub lane_instructions: u64,
     /// M0 of every MSG_INTERRUPT, in the order they were sent.
     pub interrupts: Vec<u32>,
     /// The stop that ended the dispatch early (trap, error, or the budget), if any; Done
@@ -372,6 +385,7 @@ pub fn run_dispatch(
     let total = dispatch.workgroup_count();
     let next = AtomicU64::new(0);
     let used = AtomicU64::new(0);
+    let lane_count = AtomicU64::new(0);
     let failed = AtomicBool::new(false);
     let interrupts = Mutex::new(Vec::new());
     let stop = Mutex::new(Stop::Done);
@@ -380,6 +394,7 @@ pub fn run_dispatch(
         for t in 0..threads {
             let (next, used, failed, interrupts, stop) =
                 (&next, &used, &failed, &interrupts, &stop);
+            let lane_count = &lane_count;
             s.spawn(move || {
                 let mut ex = Executor::new();
                 let slot = t as u32 * dispatch.waves_per_workgroup();
@@ -393,6 +408,7 @@ pub fn run_dispatch(
                         let left = budget.saturating_sub(used.load(Ordering::Relaxed));
                         let st = ex.run(&mut wg, mem, clock, left.min(1 << 20));
                         used.fetch_add(st.instructions, Ordering::Relaxed);
+                        lane_count.fetch_add(st.lane_instructions, Ordering::Relaxed);
                         match st.stop {
                             Stop::Done => break,
                             Stop::Interrupt { m0, .. } => {
@@ -418,6 +434,7 @@ pub fn run_dispatch(
     });
     DispatchOutcome {
         instructions: used.into_inner(),
+        lane_instructions: lane_count.into_inner(),
         interrupts: interrupts.into_inner().unwrap_or_default(),
         stop: stop.into_inner().unwrap_or(Stop::Done),
     }
