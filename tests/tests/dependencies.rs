@@ -1,6 +1,7 @@
 //! The layering rests on the dependency graph, not on the linker: what criu loads
 //! (`amdgpu_plugin.so`, the `plugin` package) depends on neither the simulator nor the CLI's
-//! crates, and `topology` does not depend on the image format. Asked of `cargo tree` (normal
+//! crates, `topology` does not depend on the image format, and the shader core (`kfd-shader`)
+//! knows neither the simulator nor the operating system. Asked of `cargo tree` (normal
 //! edges only: dev-dependencies may use anything), offline, on the workspace's own lock file.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -48,6 +49,11 @@ fn normal_dependencies(package: &str) -> BTreeSet<String> {
     &["kfd-sim", "clap", "indicatif", "amdgpu-cr"]
 )]
 #[case::topology("topology", &["log", "thiserror"], &["images", "prost", "kfd-sim"])]
+#[case::the_shader_core_is_pure(
+    "kfd-shader",
+    &["half", "log", "thiserror"],
+    &["kfd-sim", "kfd-abi", "kfd-sys", "libc", "rustix"]
+)]
 fn a_package_depends_on_what_its_role_needs_and_nothing_above_it(
     #[case] package: &str,
     #[case] present: &[&str],

@@ -439,3 +439,18 @@ pub fn run_dispatch(
         stop: stop.into_inner().unwrap_or(Stop::Done),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send<T: Send>() {}
+    fn sync<T: Sync>() {}
+
+    #[test]
+    fn executors_and_workgroups_move_between_threads_and_dispatches_are_shared() {
+        send::<Executor>();
+        send::<Workgroup>();
+        sync::<Dispatch>();
+    }
+}
