@@ -3,7 +3,11 @@
 //! run never stopped — with LDS, barriers, scratch and atomics in flight. This is what compute
 //! wave save/restore relies on.
 
-#![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::unwrap_used)] // test code
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::unwrap_used
+)] // test code
 
 use kfd_shader::testmem::Rig;
 use kfd_shader::{Executor, NoClock, RestoreError, Stop, Workgroup};
