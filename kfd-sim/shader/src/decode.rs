@@ -185,7 +185,7 @@ struct Words<'a, F: FnMut(u64) -> Result<u32, ShaderError>> {
 impl<F: FnMut(u64) -> Result<u32, ShaderError>> Words<'_, F> {
     fn get(&mut self, i: usize) -> Result<u32, ShaderError> {
         while self.have <= i {
-            self.w[self.have] = (self.fetch)(self.pc + 4 * self.have as u64)?;
+            self.w[self.have] = (self.fetch)(self.pc.wrapping_add(4 * self.have as u64))?;
             self.have += 1;
         }
         Ok(self.w[i])

@@ -257,7 +257,8 @@ impl Dispatch {
         &self.packet
     }
 
-    /// Workgroup number `index` (x fastest, then y, then z) in its initial state; its waves
+    /// Workgroup number `index` (x fastest, then y, then z; below [`Dispatch::workgroup_count`],
+    /// a workgroup past the grid has no waves) in its initial state; its waves
     /// use scratch wave slots from `scratch_slot` on (the private segment wave offset of its
     /// wave k is `(scratch_slot + k) * wave_bytes`). The caller makes sure that workgroups
     /// running at the same time use different slots.
@@ -271,7 +272,8 @@ impl Dispatch {
         // Edge workgroups are partial: their work-items are numbered with their real size.
         let size: [u32; 3] = std::array::from_fn(|d| {
             let w = u32::from(self.packet.workgroup_size[d]);
-            w.min(self.packet.grid_size[d] - id[d] * w)
+            let start = u64::from(id[d]) * u64::from(w);
+            (u64::from(w).min(u64::from(self.packet.grid_size[d]).saturating_sub(start))) as u32
         });
         let items = size[0] * size[1] * size[2];
         let nwaves = items.div_ceil(LANES as u32);
@@ -363,7 +365,7 @@ impl Dispatch {
             push(w, if wi == 0 { 1 << 31 } else { 0 } | (nwaves & 0x3f));
         }
         if r2 & 1 != 0 {
-            let off = u64::from(slot + wi) * self.scratch.wave_bytes;
+            let off = (u64::from(slot) + u64::from(wi)).wrapping_mul(self.scratch.wave_bytes);
             push(w, off as u32);
         }
     }

@@ -72,23 +72,23 @@ impl<'a> CodeObject<'a> {
         let shnum = usize::from(u16_at(bytes, 0x3c)?);
         let mut symbols = Vec::new();
         for k in 0..shnum {
-            let sh = shoff + k * shentsize;
-            let ty = u32_at(bytes, sh + 4)?;
+            let sh = shoff.saturating_add(k * shentsize);
+            let ty = u32_at(bytes, sh.saturating_add(4))?;
             // SHT_SYMTAB 2, SHT_DYNSYM 11
             if ty != 2 && ty != 11 {
                 continue;
             }
-            let off = usz(u64_at(bytes, sh + 0x18)?)?;
-            let size = usz(u64_at(bytes, sh + 0x20)?)?;
-            let link = u32_at(bytes, sh + 0x28)? as usize;
-            let entsize = usz(u64_at(bytes, sh + 0x38)?)?.max(24);
-            let strsh = shoff + link * shentsize;
-            let stroff = usz(u64_at(bytes, strsh + 0x18)?)?;
-            for s in (off..off + size).step_by(entsize) {
+            let off = usz(u64_at(bytes, sh.saturating_add(0x18))?)?;
+            let size = usz(u64_at(bytes, sh.saturating_add(0x20))?)?;
+            let link = u32_at(bytes, sh.saturating_add(0x28))? as usize;
+            let entsize = usz(u64_at(bytes, sh.saturating_add(0x38))?)?.max(24);
+            let strsh = shoff.saturating_add(link * shentsize);
+            let stroff = usz(u64_at(bytes, strsh.saturating_add(0x18))?)?;
+            for s in (off..off.saturating_add(size)).step_by(entsize) {
                 let name_off = u32_at(bytes, s)? as usize;
-                let value = u64_at(bytes, s + 8)?;
-                let sz = u64_at(bytes, s + 16)?;
-                let start = stroff + name_off;
+                let value = u64_at(bytes, s.saturating_add(8))?;
+                let sz = u64_at(bytes, s.saturating_add(16))?;
+                let start = stroff.saturating_add(name_off);
                 let rest = bytes.get(start..).ok_or(ElfError::Truncated)?;
                 let end = rest
                     .iter()
@@ -128,16 +128,16 @@ impl<'a> CodeObject<'a> {
         let phnum = usize::from(u16_at(b, 0x38)?);
         let mut out = Vec::new();
         for k in 0..phnum {
-            let ph = phoff + k * phentsize;
+            let ph = phoff.saturating_add(k * phentsize);
             if u32_at(b, ph)? != 1 {
                 continue;
             }
-            let off = usz(u64_at(b, ph + 8)?)?;
-            let vaddr = u64_at(b, ph + 16)?;
-            let filesz = usz(u64_at(b, ph + 32)?)?;
-            let memsz = u64_at(b, ph + 40)?;
+            let off = usz(u64_at(b, ph.saturating_add(8))?)?;
+            let vaddr = u64_at(b, ph.saturating_add(16))?;
+            let filesz = usz(u64_at(b, ph.saturating_add(32))?)?;
+            let memsz = u64_at(b, ph.saturating_add(40))?;
             let data = b
-                .get(off..off + filesz)
+                .get(off..off.saturating_add(filesz))
                 .ok_or(ElfError::Truncated)?
                 .to_vec();
             out.push(Segment { vaddr, memsz, data });

@@ -19,7 +19,7 @@ fn load(c: &mut Ctx<'_>, i: &Inst, n: usize) -> R {
     for k in 0..n {
         let v = c
             .tlb
-            .read_u32(c.mem, a + 4 * k as u64)
+            .read_u32(c.mem, a.wrapping_add(4 * k as u64))
             .map_err(|f| c.fault(f))?;
         c.w.set_sgpr(usize::from(i.dst) + k, v);
     }
@@ -56,7 +56,7 @@ fn store(c: &mut Ctx<'_>, i: &Inst, n: usize) -> R {
     for k in 0..n {
         let v = c.w.sgpr.get(usize::from(i.dst) + k).copied().unwrap_or(0);
         c.tlb
-            .write_u32(c.mem, a + 4 * k as u64, v)
+            .write_u32(c.mem, a.wrapping_add(4 * k as u64), v)
             .map_err(|f| c.fault(f))?;
     }
     Ok(())

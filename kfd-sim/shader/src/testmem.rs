@@ -188,7 +188,14 @@ impl Rig {
         let co = crate::elf::CodeObject::parse(code_object)?;
         let mut mem = FlatMemory::new();
         let segs = co.segments()?;
-        let end = segs.iter().map(|s| s.vaddr + s.memsz).max().unwrap_or(0);
+        let end = segs
+            .iter()
+            .map(|s| s.vaddr.saturating_add(s.memsz))
+            .max()
+            .unwrap_or(0);
+        if end > DATA_VA - CODE_VA - 4096 {
+            return Err(RigError::NoRoom("the code object"));
+        }
         let code_len = end.div_ceil(4096) * 4096 + 4096;
         let data_len = data_bytes.div_ceil(4096) * 4096;
         if !(mem.map(CODE_VA, code_len, false)

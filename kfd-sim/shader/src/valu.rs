@@ -2186,7 +2186,8 @@ pub(crate) static VOP3: &[OpDef] = &[
         V3,
         0x1f1,
         "v_mad_u32_u16",
-        ex!(|c, i| u32_3(c, i, |a, b, d| (a & 0xffff) * (b & 0xffff) + d)),
+        ex!(|c, i| u32_3(c, i, |a, b, d| ((a & 0xffff) * (b & 0xffff))
+            .wrapping_add(d))),
         T_MAD16,
         flag::OPSEL16,
     ),

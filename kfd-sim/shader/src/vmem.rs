@@ -285,7 +285,7 @@ fn load(c: &mut Ctx<'_>, i: &Inst, bytes: u8, sext: bool, d16: u8) -> R {
                 let Some(r) = c.w.v_mut(d + k) else { continue };
                 for l in 0..LANES {
                     if exec >> l & 1 != 0 {
-                        r[l] = s.load_u32(ad.a[l] + 4 * k as u64).unwrap_or(0);
+                        r[l] = s.load_u32(ad.a[l].wrapping_add(4 * k as u64)).unwrap_or(0);
                     }
                 }
             }
@@ -347,7 +347,7 @@ fn store(c: &mut Ctx<'_>, i: &Inst, bytes: u8, hi: bool) -> R {
                 let v = c.w.v(dr + k);
                 for l in 0..LANES {
                     if exec >> l & 1 != 0 {
-                        s.store_u32(ad.a[l] + 4 * k as u64, v[l]);
+                        s.store_u32(ad.a[l].wrapping_add(4 * k as u64), v[l]);
                     }
                 }
             }

@@ -65,6 +65,7 @@ const ENCODINGS: &[(&str, &[u32])] = &[
     ("v_accvgpr_write_b32 a1, v0", &[0xd3d9_4001, 0x1800_0100]),
     ("v_add_co_u32_e32 v2, vcc, v0, v1", &[0x3204_0300]),
     ("v_add_co_u32_e64 v4, s[4:5], v0, v1", &[0xd119_0404, 0x0002_0300]),
+    ("v_add_f16_e32 v2, v0, v1", &[0x3e04_0300]),
     ("v_add_f16_e32 v3, 1.0, v0", &[0x3e06_00f2]),
     ("v_add_f64 v[2:3], v[0:1], v[4:5]", &[0xd280_0002, 0x0002_0900]),
     ("v_add_f64 v[4:5], v[0:1], 1.0", &[0xd280_0004, 0x0001_e500]),
@@ -848,4 +849,43 @@ fn conversions_and_ldexp() {
     );
     assert_eq!(r.w.v(3)[3], 0x3e00, "1.5 as f16, high half zero");
     assert_eq!(r.w.v(4)[3], 12.0f32.to_bits());
+}
+
+#[rstest]
+#[case::denormals_kept(0xf0, 0x0001, 0x0001, 0x0002)]
+#[case::denormals_flushed(0x30, 0x0001, 0x0001, 0x0000)]
+#[case::signalling_nan_quieted(0xf0, 0x7c01, 0x3c00, 0x7e01)]
+#[case::default_nan(0xf0, 0x7c00, 0xfc00, 0x7e00)]
+fn f16_adds_follow_the_f16_denormal_mode_and_quiet_nans(
+    #[case] mode: u32,
+    #[case] a: u32,
+    #[case] b: u32,
+    #[case] want: u32,
+) {
+    let r = run(&["v_add_f16_e32 v2, v0, v1"], |w, _| {
+        w.mode = mode;
+        *w.v_mut(0).unwrap() = [a; LANES];
+        *w.v_mut(1).unwrap() = [b; LANES];
+    });
+    assert_eq!(r.w.v(2)[0], want);
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 512, ..Default::default() })]
+
+    /// Whatever the words, the core returns a stop and never panics.
+    #[test]
+    fn random_code_never_panics(words in proptest::collection::vec(proptest::prelude::any::<u32>(), 1..12), regs in proptest::prelude::any::<[u32; 8]>()) {
+        let mem = memory(&words);
+        let mut w = new_wave();
+        for (k, r) in regs.iter().enumerate() {
+            w.sgpr[k] = *r;
+            *w.v_mut(k).unwrap() = [*r; LANES];
+        }
+        let mut wg = Workgroup::from_waves(vec![w.clone(), w], 512, Apertures::KFD_GFX9);
+        let st = Executor::new().run(&mut wg, &mem, &FixedClock, 64);
+        proptest::prop_assert!(st.instructions <= 64);
+        let back = Workgroup::restore(&wg.save()).unwrap();
+        proptest::prop_assert_eq!(back, wg);
+    }
 }
