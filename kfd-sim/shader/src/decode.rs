@@ -609,54 +609,69 @@ fn decode_vop2<F: FnMut(u64) -> Result<u32, ShaderError>>(
     Ok(i)
 }
 
-fn decode_vop3<F: FnMut(u64) -> Result<u32, ShaderError>>(
+/// What VOP3 and VOP3P share: the second dword, the row, the destination and the three
+/// sources (no literal, SDWA or DPP in the 64-bit encodings).
+fn vop3_common<F: FnMut(u64) -> Result<u32, ShaderError>>(
+    enc: Encoding,
+    code: u16,
     w0: u32,
     d: &mut Dec,
     words: &mut Words<'_, F>,
-) -> Result<Inst, ShaderError> {
+    nsrc: impl Fn(&OpDef) -> usize,
+) -> Result<(Inst, u32), ShaderError> {
     let w1 = words.get(1)?;
     d.len = 8;
-    let code = ((w0 >> 16) & 0x3ff) as u16;
-    let def = match table::lookup(Encoding::Vop3, code) {
+    let def = match table::lookup(enc, code) {
         Some(def) if def.supported() => def,
-        _ => return Err(unsupported(Encoding::Vop3, code, d.pc)),
+        _ => return Err(unsupported(enc, code, d.pc)),
     };
-    let mut i = blank(def, Encoding::Vop3);
+    let mut i = blank(def, enc);
     i.dst = (w0 & 0xff) as u8;
-    if def.enc == Encoding::Vopc {
-        i.sdst = (w0 & 0x7f) as u8;
-    }
-    if def.has(flag::VOP3B) {
-        i.sdst = ((w0 >> 8) & 0x7f) as u8;
-    } else {
-        i.abs = ((w0 >> 8) & 7) as u8;
-        i.opsel = ((w0 >> 11) & 0xf) as u8;
-    }
     i.clamp = w0 & (1 << 15) != 0;
-    i.omod = ((w1 >> 27) & 3) as u8;
     i.neg = ((w1 >> 29) & 7) as u8;
     let codes = [
         (w1 & 0x1ff) as u16,
         ((w1 >> 9) & 0x1ff) as u16,
         ((w1 >> 18) & 0x1ff) as u16,
     ];
-    let nsrc = if def.has(flag::MAC) { 2 } else { 3 };
-    for (n, c) in codes.iter().enumerate().take(nsrc) {
-        if *c == 255 {
-            return Err(illegal(w0, d.pc, "gfx9 VOP3 takes no literal"));
-        }
-        if *c == 249 || *c == 250 {
-            return Err(illegal(w0, d.pc, "SDWA/DPP operand code in VOP3"));
+    for (n, c) in codes.iter().enumerate().take(nsrc(def)) {
+        if matches!(*c, 249 | 250 | 255) {
+            return Err(illegal(
+                w0,
+                d.pc,
+                "no literal, SDWA or DPP in a 64-bit VOP encoding",
+            ));
         }
         i.src[n] = d.src(*c, def.ty[n + 1], words)?;
-    }
-    if def.has(flag::MAC) {
-        i.src[2] = Operand::Vgpr(i.dst);
     }
     if def.has(flag::SRC_AGPR) {
         if let Operand::Vgpr(r) = i.src[0] {
             i.src[0] = Operand::Agpr(r);
         }
+    }
+    Ok((i, w1))
+}
+
+fn decode_vop3<F: FnMut(u64) -> Result<u32, ShaderError>>(
+    w0: u32,
+    d: &mut Dec,
+    words: &mut Words<'_, F>,
+) -> Result<Inst, ShaderError> {
+    let code = ((w0 >> 16) & 0x3ff) as u16;
+    let nsrc = |def: &OpDef| if def.has(flag::MAC) { 2 } else { 3 };
+    let (mut i, w1) = vop3_common(Encoding::Vop3, code, w0, d, words, nsrc)?;
+    if i.def.enc == Encoding::Vopc {
+        i.sdst = (w0 & 0x7f) as u8;
+    }
+    if i.def.has(flag::VOP3B) {
+        i.sdst = ((w0 >> 8) & 0x7f) as u8;
+    } else {
+        i.abs = ((w0 >> 8) & 7) as u8;
+        i.opsel = ((w0 >> 11) & 0xf) as u8;
+    }
+    i.omod = ((w1 >> 27) & 3) as u8;
+    if i.def.has(flag::MAC) {
+        i.src[2] = Operand::Vgpr(i.dst);
     }
     Ok(i)
 }
@@ -666,35 +681,10 @@ fn decode_vop3p<F: FnMut(u64) -> Result<u32, ShaderError>>(
     d: &mut Dec,
     words: &mut Words<'_, F>,
 ) -> Result<Inst, ShaderError> {
-    let w1 = words.get(1)?;
-    d.len = 8;
     let code = ((w0 >> 16) & 0x7f) as u16;
-    let def = match table::lookup(Encoding::Vop3p, code) {
-        Some(def) if def.supported() => def,
-        _ => return Err(unsupported(Encoding::Vop3p, code, d.pc)),
-    };
-    let mut i = blank(def, Encoding::Vop3p);
-    i.dst = (w0 & 0xff) as u8;
+    let (mut i, w1) = vop3_common(Encoding::Vop3p, code, w0, d, words, |_| 3)?;
     i.neg_hi = ((w0 >> 8) & 7) as u8;
     i.opsel = ((w0 >> 11) & 7) as u8;
     i.opsel_hi = ((w1 >> 27) & 3) as u8 | (((w0 >> 14) & 1) << 2) as u8;
-    i.clamp = w0 & (1 << 15) != 0;
-    i.neg = ((w1 >> 29) & 7) as u8;
-    let codes = [
-        (w1 & 0x1ff) as u16,
-        ((w1 >> 9) & 0x1ff) as u16,
-        ((w1 >> 18) & 0x1ff) as u16,
-    ];
-    for (n, c) in codes.iter().enumerate() {
-        if *c == 255 || *c == 249 || *c == 250 {
-            return Err(illegal(w0, d.pc, "VOP3P operand code not allowed"));
-        }
-        i.src[n] = d.src(*c, def.ty[n + 1], words)?;
-    }
-    if def.has(flag::SRC_AGPR) {
-        if let Operand::Vgpr(r) = i.src[0] {
-            i.src[0] = Operand::Agpr(r);
-        }
-    }
     Ok(i)
 }

@@ -2,7 +2,7 @@
 //! LDS. Addresses outside the workgroup's allocation read 0 and drop writes.
 
 use crate::atom::{self, op};
-use crate::decode::{mflag, Inst, Operand};
+use crate::decode::{Inst, Operand};
 use crate::exec::Ctx;
 use crate::table::{row, unsupported, Encoding, OpDef, Ty};
 use crate::valu::{ex, R};
@@ -47,21 +47,8 @@ pub(crate) fn read_u64(lds: &[u8], a: u64) -> u64 {
     u64::from_le_bytes(b)
 }
 
-/// Base register of a DS data operand or destination in the unified file (AGPRs with ACC).
-fn data_reg(c: &Ctx<'_>, i: &Inst, o: Operand) -> usize {
-    let r = match o {
-        Operand::Vgpr(r) => usize::from(r),
-        _ => 0,
-    };
-    if i.mem & mflag::ACC != 0 {
-        c.w.accum_offset as usize + r
-    } else {
-        r
-    }
-}
-
 fn dst_reg(c: &Ctx<'_>, i: &Inst) -> usize {
-    data_reg(c, i, Operand::Vgpr(i.dst))
+    c.data_reg(i, Operand::Vgpr(i.dst))
 }
 
 /// Per-lane LDS addresses: the ADDR VGPR plus `off`.
@@ -142,7 +129,7 @@ fn ds_read_d16<const BYTES: usize, const SEXT: bool, const HI: bool>(
 fn ds_write<const BYTES: usize, const HI: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
     let a = addrs(c, i, i.imm & 0xffff);
     let exec = c.w.exec();
-    let dr = data_reg(c, i, i.src[1]);
+    let dr = c.data_reg(i, i.src[1]);
     let nd = BYTES.div_ceil(4);
     let data: [Lanes; 4] =
         std::array::from_fn(|k| if k < nd { *c.w.v(dr + k) } else { [0; LANES] });
@@ -194,8 +181,8 @@ fn ds_write2<const W64: bool, const ST64: bool>(c: &mut Ctx<'_>, i: &Inst) -> R 
     let scale = if ST64 { size * 64 } else { size };
     let base = addrs(c, i, 0);
     let exec = c.w.exec();
-    let d0 = data_reg(c, i, i.src[1]);
-    let d1 = data_reg(c, i, i.src[2]);
+    let d0 = c.data_reg(i, i.src[1]);
+    let d1 = c.data_reg(i, i.src[2]);
     let n = if W64 { 2 } else { 1 };
     let data: [[Lanes; 2]; 2] = [
         [*c.w.v(d0), if n == 2 { *c.w.v(d0 + 1) } else { [0; LANES] }],
@@ -223,8 +210,8 @@ fn ds_write2<const W64: bool, const ST64: bool>(c: &mut Ctx<'_>, i: &Inst) -> R 
 fn ds_atomic32<const OP: u8, const RTN: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
     let a = addrs(c, i, i.imm & 0xffff);
     let exec = c.w.exec();
-    let d0 = *c.w.v(data_reg(c, i, i.src[1]));
-    let d1 = *c.w.v(data_reg(c, i, i.src[2]));
+    let d0 = *c.w.v(c.data_reg(i, i.src[1]));
+    let d1 = *c.w.v(c.data_reg(i, i.src[2]));
     let mut ret = [0u32; LANES];
     for l in 0..LANES {
         if exec >> l & 1 == 0 {
@@ -232,9 +219,9 @@ fn ds_atomic32<const OP: u8, const RTN: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
         }
         let old = read_u32(c.lds, a[l]);
         let new = if OP == op::CMPSWAP {
-            atom::apply32(op::CMPSWAP, old, d1[l], d0[l])
+            atom::apply::<u32>(op::CMPSWAP, old, d1[l], d0[l])
         } else {
-            atom::apply32(OP, old, d0[l], d1[l])
+            atom::apply::<u32>(OP, old, d0[l], d1[l])
         };
         write(c.lds, a[l], &new.to_le_bytes());
         ret[l] = old;
@@ -250,8 +237,8 @@ fn ds_atomic32<const OP: u8, const RTN: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
 fn ds_atomic64<const OP: u8, const RTN: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
     let a = addrs(c, i, i.imm & 0xffff);
     let exec = c.w.exec();
-    let r0 = data_reg(c, i, i.src[1]);
-    let r1 = data_reg(c, i, i.src[2]);
+    let r0 = c.data_reg(i, i.src[1]);
+    let r1 = c.data_reg(i, i.src[2]);
     let pair = |c: &Ctx<'_>, r: usize| -> [u64; LANES] {
         let (lo, hi) = (c.w.v(r), c.w.v(r + 1));
         std::array::from_fn(|l| u64::from(lo[l]) | u64::from(hi[l]) << 32)
@@ -266,9 +253,9 @@ fn ds_atomic64<const OP: u8, const RTN: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
         }
         let old = read_u64(c.lds, a[l]);
         let new = if OP == op::CMPSWAP {
-            atom::apply64(op::CMPSWAP, old, d1[l], d0[l])
+            atom::apply::<u64>(op::CMPSWAP, old, d1[l], d0[l])
         } else {
-            atom::apply64(OP, old, d0[l], d1[l])
+            atom::apply::<u64>(OP, old, d0[l], d1[l])
         };
         write(c.lds, a[l], &new.to_le_bytes());
         lo[l] = old as u32;
@@ -283,7 +270,7 @@ fn ds_atomic64<const OP: u8, const RTN: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
 
 fn ds_swizzle(c: &mut Ctx<'_>, i: &Inst) -> R {
     let exec = c.w.exec();
-    let src = *c.w.v(data_reg(c, i, i.src[0]));
+    let src = *c.w.v(c.data_reg(i, i.src[0]));
     let off = i.imm & 0xffff;
     let mut out = [0u32; LANES];
     for l in 0..LANES {
@@ -307,7 +294,7 @@ fn ds_swizzle(c: &mut Ctx<'_>, i: &Inst) -> R {
 fn ds_permute<const BACK: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
     let exec = c.w.exec();
     let a = addrs(c, i, i.imm & 0xffff);
-    let data = *c.w.v(data_reg(c, i, i.src[1]));
+    let data = *c.w.v(c.data_reg(i, i.src[1]));
     let mut out = [0u32; LANES];
     for l in 0..LANES {
         if exec >> l & 1 == 0 {

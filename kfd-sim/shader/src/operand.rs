@@ -162,6 +162,21 @@ impl Ctx<'_> {
         v
     }
 
+    /// The unified-file index of a memory instruction's data or destination register: an AGPR
+    /// when the instruction has the ACC bit.
+    #[inline]
+    pub(crate) fn data_reg(&self, i: &Inst, o: Operand) -> usize {
+        let r = match o {
+            Operand::Vgpr(r) => usize::from(r),
+            _ => 0,
+        };
+        if i.mem & crate::decode::mflag::ACC != 0 {
+            self.w.accum_offset as usize + r
+        } else {
+            r
+        }
+    }
+
     /// The destination register of a VALU instruction in the unified file.
     #[inline]
     pub(crate) fn dst_index(&self, i: &Inst) -> usize {

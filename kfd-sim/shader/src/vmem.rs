@@ -44,18 +44,6 @@ enum Kind {
     Atomic { op: u8, wide: bool },
 }
 
-fn vreg(c: &Ctx<'_>, i: &Inst, o: Operand) -> usize {
-    let r = match o {
-        Operand::Vgpr(r) => usize::from(r),
-        _ => 0,
-    };
-    if i.mem & mflag::ACC != 0 {
-        c.w.accum_offset as usize + r
-    } else {
-        r
-    }
-}
-
 /// The lane's private offset `o` as a global address in the wave's scratch (ROCr's swizzle:
 /// dwords of the 64 lanes interleaved).
 #[inline]
@@ -280,7 +268,7 @@ fn load(c: &mut Ctx<'_>, i: &Inst, bytes: u8, sext: bool, d16: u8) -> R {
     match span {
         Some(s) if bytes >= 4 && d16 == 0 => {
             // Straight into the destination registers.
-            let d = vreg(c, i, Operand::Vgpr(i.dst));
+            let d = c.data_reg(i, Operand::Vgpr(i.dst));
             for k in 0..nd {
                 let Some(r) = c.w.v_mut(d + k) else { continue };
                 for l in 0..LANES {
@@ -314,7 +302,7 @@ fn load(c: &mut Ctx<'_>, i: &Inst, bytes: u8, sext: bool, d16: u8) -> R {
             }
         }
     }
-    let d = vreg(c, i, Operand::Vgpr(i.dst));
+    let d = c.data_reg(i, Operand::Vgpr(i.dst));
     if d16 != 0 {
         let old = *c.w.v(d);
         for l in 0..LANES {
@@ -338,7 +326,7 @@ fn store(c: &mut Ctx<'_>, i: &Inst, bytes: u8, hi: bool) -> R {
     let exec = c.w.exec();
     let ad = addrs(c, i, u64::from(bytes));
     let nd = usize::from(bytes).div_ceil(4);
-    let dr = vreg(c, i, i.src[1]);
+    let dr = c.data_reg(i, i.src[1]);
     let span = wave_span(c, &ad, exec, u64::from(bytes), true).map_err(|f| c.fault(f))?;
     match span {
         Some(s) if bytes >= 4 => {
@@ -376,7 +364,7 @@ fn atomic(c: &mut Ctx<'_>, i: &Inst, aop: u8, wide: bool) -> R {
     let exec = c.w.exec();
     let bytes = if wide { 8 } else { 4 };
     let ad = addrs(c, i, bytes);
-    let dr = vreg(c, i, i.src[1]);
+    let dr = c.data_reg(i, i.src[1]);
     let n = if wide { 2 } else { 1 };
     let val = |c: &Ctx<'_>, r: usize, l: usize| -> u64 {
         if wide {
@@ -404,11 +392,7 @@ fn atomic(c: &mut Ctx<'_>, i: &Inst, aop: u8, wide: bool) -> R {
                 let mut b = [0u8; 8];
                 read_lane(c, seg, a, l, &mut b[..bytes as usize]).map_err(|f| c.fault(f))?;
                 let old = u64::from_le_bytes(b);
-                let new = if wide {
-                    atom::apply64(aop, old, d, cmp)
-                } else {
-                    u64::from(atom::apply32(aop, old as u32, d as u32, cmp as u32))
-                };
+                let new = atom::apply_width(aop, wide, old, d, cmp);
                 write_lane(c, seg, a, l, &new.to_le_bytes()[..bytes as usize])
                     .map_err(|f| c.fault(f))?;
                 old
@@ -418,7 +402,7 @@ fn atomic(c: &mut Ctx<'_>, i: &Inst, aop: u8, wide: bool) -> R {
         ret[1][l] = (old >> 32) as u32;
     }
     if i.mem & mflag::GLC != 0 {
-        let d = vreg(c, i, Operand::Vgpr(i.dst));
+        let d = c.data_reg(i, Operand::Vgpr(i.dst));
         for (k, v) in ret.iter().enumerate().take(n) {
             if let Some(r) = c.w.v_mut(d + k) {
                 crate::operand::masked_store(r, v, exec);
@@ -441,29 +425,11 @@ fn global_atomic(
     use std::sync::atomic::Ordering::SeqCst;
     let bytes = if wide { 8 } else { 4 };
     let span = c.tlb.span(c.mem, a, bytes, true)?;
-    if let Some(s) = span {
-        if wide {
-            if let Some(at) = s.atomic_u64(a) {
-                return Ok(match aop {
-                    op::ADD => at.fetch_add(d, SeqCst),
-                    op::SUB => at.fetch_sub(d, SeqCst),
-                    op::SWAP => at.swap(d, SeqCst),
-                    op::AND => at.fetch_and(d, SeqCst),
-                    op::OR => at.fetch_or(d, SeqCst),
-                    op::XOR => at.fetch_xor(d, SeqCst),
-                    op::UMIN => at.fetch_min(d, SeqCst),
-                    op::UMAX => at.fetch_max(d, SeqCst),
-                    op::CMPSWAP => at
-                        .compare_exchange(cmp, d, SeqCst, SeqCst)
-                        .unwrap_or_else(|v| v),
-                    _ => at
-                        .fetch_update(SeqCst, SeqCst, |old| Some(atom::apply64(aop, old, d, cmp)))
-                        .unwrap_or_else(|v| v),
-                });
-            }
-        } else if let Some(at) = s.atomic_u32(a) {
-            let (d, cmp) = (d as u32, cmp as u32);
-            return Ok(u64::from(match aop {
+    // One read-modify-write on a host atomic; the host's own instruction where it has one.
+    macro_rules! rmw {
+        ($at:expr, $t:ty, $d:expr, $cmp:expr) => {{
+            let (at, d, cmp) = ($at, $d, $cmp);
+            match aop {
                 op::ADD => at.fetch_add(d, SeqCst),
                 op::SUB => at.fetch_sub(d, SeqCst),
                 op::SWAP => at.swap(d, SeqCst),
@@ -476,20 +442,27 @@ fn global_atomic(
                     .compare_exchange(cmp, d, SeqCst, SeqCst)
                     .unwrap_or_else(|v| v),
                 _ => at
-                    .fetch_update(SeqCst, SeqCst, |old| Some(atom::apply32(aop, old, d, cmp)))
+                    .fetch_update(SeqCst, SeqCst, |old| {
+                        Some(atom::apply::<$t>(aop, old, d, cmp))
+                    })
                     .unwrap_or_else(|v| v),
-            }));
+            }
+        }};
+    }
+    if let Some(s) = span {
+        if wide {
+            if let Some(at) = s.atomic_u64(a) {
+                return Ok(rmw!(at, u64, d, cmp));
+            }
+        } else if let Some(at) = s.atomic_u32(a) {
+            return Ok(u64::from(rmw!(at, u32, d as u32, cmp as u32)));
         }
     }
     // Misaligned or split across runs: not atomic, as on hardware misaligned atomics are not.
     let mut b = [0u8; 8];
     c.tlb.read(c.mem, a, &mut b[..bytes as usize])?;
     let old = u64::from_le_bytes(b);
-    let new = if wide {
-        atom::apply64(aop, old, d, cmp)
-    } else {
-        u64::from(atom::apply32(aop, old as u32, d as u32, cmp as u32))
-    };
+    let new = atom::apply_width(aop, wide, old, d, cmp);
     c.tlb
         .write(c.mem, a, &new.to_le_bytes()[..bytes as usize])?;
     Ok(old)

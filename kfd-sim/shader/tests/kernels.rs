@@ -11,41 +11,16 @@ use kfd_shader::testmem::{layout, Rig};
 use kfd_shader::{run_dispatch, Dispatch, DispatchOutcome, Executor, NoClock, ShaderError, Stop};
 use rstest::rstest;
 
-const CODE_OBJECT: &[u8] = include_bytes!("../kernels/kernels.co");
+mod common;
+
+use common::{pattern, Args, AtomicsBuffers, CODE_OBJECT};
 
 fn rig() -> Rig {
     Rig::new(CODE_OBJECT, 64 << 20).unwrap()
 }
 
-/// Kernel arguments, each aligned to its size.
-#[derive(Default)]
-struct Args(Vec<u8>);
-
-impl Args {
-    fn u64(mut self, v: u64) -> Self {
-        while self.0.len() % 8 != 0 {
-            self.0.push(0);
-        }
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    fn u32(mut self, v: u32) -> Self {
-        while self.0.len() % 4 != 0 {
-            self.0.push(0);
-        }
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-}
-
 fn run(rig: &Rig, d: &Dispatch, threads: usize) -> DispatchOutcome {
     run_dispatch(d, &rig.mem, &NoClock, threads, 200_000_000)
-}
-
-fn pattern(n: usize, seed: u32) -> Vec<u32> {
-    (0..n as u32)
-        .map(|i| i.wrapping_mul(0x9e37_79b9).wrapping_add(seed) ^ (i >> 3))
-        .collect()
 }
 
 #[test]
@@ -209,34 +184,18 @@ fn atomics_are_atomic(#[case] threads: usize) {
     let mut rig = rig();
     let n = 100usize;
     let vals: Vec<i32> = (0..n as i32).map(|i| (i * 37 % 101) - 50).collect();
-    let counters = rig.alloc(16).unwrap();
-    let wide = rig.alloc(24).unwrap();
-    let slots = rig.alloc(128 * 4).unwrap();
-    let pv = rig.alloc(n as u64 * 4).unwrap();
-    rig.mem
-        .write_u32s(pv, &vals.iter().map(|&v| v as u32).collect::<Vec<_>>());
-    rig.mem
-        .write_u32s(counters, &[0, i32::MAX as u32, i32::MIN as u32, 0]);
-    rig.mem.write(
-        wide,
-        &[
-            0u64.to_le_bytes(),
-            i64::MAX.to_le_bytes(),
-            i64::MIN.to_le_bytes(),
-        ]
-        .concat(),
-    );
-    let args = Args::default().u64(counters).u64(wide).u64(slots).u64(pv);
+    let b = AtomicsBuffers::new(&mut rig, &vals);
     let d = rig
         .dispatch(
             "atomics",
             [n as u32, 1, 1],
             [32, 1, 1],
-            &args.0,
+            &b.args().0,
             threads as u32,
         )
         .unwrap();
     assert_eq!(run(&rig, &d, threads).stop, Stop::Done);
+    let (counters, wide, slots) = (b.counters, b.wide, b.slots);
     let c = rig.mem.read_u32s(counters, 4).unwrap();
     assert_eq!(c[0], n as u32);
     assert_eq!(c[1] as i32, *vals.iter().min().unwrap());

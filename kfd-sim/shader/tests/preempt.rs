@@ -13,7 +13,9 @@ use kfd_shader::testmem::Rig;
 use kfd_shader::{Executor, NoClock, RestoreError, Stop, Workgroup};
 use proptest::prelude::*;
 
-const CODE_OBJECT: &[u8] = include_bytes!("../kernels/kernels.co");
+mod common;
+
+use common::{AtomicsBuffers, CODE_OBJECT};
 
 /// A kernel with its inputs: the dispatch and the output range to compare.
 struct Case {
@@ -61,31 +63,13 @@ fn case(kernel: usize) -> Case {
         }
         // Global atomics: the end values do not depend on the order.
         _ => {
-            let counters = rig.alloc(16).unwrap();
-            let wide = rig.alloc(24).unwrap();
-            let slots = rig.alloc(512).unwrap();
-            let pv = rig.alloc(512).unwrap();
-            rig.mem
-                .write_u32s(pv, &inputs(100).iter().map(|x| x % 97).collect::<Vec<_>>());
-            rig.mem
-                .write_u32s(counters, &[0, i32::MAX as u32, i32::MIN as u32, 0]);
-            rig.mem.write(
-                wide,
-                &[
-                    0u64.to_le_bytes(),
-                    i64::MAX.to_le_bytes(),
-                    i64::MIN.to_le_bytes(),
-                ]
-                .concat(),
-            );
+            let vals: Vec<i32> = inputs(100)
+                .iter()
+                .map(|x| i32::try_from(x % 97).unwrap())
+                .collect();
+            let b = AtomicsBuffers::new(&mut rig, &vals);
             // Slots are claimed in an order that depends on scheduling; compare the counters.
-            (
-                "atomics",
-                100,
-                32,
-                args(&[counters, wide, slots, pv]),
-                (counters, 40),
-            )
+            ("atomics", 100, 32, b.args().0, (b.counters, 40))
         }
     };
     let dispatch = rig.dispatch(name, [grid, 1, 1], [wg, 1, 1], &a, 1).unwrap();
