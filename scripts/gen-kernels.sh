@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Rebuilds the shader core's test kernels: kfd-sim/shader/kernels/*.cl -> NAME.co (gfx90a code
-# objects, committed; the in-process tests and the bench load them).
+# Rebuilds the shader core's test kernels: kfd-sim/shader/kernels/*.cl and *.s -> NAME.co (gfx90a
+# code objects, committed; the in-process tests and the bench load them).
 #
 #   scripts/gen-kernels.sh           write the code objects
 #   scripts/gen-kernels.sh --check   rebuild into a temporary directory and fail if they differ
 #
 # Compiler: Debian's clang-15 and ld.lld-15 (apt packages clang-15, lld-15; installed with
-# apt-get when missing). OpenCL C, target amdgcn-amd-amdhsa, -mcpu=gfx90a, no device libraries.
+# apt-get when missing). OpenCL C (no device libraries) and assembly, target amdgcn-amd-amdhsa,
+# -mcpu=gfx90a.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,9 +20,13 @@ fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for src in "$dir"/*.cl; do
-    name=$(basename "$src" .cl)
-    clang-15 -x cl -cl-std=CL2.0 -target amdgcn-amd-amdhsa -mcpu=gfx90a -nogpulib -O2 \
+for src in "$dir"/*.cl "$dir"/*.s; do
+    name=$(basename "${src%.*}")
+    case "$src" in
+        *.cl) lang=(-x cl -cl-std=CL2.0 -nogpulib -O2) ;;
+        *) lang=(-x assembler) ;;
+    esac
+    clang-15 "${lang[@]}" -target amdgcn-amd-amdhsa -mcpu=gfx90a \
         -ffile-prefix-map="$top"=. -c "$src" -o "$tmp/$name.o"
     ld.lld-15 -shared "$tmp/$name.o" -o "$tmp/$name.co"
 done

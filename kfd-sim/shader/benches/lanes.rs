@@ -21,6 +21,7 @@ use kfd_shader::testmem::Rig;
 use kfd_shader::{run_dispatch, Dispatch, NoClock, Stop};
 
 const CODE_OBJECT: &[u8] = include_bytes!("../kernels/kernels.co");
+const BLIT: &[u8] = include_bytes!("../kernels/blit.co");
 
 /// CPU time of the process (all its threads).
 struct CpuTime;
@@ -89,6 +90,18 @@ fn bench(c: &mut Criterion<CpuTime>) {
         .dispatch("copy_aligned", [64 * 4 * 104, 1, 1], [64, 1, 1], &a, 1)
         .unwrap();
     measure(c, "copy_aligned_16MiB", &rig, &d);
+
+    // The same 16 MiB by the amd_kernel_code_t blit with FLAT accesses (ROCr's shape).
+    let mut rig = Rig::new(BLIT, 40 << 20).unwrap();
+    let src = rig.alloc(n16 * 16).unwrap();
+    let dst = rig.alloc(n16 * 16).unwrap();
+    let grid: u32 = 64 * 4 * 104;
+    let mut a = args(&[src, dst, n16, 0]);
+    a.extend_from_slice(&grid.to_le_bytes());
+    let d = rig
+        .dispatch("flat_blit", [grid, 1, 1], [64, 1, 1], &a, 1)
+        .unwrap();
+    measure(c, "flat_blit_16MiB", &rig, &d);
 
     // c = a + b over 1M floats in workgroups of 256.
     let mut rig = Rig::new(CODE_OBJECT, 13 << 20).unwrap();

@@ -112,6 +112,11 @@ impl<'a> CodeObject<'a> {
             .ok_or_else(|| ElfError::NoSymbol(name.to_string()))
     }
 
+    /// Every symbol: (name, address).
+    pub fn symbols(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.symbols.iter().map(|(n, v, _)| (n.as_str(), *v))
+    }
+
     /// Names of the kernels (symbols `NAME.kd`).
     pub fn kernels(&self) -> Vec<String> {
         self.symbols

@@ -213,12 +213,8 @@ impl Rig {
             }
         }
         let symbols = co
-            .kernels()
-            .into_iter()
-            .filter_map(|k| {
-                let (v, _) = co.symbol(&format!("{k}.kd")).ok()?;
-                Some((k, CODE_VA + v))
-            })
+            .symbols()
+            .map(|(n, v)| (n.to_string(), CODE_VA + v))
             .collect();
         Ok(Self {
             mem,
@@ -228,9 +224,20 @@ impl Rig {
         })
     }
 
-    /// The kernels of the code object.
+    /// The kernels of the code object (its `NAME.kd` symbols).
     pub fn kernels(&self) -> Vec<&str> {
-        self.symbols.iter().map(|(k, _)| k.as_str()).collect()
+        self.symbols
+            .iter()
+            .filter_map(|(k, _)| k.strip_suffix(".kd"))
+            .collect()
+    }
+
+    /// The address of a symbol.
+    fn symbol(&self, name: &str) -> Option<u64> {
+        self.symbols
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| *v)
     }
 
     /// `bytes` of data memory (256-byte aligned, zeroed when the rig was made).
@@ -256,21 +263,31 @@ impl Rig {
         threads: u32,
     ) -> Result<crate::Dispatch, RigError> {
         use layout::*;
-        let kd_va = self
-            .symbols
-            .iter()
-            .find(|(k, _)| k == kernel)
-            .map(|(_, v)| *v)
-            .ok_or(RigError::Elf(crate::elf::ElfError::NoSymbol(
-                kernel.to_string(),
-            )))?;
+        // A code object v3+ kernel has its descriptor at NAME.kd; a kernel like ROCr's own blits
+        // starts with a 256-byte amd_kernel_code_t at NAME (group and private sizes then come
+        // from the packet alone: none here).
+        let (kd_va, v3) = match self.symbol(&format!("{kernel}.kd")) {
+            Some(va) => (va, true),
+            None => (
+                self.symbol(kernel)
+                    .ok_or_else(|| crate::elf::ElfError::NoSymbol(kernel.to_string()))?,
+                false,
+            ),
+        };
         let kd_bytes = self
             .mem
             .read(kd_va, 64)
             .ok_or(RigError::NoRoom("the descriptor"))?;
         let kd = crate::KernelDescriptor::parse(&kd_bytes)?;
-        let group = u32::from_le_bytes([kd_bytes[0], kd_bytes[1], kd_bytes[2], kd_bytes[3]]);
-        let private = u32::from_le_bytes([kd_bytes[4], kd_bytes[5], kd_bytes[6], kd_bytes[7]]);
+        let le = |o: usize| {
+            u32::from_le_bytes([
+                kd_bytes[o],
+                kd_bytes[o + 1],
+                kd_bytes[o + 2],
+                kd_bytes[o + 3],
+            ])
+        };
+        let (group, private) = if v3 { (le(0), le(4)) } else { (0, 0) };
         if kernargs.len() > 4096 || !self.mem.write(KERNARG_VA, kernargs) {
             return Err(RigError::NoRoom("the kernel arguments"));
         }

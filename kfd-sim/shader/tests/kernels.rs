@@ -15,6 +15,9 @@ mod common;
 
 use common::{pattern, Args, AtomicsBuffers, CODE_OBJECT};
 
+/// kernels/blit.s, built by scripts/gen-kernels.sh.
+const BLIT: &[u8] = include_bytes!("../kernels/blit.co");
+
 fn rig() -> Rig {
     Rig::new(CODE_OBJECT, 64 << 20).unwrap()
 }
@@ -88,6 +91,38 @@ fn copy_aligned_copies_body_and_tail(#[case] n16: u64, #[case] n4: u64, #[case] 
     assert_eq!(rig.mem.read_u32s(dst_t, tail.len()).unwrap(), tail);
     // The word after the tail is not touched.
     assert_eq!(rig.mem.read_u32(dst_t + n4 * 4).unwrap(), 0);
+}
+
+/// ROCr's own blits are raw code behind an amd_kernel_code_t with FLAT accesses (kernels/blit.s
+/// has that shape and instruction mix); the grid is 64 x 4 x CUs in workgroups of 64.
+#[rstest]
+#[case::chunks_and_tail(5000, 13)]
+#[case::tail_only(0, 63)]
+#[case::more_chunks_than_the_grid(3000, 0)]
+fn an_amd_kernel_code_t_blit_copies_with_flat_instructions(#[case] n16: u64, #[case] tail: u64) {
+    let mut rig = Rig::new(BLIT, 1 << 20).unwrap();
+    let src = rig.alloc(n16 * 16 + tail).unwrap();
+    let dst = rig.alloc(n16 * 16 + tail + 4).unwrap();
+    let bytes: Vec<u8> = (0..n16 * 16 + tail).map(|i| (i * 7 + 3) as u8).collect();
+    rig.mem.write(src, &bytes);
+    let grid = 64 * 4 * 2;
+    let a = Args::default()
+        .u64(src)
+        .u64(dst)
+        .u64(n16)
+        .u64(tail)
+        .u32(grid);
+    let d = rig
+        .dispatch("flat_blit", [grid, 1, 1], [64, 1, 1], &a.0, 1)
+        .unwrap();
+    assert_eq!(
+        d.entry(),
+        d.packet().kernel_object + 256,
+        "code after the 256-byte header"
+    );
+    assert_eq!(run(&rig, &d, 1).stop, Stop::Done);
+    assert_eq!(rig.mem.read(dst, bytes.len()).unwrap(), bytes);
+    assert_eq!(rig.mem.read_u32(dst + bytes.len() as u64).unwrap(), 0);
 }
 
 #[test]
