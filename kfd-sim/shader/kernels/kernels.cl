@@ -186,3 +186,52 @@ kernel void interrupt(global uint *out) {
     if (__builtin_amdgcn_workitem_id_x() == 0)
         __builtin_amdgcn_s_sendmsg(1, __builtin_amdgcn_workgroup_id_x() + 40);
 }
+
+// Integer division and remainder, 32 and 64 bit, signed and unsigned: the long instruction
+// sequences the compiler expands them into (reciprocal estimates, mul_hi, carries).
+kernel void int_div(global const u64 *a, global const u64 *b, global u64 *out) {
+    uint i = gid_x();
+    u64 x = a[i], y = b[i];
+    uint x32 = (uint)x, y32 = (uint)y | 1;
+    out[8 * i] = x / (y | 1);
+    out[8 * i + 1] = x % (y | 1);
+    out[8 * i + 2] = (u64)((long)x / ((long)y | 1));
+    out[8 * i + 3] = (u64)((long)x % ((long)y | 1));
+    out[8 * i + 4] = x32 / y32;
+    out[8 * i + 5] = x32 % y32;
+    out[8 * i + 6] = (u64)(long)((int)x32 / (int)y32);
+    out[8 * i + 7] = (u64)(long)((int)x32 % (int)y32);
+}
+
+#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+
+// Half precision: packed and scalar f16 arithmetic and conversions.
+kernel void half_math(global const half *a, global const half *b, global half *out, global float *wide) {
+    uint i = gid_x();
+    half x = a[i], y = b[i];
+    out[4 * i] = x + y;
+    out[4 * i + 1] = x * y;
+    out[4 * i + 2] = __builtin_fmaf16(x, y, (half)0.25h);
+    out[4 * i + 3] = x > y ? x : y;
+    wide[i] = (float)x * (float)y;
+}
+
+// A softmax over rows of 64: the row maximum and sum by cross-lane moves, exponentials and a
+// division per element.
+kernel void softmax(global const float *in, global float *out) {
+    uint i = gid_x();
+    float v = in[i];
+    float m = v;
+    for (int s = 32; s > 0; s >>= 1) {
+        uint lane = __builtin_amdgcn_workitem_id_x() & 63;
+        float o = __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute((int)(((lane + s) & 63) * 4), __builtin_bit_cast(int, m)));
+        m = m > o ? m : o;
+    }
+    float e = __builtin_expf(v - m);
+    float sum = e;
+    for (int s = 32; s > 0; s >>= 1) {
+        uint lane = __builtin_amdgcn_workitem_id_x() & 63;
+        sum += __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute((int)(((lane + s) & 63) * 4), __builtin_bit_cast(int, sum)));
+    }
+    out[i] = e / sum;
+}

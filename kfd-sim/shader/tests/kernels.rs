@@ -41,12 +41,15 @@ fn every_kernel_of_the_code_object_is_found() {
             "fill",
             "flat_apertures",
             "grid2d",
+            "half_math",
             "illegal",
             "index64",
+            "int_div",
             "interrupt",
             "lds_reduce",
             "scratch",
             "shuffle",
+            "softmax",
             "spin",
             "trap",
             "vector_add"
@@ -529,4 +532,182 @@ fn s_sendmsg_interrupt_carries_m0_and_the_wave_goes_on() {
     assert_eq!(o.stop, Stop::Done);
     assert_eq!(o.interrupts, [40, 41, 42, 43]);
     assert!(rig.mem.read_u32s(out, 256).unwrap().iter().all(|&x| x == 7));
+}
+
+#[test]
+fn integer_division_sequences_match_the_cpu() {
+    let mut rig = rig();
+    let n = 256usize;
+    let mut seed = 0x1234_5678_9abc_def1u64;
+    let mut next = || {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        seed
+    };
+    let special = [
+        0u64,
+        1,
+        2,
+        3,
+        7,
+        u64::MAX,
+        u64::MAX - 1,
+        1 << 32,
+        (1 << 32) - 1,
+        1 << 63,
+    ];
+    let a: Vec<u64> = (0..n)
+        .map(|k| match k % 4 {
+            0 => next(),
+            1 => next() >> 33,
+            2 => special[k % special.len()],
+            _ => next() >> 60,
+        })
+        .map(|x| {
+            if x as i64 == i64::MIN || x as u32 as i32 == i32::MIN {
+                x ^ 1 << 62 ^ 1
+            } else {
+                x
+            }
+        })
+        .collect();
+    let b: Vec<u64> = (0..n)
+        .map(|k| match k % 3 {
+            0 => next() >> (next() % 64),
+            1 => special[(k + 3) % special.len()],
+            _ => next() >> 40,
+        })
+        .collect();
+    let (pa, pb, po) = (
+        rig.alloc(n as u64 * 8).unwrap(),
+        rig.alloc(n as u64 * 8).unwrap(),
+        rig.alloc(n as u64 * 64).unwrap(),
+    );
+    rig.mem.write(
+        pa,
+        &a.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>(),
+    );
+    rig.mem.write(
+        pb,
+        &b.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>(),
+    );
+    let args = Args::default().u64(pa).u64(pb).u64(po);
+    let d = rig
+        .dispatch("int_div", [n as u32, 1, 1], [64, 1, 1], &args.0, 1)
+        .unwrap();
+    assert_eq!(run(&rig, &d, 1).stop, Stop::Done);
+    for i in 0..n {
+        let (x, y) = (a[i], b[i] | 1);
+        let (x32, y32) = (x as u32, b[i] as u32 | 1);
+        let want = [
+            x / y,
+            x % y,
+            (x as i64).wrapping_div(y as i64) as u64,
+            (x as i64).wrapping_rem(y as i64) as u64,
+            u64::from(x32 / y32),
+            u64::from(x32 % y32),
+            i64::from((x32 as i32).wrapping_div(y32 as i32)) as u64,
+            i64::from((x32 as i32).wrapping_rem(y32 as i32)) as u64,
+        ];
+        let got: Vec<u64> = (0..8)
+            .map(|k| rig.mem.read_u64(po + 8 * (8 * i + k) as u64).unwrap())
+            .collect();
+        assert_eq!(got, want, "{x:#x} and {:#x}", b[i]);
+    }
+}
+
+#[test]
+fn half_precision_matches_the_cpu() {
+    use half::f16;
+    let mut rig = rig();
+    let n = 128usize;
+    let pick = |k: usize, s: u32| -> f16 {
+        match k % 8 {
+            0 => f16::from_bits(1 + (k as u16 % 5)), // denormals
+            1 => f16::from_f32(65000.0),
+            2 => f16::from_f32(-0.0),
+            _ => f16::from_f32((k as f32 * 0.37 + s as f32).sin() * 100.0),
+        }
+    };
+    let a: Vec<f16> = (0..n).map(|k| pick(k, 1)).collect();
+    let b: Vec<f16> = (0..n).map(|k| pick(k + 3, 2)).collect();
+    let (pa, pb, po, pw) = (
+        rig.alloc(256).unwrap(),
+        rig.alloc(256).unwrap(),
+        rig.alloc(1024).unwrap(),
+        rig.alloc(512).unwrap(),
+    );
+    rig.mem.write(
+        pa,
+        &a.iter()
+            .flat_map(|x| x.to_bits().to_le_bytes())
+            .collect::<Vec<_>>(),
+    );
+    rig.mem.write(
+        pb,
+        &b.iter()
+            .flat_map(|x| x.to_bits().to_le_bytes())
+            .collect::<Vec<_>>(),
+    );
+    let args = Args::default().u64(pa).u64(pb).u64(po).u64(pw);
+    let d = rig
+        .dispatch("half_math", [n as u32, 1, 1], [64, 1, 1], &args.0, 1)
+        .unwrap();
+    assert_eq!(run(&rig, &d, 1).stop, Stop::Done);
+    let out = rig.mem.read(po, n * 8).unwrap();
+    let h = |k: usize| u16::from_le_bytes([out[2 * k], out[2 * k + 1]]);
+    for i in 0..n {
+        let (x, y) = (a[i], b[i]);
+        let fma = f16::from_f64(f64::from(x).mul_add(f64::from(y), 0.25));
+        let want = [x + y, x * y, fma, if x > y { x } else { y }];
+        for (k, w) in want.iter().enumerate() {
+            assert_eq!(h(4 * i + k), w.to_bits(), "item {i} op {k}: {x} and {y}");
+        }
+        let wide = f32::from_bits(rig.mem.read_u32(pw + 4 * i as u64).unwrap());
+        assert_eq!(wide, f32::from(x) * f32::from(y), "item {i}");
+    }
+}
+
+#[test]
+fn softmax_rows_sum_to_one_and_match_the_cpu() {
+    let mut rig = rig();
+    let rows = 4usize;
+    let input: Vec<f32> = (0..rows * 64)
+        .map(|k| ((k * 37 % 101) as f32 - 50.0) / 7.0)
+        .collect();
+    let (pin, pout) = (rig.alloc(1024).unwrap(), rig.alloc(1024).unwrap());
+    rig.mem
+        .write_u32s(pin, &input.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    let args = Args::default().u64(pin).u64(pout);
+    let d = rig
+        .dispatch(
+            "softmax",
+            [(rows * 64) as u32, 1, 1],
+            [64, 1, 1],
+            &args.0,
+            1,
+        )
+        .unwrap();
+    assert_eq!(run(&rig, &d, 1).stop, Stop::Done);
+    let got: Vec<f32> = rig
+        .mem
+        .read_u32s(pout, rows * 64)
+        .unwrap()
+        .into_iter()
+        .map(f32::from_bits)
+        .collect();
+    for r in 0..rows {
+        let row = &input[64 * r..64 * (r + 1)];
+        let m = row.iter().copied().fold(f32::MIN, f32::max);
+        let sum: f64 = row.iter().map(|v| f64::from(v - m).exp()).sum();
+        for (k, v) in row.iter().enumerate() {
+            let want = f64::from(v - m).exp() / sum;
+            let g = f64::from(got[64 * r + k]);
+            assert!(
+                (g - want).abs() <= 1e-5 * want.max(1e-30),
+                "row {r} item {k}: {g} vs {want}"
+            );
+        }
+    }
 }
