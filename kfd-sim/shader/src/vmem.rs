@@ -373,6 +373,15 @@ fn atomic(c: &mut Ctx<'_>, i: &Inst, aop: u8, wide: bool) -> R {
             u64::from(c.w.v(r)[l])
         }
     };
+    // Every lane's address must translate before any lane's atomic happens: a fault leaves
+    // memory untouched, so the instruction can run again once the fault is resolved.
+    for l in 0..LANES {
+        if exec >> l & 1 != 0 && ad.seg.map_or(Seg::Global, |s| s[l]) == Seg::Global {
+            for a in [ad.a[l], ad.a[l].wrapping_add(bytes - 1)] {
+                c.tlb.span(c.mem, a, 1, true).map_err(|f| c.fault(f))?;
+            }
+        }
+    }
     let mut ret = [[0u32; LANES]; 2];
     for l in 0..LANES {
         if exec >> l & 1 == 0 {

@@ -30,6 +30,7 @@ const ENCODINGS: &[(&str, &[u32])] = &[
     ("ds_write_b32 v0, v1 offset:16", &[0xd81a_0010, 0x0000_0100]),
     ("flat_load_dword v3, v[4:5]", &[0xdc50_0000, 0x0300_0004]),
     ("flat_store_dword v[6:7], v3", &[0xdc70_0000, 0x0000_0306]),
+    ("global_atomic_add v0, v1, s[0:1]", &[0xdd08_8000, 0x0000_0100]),
     ("global_load_dword v2, v0, s[0:1] offset:-16", &[0xdc50_9ff0, 0x0200_0000]),
     ("s_add_u32 s2, s0, s1", &[0x8002_0100]),
     ("s_addc_u32 s3, s0, s1", &[0x8203_0100]),
@@ -766,6 +767,30 @@ fn a_fault_names_the_address_and_leaves_the_wave_at_the_load() {
         (0x5_0000_0000, false, CODE + 4)
     );
     assert_eq!(r.w.pc, CODE + 4);
+}
+
+#[test]
+fn an_atomic_that_faults_in_one_lane_changes_no_memory() {
+    let r = run(&["global_atomic_add v0, v1, s[0:1]"], |w, mem| {
+        mem.write_u32s(DATA + 0xff00, &[5; 64]);
+        // Lanes 0..62 add to the last 252 bytes of the data region, lane 63 past its end.
+        w.set_sgpr64(0, DATA + 0xff00);
+        *w.v_mut(0).unwrap() = lanes(|l| 4 * l as u32 + if l == 63 { 0x100 } else { 0 });
+        *w.v_mut(1).unwrap() = [1; LANES];
+    });
+    let Stop::Error {
+        error: ShaderError::MemoryFault { fault, .. },
+        ..
+    } = r.stop
+    else {
+        panic!("{:?}", r.stop)
+    };
+    assert_eq!((fault.addr, fault.write), (DATA + 0x1_0000 + 63 * 4, true));
+    assert_eq!(
+        r.mem.read_u32s(DATA + 0xff00, 63).unwrap(),
+        vec![5; 63],
+        "no lane added"
+    );
 }
 
 #[test]
