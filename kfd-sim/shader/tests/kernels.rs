@@ -22,6 +22,19 @@ fn rig() -> Rig {
     Rig::new(CODE_OBJECT, 64 << 20).unwrap()
 }
 
+/// A one-dimensional dispatch of `items` work-items in workgroups of `wg`.
+fn dispatch_1d(
+    rig: &Rig,
+    kernel: &str,
+    items: u32,
+    wg: u16,
+    args: &[u8],
+    threads: u32,
+) -> Dispatch {
+    rig.dispatch(kernel, [items, 1, 1], [wg, 1, 1], args, threads)
+        .unwrap()
+}
+
 fn run(rig: &Rig, d: &Dispatch, threads: usize) -> DispatchOutcome {
     run_dispatch(d, &rig.mem, &NoClock, threads, 200_000_000)
 }
@@ -79,15 +92,7 @@ fn copy_aligned_copies_body_and_tail(#[case] n16: u64, #[case] n4: u64, #[case] 
         .u64(src_t)
         .u64(dst_t)
         .u64(n4);
-    let d = rig
-        .dispatch(
-            "copy_aligned",
-            [256 * 4, 1, 1],
-            [64, 1, 1],
-            &a.0,
-            threads as u32,
-        )
-        .unwrap();
+    let d = dispatch_1d(&rig, "copy_aligned", 256 * 4, 64, &a.0, threads as u32);
     let out = run(&rig, &d, threads);
     assert_eq!(out.stop, Stop::Done);
     assert_eq!(rig.mem.read_u32s(dst, body.len()).unwrap(), body);
@@ -115,9 +120,7 @@ fn an_amd_kernel_code_t_blit_copies_with_flat_instructions(#[case] n16: u64, #[c
         .u64(n16)
         .u64(tail)
         .u32(grid);
-    let d = rig
-        .dispatch("flat_blit", [grid, 1, 1], [64, 1, 1], &a.0, 1)
-        .unwrap();
+    let d = dispatch_1d(&rig, "flat_blit", grid, 64, &a.0, 1);
     assert_eq!(
         d.entry(),
         d.packet().kernel_object + 256,
@@ -140,9 +143,7 @@ fn fill_writes_the_value_and_nothing_past_it() {
         .u64(n16)
         .u64(dst_t)
         .u64(n4);
-    let d = rig
-        .dispatch("fill", [1024, 1, 1], [64, 1, 1], &a.0, 1)
-        .unwrap();
+    let d = dispatch_1d(&rig, "fill", 1024, 64, &a.0, 1);
     assert_eq!(run(&rig, &d, 1).stop, Stop::Done);
     let got = rig.mem.read_u32s(dst, n16 as usize * 4 + 1).unwrap();
     assert!(got[..n16 as usize * 4].iter().all(|&x| x == 0xdead_beef));
@@ -178,9 +179,7 @@ fn vector_add_matches_the_cpu(#[case] n: u32, #[case] wg: u16) {
     rig.mem
         .write_u32s(pb, &b.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
     let args = Args::default().u64(pa).u64(pb).u64(pc).u32(n);
-    let d = rig
-        .dispatch("vector_add", [n, 1, 1], [wg, 1, 1], &args.0, 1)
-        .unwrap();
+    let d = dispatch_1d(&rig, "vector_add", n, wg, &args.0, 1);
     assert_eq!(run(&rig, &d, 1).stop, Stop::Done);
     let got = rig.mem.read_u32s(pc, n as usize + 1).unwrap();
     for i in 0..n as usize {
@@ -198,15 +197,7 @@ fn lds_reduce_sums_each_workgroup_across_barriers() {
     let pout = rig.alloc(groups as u64 * 4).unwrap();
     rig.mem.write_u32s(pin, &input);
     let args = Args::default().u64(pin).u64(pout);
-    let d = rig
-        .dispatch(
-            "lds_reduce",
-            [256 * groups as u32, 1, 1],
-            [256, 1, 1],
-            &args.0,
-            2,
-        )
-        .unwrap();
+    let d = dispatch_1d(&rig, "lds_reduce", 256 * groups as u32, 256, &args.0, 2);
     assert_eq!(run(&rig, &d, 2).stop, Stop::Done);
     let want: Vec<u32> = input
         .chunks(256)
@@ -223,15 +214,7 @@ fn atomics_are_atomic(#[case] threads: usize) {
     let n = 100usize;
     let vals: Vec<i32> = (0..n as i32).map(|i| (i * 37 % 101) - 50).collect();
     let b = AtomicsBuffers::new(&mut rig, &vals);
-    let d = rig
-        .dispatch(
-            "atomics",
-            [n as u32, 1, 1],
-            [32, 1, 1],
-            &b.args().0,
-            threads as u32,
-        )
-        .unwrap();
+    let d = dispatch_1d(&rig, "atomics", n as u32, 32, &b.args().0, threads as u32);
     assert_eq!(run(&rig, &d, threads).stop, Stop::Done);
     let (counters, wide, slots) = (b.counters, b.wide, b.slots);
     let c = rig.mem.read_u32s(counters, 4).unwrap();
@@ -278,9 +261,7 @@ fn shuffles_move_values_between_lanes() {
     );
     rig.mem.write_u32s(pin, &input);
     let args = Args::default().u64(pin).u64(prot).u64(pdpp);
-    let d = rig
-        .dispatch("shuffle", [n as u32, 1, 1], [64, 1, 1], &args.0, 1)
-        .unwrap();
+    let d = dispatch_1d(&rig, "shuffle", n as u32, 64, &args.0, 1);
     assert_eq!(run(&rig, &d, 1).stop, Stop::Done);
     let rot = rig.mem.read_u32s(prot, n).unwrap();
     let dpp = rig.mem.read_u32s(pdpp, n).unwrap();
@@ -332,9 +313,7 @@ fn dmath_matches_the_cpu() {
         &b.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>(),
     );
     let args = Args::default().u64(pa).u64(pb).u64(po);
-    let d = rig
-        .dispatch("dmath", [n as u32, 1, 1], [64, 1, 1], &args.0, 1)
-        .unwrap();
+    let d = dispatch_1d(&rig, "dmath", n as u32, 64, &args.0, 1);
     assert_eq!(run(&rig, &d, 1).stop, Stop::Done);
     for i in 0..n {
         let got: Vec<f64> = (0..4)
@@ -356,9 +335,7 @@ fn index64_reaches_past_4_gib() {
     let offset_words = (5u64 << 30) / 8;
     assert!(rig.mem.map(base + offset_words * 8, 4096, true));
     let args = Args::default().u64(base).u64(offset_words);
-    let d = rig
-        .dispatch("index64", [256, 1, 1], [64, 1, 1], &args.0, 1)
-        .unwrap();
+    let d = dispatch_1d(&rig, "index64", 256, 64, &args.0, 1);
     assert_eq!(run(&rig, &d, 1).stop, Stop::Done);
     for i in 0..256u64 {
         assert_eq!(
@@ -372,15 +349,7 @@ fn index64_reaches_past_4_gib() {
 fn an_illegal_instruction_stops_the_dispatch_with_its_address() {
     let mut rig = rig();
     let out = rig.alloc(4).unwrap();
-    let d = rig
-        .dispatch(
-            "illegal",
-            [64, 1, 1],
-            [64, 1, 1],
-            &Args::default().u64(out).0,
-            1,
-        )
-        .unwrap();
+    let d = dispatch_1d(&rig, "illegal", 64, 64, &Args::default().u64(out).0, 1);
     let o = run(&rig, &d, 1);
     let Stop::Error {
         error: ShaderError::IllegalInstruction { word, pc, .. },
@@ -404,9 +373,7 @@ fn a_read_of_an_unmapped_address_is_a_memory_fault() {
     let out = rig.alloc(256).unwrap();
     let bad = 0x7_0000_0000u64;
     let args = Args::default().u64(bad).u64(out);
-    let d = rig
-        .dispatch("fault", [64, 1, 1], [64, 1, 1], &args.0, 1)
-        .unwrap();
+    let d = dispatch_1d(&rig, "fault", 64, 64, &args.0, 1);
     let o = run(&rig, &d, 1);
     let Stop::Error {
         error: ShaderError::MemoryFault { fault, .. },
@@ -422,15 +389,7 @@ fn a_read_of_an_unmapped_address_is_a_memory_fault() {
 fn s_trap_is_reported_with_its_id() {
     let mut rig = rig();
     let out = rig.alloc(4).unwrap();
-    let d = rig
-        .dispatch(
-            "trap",
-            [64, 1, 1],
-            [64, 1, 1],
-            &Args::default().u64(out).0,
-            1,
-        )
-        .unwrap();
+    let d = dispatch_1d(&rig, "trap", 64, 64, &Args::default().u64(out).0, 1);
     let o = run(&rig, &d, 1);
     assert!(
         matches!(o.stop, Stop::Trap { trap_id: 2, .. }),
@@ -446,9 +405,7 @@ fn a_spinning_wave_stops_at_its_budget_and_finishes_when_the_flag_is_set() {
     let flag = rig.alloc(4).unwrap();
     let out = rig.alloc(256).unwrap();
     let args = Args::default().u64(flag).u64(out);
-    let d = rig
-        .dispatch("spin", [64, 1, 1], [64, 1, 1], &args.0, 1)
-        .unwrap();
+    let d = dispatch_1d(&rig, "spin", 64, 64, &args.0, 1);
     let mut wg = d.workgroup(0, 0);
     let mut ex = Executor::new();
     let st = ex.run(&mut wg, &rig.mem, &NoClock, 10_000);
@@ -476,9 +433,7 @@ fn private_arrays_use_swizzled_scratch() {
     rig.mem.write_u32s(pin, &input);
     rig.mem.write_u32s(pidx, &idx);
     let args = Args::default().u64(pin).u64(pidx).u64(pout);
-    let d = rig
-        .dispatch("scratch", [n as u32, 1, 1], [128, 1, 1], &args.0, 2)
-        .unwrap();
+    let d = dispatch_1d(&rig, "scratch", n as u32, 128, &args.0, 2);
     assert_eq!(run(&rig, &d, 2).stop, Stop::Done);
     let got = rig.mem.read_u32s(pout, n).unwrap();
     for i in 0..n {
@@ -498,15 +453,14 @@ fn private_arrays_use_swizzled_scratch() {
 fn flat_pointers_reach_lds_and_private_memory_through_the_apertures() {
     let mut rig = rig();
     let out = rig.alloc(256).unwrap();
-    let d = rig
-        .dispatch(
-            "flat_apertures",
-            [64, 1, 1],
-            [64, 1, 1],
-            &Args::default().u64(out).0,
-            1,
-        )
-        .unwrap();
+    let d = dispatch_1d(
+        &rig,
+        "flat_apertures",
+        64,
+        64,
+        &Args::default().u64(out).0,
+        1,
+    );
     let o = run(&rig, &d, 1);
     assert_eq!(o.stop, Stop::Done);
     let got = rig.mem.read_u32s(out, 64).unwrap();
@@ -519,15 +473,7 @@ fn flat_pointers_reach_lds_and_private_memory_through_the_apertures() {
 fn s_sendmsg_interrupt_carries_m0_and_the_wave_goes_on() {
     let mut rig = rig();
     let out = rig.alloc(1024).unwrap();
-    let d = rig
-        .dispatch(
-            "interrupt",
-            [256, 1, 1],
-            [64, 1, 1],
-            &Args::default().u64(out).0,
-            1,
-        )
-        .unwrap();
+    let d = dispatch_1d(&rig, "interrupt", 256, 64, &Args::default().u64(out).0, 1);
     let o = run(&rig, &d, 1);
     assert_eq!(o.stop, Stop::Done);
     assert_eq!(o.interrupts, [40, 41, 42, 43]);
@@ -593,9 +539,7 @@ fn integer_division_sequences_match_the_cpu() {
         &b.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>(),
     );
     let args = Args::default().u64(pa).u64(pb).u64(po);
-    let d = rig
-        .dispatch("int_div", [n as u32, 1, 1], [64, 1, 1], &args.0, 1)
-        .unwrap();
+    let d = dispatch_1d(&rig, "int_div", n as u32, 64, &args.0, 1);
     assert_eq!(run(&rig, &d, 1).stop, Stop::Done);
     for i in 0..n {
         let (x, y) = (a[i], b[i] | 1);
@@ -651,9 +595,7 @@ fn half_precision_matches_the_cpu() {
             .collect::<Vec<_>>(),
     );
     let args = Args::default().u64(pa).u64(pb).u64(po).u64(pw);
-    let d = rig
-        .dispatch("half_math", [n as u32, 1, 1], [64, 1, 1], &args.0, 1)
-        .unwrap();
+    let d = dispatch_1d(&rig, "half_math", n as u32, 64, &args.0, 1);
     assert_eq!(run(&rig, &d, 1).stop, Stop::Done);
     let out = rig.mem.read(po, n * 8).unwrap();
     let h = |k: usize| u16::from_le_bytes([out[2 * k], out[2 * k + 1]]);
@@ -680,15 +622,7 @@ fn softmax_rows_sum_to_one_and_match_the_cpu() {
     rig.mem
         .write_u32s(pin, &input.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
     let args = Args::default().u64(pin).u64(pout);
-    let d = rig
-        .dispatch(
-            "softmax",
-            [(rows * 64) as u32, 1, 1],
-            [64, 1, 1],
-            &args.0,
-            1,
-        )
-        .unwrap();
+    let d = dispatch_1d(&rig, "softmax", (rows * 64) as u32, 64, &args.0, 1);
     assert_eq!(run(&rig, &d, 1).stop, Stop::Done);
     let got: Vec<f32> = rig
         .mem
