@@ -24,9 +24,14 @@ const ENCODINGS: &[(&str, &[u32])] = &[
     ("buffer_load_dword v2, v0, s[4:7], 0 offen", &[0xe050_1000, 0x8001_0200]),
     ("buffer_store_dword v4, v0, s[4:7], 0 offen", &[0xe070_1000, 0x8001_0400]),
     ("ds_add_rtn_u32 v6, v0, v1", &[0xd840_0000, 0x0600_0100]),
+    ("ds_bpermute_b32 v3, v0, v1", &[0xd87e_0000, 0x0300_0100]),
+    ("ds_permute_b32 v2, v0, v1", &[0xd87c_0000, 0x0200_0100]),
     ("ds_read2_b32 v[4:5], v0 offset0:4 offset1:8", &[0xd86e_0804, 0x0400_0000]),
     ("ds_read_b32 v2, v0 offset:16", &[0xd86c_0010, 0x0200_0000]),
     ("ds_read_b32 v2, v3 offset:16", &[0xd86c_0010, 0x0200_0003]),
+    ("ds_swizzle_b32 v2, v0 offset:swizzle(BROADCAST,8,5)", &[0xd87a_00b8, 0x0200_0000]),
+    ("ds_swizzle_b32 v2, v0 offset:swizzle(QUAD_PERM,3,2,1,0)", &[0xd87a_801b, 0x0200_0000]),
+    ("ds_swizzle_b32 v2, v0 offset:swizzle(SWAP,16)", &[0xd87a_401f, 0x0200_0000]),
     ("ds_write_b32 v0, v1 offset:16", &[0xd81a_0010, 0x0000_0100]),
     ("flat_load_dword v3, v[4:5]", &[0xdc50_0000, 0x0300_0004]),
     ("flat_store_dword v[6:7], v3", &[0xdc70_0000, 0x0000_0306]),
@@ -40,6 +45,7 @@ const ENCODINGS: &[(&str, &[u32])] = &[
     ("s_barrier", &[0xbf8a_0000]),
     ("s_bfe_u32 s6, s0, 0x80004", &[0x9286_ff00, 0x0008_0004]),
     ("s_branch 1", &[0xbf82_0001]),
+    ("s_buffer_load_dwordx2 s[8:9], s[4:7], 0x3c", &[0xc026_0202, 0x0000_003c]),
     ("s_cbranch_scc1 1", &[0xbf85_0001]),
     ("s_cmp_lt_i32 s0, s1", &[0xbf04_0100]),
     ("s_cmp_lt_u32 s0, s1", &[0xbf0a_0100]),
@@ -60,8 +66,11 @@ const ENCODINGS: &[(&str, &[u32])] = &[
     ("s_set_gpr_idx_off", &[0xbf9c_0000]),
     ("s_set_gpr_idx_on s0, gpr_idx(SRC0)", &[0xbf11_0100]),
     ("s_setreg_imm32_b32 hwreg(HW_REG_MODE, 4, 4), 10", &[0xba00_1901, 0x0000_000a]),
+    ("s_store_dword s10, s[0:1], 0x8", &[0xc042_0280, 0x0000_0008]),
     ("s_sub_u32 s2, s0, s1", &[0x8082_0100]),
     ("s_trap 2", &[0xbf92_0002]),
+    ("scratch_load_dword v2, v0, off offset:8", &[0xdc50_4008, 0x027f_0000]),
+    ("scratch_store_dword v0, v1, off offset:8", &[0xdc70_4008, 0x007f_0100]),
     ("v_accvgpr_read_b32 v8, a1", &[0xd3d8_4008, 0x1800_0101]),
     ("v_accvgpr_write_b32 a1, v0", &[0xd3d9_4001, 0x1800_0100]),
     ("v_add_co_u32_e32 v2, vcc, v0, v1", &[0x3204_0300]),
@@ -95,7 +104,11 @@ const ENCODINGS: &[(&str, &[u32])] = &[
     ("v_mbcnt_lo_u32_b32 v8, -1, 0", &[0xd28c_0008, 0x0001_00c1]),
     ("v_mfma_f32_32x32x1f32 a[0:31], v0, v1, a[0:31]", &[0xd3c0_8000, 0x0402_0300]),
     ("v_mov_b32_dpp v2, v0 quad_perm:[3,2,1,0] row_mask:0x5 bank_mask:0xf", &[0x7e04_02fa, 0x5f00_1b00]),
+    ("v_mov_b32_dpp v2, v0 row_bcast:15 row_mask:0xa bank_mask:0xf", &[0x7e04_02fa, 0xaf01_4200]),
+    ("v_mov_b32_dpp v2, v0 row_bcast:31 row_mask:0xc bank_mask:0xf", &[0x7e04_02fa, 0xcf01_4300]),
+    ("v_mov_b32_dpp v2, v0 row_mirror row_mask:0xf bank_mask:0x1", &[0x7e04_02fa, 0xf101_4000]),
     ("v_mov_b32_dpp v2, v0 row_shr:1 row_mask:0xf bank_mask:0xf bound_ctrl:1", &[0x7e04_02fa, 0xff09_1100]),
+    ("v_mov_b32_dpp v2, v0 wave_shr:1 row_mask:0xf bank_mask:0xf", &[0x7e04_02fa, 0xff01_3800]),
     ("v_mov_b32_e32 v2, 0.5", &[0x7e04_02f0]),
     ("v_mov_b32_e32 v2, v1", &[0x7e04_0301]),
     ("v_mov_b32_e32 v3, v1", &[0x7e06_0301]),
@@ -458,6 +471,10 @@ fn sdwa_selects_and_places_bytes_and_words() {
 #[rstest]
 #[case::row_shr_bound_ctrl("v_mov_b32_dpp v2, v0 row_shr:1 row_mask:0xf bank_mask:0xf bound_ctrl:1", |l: usize, _old: u32| if l % 16 == 0 { 0 } else { 100 + l as u32 - 1 })]
 #[case::quad_perm_row_mask("v_mov_b32_dpp v2, v0 quad_perm:[3,2,1,0] row_mask:0x5 bank_mask:0xf", |l: usize, old: u32| if (l / 16) % 2 == 0 { 100 + ((l & !3) + 3 - l % 4) as u32 } else { old })]
+#[case::row_bcast15("v_mov_b32_dpp v2, v0 row_bcast:15 row_mask:0xa bank_mask:0xf", |l: usize, old: u32| if (l / 16) % 2 == 1 { 100 + (l / 16 * 16 - 1) as u32 } else { old })]
+#[case::row_bcast31("v_mov_b32_dpp v2, v0 row_bcast:31 row_mask:0xc bank_mask:0xf", |l: usize, old: u32| if l >= 32 { 131 } else { old })]
+#[case::wave_shr("v_mov_b32_dpp v2, v0 wave_shr:1 row_mask:0xf bank_mask:0xf", |l: usize, old: u32| if l == 0 { old } else { 100 + l as u32 - 1 })]
+#[case::row_mirror("v_mov_b32_dpp v2, v0 row_mirror row_mask:0xf bank_mask:0x1", |l: usize, old: u32| if l % 16 < 4 { 100 + (l / 16 * 16 + 15 - l % 16) as u32 } else { old })]
 fn dpp_moves_lanes(#[case] text: &str, #[case] want: fn(usize, u32) -> u32) {
     let r = run(&[text], |w, _| {
         *w.v_mut(0).unwrap() = lanes(|l| 100 + l as u32);
@@ -647,6 +664,80 @@ fn lds_reads_writes_and_atomics() {
     // Lane 0's read2 reads dwords 4 and 8 (bytes 16 and 32): lanes 0 and 4 wrote 1 and 5 there.
     assert_eq!((r.w.v(4)[0], r.w.v(5)[0]), (1, 5));
     assert_eq!(r.w.v(6)[3], 0, "LDS at 12 was 0 before the add");
+}
+
+#[rstest]
+#[case::swap_16("ds_swizzle_b32 v2, v0 offset:swizzle(SWAP,16)", |l: usize| l ^ 16)]
+#[case::quad_perm("ds_swizzle_b32 v2, v0 offset:swizzle(QUAD_PERM,3,2,1,0)", |l: usize| (l & !3) + 3 - l % 4)]
+#[case::broadcast("ds_swizzle_b32 v2, v0 offset:swizzle(BROADCAST,8,5)", |l: usize| (l & !7) + 5)]
+fn ds_swizzle_moves_lanes(#[case] text: &str, #[case] from: fn(usize) -> usize) {
+    let r = run(&[text], |w, _| {
+        *w.v_mut(0).unwrap() = lanes(|l| 500 + l as u32)
+    });
+    for l in 0..LANES {
+        assert_eq!(r.w.v(2)[l], 500 + from(l) as u32, "lane {l}");
+    }
+}
+
+#[test]
+fn ds_permute_sends_and_bpermute_fetches() {
+    let r = run(
+        &["ds_permute_b32 v2, v0, v1", "ds_bpermute_b32 v3, v0, v1"],
+        |w, _| {
+            // Lane l names lane (l + 1) % 64.
+            *w.v_mut(0).unwrap() = lanes(|l| 4 * ((l as u32 + 1) % 64));
+            *w.v_mut(1).unwrap() = lanes(|l| 700 + l as u32);
+        },
+    );
+    assert_eq!(
+        r.w.v(2),
+        &lanes(|l| 700 + ((l + 63) % 64) as u32),
+        "permute: lane l + 1 gets lane l's value"
+    );
+    assert_eq!(
+        r.w.v(3),
+        &lanes(|l| 700 + ((l + 1) % 64) as u32),
+        "bpermute: lane l reads lane l + 1"
+    );
+}
+
+#[test]
+fn scalar_buffer_loads_and_stores() {
+    let r = run(
+        &[
+            "s_buffer_load_dwordx2 s[8:9], s[4:7], 0x3c",
+            "s_store_dword s10, s[0:1], 0x8",
+        ],
+        |w, mem| {
+            mem.write_u32s(DATA, &(0..32).collect::<Vec<_>>());
+            w.sgpr[4] = DATA as u32;
+            w.sgpr[5] = (DATA >> 32) as u32;
+            w.sgpr[6] = 64; // 16 dwords: the second dword of the load is past the end
+            w.sgpr[7] = 0;
+            w.set_sgpr64(0, DATA + 0x100);
+            w.sgpr[10] = 0xfeed;
+        },
+    );
+    assert_eq!((r.w.sgpr[8], r.w.sgpr[9]), (15, 0));
+    assert_eq!(r.mem.read_u32(DATA + 0x108).unwrap(), 0xfeed);
+}
+
+#[test]
+fn scratch_instructions_use_the_swizzled_private_layout() {
+    let r = run(
+        &[
+            "scratch_store_dword v0, v1, off offset:8",
+            "scratch_load_dword v2, v0, off offset:8",
+        ],
+        |w, _| {
+            w.set_sgpr64(reg::FLAT_SCRATCH, DATA);
+            *w.v_mut(0).unwrap() = [4; LANES];
+            *w.v_mut(1).unwrap() = lanes(|l| 900 + l as u32);
+        },
+    );
+    assert_eq!(r.w.v(2), &lanes(|l| 900 + l as u32));
+    // Private dword 3 (byte 12) of lane l is at FLAT_SCRATCH + 3 * 256 + 4 * l.
+    assert_eq!(r.mem.read_u32(DATA + 3 * 256 + 4 * 5).unwrap(), 905);
 }
 
 #[test]
