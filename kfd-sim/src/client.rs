@@ -14,6 +14,7 @@ use std::os::fd::{IntoRawFd, OwnedFd, RawFd};
 use kfd_abi::Errno;
 
 use crate::host::{self, FileKey};
+pub use crate::hw::backing::ProcessMemory;
 
 /// What the dispatcher needs of the calling task.
 pub trait Client {
@@ -95,41 +96,6 @@ impl FdSlot {
             Self::ArgField(off) => arg.wrapping_add(u64::try_from(off).unwrap_or(u64::MAX)),
             Self::User(addr) => addr,
         }
-    }
-}
-
-/// User memory of a real OS process, through `process_vm_readv` / `process_vm_writev`.
-#[derive(Clone, Copy, Debug)]
-pub struct ProcessMemory {
-    pid: libc::pid_t,
-}
-
-impl ProcessMemory {
-    /// The memory of OS process `pid`.
-    pub fn of_pid(pid: libc::pid_t) -> Self {
-        Self { pid }
-    }
-
-    /// Our own memory (the in-process front end).
-    pub fn own() -> Self {
-        Self {
-            pid: host::own_pid(),
-        }
-    }
-
-    /// The OS pid whose memory this is.
-    pub fn pid(&self) -> libc::pid_t {
-        self.pid
-    }
-
-    /// `copy_from_user`.
-    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
-        host::process_vm_read(self.pid, addr, buf)
-    }
-
-    /// `copy_to_user`.
-    pub fn write(&self, addr: u64, buf: &[u8]) -> Result<(), Errno> {
-        host::process_vm_write(self.pid, addr, buf)
     }
 }
 

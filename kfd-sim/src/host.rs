@@ -1,5 +1,5 @@
 //! The simulator model's glue to the host OS: memfds, shared mappings, cross-process memory
-//! access, fd identity, clocks, and plain-data views of the `kfd-sys` argument structs.
+//! access, fd identity, clocks, locks, and plain-data views of the `kfd-sys` argument structs.
 //!
 //! The raw OS calls of the device model live here, each `unsafe` block with its `SAFETY`
 //! argument. The crate's other `unsafe` code: the CUSE front end's system calls
@@ -10,8 +10,30 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
+use std::sync::{Mutex, MutexGuard};
 
 use kfd_abi::Errno;
+
+/// Locks a mutex, ignoring poisoning (the state stays consistent: no handler panics mid-update).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// [`lock`], giving up after `wait` (`None`): for a thread that must not wait for ever on a lock
+/// that another thread may hold while it waits for this one's caller.
+pub(crate) fn lock_within<T>(m: &Mutex<T>, wait: std::time::Duration) -> Option<MutexGuard<'_, T>> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match m.try_lock() {
+            Ok(g) => return Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        }
+    }
+}
 
 /// Identity of an open file as `fstat` gives it: `(st_dev, st_ino)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -20,9 +20,11 @@ use std::sync::{Arc, Mutex};
 use kfd_abi::{Errno, Transport};
 use topology::Topology;
 
-use crate::client::{InProcessClient, ProcessMemory};
+use crate::client::InProcessClient;
 use crate::host;
-use crate::machine::{lock, FileKind, MachineError, MachineInner, OpenFile};
+use crate::host::lock;
+use crate::hw::backing::ProcessMemory;
+use crate::machine::{FileKind, MachineError, MachineInner, OpenFile};
 use crate::preset::Preset;
 use crate::process::KfdProcess;
 use crate::render::RenderFile;
@@ -372,7 +374,7 @@ impl SimFile {
     }
 
     /// The GPU VM of a render-node file (what ACQUIRE_VM adopts), for inspection.
-    pub fn vm(&self) -> Option<Arc<Mutex<crate::render::Vm>>> {
+    pub fn vm(&self) -> Option<Arc<Mutex<crate::hw::vm::Vm>>> {
         match &self.file.kind {
             FileKind::Render(r) => Some(Arc::clone(&r.vm)),
             FileKind::Kfd(_) => None,
@@ -511,11 +513,11 @@ impl SimFile {
         use crate::mmap as m;
         use kfd_abi::{Advice, Mapping, Prot, Share};
         // The kernel refuses these before any driver sees them.
-        if len == 0 || offset % crate::process::limits::PAGE_SIZE != 0 {
+        if len == 0 || offset % crate::limits::PAGE_SIZE != 0 {
             return Err(Errno::EINVAL);
         }
         let length = u64::try_from(len).map_err(|_| Errno::ENOMEM)?;
-        let length = crate::process::align_up(length);
+        let length = crate::limits::align_up(length);
         let mut flags = m::MAP_MAYWRITE;
         for (p, f) in [
             (Prot::READ, m::MAP_READ),

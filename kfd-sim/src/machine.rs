@@ -2,37 +2,19 @@
 //! dma-bufs, the KFD processes by pid, and ptrace relations.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use kfd_abi::Errno;
 use topology::model::keys;
 use topology::Topology;
 
 use crate::host::FileKey;
-use crate::memory::Backing;
+use crate::hw::backing::Backing;
 use crate::process::{KfdProcess, QueueKind};
 use crate::render::RenderFile;
 
-/// Locks a mutex, ignoring poisoning (the state stays consistent: no handler panics mid-update).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// [`lock`], giving up after `wait` (`None`): for a thread that must not wait for ever on a lock
-/// that another thread may hold while it waits for this one's caller.
-pub(crate) fn lock_within<T>(m: &Mutex<T>, wait: std::time::Duration) -> Option<MutexGuard<'_, T>> {
-    let deadline = std::time::Instant::now() + wait;
-    loop {
-        match m.try_lock() {
-            Ok(g) => return Some(g),
-            Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            Err(std::sync::TryLockError::WouldBlock) => return None,
-        }
-    }
-}
+/// The lock helpers, here too for the model workload (`crate::machine::lock`).
+pub(crate) use crate::host::lock;
 
 /// Why a machine could not be built from a topology.
 #[derive(Debug, thiserror::Error)]
@@ -75,7 +57,7 @@ pub(crate) struct Device {
     pub num_gws: u32,
     pub state: Mutex<DeviceState>,
     /// The SDMA engines that run command submissions on the DMA ring.
-    pub dma: crate::sdma::Engines,
+    pub dma: crate::hw::sdma::Engines,
 }
 
 impl Device {
@@ -139,7 +121,7 @@ impl Device {
     pub fn alloc_mmap_offset(&self, size: u64) -> u64 {
         let mut s = lock(&self.state);
         let off = s.next_mmap_offset;
-        s.next_mmap_offset = off.saturating_add(crate::process::align_up(size));
+        s.next_mmap_offset = off.saturating_add(crate::limits::align_up(size));
         off
     }
 }
@@ -203,15 +185,15 @@ pub struct MachineInner {
     /// What GET_VERSION reports, `major << 32 | minor` (1.11 unless told otherwise).
     kfd_version: std::sync::atomic::AtomicU64,
     /// CPU time the SDMA engines of the machine used (for benchmarks).
-    pub(crate) engine: crate::sdma::EngineTime,
+    pub(crate) engine: crate::hw::sdma::EngineTime,
     /// The GTT size of every GPU (`amdgpu_ttm_init`).
     gtt_size: u64,
     /// The client requests the simulator does not answer that it has logged (once each).
     unanswered: Mutex<BTreeSet<String>>,
     /// The doorbell and MMIO pages that KFD mappings show.
     pub(crate) device_pages: crate::kfd::mmap::DevicePages,
-    /// Whether the SDMA engine thread of user-mode queues runs (`kfd::umq`).
-    pub(crate) engine_started: std::sync::Once,
+    /// The queue scheduler: its engine thread runs the user-mode queues.
+    pub(crate) scheduler: crate::hw::scheduler::Scheduler,
     /// The device mappings made in process (see [`crate::SimProcess::device_vmas`]).
     vmas: Mutex<Vec<VmaRecord>>,
     reg: Mutex<Registry>,
@@ -281,9 +263,9 @@ impl MachineInner {
                     sdma_used: slots(sdma_engines),
                     xgmi_sdma_used: slots(xgmi_sdma_engines),
                     doorbell_slices: BTreeSet::new(),
-                    next_mmap_offset: crate::process::limits::DRM_FILE_PAGE_OFFSET_START,
+                    next_mmap_offset: crate::limits::DRM_FILE_PAGE_OFFSET_START,
                 }),
-                dma: crate::sdma::Engines::new(sdma_engines.saturating_add(xgmi_sdma_engines)),
+                dma: crate::hw::sdma::Engines::new(sdma_engines.saturating_add(xgmi_sdma_engines)),
             });
         }
         // The KFD system memory limit: 15/16 of system RAM.
@@ -302,12 +284,12 @@ impl MachineInner {
             unanswered: Mutex::new(BTreeSet::new()),
             device_pages: crate::kfd::mmap::DevicePages::default(),
             vmas: Mutex::new(Vec::new()),
-            engine_started: std::sync::Once::new(),
+            scheduler: crate::hw::scheduler::Scheduler::default(),
             kfd_version: std::sync::atomic::AtomicU64::new(
                 u64::from(kfd_sys::KFD_IOCTL_MAJOR_VERSION) << 32
                     | u64::from(kfd_sys::KFD_IOCTL_MINOR_VERSION),
             ),
-            engine: crate::sdma::EngineTime::default(),
+            engine: crate::hw::sdma::EngineTime::default(),
             reg: Mutex::new(Registry {
                 next_pid: 1000,
                 ..Registry::default()

@@ -34,8 +34,9 @@ use std::time::Duration;
 
 use kfd_abi::Errno;
 
-use crate::machine::{lock_within, FileKind, MachineInner, OpenFile};
-use crate::memory::{Backing, Domain};
+use crate::host::lock_within;
+use crate::hw::backing::{Backing, Domain};
+use crate::machine::{FileKind, MachineInner, OpenFile};
 use crate::process::{KfdProcess, ProcState};
 
 /// How long an mmap waits for a lock of the simulator's state before it gives up (`EAGAIN`).
@@ -134,7 +135,7 @@ mod tests {
 
     use super::*;
     use crate::kfd::mmap::{CWSR_SIZE, KFD_VMA};
-    use crate::process::limits::{DOORBELL_SLICE, PAGE_SIZE, SIGNAL_EVENT_LIMIT};
+    use crate::limits::{DOORBELL_SLICE, PAGE_SIZE, SIGNAL_EVENT_LIMIT};
     use crate::render::mmap::RENDER_VMA;
     use crate::{Machine, SimFile, SimProcess};
     use kfd_abi::mmap_offset as mo;

@@ -8,56 +8,14 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use kfd_abi::Errno;
 
+use crate::host::lock;
 use crate::host::FileKey;
-use crate::machine::{lock, MachineInner};
-use crate::memory::{Backing, Domain};
-use crate::render::Vm;
+use crate::hw::backing::{Backing, Domain};
+use crate::hw::queue::RingState;
+use crate::hw::vm::Vm;
+use crate::machine::MachineInner;
 
-/// Numbers of the gfx9 driver model.
-pub mod limits {
-    /// Page size.
-    pub const PAGE_SIZE: u64 = 4096;
-    /// Doorbells per process per device (`KFD_MAX_NUM_OF_QUEUES_PER_PROCESS`).
-    pub const DOORBELLS_PER_PROCESS: u32 = 1024;
-    /// Bytes of one process's doorbell slice on gfx9 (1024 doorbells of 8 bytes).
-    pub const DOORBELL_SLICE: u64 = 8192;
-    /// Queue ids per process.
-    pub const MAX_QUEUES_PER_PROCESS: u32 = 1024;
-    /// Queues per process per device (the HWS limit).
-    pub const MAX_QUEUES_PER_DEVICE: u32 = 127;
-    /// Largest kmalloc: larger kernel buffers fail with ENOMEM.
-    pub const KMALLOC_MAX: u64 = 4 << 20;
-    /// Largest kvmalloc (INT_MAX).
-    pub const KVMALLOC_MAX: u64 = i32::MAX as u64;
-    /// Signal event slots of a full signal page.
-    pub const SIGNAL_EVENT_LIMIT: u32 = 4096;
-    /// Slots of the kernel's own signal page when userspace gave none.
-    pub const DEFAULT_SIGNAL_SLOTS: u32 = 256;
-    /// First id of non-signal events.
-    pub const FIRST_NONSIGNAL_EVENT_ID: u32 = 1 << 30;
-    /// Last id of non-signal events.
-    pub const LAST_NONSIGNAL_EVENT_ID: u32 = i32::MAX as u32;
-    /// Start of the DRM fake mmap offset space (bytes).
-    pub const DRM_FILE_PAGE_OFFSET_START: u64 = 1 << 32;
-    /// gfx9 compute MQD size (`struct v9_mqd`, 512 dwords).
-    pub const MQD_SIZE_COMPUTE: u32 = 2048;
-    /// gfx9 SDMA MQD size (`struct v9_sdma_mqd`, 128 dwords).
-    pub const MQD_SIZE_SDMA: u32 = 512;
-    /// Largest control stack the simulator accepts (a real one is a few pages).
-    pub const MAX_CTL_STACK: u32 = 1 << 20;
-    /// Apertures of gfx9.
-    pub const LDS_BASE: u64 = 1 << 48;
-    /// Scratch aperture base.
-    pub const SCRATCH_BASE: u64 = 2 << 48;
-    /// Start of the GPUVM aperture.
-    pub const GPUVM_BASE: u64 = 16 << 10;
-    /// End of the GPUVM aperture.
-    pub const GPUVM_LIMIT: u64 = (1 << 47) - 1;
-    /// Available-memory granularity.
-    pub const VRAM_AVAILABILITY_ALIGN: u64 = 2 << 20;
-}
-
-use limits::*;
+use crate::limits::*;
 
 /// The driver-internal queue type (as priv_data records it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,24 +96,6 @@ pub struct Queue {
     pub ring_state: RingState,
 }
 
-/// Where the simulated SDMA engine is in a user-mode queue's ring: what the MQD's ring pointer
-/// registers hold on hardware. Pointers count bytes since the queue was created and are
-/// taken modulo the ring size to address it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RingState {
-    /// Bytes the engine executed (the read pointer it writes back).
-    pub rptr: u64,
-    /// Bytes submitted: the write pointer latched from the doorbell.
-    pub wptr: u64,
-    /// The doorbell value the engine saw last (a new value is a new write pointer).
-    pub doorbell: u64,
-    /// The engine stopped on this queue (a bad packet or a VM fault), as a hung queue stays.
-    pub hung: bool,
-    /// AQL compute queues, which nothing executes: the doorbell index whose packet the engine
-    /// has reported (`kfd::aql`).
-    pub aql_reported: Option<u64>,
-}
-
 /// Byte offsets of the fields the simulator keeps in its MQD image (its own layout; the real
 /// MQD is opaque to userspace and to the plugin).
 pub mod mqd_layout {
@@ -180,6 +120,12 @@ pub mod mqd_layout {
 }
 
 impl Queue {
+    /// Whether the queue can run once its process is not evicted: it has a ring and a non-zero
+    /// percentage.
+    pub fn runnable(&self) -> bool {
+        self.ring_size > 0 && self.ring != 0 && self.percent > 0
+    }
+
     /// The ring pointers of a restored SDMA MQD image (zero for anything else: an MQD the
     /// simulator did not write starts its ring afresh).
     pub fn ring_state_from_mqd(&self) -> RingState {
@@ -331,7 +277,7 @@ pub struct Bo {
     /// CPU address of a userptr BO.
     pub user_addr: u64,
     /// Whose memory `user_addr` is in (the allocating process), for a userptr BO.
-    pub user_mem: Option<crate::client::ProcessMemory>,
+    pub user_mem: Option<crate::hw::backing::ProcessMemory>,
     /// VRAM/GTT memory.
     pub backing: Option<Arc<Backing>>,
     /// Whether it counts against the device/system limits (not for imports).
@@ -622,11 +568,6 @@ pub fn vm_unmap_bo(pdds: &[Pdd], bo: &Bo, dev: usize) {
             vm.unmap(bo.va.saturating_add(bo.size));
         }
     }
-}
-
-/// Rounds up to a page.
-pub fn align_up(size: u64) -> u64 {
-    size.saturating_add(PAGE_SIZE - 1) & !(PAGE_SIZE - 1)
 }
 
 /// Memory domain of a VRAM/GTT BO from its flags (VRAM wins, as in the driver).

@@ -21,10 +21,10 @@
 //!   (the source functions are named in each doc comment).
 //!
 //! Command submission executes synchronously inside `AMDGPU_CS` on one of the GPU's
-//! [`sdma`](crate::sdma) engines: the fence is signalled when the ioctl returns, `WAIT_CS`
+//! [`sdma`](crate::hw::sdma) engines: the fence is signalled when the ioctl returns, `WAIT_CS`
 //! reports its result. Jobs of one (context, ring) entity run in order; jobs of different
 //! entities run at the same time, at most one per SDMA engine of the GPU, as amdgpu's scheduler
-//! spreads idle entities over the engines ([`sdma::Engines`](crate::sdma::Engines)). A faulting
+//! spreads idle entities over the engines ([`sdma::Engines`](crate::hw::sdma::Engines)). A faulting
 //! submission's fence carries `ETIME` (what amdgpu sets on a hung job's fence) and marks the
 //! context guilty, after which `AMDGPU_CS` on it fails with `ECANCELED`, as amdgpu does.
 //!
@@ -56,100 +56,17 @@ use kfd_abi::ioctl::{self, drm as codes};
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use crate::client::{Client, ProcessMemory};
-use crate::machine::{lock, MachineInner};
-use crate::memory::{Backing, Domain};
-use crate::process::limits::{KVMALLOC_MAX, PAGE_SIZE};
+use crate::client::Client;
+use crate::host::lock;
+use crate::hw::backing::ProcessMemory;
+use crate::hw::backing::{Backing, Domain};
+use crate::hw::vm::{Vm, VmMapping, VmTarget};
+use crate::limits::{KVMALLOC_MAX, PAGE_SIZE};
+use crate::machine::MachineInner;
 use crate::uaccess::{
     check_user_range, copy_from_user, copy_in_kdata, copy_to_user, fd_from_field, get_u32, get_u64,
     put_u32, put_u64, IoctlResult,
 };
-
-/// What a GPU virtual address range is backed by.
-#[derive(Clone, Debug)]
-pub enum VmTarget {
-    /// Device or GTT memory (a memfd), from `offset` bytes into it.
-    Memory {
-        /// The memory.
-        backing: Arc<Backing>,
-        /// Byte offset of the mapping's start in the memory.
-        offset: u64,
-    },
-    /// Process memory (a userptr BO), starting at this CPU address.
-    User {
-        /// CPU address of the mapping's start.
-        cpu_addr: u64,
-        /// The process whose memory it is (the one that registered the userptr).
-        mem: ProcessMemory,
-    },
-    /// The process's doorbell slice.
-    Doorbell,
-    /// The MMIO remap (HDP flush) page.
-    Mmio,
-}
-
-/// One mapping in a VM.
-#[derive(Clone, Debug)]
-pub struct VmMapping {
-    /// Length in bytes.
-    pub size: u64,
-    /// Backing.
-    pub target: VmTarget,
-    /// Whether the GPU may write.
-    pub writable: bool,
-}
-
-/// A GPU virtual address space (one per render-node open file).
-#[derive(Debug)]
-pub struct Vm {
-    /// Index of the GPU in the machine.
-    pub device: usize,
-    /// The simulated pid whose KFD process acquired this VM (the kernel's `vm->process_info`).
-    pub owner: Option<u32>,
-    mappings: BTreeMap<u64, VmMapping>,
-}
-
-impl Vm {
-    /// An empty VM on device index `device`.
-    pub fn new(device: usize) -> Self {
-        Self {
-            device,
-            owner: None,
-            mappings: BTreeMap::new(),
-        }
-    }
-
-    /// Maps `[va, va + m.size)`; `EINVAL` if it overlaps an existing mapping (as `amdgpu_vm_bo_map`).
-    pub fn map(&mut self, va: u64, m: VmMapping) -> Result<(), Errno> {
-        let end = va.checked_add(m.size).ok_or(Errno::EINVAL)?;
-        if m.size == 0 {
-            return Err(Errno::EINVAL);
-        }
-        if let Some((&prev, pm)) = self.mappings.range(..end).next_back() {
-            if prev.saturating_add(pm.size) > va {
-                return Err(Errno::EINVAL);
-            }
-        }
-        self.mappings.insert(va, m);
-        Ok(())
-    }
-
-    /// Removes the mapping that starts at `va`.
-    pub fn unmap(&mut self, va: u64) -> Option<VmMapping> {
-        self.mappings.remove(&va)
-    }
-
-    /// The mapping containing `va`, with its start address.
-    pub fn lookup(&self, va: u64) -> Option<(u64, &VmMapping)> {
-        let (&start, m) = self.mappings.range(..=va).next_back()?;
-        (va < start.saturating_add(m.size)).then_some((start, m))
-    }
-
-    /// All mappings in address order.
-    pub fn mappings(&self) -> impl Iterator<Item = (u64, &VmMapping)> {
-        self.mappings.iter().map(|(&va, m)| (va, m))
-    }
-}
 
 /// The gfx9 GPU VM layout, as the amdgpu driver (6.1) defines it.
 pub mod va {
@@ -336,7 +253,7 @@ impl RenderFile {
         offset: u64,
         wait: std::time::Duration,
     ) -> Result<Option<MmapObject>, Errno> {
-        let st = crate::machine::lock_within(&self.state, wait).ok_or(Errno::EAGAIN)?;
+        let st = crate::host::lock_within(&self.state, wait).ok_or(Errno::EAGAIN)?;
         Ok(st
             .handles
             .values()
@@ -591,7 +508,7 @@ fn gem_create(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     }
     let dev_index = call.file.device;
     let dev = call.machine.devices.get(dev_index).ok_or(Errno::EINVAL)?;
-    let aligned = crate::process::align_up(size);
+    let aligned = crate::limits::align_up(size);
     let mut vram = domains & u64::from(sys::AMDGPU_GEM_DOMAIN_VRAM) != 0;
     if vram {
         let mut s = lock(&dev.state);
@@ -1128,8 +1045,9 @@ fn cs(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     let engines = call.machine.devices.get(call.file.device).map(|d| &d.dma);
     let run = || {
         call.machine.engine.run(|| {
-            ibs.iter()
-                .try_for_each(|ib| crate::sdma::execute(&call.file.vm, ib.va, ib.bytes, started))
+            ibs.iter().try_for_each(|ib| {
+                crate::hw::sdma::execute(&call.file.vm, ib.va, ib.bytes, started)
+            })
         })
     };
     let result = match engines {
@@ -1191,27 +1109,6 @@ fn wait_cs(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn m(size: u64) -> VmMapping {
-        VmMapping {
-            size,
-            target: VmTarget::Doorbell,
-            writable: true,
-        }
-    }
-
-    #[test]
-    fn overlapping_mappings_are_refused() {
-        let mut vm = Vm::new(0);
-        vm.map(0x1000, m(0x1000)).unwrap();
-        assert_eq!(vm.map(0x1800, m(0x100)), Err(Errno::EINVAL));
-        assert_eq!(vm.map(0x800, m(0x1000)), Err(Errno::EINVAL));
-        vm.map(0x2000, m(0x1000)).unwrap();
-        vm.map(0, m(0x1000)).unwrap();
-        assert_eq!(vm.lookup(0x2fff).map(|(s, _)| s), Some(0x2000));
-        assert!(vm.lookup(0x3000).is_none());
-        assert_eq!(vm.map(u64::MAX, m(2)), Err(Errno::EINVAL));
-    }
 
     #[test]
     fn every_request_of_kfd_abi_has_its_row() {

@@ -33,8 +33,9 @@ use super::bridge::HandOvers;
 use super::os::{self, ProcStatus};
 use super::server::{cuse_file_key, Shared};
 use super::SIM_PROBE;
-use crate::client::{Client, FdSlot, ProcessMemory};
+use crate::client::{Client, FdSlot};
 use crate::host::FileKey;
+use crate::hw::backing::ProcessMemory;
 
 /// One ioctl's caller.
 pub(crate) struct CuseClient<'a> {

@@ -47,8 +47,9 @@ use super::client::CuseClient;
 use super::os::{self, ProcStatus};
 use super::proto::{self, InHeader, Opcode};
 use super::{CuseError, CUSE_FILE_DEV, SIM_PROBE};
+use crate::host::lock;
 use crate::host::FileKey;
-use crate::machine::{lock, FileKind, MachineInner, OpenFile};
+use crate::machine::{FileKind, MachineInner, OpenFile};
 use crate::process::KfdProcess;
 use crate::render::RenderFile;
 

@@ -25,7 +25,7 @@ use super::svm::svm_apply;
 use super::{kmalloc_check, KfdCall};
 use crate::client::{Client, FdSlot};
 use crate::host::Pod;
-use crate::process::limits::*;
+use crate::limits::*;
 use crate::process::{ProcState, Queue, QueueKind, SvmAccess};
 use crate::uaccess::{
     copy_from_user, copy_to_user, fd_from_field, fd_to_field, get_u32, get_u64, put_u32, put_u64,
@@ -216,7 +216,7 @@ fn process_info(call: &KfdCall<'_>, a: &mut CriuArgs) -> IoctlResult {
     a.priv_data_size = info.priv_size;
     drop(st);
     // The queues are preempted: the engine finishes the packet it is running, if any.
-    super::umq::wait_idle(call.process);
+    crate::hw::scheduler::wait_idle(call.process);
     Ok(0)
 }
 
@@ -357,7 +357,13 @@ fn checkpoint(call: &KfdCall<'_>, a: &CriuArgs) -> IoctlResult {
         return Err(Errno::EINVAL);
     }
     // The MQDs hold the ring pointers: what was submitted through a doorbell is latched first.
-    super::umq::latch_doorbells(call.machine, call.process, &mut st);
+    crate::hw::scheduler::latch_doorbells(
+        call.process.pid,
+        &mut super::runlist::ProcessQueues {
+            process: call.process,
+            st: &mut st,
+        },
+    );
     for (&qid, qu) in st.queues.iter_mut() {
         if qu.kind != QueueKind::Compute {
             qu.refresh_mqd(qid);
@@ -724,7 +730,7 @@ fn restore_queue(
         mqd: Vec::new(),
         ctl_stack: Vec::new(),
         cu_mask: Vec::new(),
-        ring_state: crate::process::RingState::default(),
+        ring_state: crate::hw::queue::RingState::default(),
     };
     let gws = queue.gws;
     let restore = QueueRestore {

@@ -18,7 +18,7 @@ use super::memory::handle_parts;
 use super::{kmalloc_check, KfdCall};
 use crate::client::{Client, FdSlot};
 use crate::host::Pod;
-use crate::process::limits::*;
+use crate::limits::*;
 use crate::process::{waiter, Event, ProcState, SignalPage};
 use crate::uaccess::{
     copy_from_user, copy_struct_from_user, copy_to_user, fd_to_field, with_args, IoctlResult,

@@ -5,11 +5,12 @@ use std::sync::{Arc, Mutex, Weak};
 use kfd_abi::mmap_offset as mo;
 use kfd_abi::Errno;
 
-use crate::machine::{lock, MachineInner};
-use crate::memory::Backing;
+use crate::host::lock;
+use crate::hw::backing::Backing;
+use crate::limits::{DOORBELL_SLICE, PAGE_SIZE, SIGNAL_EVENT_LIMIT};
+use crate::machine::MachineInner;
 use crate::mmap::{page, proc_state, MmapRequest, Target};
 use crate::mmap::{VMA_DONTCOPY, VMA_DONTDUMP, VMA_IO, VMA_NORESERVE};
-use crate::process::limits::{DOORBELL_SLICE, PAGE_SIZE, SIGNAL_EVENT_LIMIT};
 use crate::process::{KfdProcess, ProcState, SignalPage};
 
 /// `KFD_CWSR_TBA_TMA_SIZE`: the reserved-memory (CWSR) area of one process on one GPU.
@@ -117,7 +118,7 @@ pub(crate) fn kfd_mmap(
                 p.pid
             );
             // The process can ring its SDMA queues from now on.
-            super::umq::ensure_engine(&p.machine);
+            p.machine.scheduler.start(&p.machine);
             Ok(target(page, KFD_VMA))
         }
         mo::TYPE_EVENTS => {

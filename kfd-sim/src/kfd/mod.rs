@@ -14,20 +14,19 @@
 //! - [`criu`]: checkpoint and restore, `CRIU_OP` (`kfd_chardev.c`).
 //!
 //! The render node and its SDMA engine are [`render`](crate::render) and
-//! [`sdma`](crate::sdma); every user access goes through [`uaccess`](crate::uaccess).
+//! [`sdma`](crate::hw::sdma); every user access goes through [`uaccess`](crate::uaccess).
 //!
 //! Client-controlled values are never indexed or unwrapped: every lookup is checked and every
 //! user access goes through the [`Client`], so no input can panic the simulator.
 
-mod aql;
 pub mod criu;
-mod events;
+pub(crate) mod events;
 mod memory;
 pub(crate) mod mmap;
 mod process;
 mod queues;
+mod runlist;
 mod svm;
-pub(crate) mod umq;
 
 use std::sync::Arc;
 
@@ -35,8 +34,8 @@ use kfd_abi::ioctl::{self, kfd};
 use kfd_abi::Errno;
 
 use crate::client::Client;
+use crate::limits::KMALLOC_MAX;
 use crate::machine::MachineInner;
-use crate::process::limits::KMALLOC_MAX;
 use crate::process::KfdProcess;
 use crate::uaccess::{copy_in_kdata, copy_to_user, IoctlResult};
 

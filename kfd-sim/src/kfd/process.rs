@@ -9,9 +9,10 @@ use kfd_abi::Errno;
 use kfd_sys as sys;
 
 use super::{kmalloc_check, KfdCall};
+use crate::host::lock;
 use crate::host::{clock_ns, FileKey, Pod};
-use crate::machine::{lock, FileKind, MachineInner};
-use crate::process::limits::*;
+use crate::limits::*;
+use crate::machine::{FileKind, MachineInner};
 use crate::process::{DrmBinding, ProcState};
 use crate::uaccess::{copy_to_user, fd_from_field, with_args, IoctlResult};
 

@@ -8,7 +8,7 @@ use kfd_sys as sys;
 
 use super::KfdCall;
 use crate::host::access_ok;
-use crate::machine::lock;
+use crate::host::lock;
 use crate::process::{ProcState, SvmAccess, SvmRange};
 use crate::uaccess::{check_user_range, get_u32, get_u64, put_u32, IoctlResult};
 

@@ -19,8 +19,8 @@ use kfd_sys as sys;
 use super::{va, RenderCall};
 use crate::asic::{self, Asic};
 use crate::host::clock_ns;
-use crate::machine::lock;
-use crate::process::limits::PAGE_SIZE;
+use crate::host::lock;
+use crate::limits::PAGE_SIZE;
 use crate::uaccess::{copy_to_user, get_u32, get_u64, put_u32, put_u64, IoctlResult};
 
 /// `AMDGPU_VM_RESERVED_VRAM`: VRAM the driver keeps for its page tables.

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use kfd_abi::Errno;
 
+use crate::hw::backing::Backing;
 use crate::machine::{FileKind, MachineInner, OpenFile};
-use crate::memory::Backing;
 use crate::mmap::{proc_state, MmapRequest, Target, LOCK_WAIT};
 use crate::mmap::{MAP_EXEC, MAP_MAYWRITE, MAP_READ, MAP_SHARED, MAP_WRITE};
 use crate::mmap::{VMA_ACCESS, VMA_DONTDUMP, VMA_IO, VMA_NO_MAYWRITE};
@@ -39,7 +39,7 @@ pub(crate) fn gem_mmap(
     };
     // The offset manager finds a node only where the whole range fits in it.
     let found = found
-        .filter(|f| q.length <= crate::process::align_up(f.size))
+        .filter(|f| q.length <= crate::limits::align_up(f.size))
         .ok_or(Errno::EINVAL)?;
     if !found.allowed {
         return Err(Errno::EACCES);

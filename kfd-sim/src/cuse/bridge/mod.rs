@@ -36,7 +36,8 @@ use std::sync::{Arc, Mutex};
 
 use kfd_abi::Errno;
 
-use crate::machine::{lock, MachineInner, OpenFile};
+use crate::host::lock;
+use crate::machine::{MachineInner, OpenFile};
 use crate::process::KfdProcess;
 
 /// Where the module's control device appears.

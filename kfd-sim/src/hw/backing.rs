@@ -1,10 +1,13 @@
-//! Simulated device memory: VRAM and GTT buffer objects are memfds, mapped shared.
+//! The memory the simulated GPUs read and write: VRAM and GTT buffer objects are memfds, mapped
+//! shared; userptr memory is the process's own ([`ProcessMemory`]).
 //!
 //! A BO's exported dma-buf is a dup of its memfd, so the simulator recognises it again by inode
 //! ([`Backing::key`]) when it comes back (IMPORT_DMABUF, GET_DMABUF_INFO, later PRIME import).
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
+
+use kfd_abi::Errno;
 
 use crate::host::{self, FileKey, SharedMap};
 
@@ -108,7 +111,7 @@ impl Backing {
     /// (they read as zeros and hold no memory, as a fresh BO's) and writes only the partial pages
     /// at its ends; where punching is refused, it writes every byte.
     pub fn fill(&self, offset: u64, len: u64, pattern: [u8; 4], phase: usize) -> bool {
-        let page = crate::process::limits::PAGE_SIZE;
+        let page = crate::limits::PAGE_SIZE;
         let Some(end) = offset.checked_add(len).filter(|&e| e <= self.size) else {
             return false;
         };
@@ -164,6 +167,41 @@ impl Backing {
     /// The shared mapping (what the SDMA engine copies into and out of).
     pub fn map(&self) -> &SharedMap {
         &self.map
+    }
+}
+
+/// User memory of a real OS process, through `process_vm_readv` / `process_vm_writev`.
+#[derive(Clone, Copy, Debug)]
+pub struct ProcessMemory {
+    pid: libc::pid_t,
+}
+
+impl ProcessMemory {
+    /// The memory of OS process `pid`.
+    pub fn of_pid(pid: libc::pid_t) -> Self {
+        Self { pid }
+    }
+
+    /// Our own memory (the in-process front end).
+    pub fn own() -> Self {
+        Self {
+            pid: host::own_pid(),
+        }
+    }
+
+    /// The OS pid whose memory this is.
+    pub fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+
+    /// `copy_from_user`.
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
+        host::process_vm_read(self.pid, addr, buf)
+    }
+
+    /// `copy_to_user`.
+    pub fn write(&self, addr: u64, buf: &[u8]) -> Result<(), Errno> {
+        host::process_vm_write(self.pid, addr, buf)
     }
 }
 

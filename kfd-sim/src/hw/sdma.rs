@@ -46,11 +46,10 @@ use std::time::{Duration, Instant};
 use kfd_abi::sdma::{DecodeError, Decoder, Packet};
 use kfd_abi::Errno;
 
-use crate::client::ProcessMemory;
+use super::backing::{Backing, ProcessMemory};
+use super::vm::{Vm, VmTarget};
+use crate::host::lock;
 use crate::host::{self, pattern_chunk};
-use crate::machine::lock;
-use crate::memory::Backing;
-use crate::render::{Vm, VmTarget};
 
 /// CPU time the engine has used, summed over every thread that ran a submission.
 #[derive(Debug, Default)]
@@ -97,6 +96,7 @@ impl Engines {
     }
 
     /// How many engines there are.
+    #[cfg(test)]
     pub fn count(&self) -> usize {
         self.busy.len()
     }
@@ -522,8 +522,8 @@ pub(crate) fn execute(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::Domain;
-    use crate::render::VmMapping;
+    use crate::hw::backing::Domain;
+    use crate::hw::vm::VmMapping;
     use kfd_abi::sdma::IbBuilder;
 
     fn mem(size: u64) -> Arc<Backing> {

@@ -1,0 +1,379 @@
+//! The simulated SDMA engines running user-mode queues, as the hardware scheduler runs a
+//! process's SDMA queues once the driver mapped them: userspace writes packets into the ring
+//! (in its own memory, mapped in its GPU VM), stores the new write pointer and writes it to the
+//! queue's doorbell through its mapping of the doorbell slice; the engine executes the packets
+//! from its read pointer up to that write pointer against the process's GPU VM and writes the
+//! read pointer back.
+//!
+//! - **What it knows.** Only what the driver maps for it: the runlist of processes
+//!   ([`Runlist`]), each process's queues as their registers ([`MappedQueue`]), the process's
+//!   doorbell slice and GPU VM on each queue's GPU. It never sees the driver's state.
+//! - **When it runs.** One thread per machine, started when a doorbell slice is first mapped
+//!   (a queue cannot be rung before). A CPU store into a mapping wakes nobody, so the thread
+//!   polls the mapped doorbells of every active SDMA queue: every [`POLL_MIN`] while there is
+//!   work, backing off to [`POLL_MAX`] when idle (no core spins). It holds the machine weakly
+//!   and ends when the machine goes.
+//! - **What it reads.** The doorbell of a queue is the 64-bit value at `doorbell_id * 8` in the
+//!   process's slice (on gfx9 an SDMA doorbell carries the write pointer in bytes). A value
+//!   that differs from the last one seen is latched as the write pointer, as the doorbell write
+//!   is latched into the engine's write-pointer register. The ring, the read pointer address
+//!   and every packet's addresses are GPU VAs of the process's VM on the queue's GPU.
+//! - **What it skips.** A process whose queues are evicted (CRIU's PROCESS_INFO, a restore
+//!   before RESUME) runs nothing; evicting waits for the packet in flight
+//!   ([`wait_idle`]): the queue is preempted at a packet boundary. A queue without a ring, with
+//!   a zero percentage, or hung does not run. Nor does an AQL compute queue: the packet its
+//!   doorbell names is only looked at, and reported once per type ([`super::aql`]).
+//! - **Faults.** A packet the engine does not know, a ring pointer that is not dword aligned or
+//!   more than a ring ahead, or a VM fault hangs the queue (logged; nothing after it runs), as
+//!   a hung SDMA queue waits for a reset on hardware. An incomplete packet at the write pointer
+//!   waits for the rest.
+//! - **Waits.** A POLL_REGMEM on memory whose condition does not hold leaves the read pointer
+//!   at the packet; the engine polls it again on its next round (ROCr makes a copy wait for its
+//!   dependency signals so).
+//! - **Signals.** FENCE writes a dword anywhere in the VM (the event's slot in the signal page,
+//!   as ROCr does); ATOMIC ADD64 decrements a completion signal's value; TRAP raises the event
+//!   interrupt with its context ([`Queues::interrupt`]), which the driver's handler turns into
+//!   SET_EVENT of the event whose slot was written.
+//! - **Checkpoint.** The executed and latched pointers are part of the queue's MQD image, which
+//!   CRIU's private data carries; a restored queue resumes the packets that were submitted but
+//!   not executed ([`latch_doorbells`] runs before the MQDs are saved).
+
+use std::sync::{Arc, Mutex, Once, Weak};
+use std::time::Duration;
+
+use kfd_abi::sdma::{DecodeError, Decoder};
+
+use super::aql;
+use super::backing::Backing;
+use super::queue::RingState;
+use super::sdma::{read_va, run_packet, write_va, Fault, Ran};
+use super::vm::Vm;
+use crate::host::lock;
+
+/// The poll interval while queues have work.
+pub(crate) const POLL_MIN: Duration = Duration::from_micros(100);
+/// The longest poll interval of an idle engine.
+pub(crate) const POLL_MAX: Duration = Duration::from_millis(10);
+
+/// The processes whose queues the driver has mapped: the scheduler's runlist.
+pub(crate) trait Runlist: Send + Sync + 'static {
+    /// One process of the runlist.
+    type Process: MappedProcess;
+
+    /// Every process, in any order.
+    fn processes(&self) -> Vec<Arc<Self::Process>>;
+
+    /// Notes something the GPU met and does not do: a warning the first time `key` is seen,
+    /// debug level later.
+    fn log_once(&self, key: &str, message: &str);
+}
+
+/// One process of the runlist: its queues, and the lock that preemption waits on.
+pub(crate) trait MappedProcess {
+    /// Its pid, for the log.
+    fn pid(&self) -> u32;
+
+    /// Held by the engine while it runs packets of this process: the driver takes it once after
+    /// evicting the queues, to wait for the packet in flight (a queue preemption).
+    fn preemption(&self) -> &Mutex<()>;
+
+    /// Runs `f` on the process's queues, under the lock the driver keeps them under.
+    fn with_queues<R>(&self, f: impl FnOnce(&mut dyn Queues) -> R) -> R;
+}
+
+/// The queues of one process, under its lock.
+pub(crate) trait Queues {
+    /// Whether the driver has evicted (preempted) the process's queues.
+    fn evicted(&self) -> bool;
+
+    /// Every queue of the process, as the GPU sees it.
+    fn mapped(&mut self) -> Vec<MappedQueue<'_>>;
+
+    /// The ring registers of queue `qid` (if it still has ring `ring`, when given: a queue
+    /// destroyed or replaced under the engine is left alone).
+    fn ring_state(&mut self, qid: u32, ring: Option<u64>) -> Option<&mut RingState>;
+
+    /// An interrupt the engine raised on queue `qid`: a TRAP with its context. The driver's
+    /// interrupt handler runs on it.
+    fn interrupt(&mut self, qid: u32, context: u32);
+}
+
+/// The engine a user queue runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Engine {
+    /// An SDMA engine (PCIe or xGMI).
+    Sdma,
+    /// The command processor, AQL packets.
+    Aql,
+    /// The command processor, PM4 packets.
+    Pm4,
+}
+
+/// One queue of a process as the GPU reads it: the registers of its MQD, the doorbell slice and
+/// the GPU VM of the process on the queue's GPU.
+pub(crate) struct MappedQueue<'a> {
+    /// The driver's queue id.
+    pub qid: u32,
+    /// The engine it runs on.
+    pub engine: Engine,
+    /// Whether it may run: a ring and a non-zero percentage.
+    pub active: bool,
+    /// GPU VA of the ring.
+    pub ring: u64,
+    /// Bytes of the ring.
+    pub ring_size: u64,
+    /// GPU VA the read pointer is written back to.
+    pub rptr_addr: u64,
+    /// Its doorbell in the process's slice.
+    pub doorbell_id: u32,
+    /// Where the engine is in the ring.
+    pub state: &'a mut RingState,
+    /// The process's doorbell slice on the queue's GPU, once mapped.
+    pub doorbells: Option<Arc<Backing>>,
+    /// The process's GPU VM on the queue's GPU, once acquired.
+    pub vm: Option<Arc<Mutex<Vm>>>,
+}
+
+impl MappedQueue<'_> {
+    /// The 64-bit value of the queue's doorbell (`None` before its slice is mapped).
+    pub(crate) fn doorbell(&self) -> Option<u64> {
+        let page = self.doorbells.as_ref()?;
+        let mut b = [0u8; 8];
+        page.read(u64::from(self.doorbell_id) * 8, &mut b)
+            .then(|| u64::from_le_bytes(b))
+    }
+}
+
+/// The queue scheduler of one machine: its engine thread, started once.
+#[derive(Debug)]
+pub(crate) struct Scheduler {
+    started: Once,
+}
+
+impl Default for Scheduler {
+    fn default() -> Self {
+        Self {
+            started: Once::new(),
+        }
+    }
+}
+
+impl Scheduler {
+    /// Starts the engine thread over `runlist` if it is not running yet.
+    pub(crate) fn start<R: Runlist>(&self, runlist: &Arc<R>) {
+        let weak = Arc::downgrade(runlist);
+        self.started.call_once(move || {
+            let spawned = std::thread::Builder::new()
+                .name("kfd-sim-sdma".into())
+                .spawn(move || run(&weak));
+            if let Err(e) = spawned {
+                log::error!(
+                    "kfd-sim: cannot start the SDMA engine thread: {e}; user queues will not run"
+                );
+            }
+        });
+    }
+}
+
+/// The engine thread: polls until the machine is gone.
+fn run<R: Runlist>(runlist: &Weak<R>) {
+    let mut wait = POLL_MIN;
+    loop {
+        let Some(r) = runlist.upgrade() else {
+            return;
+        };
+        let mut worked = false;
+        for p in r.processes() {
+            // Every process gets its turn, whatever the others did.
+            worked |= service(&*r, &*p);
+        }
+        drop(r);
+        wait = if worked {
+            POLL_MIN
+        } else {
+            (wait * 2).min(POLL_MAX)
+        };
+        std::thread::sleep(wait);
+    }
+}
+
+/// Waits until the engine is not running a packet of `p` (call after evicting its queues).
+pub(crate) fn wait_idle(p: &impl MappedProcess) {
+    drop(lock(p.preemption()));
+}
+
+/// Latches every mapped SDMA doorbell of process `pid` into its queue's write pointer.
+pub(crate) fn latch_doorbells(pid: u32, queues: &mut dyn Queues) {
+    for q in queues.mapped() {
+        if q.engine != Engine::Sdma {
+            continue;
+        }
+        let Some(value) = q.doorbell() else {
+            continue;
+        };
+        if value != q.state.doorbell {
+            log::debug!(
+                "kfd-sim: pid {pid}: SDMA queue doorbell {} latched: {:#x} -> {:#x} (rptr {:#x})",
+                q.doorbell_id,
+                q.state.doorbell,
+                value,
+                q.state.rptr
+            );
+            q.state.doorbell = value;
+            q.state.wptr = value;
+        }
+    }
+}
+
+/// One queue's pending work, taken under the process lock.
+struct Work {
+    qid: u32,
+    vm: Arc<Mutex<Vm>>,
+    ring: u64,
+    ring_size: u64,
+    rptr_addr: u64,
+    from: u64,
+    to: u64,
+}
+
+/// Runs the pending packets of `p`'s queues; whether any ran.
+fn service<R: Runlist>(runlist: &R, p: &R::Process) -> bool {
+    let _running = lock(p.preemption());
+    let pid = p.pid();
+    let pending = p.with_queues(|qs| {
+        latch_doorbells(pid, qs);
+        if qs.evicted() {
+            return None;
+        }
+        let aql = aql::rung(qs);
+        let work: Vec<Work> = qs
+            .mapped()
+            .into_iter()
+            .filter(|q| {
+                q.engine == Engine::Sdma
+                    && q.active
+                    && !q.state.hung
+                    && q.state.rptr != q.state.wptr
+            })
+            .filter_map(|q| {
+                Some(Work {
+                    qid: q.qid,
+                    vm: q.vm?,
+                    ring: q.ring,
+                    ring_size: q.ring_size,
+                    rptr_addr: q.rptr_addr,
+                    from: q.state.rptr,
+                    to: q.state.wptr,
+                })
+            })
+            .collect();
+        Some((work, aql))
+    });
+    let Some((work, aql)) = pending else {
+        return false;
+    };
+    // The AQL queues' packets are only looked at (and reported): no work for the engine.
+    aql::report(runlist, p, aql);
+    let mut ran = false;
+    for w in work {
+        log::debug!(
+            "kfd-sim: pid {pid}: SDMA queue {} runs {:#x}..{:#x}",
+            w.qid,
+            w.from,
+            w.to
+        );
+        ran |= run_queue(p, &w);
+    }
+    ran
+}
+
+/// Why the engine stopped on a queue for good.
+#[derive(Debug, thiserror::Error)]
+enum Hang {
+    #[error("write pointer {to:#x} is not a whole number of dwords ahead of {from:#x} within one ring of {ring_size:#x} bytes")]
+    BadPointers { from: u64, to: u64, ring_size: u64 },
+    #[error(transparent)]
+    Fault(#[from] Fault),
+}
+
+/// Reads the `len` pending bytes from ring offset `from`, wrapping at its end, as dwords.
+fn fetch(w: &Work, len: u64) -> Result<Vec<u32>, Fault> {
+    let at = w.from % w.ring_size;
+    let first = len.min(w.ring_size - at);
+    let mut raw = read_va(&w.vm, w.ring.saturating_add(at), first)?;
+    if first < len {
+        raw.extend(read_va(&w.vm, w.ring, len - first)?);
+    }
+    Ok(raw
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+/// Executes `w`'s packets one at a time, publishing the read pointer after each; stops at an
+/// eviction, an incomplete packet, or a fault (which hangs the queue). Whether any packet ran.
+fn run_queue(p: &impl MappedProcess, w: &Work) -> bool {
+    let len = w.to.wrapping_sub(w.from);
+    let result = (|| -> Result<bool, Hang> {
+        if len % 4 != 0 || len > w.ring_size || w.ring_size % 4 != 0 {
+            return Err(Hang::BadPointers {
+                from: w.from,
+                to: w.to,
+                ring_size: w.ring_size,
+            });
+        }
+        let dwords = fetch(w, len)?;
+        let mut decoder = Decoder::new(&dwords);
+        let mut ran = false;
+        loop {
+            let packet = match decoder.next() {
+                None => return Ok(ran),
+                // The rest of the packet is not submitted yet.
+                Some(Err(DecodeError::Truncated { .. })) => return Ok(ran),
+                Some(Err(e)) => return Err(Fault::Decode(e).into()),
+                Some(Ok(packet)) => packet,
+            };
+            let mut traps = Vec::new();
+            if run_packet(&w.vm, packet, &mut |ctx| traps.push(ctx))? == Ran::Waiting {
+                // A poll not satisfied yet: polled again on the next round.
+                return Ok(ran);
+            }
+            ran = true;
+            let rptr = w.from.wrapping_add(decoder.position() as u64 * 4);
+            let published = p.with_queues(|qs| {
+                let state = qs.ring_state(w.qid, Some(w.ring))?;
+                state.rptr = rptr;
+                Some(qs.evicted())
+            });
+            let Some(evicted) = published else {
+                // Destroyed under the engine.
+                return Ok(ran);
+            };
+            // The read pointer is in memory before the packet's interrupt wakes anyone: a waiter
+            // woken by the event sees the packet consumed.
+            write_va(&w.vm, w.rptr_addr, &rptr.to_le_bytes())?;
+            if !traps.is_empty() {
+                p.with_queues(|qs| {
+                    for ctx in traps {
+                        qs.interrupt(w.qid, ctx);
+                    }
+                });
+            }
+            if evicted {
+                return Ok(ran);
+            }
+        }
+    })();
+    match result {
+        Ok(ran) => ran,
+        Err(e) => {
+            log::warn!("kfd-sim: pid {}: SDMA queue {} hung: {e}", p.pid(), w.qid);
+            p.with_queues(|qs| {
+                if let Some(state) = qs.ring_state(w.qid, None) {
+                    state.hung = true;
+                }
+            });
+            true
+        }
+    }
+}
