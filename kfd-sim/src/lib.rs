@@ -25,6 +25,7 @@
 pub mod asic;
 pub mod client;
 pub mod cuse;
+mod device;
 pub mod host;
 mod hw;
 mod inproc;
@@ -33,13 +34,11 @@ mod limits;
 pub mod machine;
 mod mmap;
 pub mod preset;
-pub mod process;
 pub mod render;
 pub mod sysfs;
 mod uaccess;
 pub mod workload;
 
-pub use client::{Client, FdSlot, InProcessClient, ProcessMemory};
 pub use host::FileKey;
 pub use hw::backing::{Backing, Domain};
 pub use hw::vm::{Vm, VmMapping, VmTarget};

@@ -35,9 +35,9 @@ use std::time::Duration;
 use kfd_abi::Errno;
 
 use crate::host::lock_within;
-use crate::hw::backing::{Backing, Domain};
+use crate::hw::backing::Backing;
+use crate::kfd::process::{KfdProcess, ProcState};
 use crate::machine::{FileKind, MachineInner, OpenFile};
-use crate::process::{KfdProcess, ProcState};
 
 /// How long an mmap waits for a lock of the simulator's state before it gives up (`EAGAIN`).
 pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(2);
@@ -86,16 +86,6 @@ pub(crate) struct Target {
     pub offset: u64,
     /// `VMA_*` flags of the mapping.
     pub vma: u32,
-}
-
-/// A device page of `size` bytes (doorbells, MMIO, signal page), zero-filled.
-pub(crate) fn page(size: u64, dev: usize) -> Result<Arc<Backing>, Errno> {
-    Backing::new(size, Domain::Gtt, dev, false)
-        .map(Arc::new)
-        .map_err(|e| {
-            log::warn!("kfd-sim: cannot back a {size}-byte device page: {e}");
-            Errno::ENOMEM
-        })
 }
 
 /// The state of `p`, waiting at most [`LOCK_WAIT`] (`EAGAIN`).

@@ -287,7 +287,7 @@ pub fn dispatch(
     arg: u64,
 ) -> Result<i32, Errno> {
     if ioctl::ty(cmd) != codes::TYPE {
-        let code = crate::machine::spell_request(cmd);
+        let code = crate::uaccess::spell_request(cmd);
         machine.log_once(
             &format!("render node {code}"),
             &format!("render node {code}: not a DRM ioctl, ENOTTY as 6.1 answers"),
@@ -297,7 +297,7 @@ pub fn dispatch(
     let nr = ioctl::nr(cmd);
     // A number without a row (no function): EINVAL before anything is copied.
     let Some(row) = core::lookup(nr) else {
-        let code = crate::machine::spell_request(cmd);
+        let code = crate::uaccess::spell_request(cmd);
         machine.log_once(
             &format!("render node {code}"),
             &format!("render node {code}: not in 6.1's DRM tables, EINVAL as 6.1 answers"),

@@ -198,7 +198,7 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
-    use crate::client::InProcessClient;
+    use crate::inproc::client::InProcessClient;
     use crate::cuse::bridge::HandOver;
     use crate::cuse::server::tests::initialised_server;
     use crate::kfd::criu::{BO_PRIV_SIZE, DEVICE_PRIV_SIZE, PROCESS_PRIV_SIZE};

@@ -49,8 +49,8 @@ use super::proto::{self, InHeader, Opcode};
 use super::{CuseError, CUSE_FILE_DEV, SIM_PROBE};
 use crate::host::lock;
 use crate::host::FileKey;
+use crate::kfd::process::KfdProcess;
 use crate::machine::{FileKind, MachineInner, OpenFile};
-use crate::process::KfdProcess;
 use crate::render::RenderFile;
 
 /// The DRM character major: render nodes are served with their real numbers.

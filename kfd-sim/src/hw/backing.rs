@@ -6,6 +6,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
 
 use kfd_abi::Errno;
 
@@ -168,6 +169,17 @@ impl Backing {
     pub fn map(&self) -> &SharedMap {
         &self.map
     }
+}
+
+/// A device page of `size` bytes (doorbells, MMIO, signal page), zero-filled; `ENOMEM` when no
+/// memfd can back it.
+pub(crate) fn device_page(size: u64, dev: usize) -> Result<Arc<Backing>, Errno> {
+    Backing::new(size, Domain::Gtt, dev, false)
+        .map(Arc::new)
+        .map_err(|e| {
+            log::warn!("kfd-sim: cannot back a {size}-byte device page: {e}");
+            Errno::ENOMEM
+        })
 }
 
 /// User memory of a real OS process, through `process_vm_readv` / `process_vm_writev`.

@@ -6,11 +6,12 @@ use kfd_abi::mmap_offset as mo;
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
+use super::process::ProcState;
+use super::queue::{mqd_layout, sdma_doorbell_id, Queue, QueueKind};
 use super::KfdCall;
 use crate::host::access_ok;
 use crate::limits::*;
 use crate::machine::MachineInner;
-use crate::process::{mqd_layout, sdma_doorbell_id, ProcState, Queue, QueueKind};
 use crate::uaccess::{copy_from_user, copy_to_user, get_u32, with_args, IoctlResult};
 
 /// `set_queue_properties_from_user`: checks and the queue type.

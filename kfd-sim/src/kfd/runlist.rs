@@ -5,10 +5,11 @@
 use std::sync::{Arc, Mutex};
 
 use super::events::signal_event_interrupt;
+use super::process::{KfdProcess, ProcState};
+use super::queue::QueueKind;
 use crate::hw::queue::RingState;
 use crate::hw::scheduler::{Engine, MappedProcess, MappedQueue, Queues, Runlist};
 use crate::machine::MachineInner;
-use crate::process::{KfdProcess, ProcState, QueueKind};
 
 /// Bits of an SDMA TRAP's context that carry the event id (`kfd_int_process_v9`).
 const TRAP_ID_BITS: u32 = 28;
@@ -58,7 +59,6 @@ impl Queues for ProcessQueues<'_> {
 
     fn mapped(&mut self) -> Vec<MappedQueue<'_>> {
         let ProcState { pdds, queues, .. } = &mut *self.st;
-        let machine = &self.process.machine;
         queues
             .iter_mut()
             .filter_map(|(&qid, q)| {
@@ -76,7 +76,7 @@ impl Queues for ProcessQueues<'_> {
                     rptr_addr: q.rptr,
                     doorbell_id: q.doorbell_id,
                     state: &mut q.ring_state,
-                    doorbells: machine.device_pages.mapped_doorbell(self.process, pdd.dev),
+                    doorbells: self.process.mapped_doorbell(pdd.dev),
                     vm: pdd.drm.as_ref().map(|d| Arc::clone(&d.vm)),
                 })
             })

@@ -37,8 +37,8 @@ use std::sync::{Arc, Mutex};
 use kfd_abi::Errno;
 
 use crate::host::lock;
+use crate::kfd::process::KfdProcess;
 use crate::machine::{MachineInner, OpenFile};
-use crate::process::KfdProcess;
 
 /// Where the module's control device appears.
 pub const DEFAULT_PATH: &str = "/dev/kfd-bridge";
