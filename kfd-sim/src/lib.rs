@@ -32,11 +32,11 @@ mod inproc;
 mod kfd;
 mod limits;
 pub mod machine;
-mod mmap;
 pub mod preset;
 pub mod render;
 pub mod sysfs;
 mod uaccess;
+mod vma;
 pub mod workload;
 
 pub use host::FileKey;

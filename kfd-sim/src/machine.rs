@@ -12,7 +12,7 @@ use crate::device::{Device, DeviceState};
 use crate::host::FileKey;
 use crate::hw::backing::Backing;
 use crate::kfd::process::KfdProcess;
-use crate::render::RenderFile;
+use crate::render::file::RenderFile;
 
 /// The lock helpers, here too for the model workload (`crate::machine::lock`).
 pub(crate) use crate::host::lock;

@@ -198,9 +198,9 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
-    use crate::inproc::client::InProcessClient;
     use crate::cuse::bridge::HandOver;
     use crate::cuse::server::tests::initialised_server;
+    use crate::inproc::client::InProcessClient;
     use crate::kfd::criu::{BO_PRIV_SIZE, DEVICE_PRIV_SIZE, PROCESS_PRIV_SIZE};
     use crate::machine::{FileKind, MachineInner};
     use crate::{Machine, Preset, SimFile, SimProcess};

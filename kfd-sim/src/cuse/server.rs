@@ -51,7 +51,7 @@ use crate::host::lock;
 use crate::host::FileKey;
 use crate::kfd::process::KfdProcess;
 use crate::machine::{FileKind, MachineInner, OpenFile};
-use crate::render::RenderFile;
+use crate::render::file::RenderFile;
 
 /// The DRM character major: render nodes are served with their real numbers.
 pub const DRM_MAJOR: u32 = 226;

@@ -34,7 +34,7 @@ use crate::hw::backing::ProcessMemory;
 use crate::kfd::process::KfdProcess;
 use crate::machine::{FileKind, MachineError, MachineInner, OpenFile};
 use crate::preset::Preset;
-use crate::render::RenderFile;
+use crate::render::file::RenderFile;
 
 /// A simulated machine: GPUs from a topology, and the simulated processes using them.
 #[derive(Clone, Debug)]
@@ -441,7 +441,7 @@ impl Transport for SimFile {
         })
     }
 
-    /// The driver model decides what backs the offset (the simulator's `mmap` module); the
+    /// The driver model decides what backs the offset (the simulator's `vma` module); the
     /// mapping is of that memory itself, shared with the simulated GPU both ways.
     fn mmap(
         &self,
@@ -494,7 +494,7 @@ impl SimFile {
     }
 
     /// mmap as the driver does it, in process: the driver model decides what backs the offset
-    /// ([`crate::mmap`]) and the mapping is of that memory itself. The VMA flags that userspace
+    /// ([`crate::vma`]) and the mapping is of that memory itself. The VMA flags that userspace
     /// can express are applied: KFD pages are not inherited by fork (`VM_DONTCOPY`), no device
     /// mapping is in a core dump (`VM_DONTDUMP`), and a private `PROT_NONE` render mapping that
     /// lost `VM_MAYWRITE` is made from a read-only file, so it can never become writable. The
@@ -507,7 +507,7 @@ impl SimFile {
         prot: kfd_abi::Prot,
         share: kfd_abi::Share,
     ) -> Result<kfd_abi::Mapping, Errno> {
-        use crate::mmap as m;
+        use crate::vma as m;
         use kfd_abi::{Advice, Mapping, Prot, Share};
         // The kernel refuses these before any driver sees them.
         if len == 0 || offset % crate::limits::PAGE_SIZE != 0 {

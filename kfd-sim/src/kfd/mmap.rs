@@ -1,4 +1,4 @@
-//! `kfd_mmap`: the `/dev/kfd` half of [`crate::mmap`]: what the mmap offsets of `/dev/kfd`
+//! `kfd_mmap`: the `/dev/kfd` half of [`crate::vma`]: what the mmap offsets of `/dev/kfd`
 //! (doorbells, events page, CWSR area, MMIO page) map.
 
 use std::sync::Arc;
@@ -11,8 +11,8 @@ use super::process::{KfdProcess, ProcState};
 use crate::hw::backing::{device_page, Backing};
 use crate::limits::{DOORBELL_SLICE, PAGE_SIZE, SIGNAL_EVENT_LIMIT};
 use crate::machine::MachineInner;
-use crate::mmap::{proc_state, MmapRequest, Target};
-use crate::mmap::{VMA_DONTCOPY, VMA_DONTDUMP, VMA_IO, VMA_NORESERVE};
+use crate::vma::{proc_state, MmapRequest, Target};
+use crate::vma::{VMA_DONTCOPY, VMA_DONTDUMP, VMA_IO, VMA_NORESERVE};
 
 /// `KFD_CWSR_TBA_TMA_SIZE`: the reserved-memory (CWSR) area of one process on one GPU.
 pub(crate) const CWSR_SIZE: u64 = 2 * PAGE_SIZE;

@@ -16,7 +16,8 @@ use std::mem::{offset_of, size_of};
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use super::{va, RenderCall};
+use super::vm::va;
+use super::RenderCall;
 use crate::asic::{self, Asic};
 use crate::host::clock_ns;
 use crate::host::lock;

@@ -8,7 +8,7 @@
 //! - A proxy forwards open, ioctl, poll, read, write and release to the CUSE device in the
 //!   caller's context, so requests arrive as before, with the caller's pid.
 //! - mmap: the module sends [`proto::SIM_MMAP`] with a query id through the CUSE device; we read
-//!   the query from the control device, decide what backs it (the driver model's `mmap` module:
+//!   the query from the control device, decide what backs it (the driver model's `vma` module:
 //!   the drivers' rules and errno, as for in-process mappings) and answer with one of our memfds;
 //!   the ioctl's result is the mmap's.
 //! - Fds the driver installs (CRIU_OP's dma-bufs, the SMI event fd, PRIME exports): the dispatcher
@@ -333,12 +333,12 @@ impl Bridge {
             );
             return Err(Errno::EINVAL);
         }
-        let req = crate::mmap::MmapRequest {
+        let req = crate::vma::MmapRequest {
             offset: q.offset,
             length: q.length,
             flags: map_flags(q.flags),
         };
-        let target = crate::mmap::resolve(machine, file, caller, &req).inspect_err(|e| {
+        let target = crate::vma::resolve(machine, file, caller, &req).inspect_err(|e| {
             log::debug!(
                 "kfd-simd: tid {tid}: mmap of {:#x}+{:#x} (flags {:#x}): {e}",
                 q.offset,
@@ -403,7 +403,7 @@ impl Bridge {
 
 /// The module's `MAP_*` bits as the driver model's.
 fn map_flags(module: u32) -> u32 {
-    use crate::mmap as m;
+    use crate::vma as m;
     [
         (proto::MAP_SHARED, m::MAP_SHARED),
         (proto::MAP_READ, m::MAP_READ),
@@ -418,7 +418,7 @@ fn map_flags(module: u32) -> u32 {
 
 /// The driver model's `VMA_*` bits as the module's.
 fn vma_flags(ours: u32) -> u32 {
-    use crate::mmap as m;
+    use crate::vma as m;
     [
         (m::VMA_IO, proto::VMA_IO),
         (m::VMA_DONTCOPY, proto::VMA_DONTCOPY),
@@ -439,9 +439,9 @@ mod tests {
     #[test]
     fn every_flag_crosses_the_module_boundary() {
         assert_eq!(map_flags(0x1f), 0x1f);
-        assert_eq!(map_flags(proto::MAP_MAYWRITE), crate::mmap::MAP_MAYWRITE);
+        assert_eq!(map_flags(proto::MAP_MAYWRITE), crate::vma::MAP_MAYWRITE);
         assert_eq!(vma_flags(0x3f), 0x3f);
-        assert_eq!(vma_flags(crate::mmap::VMA_DONTCOPY), proto::VMA_DONTCOPY);
+        assert_eq!(vma_flags(crate::vma::VMA_DONTCOPY), proto::VMA_DONTCOPY);
     }
 
     fn verdict(major: u32, minor: u32, result: i32) -> proto::DevAccess {

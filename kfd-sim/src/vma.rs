@@ -21,9 +21,9 @@
 //!   instead (amdgpu's workaround for the thunk). Flags: `VM_IO | VM_DONTEXPAND | VM_DONTDUMP`,
 //!   readable through ptrace (TTM's `access`), inherited by fork.
 //!
-//! What backs the KFD pages ([`DevicePages`](crate::kfd::mmap::DevicePages), kept by the
-//! machine): a doorbell page per (process, GPU), an MMIO page per GPU, and the kernel's own
-//! signal page (made when first mapped: all slots unsignaled, as the kernel fills it).
+//! What backs the KFD pages: a doorbell page per (process, GPU), kept by the KFD process; an
+//! MMIO page per GPU, kept by the device; and the kernel's own signal page (made when first
+//! mapped: all slots unsignaled, as the kernel fills it).
 //!
 //! Over CUSE the caller's mmap lock is held while the daemon answers, so nothing here touches the
 //! caller's memory, and the simulator's locks are taken with a bound ([`LOCK_WAIT`]): a daemon
