@@ -24,9 +24,13 @@
 
 pub mod bridge;
 mod client;
+mod init;
 pub mod os;
+mod procs;
 pub mod proto;
+mod requests;
 mod server;
+mod threads;
 
 use std::io;
 use std::path::PathBuf;
