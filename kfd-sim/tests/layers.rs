@@ -3,6 +3,8 @@
 //! `use super::` and `use self::` lines and the `crate::...` paths of every file's product code
 //! (its unit tests aside), so a new upward import fails here, naming the file and the line.
 
+#![allow(clippy::unwrap_used)] // test helpers, like the tests themselves, panic on failure
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
