@@ -149,7 +149,7 @@ fn expand(tree: &str) -> Vec<String> {
     parts
         .into_iter()
         .filter(|p| !p.trim().is_empty())
-        .flat_map(|p| expand(p))
+        .flat_map(expand)
         .map(|p| {
             if p == "self" {
                 prefix.trim_end_matches("::").to_owned()
