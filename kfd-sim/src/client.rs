@@ -17,7 +17,7 @@ use crate::host::FileKey;
 use crate::hw::backing::ProcessMemory;
 
 /// What the dispatcher needs of the calling task.
-pub trait Client {
+pub(crate) trait Client {
     /// The caller's simulated pid (its thread-group leader; the "mm" KFD processes are keyed on).
     fn pid(&self) -> u32;
 
@@ -81,7 +81,7 @@ pub trait Client {
 /// Where the number of an fd the driver installs goes in the caller's memory: a `u32` that the
 /// ioctl fills in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FdSlot {
+pub(crate) enum FdSlot {
     /// A field at this byte offset of the ioctl's argument struct (copied out at its `arg`).
     ArgField(usize),
     /// This address (an array the ioctl fills, such as CRIU_OP's BO buckets).
@@ -91,7 +91,7 @@ pub enum FdSlot {
 impl FdSlot {
     /// The slot's address in the caller's memory, for an ioctl whose argument is at `arg`
     /// (wrapping: a wild address is the caller's `EFAULT` when the number is written).
-    pub fn address(self, arg: u64) -> u64 {
+    pub(crate) fn address(self, arg: u64) -> u64 {
         match self {
             Self::ArgField(off) => arg.wrapping_add(u64::try_from(off).unwrap_or(u64::MAX)),
             Self::User(addr) => addr,

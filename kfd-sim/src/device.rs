@@ -43,7 +43,7 @@ pub(crate) struct Device {
 
 impl Device {
     /// The MMIO remap (HDP flush) page of the device (index `dev`), shared by every process.
-    pub fn mmio_page(&self, dev: usize) -> Result<Arc<Backing>, Errno> {
+    pub(crate) fn mmio_page(&self, dev: usize) -> Result<Arc<Backing>, Errno> {
         let mut page = lock(&self.mmio);
         if let Some(p) = page.as_ref() {
             return Ok(Arc::clone(p));
@@ -53,7 +53,7 @@ impl Device {
         Ok(p)
     }
 
-    pub fn alloc_doorbell_slice(&self) -> u32 {
+    pub(crate) fn alloc_doorbell_slice(&self) -> u32 {
         let mut s = lock(&self.state);
         let idx = (0..=u32::MAX)
             .find(|i| !s.doorbell_slices.contains(i))
@@ -62,12 +62,16 @@ impl Device {
         idx
     }
 
-    pub fn free_doorbell_slice(&self, idx: u32) {
+    pub(crate) fn free_doorbell_slice(&self, idx: u32) {
         lock(&self.state).doorbell_slices.remove(&idx);
     }
 
     /// Takes an SDMA slot (`want`: a specific one at restore). Returns (sdma_id, engine, queue).
-    pub fn alloc_sdma(&self, kind: QueueKind, want: Option<u32>) -> Result<(u32, u32, u32), Errno> {
+    pub(crate) fn alloc_sdma(
+        &self,
+        kind: QueueKind,
+        want: Option<u32>,
+    ) -> Result<(u32, u32, u32), Errno> {
         let mut s = lock(&self.state);
         let (bitmap, engines, base) = match kind {
             QueueKind::Sdma => (&mut s.sdma_used, self.sdma_engines, 0),
@@ -98,7 +102,7 @@ impl Device {
         Ok((id, base + id % engines, id / engines))
     }
 
-    pub fn free_sdma(&self, kind: QueueKind, id: u32) {
+    pub(crate) fn free_sdma(&self, kind: QueueKind, id: u32) {
         let mut s = lock(&self.state);
         let bitmap = match kind {
             QueueKind::Sdma => &mut s.sdma_used,
@@ -110,7 +114,7 @@ impl Device {
     }
 
     /// A fresh render-node fake mmap offset range for a BO of `size` bytes.
-    pub fn alloc_mmap_offset(&self, size: u64) -> u64 {
+    pub(crate) fn alloc_mmap_offset(&self, size: u64) -> u64 {
         let mut s = lock(&self.state);
         let off = s.next_mmap_offset;
         s.next_mmap_offset = off.saturating_add(align_up(size));

@@ -22,8 +22,10 @@
 //!   IP and firmware versions, clocks, shader layout); [`sysfs`]: the PCI, DRM and module
 //!   entries of sysfs that AMD's userspace reads, written like the kernel lays them out.
 
-pub mod asic;
-pub mod client;
+#![warn(unreachable_pub)]
+
+mod asic;
+mod client;
 pub mod cuse;
 mod device;
 pub mod host;
@@ -31,16 +33,17 @@ mod hw;
 mod inproc;
 mod kfd;
 mod limits;
-pub mod machine;
+mod machine;
 pub mod preset;
-pub mod render;
+mod render;
 pub mod sysfs;
 mod uaccess;
 mod vma;
 pub mod workload;
 
+pub use asic::Asic;
 pub use host::FileKey;
-pub use hw::backing::{Backing, Domain};
+pub use hw::backing::{Backing, ProcessMemory};
 pub use hw::vm::{Vm, VmMapping, VmTarget};
 pub use inproc::{DeviceVma, Machine, SimFile, SimPlatform, SimProcess, SIM_KFD_MAJOR};
 pub use kfd::criu;

@@ -64,7 +64,7 @@ struct Registry {
 
 /// The machine's state; shared by every front-end object.
 #[derive(Debug)]
-pub struct MachineInner {
+pub(crate) struct MachineInner {
     pub(crate) topology: Topology,
     pub(crate) devices: Vec<Device>,
     pub(crate) system_limit: u64,

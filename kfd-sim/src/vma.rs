@@ -42,6 +42,10 @@ use crate::machine::{FileKind, MachineInner, OpenFile};
 /// How long an mmap waits for a lock of the simulator's state before it gives up (`EAGAIN`).
 pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(2);
 
+// The bits of a mapping request (`MAP_*`) and of the VMA that answers it (`VMA_*`). The
+// kfd_bridge module's protocol carries them as they are (`KFD_BRIDGE_MAP_*` and
+// `KFD_BRIDGE_VMA_*` of `ci/kmod/kfd_bridge/kfd_bridge.h`, checked in `cuse::bridge::proto`).
+
 /// `MAP_SHARED`.
 pub(crate) const MAP_SHARED: u32 = 1 << 0;
 /// `PROT_READ`.

@@ -22,12 +22,12 @@
 //! Needs root (or at least CAP_SYS_ADMIN to open `/dev/cuse`, and ptrace access to the clients
 //! for `process_vm_*` and `pidfd_getfd`).
 
-pub mod bridge;
+mod bridge;
 mod client;
 mod init;
-pub mod os;
+mod os;
 mod procs;
-pub mod proto;
+mod proto;
 mod requests;
 mod server;
 mod threads;
@@ -37,18 +37,20 @@ use std::path::PathBuf;
 
 use kfd_abi::ioctl::{encode, Dir};
 
+pub use bridge::{BridgeError, DEFAULT_PATH as BRIDGE_PATH};
 pub use os::TermSignals;
-pub use server::{CuseServer, DeviceRole, ServeConfig, ServedDevice, DRM_MAJOR};
+use server::DRM_MAJOR;
+pub use server::{CuseServer, DeviceRole, ServeConfig, ServedDevice};
 
 use crate::machine::MachineError;
 
 /// `_IO('K', 0x7d)`: the daemon asks one of its own render-node files, fetched from a client,
 /// which open it is; the answer is the file's CUSE handle.
-pub const SIM_PROBE: u32 = encode(Dir::None, b'K', 0x7d, 0);
+pub(crate) const SIM_PROBE: u32 = encode(Dir::None, b'K', 0x7d, 0);
 
 /// `st_dev` of the synthetic keys of CUSE open files in the machine's registry (no real file
 /// system has it).
-pub const CUSE_FILE_DEV: u64 = u64::MAX;
+pub(crate) const CUSE_FILE_DEV: u64 = u64::MAX;
 
 /// Why the CUSE server could not start.
 #[derive(Debug, thiserror::Error)]

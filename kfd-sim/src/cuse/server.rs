@@ -33,7 +33,7 @@ use crate::host::lock;
 use crate::machine::{MachineInner, OpenFile};
 
 /// The DRM character major: render nodes are served with their real numbers.
-pub const DRM_MAJOR: u32 = 226;
+pub(super) const DRM_MAJOR: u32 = 226;
 
 /// How the server registers its devices.
 #[derive(Clone, Debug)]

@@ -7,7 +7,7 @@
 /// registers hold on hardware. Pointers count bytes since the queue was created and are
 /// taken modulo the ring size to address it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RingState {
+pub(crate) struct RingState {
     /// Bytes the engine executed (the read pointer it writes back).
     pub rptr: u64,
     /// Bytes submitted: the write pointer latched from the doorbell.

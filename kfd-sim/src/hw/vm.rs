@@ -49,25 +49,22 @@ pub struct VmMapping {
 /// A GPU virtual address space (one per render-node open file).
 #[derive(Debug)]
 pub struct Vm {
-    /// Index of the GPU in the machine.
-    pub device: usize,
     /// The simulated pid whose KFD process acquired this VM (the kernel's `vm->process_info`).
-    pub owner: Option<u32>,
+    pub(crate) owner: Option<u32>,
     mappings: BTreeMap<u64, VmMapping>,
 }
 
 impl Vm {
-    /// An empty VM on device index `device`.
-    pub fn new(device: usize) -> Self {
+    /// An empty VM.
+    pub(crate) fn new() -> Self {
         Self {
-            device,
             owner: None,
             mappings: BTreeMap::new(),
         }
     }
 
     /// Maps `[va, va + m.size)`; `EINVAL` if it overlaps an existing mapping (as `amdgpu_vm_bo_map`).
-    pub fn map(&mut self, va: u64, m: VmMapping) -> Result<(), Errno> {
+    pub(crate) fn map(&mut self, va: u64, m: VmMapping) -> Result<(), Errno> {
         let end = va.checked_add(m.size).ok_or(Errno::EINVAL)?;
         if m.size == 0 {
             return Err(Errno::EINVAL);
@@ -82,7 +79,7 @@ impl Vm {
     }
 
     /// Removes the mapping that starts at `va`.
-    pub fn unmap(&mut self, va: u64) -> Option<VmMapping> {
+    pub(crate) fn unmap(&mut self, va: u64) -> Option<VmMapping> {
         self.mappings.remove(&va)
     }
 
@@ -93,7 +90,7 @@ impl Vm {
     }
 
     /// All mappings in address order.
-    pub fn mappings(&self) -> impl Iterator<Item = (u64, &VmMapping)> {
+    pub(crate) fn mappings(&self) -> impl Iterator<Item = (u64, &VmMapping)> {
         self.mappings.iter().map(|(&va, m)| (va, m))
     }
 }
@@ -112,7 +109,7 @@ mod tests {
 
     #[test]
     fn overlapping_mappings_are_refused() {
-        let mut vm = Vm::new(0);
+        let mut vm = Vm::new();
         vm.map(0x1000, m(0x1000)).unwrap();
         assert_eq!(vm.map(0x1800, m(0x100)), Err(Errno::EINVAL));
         assert_eq!(vm.map(0x800, m(0x1000)), Err(Errno::EINVAL));

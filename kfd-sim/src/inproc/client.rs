@@ -12,7 +12,7 @@ use crate::hw::backing::ProcessMemory;
 /// A caller inside this OS process: a simulated pid with its capabilities, sharing our fd table
 /// and our memory.
 #[derive(Debug)]
-pub struct InProcessClient<'a> {
+pub(crate) struct InProcessClient<'a> {
     pub(crate) pid: u32,
     pub(crate) capable: bool,
     pub(crate) machine: &'a crate::machine::MachineInner,

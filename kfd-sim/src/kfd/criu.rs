@@ -64,37 +64,37 @@ const BO_BUCKET_SIZE: usize = size_of::<sys::kfd_criu_bo_bucket>();
 
 /// Offsets in a queue record header.
 mod q {
-    pub const OBJECT_TYPE: usize = 0;
-    pub const Q_ADDRESS: usize = 8;
-    pub const Q_SIZE: usize = 16;
-    pub const READ_PTR: usize = 24;
-    pub const WRITE_PTR: usize = 32;
-    pub const DOORBELL_OFF: usize = 40;
-    pub const EOP_ADDRESS: usize = 48;
-    pub const CTX_ADDRESS: usize = 56;
-    pub const GPU_ID: usize = 64;
-    pub const TYPE: usize = 68;
-    pub const FORMAT: usize = 72;
-    pub const Q_ID: usize = 76;
-    pub const PRIORITY: usize = 80;
-    pub const Q_PERCENT: usize = 84;
-    pub const DOORBELL_ID: usize = 88;
-    pub const GWS: usize = 92;
-    pub const SDMA_ID: usize = 96;
-    pub const EOP_SIZE: usize = 100;
-    pub const CTX_SIZE: usize = 104;
-    pub const CTL_STACK_SIZE: usize = 108;
-    pub const MQD_SIZE: usize = 112;
+    pub(super) const OBJECT_TYPE: usize = 0;
+    pub(super) const Q_ADDRESS: usize = 8;
+    pub(super) const Q_SIZE: usize = 16;
+    pub(super) const READ_PTR: usize = 24;
+    pub(super) const WRITE_PTR: usize = 32;
+    pub(super) const DOORBELL_OFF: usize = 40;
+    pub(super) const EOP_ADDRESS: usize = 48;
+    pub(super) const CTX_ADDRESS: usize = 56;
+    pub(super) const GPU_ID: usize = 64;
+    pub(super) const TYPE: usize = 68;
+    pub(super) const FORMAT: usize = 72;
+    pub(super) const Q_ID: usize = 76;
+    pub(super) const PRIORITY: usize = 80;
+    pub(super) const Q_PERCENT: usize = 84;
+    pub(super) const DOORBELL_ID: usize = 88;
+    pub(super) const GWS: usize = 92;
+    pub(super) const SDMA_ID: usize = 96;
+    pub(super) const EOP_SIZE: usize = 100;
+    pub(super) const CTX_SIZE: usize = 104;
+    pub(super) const CTL_STACK_SIZE: usize = 108;
+    pub(super) const MQD_SIZE: usize = 112;
 }
 
 /// Offsets in an event record.
 mod ev {
-    pub const USER_HANDLE: usize = 8;
-    pub const EVENT_ID: usize = 16;
-    pub const AUTO_RESET: usize = 20;
-    pub const TYPE: usize = 24;
-    pub const SIGNALED: usize = 28;
-    pub const EXCEPTION: usize = 32;
+    pub(super) const USER_HANDLE: usize = 8;
+    pub(super) const EVENT_ID: usize = 16;
+    pub(super) const AUTO_RESET: usize = 20;
+    pub(super) const TYPE: usize = 24;
+    pub(super) const SIGNALED: usize = 28;
+    pub(super) const EXCEPTION: usize = 32;
 }
 
 /// `kfd_ioctl_criu_args`, decoded field by field (the struct has tail padding, so it is not

@@ -7,18 +7,18 @@ use std::sync::Arc;
 use crate::hw::backing::Backing;
 
 /// State of a waiter on an event.
-pub mod waiter {
+pub(crate) mod waiter {
     /// Still waiting.
-    pub const WAITING: u8 = 0;
+    pub(crate) const WAITING: u8 = 0;
     /// The event fired.
-    pub const ACTIVATED: u8 = 1;
+    pub(crate) const ACTIVATED: u8 = 1;
     /// The event was destroyed.
-    pub const GONE: u8 = 2;
+    pub(crate) const GONE: u8 = 2;
 }
 
 /// One event.
 #[derive(Debug)]
-pub struct Event {
+pub(crate) struct Event {
     /// `KFD_IOC_EVENT_*`.
     pub ty: u32,
     /// Auto-reset.
@@ -33,12 +33,12 @@ pub struct Event {
 
 impl Event {
     /// Signal or debug events use signal slots.
-    pub fn is_signal(ty: u32) -> bool {
+    pub(crate) fn is_signal(ty: u32) -> bool {
         ty == kfd_sys::KFD_IOC_EVENT_SIGNAL || ty == kfd_sys::KFD_IOC_EVENT_DEBUG_EVENT
     }
 
     /// `set_event`: wakes the waiters; an auto-reset event with waiters stays unsignaled.
-    pub fn set(&mut self) {
+    pub(crate) fn set(&mut self) {
         self.signaled = !self.auto_reset || self.waiters.is_empty();
         for w in self.waiters.drain(..) {
             w.store(waiter::ACTIVATED, Ordering::SeqCst);
@@ -48,7 +48,7 @@ impl Event {
 
 /// The signal page: the BO userspace gave with its first CREATE_EVENT, or the kernel's own.
 #[derive(Debug)]
-pub struct SignalPage {
+pub(crate) struct SignalPage {
     /// The BO handle (0 for the kernel's own page).
     pub handle: u64,
     /// The BO's memory, to write slot values into.

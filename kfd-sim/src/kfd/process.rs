@@ -19,7 +19,7 @@ use crate::machine::MachineInner;
 
 /// One buffer object.
 #[derive(Debug)]
-pub struct Bo {
+pub(crate) struct Bo {
     /// GPU virtual address.
     pub va: u64,
     /// Size in bytes.
@@ -42,7 +42,7 @@ pub struct Bo {
 
 /// The DRM file (and its VM) a pdd acquired.
 #[derive(Debug, Clone)]
-pub struct DrmBinding {
+pub(crate) struct DrmBinding {
     /// Identity of the render-node open file.
     pub key: FileKey,
     /// Its VM.
@@ -51,7 +51,7 @@ pub struct DrmBinding {
 
 /// A per-device record of a process.
 #[derive(Debug)]
-pub struct Pdd {
+pub(crate) struct Pdd {
     /// Index of the device in the machine.
     pub dev: usize,
     /// The gpu_id userspace uses (the old one after a restore).
@@ -76,14 +76,14 @@ pub struct Pdd {
 
 impl Pdd {
     /// Lowest free IDR handle.
-    pub fn free_idr(&self) -> Option<u32> {
+    pub(crate) fn free_idr(&self) -> Option<u32> {
         (0..=u32::MAX).find(|i| !self.bos.contains_key(i))
     }
 }
 
 /// All state of a KFD process.
 #[derive(Debug)]
-pub struct ProcState {
+pub(crate) struct ProcState {
     /// Per-device records, in device order.
     pub pdds: Vec<Pdd>,
     /// Queues by id.
@@ -113,7 +113,7 @@ pub struct ProcState {
 
 impl ProcState {
     /// The pdd index whose user gpu_id is `id` (`kfd_process_device_data_by_id`).
-    pub fn pdd_by_user_id(&self, id: u32) -> Option<usize> {
+    pub(crate) fn pdd_by_user_id(&self, id: u32) -> Option<usize> {
         if id == 0 {
             return None;
         }
@@ -121,7 +121,7 @@ impl ProcState {
     }
 
     /// `kfd_bind_process_to_device`: ENODEV without an acquired VM.
-    pub fn bind(&self, pi: usize) -> Result<&DrmBinding, Errno> {
+    pub(crate) fn bind(&self, pi: usize) -> Result<&DrmBinding, Errno> {
         self.pdds
             .get(pi)
             .and_then(|p| p.drm.as_ref())
@@ -129,7 +129,7 @@ impl ProcState {
     }
 
     /// BOs that CRIU saves (VA above the GPUVM base).
-    pub fn criu_bo_count(&self) -> usize {
+    pub(crate) fn criu_bo_count(&self) -> usize {
         self.pdds
             .iter()
             .map(|p| p.bos.values().filter(|b| b.va > GPUVM_BASE).count())
@@ -139,7 +139,7 @@ impl ProcState {
 
 /// A KFD process: one per simulated mm.
 #[derive(Debug)]
-pub struct KfdProcess {
+pub(crate) struct KfdProcess {
     /// Simulated pid of the owner.
     pub pid: u32,
     pub(crate) machine: Arc<MachineInner>,
@@ -315,7 +315,7 @@ impl Drop for KfdProcess {
 }
 
 /// Removes a BO's mapping(s) from the VM of device index `dev` (the pdd of that device).
-pub fn vm_unmap_bo(pdds: &[Pdd], bo: &Bo, dev: usize) {
+pub(crate) fn vm_unmap_bo(pdds: &[Pdd], bo: &Bo, dev: usize) {
     if let Some(drm) = pdds
         .iter()
         .find(|p| p.dev == dev)
@@ -330,7 +330,7 @@ pub fn vm_unmap_bo(pdds: &[Pdd], bo: &Bo, dev: usize) {
 }
 
 /// Memory domain of a VRAM/GTT BO from its flags (VRAM wins, as in the driver).
-pub fn domain_of(flags: u32) -> Option<Domain> {
+pub(crate) fn domain_of(flags: u32) -> Option<Domain> {
     if flags & kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_VRAM != 0 {
         Some(Domain::Vram)
     } else if flags & kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_GTT != 0 {

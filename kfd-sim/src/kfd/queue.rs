@@ -5,7 +5,7 @@ use crate::hw::queue::RingState;
 
 /// The driver-internal queue type (as priv_data records it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum QueueKind {
+pub(crate) enum QueueKind {
     /// Compute (PM4 or AQL).
     Compute,
     /// SDMA.
@@ -16,7 +16,7 @@ pub enum QueueKind {
 
 impl QueueKind {
     /// The internal number (`KFD_QUEUE_TYPE_*`).
-    pub fn internal(self) -> u32 {
+    pub(crate) fn internal(self) -> u32 {
         match self {
             QueueKind::Compute => 0,
             QueueKind::Sdma => 1,
@@ -25,7 +25,7 @@ impl QueueKind {
     }
 
     /// From the internal number.
-    pub fn from_internal(v: u32) -> Option<Self> {
+    pub(crate) fn from_internal(v: u32) -> Option<Self> {
         match v {
             0 => Some(QueueKind::Compute),
             1 => Some(QueueKind::Sdma),
@@ -37,7 +37,7 @@ impl QueueKind {
 
 /// A user queue.
 #[derive(Clone, Debug)]
-pub struct Queue {
+pub(crate) struct Queue {
     /// Index of the pdd (device) in the process.
     pub pdd: usize,
     /// Type.
@@ -84,37 +84,37 @@ pub struct Queue {
 
 /// Byte offsets of the fields the simulator keeps in its MQD image (its own layout; the real
 /// MQD is opaque to userspace and to the plugin).
-pub mod mqd_layout {
+pub(crate) mod mqd_layout {
     /// Magic header dword.
-    pub const MAGIC: usize = 0;
+    pub(crate) const MAGIC: usize = 0;
     /// Ring base address.
-    pub const RING: usize = 8;
+    pub(crate) const RING: usize = 8;
     /// Ring size.
-    pub const RING_SIZE: usize = 16;
+    pub(crate) const RING_SIZE: usize = 16;
     /// Doorbell index.
-    pub const DOORBELL: usize = 24;
+    pub(crate) const DOORBELL: usize = 24;
     /// Queue id.
-    pub const QUEUE_ID: usize = 32;
+    pub(crate) const QUEUE_ID: usize = 32;
     /// Ring read pointer: bytes executed (SDMA queues).
-    pub const RPTR: usize = 40;
+    pub(crate) const RPTR: usize = 40;
     /// Ring write pointer: bytes submitted (SDMA queues).
-    pub const WPTR: usize = 48;
+    pub(crate) const WPTR: usize = 48;
     /// Magic value of a compute MQD.
-    pub const COMPUTE_MAGIC: u32 = 0xC031_0800;
+    pub(crate) const COMPUTE_MAGIC: u32 = 0xC031_0800;
     /// Magic value of an SDMA MQD.
-    pub const SDMA_MAGIC: u32 = 0x5D4A_0009;
+    pub(crate) const SDMA_MAGIC: u32 = 0x5D4A_0009;
 }
 
 impl Queue {
     /// Whether the queue can run once its process is not evicted: it has a ring and a non-zero
     /// percentage.
-    pub fn runnable(&self) -> bool {
+    pub(crate) fn runnable(&self) -> bool {
         self.ring_size > 0 && self.ring != 0 && self.percent > 0
     }
 
     /// The ring pointers of a restored SDMA MQD image (zero for anything else: an MQD the
     /// simulator did not write starts its ring afresh).
-    pub fn ring_state_from_mqd(&self) -> RingState {
+    pub(crate) fn ring_state_from_mqd(&self) -> RingState {
         let u64_at = |off: usize| {
             self.mqd
                 .get(off..off + 8)
@@ -139,7 +139,7 @@ impl Queue {
     }
 
     /// Writes the fields the simulator tracks into the MQD image.
-    pub fn refresh_mqd(&mut self, qid: u32) {
+    pub(crate) fn refresh_mqd(&mut self, qid: u32) {
         let magic = match self.kind {
             QueueKind::Compute => mqd_layout::COMPUTE_MAGIC,
             _ => mqd_layout::SDMA_MAGIC,
@@ -162,12 +162,12 @@ impl Queue {
 }
 
 /// gfx9 reserved doorbell ids (the SDMA/IH range and its mirror).
-pub fn doorbell_reserved(id: u32) -> bool {
+pub(crate) fn doorbell_reserved(id: u32) -> bool {
     (id & 0x1e0) == 0x0e0
 }
 
 /// The doorbell id of an SDMA queue: engine base, odd queues in the mirror half.
-pub fn sdma_doorbell_id(engine: u32, queue: u32) -> u32 {
+pub(crate) fn sdma_doorbell_id(engine: u32, queue: u32) -> u32 {
     0xe0 + engine.saturating_mul(4) + (queue & 1) * 512 + (queue >> 1)
 }
 

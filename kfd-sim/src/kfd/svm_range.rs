@@ -2,7 +2,7 @@
 
 /// Per-GPU access of an SVM range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SvmAccess {
+pub(crate) enum SvmAccess {
     /// No access.
     None,
     /// Access (may migrate).
@@ -13,7 +13,7 @@ pub enum SvmAccess {
 
 /// An SVM range with its attributes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SvmRange {
+pub(crate) struct SvmRange {
     /// Start address (bytes, page aligned).
     pub start: u64,
     /// Size (bytes, pages).
@@ -32,10 +32,10 @@ pub struct SvmRange {
 
 impl SvmRange {
     /// The end address (exclusive).
-    pub fn end(&self) -> u64 {
+    pub(crate) fn end(&self) -> u64 {
         self.start.saturating_add(self.size)
     }
 }
 
 /// An SVM range read at RESTORE: start, size, attributes `(type, value)`.
-pub type RestoredSvm = (u64, u64, Vec<(u32, u32)>);
+pub(crate) type RestoredSvm = (u64, u64, Vec<(u32, u32)>);

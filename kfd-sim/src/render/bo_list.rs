@@ -5,8 +5,8 @@ use std::mem::{offset_of, size_of};
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use super::file::FileState;
-use super::{free_id, RenderCall};
+use super::file::{free_id, FileState};
+use super::RenderCall;
 use crate::host::lock;
 use crate::limits::KVMALLOC_MAX;
 use crate::uaccess::{copy_from_user, get_u32, get_u64, put_u32, IoctlResult};

@@ -36,17 +36,17 @@ pub(super) const RENDER_ALLOW: u32 = 1 << 5;
 const NONE: u32 = 0;
 
 /// The amdgpu driver's major version (`KMS_DRIVER_MAJOR`).
-pub const DRIVER_MAJOR: i32 = 3;
+pub(super) const DRIVER_MAJOR: i32 = 3;
 /// The amdgpu driver's minor version in 6.1 (`KMS_DRIVER_MINOR`).
-pub const DRIVER_MINOR: i32 = 49;
+pub(super) const DRIVER_MINOR: i32 = 49;
 /// `KMS_DRIVER_PATCHLEVEL`.
-pub const DRIVER_PATCHLEVEL: i32 = 0;
+pub(super) const DRIVER_PATCHLEVEL: i32 = 0;
 /// `DRIVER_NAME`.
-pub const DRIVER_NAME: &str = "amdgpu";
+pub(super) const DRIVER_NAME: &str = "amdgpu";
 /// `DRIVER_DATE`.
-pub const DRIVER_DATE: &str = "20150101";
+pub(super) const DRIVER_DATE: &str = "20150101";
 /// `DRIVER_DESC`.
-pub const DRIVER_DESC: &str = "AMD GPU";
+pub(super) const DRIVER_DESC: &str = "AMD GPU";
 
 /// One ioctl of the kernel's tables.
 #[derive(Clone, Copy)]

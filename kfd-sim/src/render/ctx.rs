@@ -5,8 +5,8 @@ use std::mem::offset_of;
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use super::file::Ctx;
-use super::{free_id, RenderCall};
+use super::file::{free_id, Ctx};
+use super::RenderCall;
 use crate::host::lock;
 use crate::uaccess::{get_u32, put_u32, put_u64, IoctlResult};
 

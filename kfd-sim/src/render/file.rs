@@ -130,6 +130,11 @@ pub(super) struct Ctx {
     pub(super) rings: BTreeMap<u32, Entity>,
 }
 
+/// Lowest free id from 1 in `map` (`idr_alloc(.., 1, 0)`), below `limit`.
+pub(super) fn free_id<V>(map: &BTreeMap<u32, V>, limit: u32) -> Option<u32> {
+    (1..limit).find(|i| !map.contains_key(i))
+}
+
 /// The GEM handles, contexts and BO lists of a file.
 #[derive(Debug, Default)]
 pub(super) struct FileState {
@@ -140,7 +145,7 @@ pub(super) struct FileState {
 
 /// The state of one open render-node file.
 #[derive(Debug)]
-pub struct RenderFile {
+pub(crate) struct RenderFile {
     /// Index of the GPU in the machine.
     pub device: usize,
     /// The file's VM.
@@ -148,12 +153,28 @@ pub struct RenderFile {
     pub(super) state: Mutex<FileState>,
 }
 
+impl FileState {
+    /// A new handle of `gem` (the lowest free id from 1; `ENOSPC` when there is none), not
+    /// mapped anywhere yet.
+    pub(super) fn add_handle(&mut self, gem: Gem) -> Result<u32, Errno> {
+        let id = free_id(&self.handles, u32::MAX).ok_or(Errno::ENOSPC)?;
+        self.handles.insert(
+            id,
+            Handle {
+                gem: Arc::new(gem),
+                vas: Vec::new(),
+            },
+        );
+        Ok(id)
+    }
+}
+
 impl RenderFile {
     /// A new open file on device index `device`, with an empty VM.
-    pub fn new(device: usize) -> Self {
+    pub(crate) fn new(device: usize) -> Self {
         Self {
             device,
-            vm: Arc::new(Mutex::new(Vm::new(device))),
+            vm: Arc::new(Mutex::new(Vm::new())),
             state: Mutex::new(FileState::default()),
         }
     }

@@ -9,7 +9,7 @@ use kfd_abi::Errno;
 use kfd_sys as sys;
 
 use super::file::{Charge, Gem, GemMemory, Handle};
-use super::{free_id, RenderCall};
+use super::RenderCall;
 use crate::host::lock;
 use crate::hw::backing::{Backing, Domain};
 use crate::hw::vm::Vm;
@@ -117,15 +117,7 @@ pub(super) fn gem_create(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult
         mmap_offset: dev.alloc_mmap_offset(aligned),
         _charge: Some(charge),
     };
-    let mut st = lock(&call.file.state);
-    let id = free_id(&st.handles, u32::MAX).ok_or(Errno::ENOSPC)?;
-    st.handles.insert(
-        id,
-        Handle {
-            gem: Arc::new(gem),
-            vas: Vec::new(),
-        },
-    );
+    let id = lock(&call.file.state).add_handle(gem)?;
     kdata.fill(0);
     put_u32(
         kdata,
@@ -181,15 +173,7 @@ pub(super) fn gem_userptr(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResul
         mmap_offset: dev.alloc_mmap_offset(size),
         _charge: None,
     };
-    let mut st = lock(&call.file.state);
-    let id = free_id(&st.handles, u32::MAX).ok_or(Errno::ENOSPC)?;
-    st.handles.insert(
-        id,
-        Handle {
-            gem: Arc::new(gem),
-            vas: Vec::new(),
-        },
-    );
+    let id = lock(&call.file.state).add_handle(gem)?;
     put_u32(kdata, offset_of!(A, handle), id);
     Ok(0)
 }

@@ -50,9 +50,6 @@ pub(crate) mod mmap;
 mod prime;
 mod vm;
 
-pub use self::core::{DRIVER_DATE, DRIVER_DESC, DRIVER_MAJOR, DRIVER_MINOR, DRIVER_NAME};
-
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kfd_abi::ioctl::{self, drm as codes};
@@ -74,7 +71,7 @@ struct RenderCall<'a> {
 type Handler = fn(&RenderCall<'_>, &mut [u8]) -> IoctlResult;
 
 /// `drm_ioctl` on a render-node file: one call made by `client`.
-pub fn dispatch(
+pub(crate) fn dispatch(
     machine: &Arc<MachineInner>,
     file: &RenderFile,
     client: &dyn Client,
@@ -152,11 +149,6 @@ pub fn dispatch(
 /// Whether `handle` is a GEM handle of the call's file (`drm_gem_object_lookup`).
 fn has_handle(call: &RenderCall<'_>, handle: u32) -> bool {
     lock(&call.file.state).handles.contains_key(&handle)
-}
-
-/// Lowest free id from 1 in `map` (`idr_alloc(.., 1, 0)`), below `limit`.
-fn free_id<V>(map: &BTreeMap<u32, V>, limit: u32) -> Option<u32> {
-    (1..limit).find(|i| !map.contains_key(i))
 }
 
 #[cfg(test)]

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use super::file::{Gem, GemMemory, Handle};
-use super::{free_id, RenderCall};
+use super::file::{Gem, GemMemory};
+use super::RenderCall;
 use crate::host::lock;
 use crate::hw::backing::Domain;
 use crate::limits::PAGE_SIZE;
@@ -66,7 +66,6 @@ pub(super) fn prime_fd_to_handle(call: &RenderCall<'_>, kdata: &mut [u8]) -> Ioc
     let id = match existing {
         Some(id) => id,
         None => {
-            let id = free_id(&st.handles, u32::MAX).ok_or(Errno::ENOSPC)?;
             let dev = call
                 .machine
                 .devices
@@ -87,14 +86,7 @@ pub(super) fn prime_fd_to_handle(call: &RenderCall<'_>, kdata: &mut [u8]) -> Ioc
                 memory: GemMemory::Backing(b),
                 _charge: None,
             };
-            st.handles.insert(
-                id,
-                Handle {
-                    gem: Arc::new(gem),
-                    vas: Vec::new(),
-                },
-            );
-            id
+            st.add_handle(gem)?
         }
     };
     put_u32(kdata, offset_of!(sys::drm_prime_handle, handle), id);

@@ -17,15 +17,15 @@ use crate::uaccess::{get_u32, get_u64, IoctlResult};
 pub(crate) mod va {
     /// Bytes reserved at the bottom and the top of the VM for the kernel
     /// (`AMDGPU_VA_RESERVED_SIZE`).
-    pub const RESERVED: u64 = 2 << 20;
+    pub(crate) const RESERVED: u64 = 2 << 20;
     /// Size of the VM: 48-bit addresses on gfx9 (`max_pfn` << 12).
-    pub const VM_SIZE: u64 = 1 << 48;
+    pub(crate) const VM_SIZE: u64 = 1 << 48;
     /// Start of the hole between the low and the sign-extended high half (`AMDGPU_GMC_HOLE_START`).
-    pub const HOLE_START: u64 = 0x0000_8000_0000_0000;
+    pub(crate) const HOLE_START: u64 = 0x0000_8000_0000_0000;
     /// End of the hole (`AMDGPU_GMC_HOLE_END`).
-    pub const HOLE_END: u64 = 0xffff_8000_0000_0000;
+    pub(crate) const HOLE_END: u64 = 0xffff_8000_0000_0000;
     /// Mask from a high-half address to its VM address (`AMDGPU_GMC_HOLE_MASK`).
-    pub const HOLE_MASK: u64 = 0x0000_ffff_ffff_ffff;
+    pub(crate) const HOLE_MASK: u64 = 0x0000_ffff_ffff_ffff;
 }
 
 /// `AMDGPU_VM_PAGE_NOALLOC` (6.1 uapi, newer than the pinned header).
