@@ -2,9 +2,10 @@
 //! access, fd identity, clocks, locks, and plain-data views of the `kfd-sys` argument structs.
 //!
 //! The raw OS calls of the device model live here, each `unsafe` block with its `SAFETY`
-//! argument. The crate's other `unsafe` code: the CUSE front end's system calls
-//! ([`cuse::os`](crate::cuse::os)), the in-process `Transport` (an `unsafe` trait of `kfd-abi`),
-//! and the model workload's calls of `kfd-abi`'s `unsafe` wrappers (queues keep user pointers).
+//! argument. The crate's other `unsafe` code: the CUSE front end's system calls (`cuse::os`),
+//! the bridge's control ioctls (`cuse::bridge::sys`), the in-process `Transport` (an `unsafe`
+//! trait of `kfd-abi`), and the model workload's calls of `kfd-abi`'s `unsafe` wrappers (queues
+//! keep user pointers).
 
 use std::ffi::CString;
 use std::io;

@@ -13,8 +13,8 @@ use amdgpu_cr::demo::{self, SimNode};
 use amdgpu_plugin::criu::Settings;
 use images::PagesFile;
 use kfd_sim::preset::Preset;
-use kfd_sim::VmTarget;
 use kfd_sim::workload::{Kind, Manifest, Spec};
+use kfd_sim::VmTarget;
 
 const M: u64 = 1 << 20;
 

@@ -142,7 +142,7 @@ impl CuseServer {
     ///
     /// When the kernel module's control device exists ([`ServeConfig::bridge_path`]), the CUSE
     /// devices get private names and the module's proxies the public ones (see
-    /// [`bridge`](super::bridge)); [`wait_ready`] makes the proxies.
+    /// the `bridge` module); [`wait_ready`] makes the proxies.
     ///
     /// [`wait_ready`]: CuseServer::wait_ready
     pub fn start(topology: Topology, cfg: &ServeConfig) -> Result<Self, CuseError> {

@@ -11,10 +11,14 @@
 //! - [`queues`]: user queues, CU masks, wave state, GWS (`kfd_process_queue_manager.c`);
 //! - [`events`]: events and waiting on them (`kfd_events.c`), SMI event fds;
 //! - [`svm`]: shared virtual memory ranges and their attributes (`kfd_svm.c`);
-//! - [`criu`]: checkpoint and restore, `CRIU_OP` (`kfd_chardev.c`).
+//! - [`criu`]: checkpoint and restore, `CRIU_OP` (`kfd_chardev.c`);
+//! - [`mmap`]: what the mmap offsets of `/dev/kfd` map (`kfd_mmap`);
+//! - [`runlist`]: what the driver hands the hardware scheduler, and the interrupt handler.
 //!
-//! The render node and its SDMA engine are [`render`](crate::render) and
-//! [`sdma`](crate::hw::sdma); every user access goes through [`uaccess`](crate::uaccess).
+//! What the driver keeps sits beside its code, in the state layer: [`process`] (the KFD process,
+//! its pdds and BOs), [`queue`], [`event`], [`svm_range`]. The render node is
+//! [`render`](crate::render), the GPU's engines are [`hw`](crate::hw); every user access goes
+//! through [`uaccess`](crate::uaccess).
 //!
 //! Client-controlled values are never indexed or unwrapped: every lookup is checked and every
 //! user access goes through the [`Client`], so no input can panic the simulator.

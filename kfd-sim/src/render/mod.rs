@@ -1,9 +1,14 @@
 //! The amdgpu render node (`/dev/dri/renderD<minor>`): its open files, the per-file GPU VM, and
 //! the DRM ioctls that move GPU memory for checkpoint/restore.
 //!
-//! Each open render file owns a GPU virtual address space ([`Vm`]). `ACQUIRE_VM` on `/dev/kfd`
+//! Each open render file owns a GPU virtual address space ([`Vm`](crate::hw::vm::Vm)). `ACQUIRE_VM` on `/dev/kfd`
 //! adopts that VM as the process's compute VM on the GPU, so `MAP_MEMORY_TO_GPU` inserts KFD BOs
 //! into it and command submission on the file sees them, as on hardware.
+//!
+//! The parts are amdgpu's: [`file`](mod@file) (what an open file keeps: `amdgpu_fpriv`),
+//! [`core`] (the DRM core's tables, `VERSION`, `GET_CAP`), [`vm`] (the VM layout, `GEM_VA`),
+//! [`gem`], [`prime`], [`ctx`], [`bo_list`], [`cs`] (with `WAIT_CS`), [`info`] (`AMDGPU_INFO`),
+//! [`mmap`].
 //!
 //! [`dispatch`] is written like `drm_ioctl` + the amdgpu driver (6.1):
 //!
