@@ -26,7 +26,7 @@
 pub(super) mod proto;
 mod sys;
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use kfd_abi::{Errno, FdTransport};
+use kfd_abi::Errno;
 
 use crate::host::lock;
 use crate::kfd::process::KfdProcess;
@@ -107,7 +107,7 @@ pub(super) fn proxy_name(public: &str) -> String {
 /// An open control device of the module; its proxies exist while it is open.
 #[derive(Debug)]
 pub(super) struct Bridge {
-    ctl: FdTransport,
+    ctl: File,
     path: PathBuf,
     /// The module's protocol version.
     version: u32,
@@ -206,8 +206,7 @@ impl Bridge {
                 path: path.to_owned(),
                 source,
             })?;
-        let ctl = FdTransport::from_fd(ctl.into());
-        let got = sys::version(&ctl).unwrap_or(0);
+        let got = sys::version(ctl.as_fd()).unwrap_or(0);
         if !(proto::OLDEST_VERSION..=proto::VERSION).contains(&got) {
             return Err(BridgeError::Version {
                 path: path.to_owned(),
@@ -248,7 +247,7 @@ impl Bridge {
         }
         let mut devs = vec![proto::DevAccess::default(); 16];
         loop {
-            match sys::open_access(&self.ctl, tid, &mut devs) {
+            match sys::open_access(self.ctl.as_fd(), tid, &mut devs) {
                 Ok(n) if n <= devs.len() => {
                     devs.truncate(n);
                     return Some(OpenAccess::new(devs));
@@ -298,7 +297,7 @@ impl Bridge {
         }
         c.backend[..b.len()].copy_from_slice(b);
         c.name[..n.len()].copy_from_slice(n);
-        sys::create(&self.ctl, &mut c).map_err(err)?;
+        sys::create(self.ctl.as_fd(), &mut c).map_err(err)?;
         Ok((c.major, c.minor))
     }
 
@@ -316,7 +315,7 @@ impl Bridge {
             id,
             ..proto::MmapQuery::default()
         };
-        if let Err(e) = sys::mmap_query(&self.ctl, &mut q) {
+        if let Err(e) = sys::mmap_query(self.ctl.as_fd(), &mut q) {
             // Only the module sends SIM_MMAP, and only while the query exists.
             log::warn!("kfd-simd: mmap query {id} of tid {tid}: {e}");
             return Err(Errno::EINVAL);
@@ -353,7 +352,7 @@ impl Bridge {
             flags: target.vma,
             offset: target.offset,
         };
-        sys::mmap_answer(&self.ctl, &a).map_err(|e| {
+        sys::mmap_answer(self.ctl.as_fd(), &a).map_err(|e| {
             log::warn!("kfd-simd: answering mmap query {id}: {e}");
             Errno::from_io(&e)
         })?;
@@ -387,7 +386,7 @@ impl Bridge {
                 addr: h.addr,
             });
         }
-        sys::push_fds(&self.ctl, tid, &entries).map_err(|e| {
+        sys::push_fds(self.ctl.as_fd(), tid, &entries).map_err(|e| {
             log::warn!(
                 "kfd-simd: handing {} fds for tid {tid} to the module: {e}",
                 fds.len()
