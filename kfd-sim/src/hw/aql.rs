@@ -1,8 +1,9 @@
 //! What the simulated GPU makes of the packets a client rings on its AQL compute queues: it runs
-//! none of them yet (no command processor, no shader execution), but the engine thread looks at the
-//! packet each doorbell names, so that the daemon's log says where a client stops and on what:
-//! the first packet of each type rung on the machine is logged once (a warning), with its
-//! process, queue and index; later ones at debug level.
+//! none of them yet (no command processor, no shader execution; the command processor that will
+//! run them belongs beside the SDMA engine, as `hw/cp.rs`, and takes the AQL queues off this
+//! reader), but the engine thread looks at the packet each doorbell names, so that the daemon's
+//! log says where a client stops and on what: the first packet of each type rung on the machine
+//! is logged once (a warning), with its process, queue and index; later ones at debug level.
 //!
 //! An AQL queue's doorbell is its slot in the process's doorbell slice, as an SDMA queue's; the
 //! client writes the index of the packet it has just made valid (HSA's doorbell signal). The
@@ -13,7 +14,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::scheduler::{Engine, MappedProcess, Queues, Runlist};
+use super::queue::Engine;
+use super::scheduler::{MappedProcess, Queues, Runlist};
 use super::sdma::read_va;
 use super::vm::Vm;
 

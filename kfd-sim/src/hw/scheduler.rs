@@ -44,8 +44,7 @@ use std::time::Duration;
 use kfd_abi::sdma::{DecodeError, Decoder};
 
 use super::aql;
-use super::backing::Backing;
-use super::queue::RingState;
+use super::queue::{Engine, MappedQueue, RingState};
 use super::sdma::{read_va, run_packet, write_va, Fault, Ran};
 use super::vm::Vm;
 use crate::host::lock;
@@ -96,52 +95,6 @@ pub(crate) trait Queues {
     /// An interrupt the engine raised on queue `qid`: a TRAP with its context. The driver's
     /// interrupt handler runs on it.
     fn interrupt(&mut self, qid: u32, context: u32);
-}
-
-/// The engine a user queue runs on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Engine {
-    /// An SDMA engine (PCIe or xGMI).
-    Sdma,
-    /// The command processor, AQL packets.
-    Aql,
-    /// The command processor, PM4 packets.
-    Pm4,
-}
-
-/// One queue of a process as the GPU reads it: the registers of its MQD, the doorbell slice and
-/// the GPU VM of the process on the queue's GPU.
-pub(crate) struct MappedQueue<'a> {
-    /// The driver's queue id.
-    pub qid: u32,
-    /// The engine it runs on.
-    pub engine: Engine,
-    /// Whether it may run: a ring and a non-zero percentage.
-    pub active: bool,
-    /// GPU VA of the ring.
-    pub ring: u64,
-    /// Bytes of the ring.
-    pub ring_size: u64,
-    /// GPU VA the read pointer is written back to.
-    pub rptr_addr: u64,
-    /// Its doorbell in the process's slice.
-    pub doorbell_id: u32,
-    /// Where the engine is in the ring.
-    pub state: &'a mut RingState,
-    /// The process's doorbell slice on the queue's GPU, once mapped.
-    pub doorbells: Option<Arc<Backing>>,
-    /// The process's GPU VM on the queue's GPU, once acquired.
-    pub vm: Option<Arc<Mutex<Vm>>>,
-}
-
-impl MappedQueue<'_> {
-    /// The 64-bit value of the queue's doorbell (`None` before its slice is mapped).
-    pub(crate) fn doorbell(&self) -> Option<u64> {
-        let page = self.doorbells.as_ref()?;
-        let mut b = [0u8; 8];
-        page.read(u64::from(self.doorbell_id) * 8, &mut b)
-            .then(|| u64::from_le_bytes(b))
-    }
 }
 
 /// The queue scheduler of one machine: its engine thread, started once.

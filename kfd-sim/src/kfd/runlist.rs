@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use super::events::signal_event_interrupt;
 use super::process::{KfdProcess, ProcState};
 use super::queue::QueueKind;
-use crate::hw::queue::RingState;
-use crate::hw::scheduler::{Engine, MappedProcess, MappedQueue, Queues, Runlist};
+use crate::hw::queue::{Engine, MappedQueue, RingState};
+use crate::hw::scheduler::{MappedProcess, Queues, Runlist};
 use crate::machine::MachineInner;
 
 /// Bits of an SDMA TRAP's context that carry the event id (`kfd_int_process_v9`).
