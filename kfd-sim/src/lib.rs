@@ -69,7 +69,6 @@ mod render;
 pub mod sysfs;
 mod uaccess;
 mod vma;
-pub mod workload;
 
 pub use asic::Asic;
 pub use host::FileKey;

@@ -9,13 +9,10 @@ use topology::model::keys;
 use topology::Topology;
 
 use crate::device::{Device, DeviceState};
-use crate::host::FileKey;
+use crate::host::{lock, FileKey};
 use crate::hw::backing::Backing;
 use crate::kfd::process::KfdProcess;
 use crate::render::file::RenderFile;
-
-/// The lock helpers, here too for the model workload (`crate::machine::lock`).
-pub(crate) use crate::host::lock;
 
 /// Why a machine could not be built from a topology.
 #[derive(Debug, thiserror::Error)]

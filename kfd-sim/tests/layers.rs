@@ -22,7 +22,7 @@ enum Layer {
     Driver,
     /// The front ends: in process, CUSE (with the kfd_bridge protocol).
     FrontEnd,
-    /// The crate root (its re-exports name items of every layer) and the model workload.
+    /// The crate root: its re-exports name items of every layer.
     Top,
 }
 
@@ -50,7 +50,6 @@ const LAYERS: &[(&str, Layer)] = &[
     ("inproc/", Layer::FrontEnd),
     ("cuse/", Layer::FrontEnd),
     ("lib.rs", Layer::Top),
-    ("workload.rs", Layer::Top),
 ];
 
 fn src() -> PathBuf {
