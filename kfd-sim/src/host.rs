@@ -3,9 +3,8 @@
 //!
 //! The raw OS calls of the device model live here, each `unsafe` block with its `SAFETY`
 //! argument. The crate's other `unsafe` code: the CUSE front end's system calls (`cuse::os`),
-//! the bridge's control ioctls (`cuse::bridge::sys`), the in-process `Transport` (an `unsafe`
-//! trait of `kfd-abi`), and the model workload's calls of `kfd-abi`'s `unsafe` wrappers (queues
-//! keep user pointers).
+//! the bridge's control ioctls (`cuse::bridge::sys`) and the in-process `Transport` (an `unsafe`
+//! trait of `kfd-abi`).
 
 use std::ffi::CString;
 use std::io;
