@@ -490,6 +490,45 @@ impl PagesReader {
         Self::from_file(file, which, expected_len, checksums)
     }
 
+    /// Opens a render-node BO's pages file written by upstream's development-branch plugin,
+    /// which leaves its length header uninitialised (it writes a `size_t` it never set): the
+    /// header is not trusted, the file must hold exactly `expected_len` bytes after it (the BO's
+    /// size), and nothing is verified (upstream writes no checksums).
+    ///
+    /// # Errors
+    /// [`PagesError::Open`], [`PagesError::Read`], [`PagesError::Header`] (the file is shorter
+    /// than a header), [`PagesError::HeaderMismatch`] (the payload is not `expected_len` bytes;
+    /// `header` then gives the payload's length).
+    pub fn open_ignoring_header(
+        dir: BorrowedFd<'_>,
+        which: PagesFile,
+        expected_len: u64,
+    ) -> Result<Self, PagesError> {
+        let name = which.file_name();
+        let mut file = dir::open_read_at(dir, &name).map_err(|source| PagesError::Open {
+            file: name.clone(),
+            source,
+        })?;
+        let framing = Framing::read(&mut file).map_err(|e| PagesError::header(name.clone(), e))?;
+        if framing.available != expected_len {
+            return Err(PagesError::HeaderMismatch {
+                file: name,
+                header: framing.available,
+                expected: expected_len,
+            });
+        }
+        dir::advise_sequential(&file);
+        Ok(Self {
+            file,
+            name,
+            total: expected_len,
+            pos: 0,
+            ahead_to: HEADER_LEN,
+            verify: None,
+            extents: Extents::default(),
+        })
+    }
+
     /// Like [`PagesReader::open`], for a file the caller opened, positioned at its start.
     ///
     /// # Errors
