@@ -7,7 +7,7 @@
 
 use std::fmt;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::PathBuf;
 
@@ -24,6 +24,8 @@ pub enum DeviceKind {
         /// Its minor (`renderD<minor>`).
         minor: u32,
     },
+    /// A dma-buf (a buffer of some device shared as an fd; `/dmabuf:` in `/proc/PID/fd`).
+    DmaBuf,
     /// Anything else: not ours.
     Other,
 }
@@ -169,7 +171,15 @@ impl Platform for HostPlatform {
         let file = std::fs::File::from(fd.try_clone_to_owned()?);
         let meta = file.metadata()?;
         if !meta.file_type().is_char_device() {
-            return Ok(DeviceKind::Other);
+            // The dma-buf file system names its files `/dmabuf:<name>`.
+            let link = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()));
+            let dmabuf =
+                link.is_ok_and(|l| l.as_os_str().as_encoded_bytes().starts_with(b"/dmabuf:"));
+            return Ok(if dmabuf {
+                DeviceKind::DmaBuf
+            } else {
+                DeviceKind::Other
+            });
         }
         Ok(self.identify_rdev(meta.rdev()))
     }

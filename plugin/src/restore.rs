@@ -186,6 +186,9 @@ pub(crate) struct Restored<T: Transport> {
     pub pid: u32,
     /// Time from reading the image to the last byte written.
     pub elapsed: Duration,
+    /// Dma-bufs of the restored BOs that other files import or hold, by their key
+    /// (`kfd_bo_entry.handle`), for the other restored tasks.
+    pub shared: Vec<(u32, std::os::fd::OwnedFd)>,
 }
 
 impl<T: Transport> Restored<T> {
@@ -467,6 +470,7 @@ pub(crate) fn restore_kfd<P: Platform>(
     dir: BorrowedFd<'_>,
     opts: &RestoreOptions,
     mut preopened: BTreeMap<u32, RenderNode<P::Device>>,
+    keep: &dyn Fn(u32) -> bool,
 ) -> Result<Option<Restored<P::Device>>, RestoreError> {
     let start = Instant::now();
     let local = &usable.topology;
@@ -544,7 +548,7 @@ pub(crate) fn restore_kfd<P: Platform>(
     let bos = restore_bos(&msg.bo_entries);
     // A process that opened /dev/kfd but has no buffers and no queues or events has no device
     // state: its fresh /dev/kfd is all it needs (and 6.1's RESTORE refuses zero BOs).
-    let restored = if is_empty(&msg) {
+    let mut restored = if is_empty(&msg) {
         log::info!("image {id} holds no GPU state; /dev/kfd is reopened only");
         Vec::new()
     } else {
@@ -567,6 +571,13 @@ pub(crate) fn restore_kfd<P: Platform>(
 
     let offsets: Vec<u64> = restored.iter().map(|r| r.restored_offset).collect();
     let vmas = VmaRemaps::new(&msg, &offsets);
+    let shared = msg
+        .bo_entries
+        .iter()
+        .zip(restored.iter_mut())
+        .filter(|(b, _)| b.handle != u32::MAX && keep(b.handle))
+        .filter_map(|(b, r)| Some((b.handle, r.dmabuf.take()?)))
+        .collect();
 
     Ok(Some(Restored {
         kfd,
@@ -576,6 +587,7 @@ pub(crate) fn restore_kfd<P: Platform>(
         gpus,
         pid: msg.pid,
         elapsed: start.elapsed(),
+        shared,
     }))
 }
 
