@@ -382,3 +382,54 @@ fn a_buffer_shared_through_a_dma_buf_stays_one_buffer_across_processes() {
         e.fini(Stage::Restore, 0);
     }
 }
+
+/// The model workload with two render-node buffers per GPU besides its KFD buffers.
+fn render_spec() -> harness::workload::Spec {
+    harness::workload::Spec {
+        render: vec![3 * MIB, 64 << 10],
+        ..harness::workload::Spec::new(28, vec![2 * MIB], vec![256 << 10])
+    }
+}
+
+#[rstest::rstest]
+#[case::same_node(false)]
+#[case::remapped(true)]
+fn the_workloads_render_node_buffers_survive_a_checkpoint_on_linux_6_18(#[case] remap: bool) {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let src = node(&p, Kernel::Linux6_18);
+    let target = harness::start_target(&src, &render_spec()).unwrap();
+    let manifest = target.workload.manifest().clone();
+    let before = target.workload.verify().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (ids, _) = harness::checkpoint(&src, &target, dir.path(), &settings()).unwrap();
+    drop(target);
+    let dst = node(
+        &if remap { remapped_variant(&p) } else { p },
+        Kernel::Linux6_18,
+    );
+    let (restored, _) = harness::restore(&dst, dir.path(), &ids, &settings()).unwrap();
+    let after = restored.verify(&manifest).unwrap();
+    // Every buffer, the four render-node ones among them, at its handle, VA and contents.
+    assert_eq!(after.buffers, before.buffers);
+    assert_eq!(after.buffers, 2 * (1 + 1 + 2));
+    assert_eq!(after.bytes, manifest.pattern_bytes());
+}
+
+#[test]
+fn on_linux_6_1_the_workloads_render_node_buffers_are_lost_and_verify_says_so() {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let src = node(&p, Kernel::Linux6_1);
+    let target = harness::start_target(&src, &render_spec()).unwrap();
+    let manifest = target.workload.manifest().clone();
+    target.workload.verify().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (ids, _) = harness::checkpoint(&src, &target, dir.path(), &settings()).unwrap();
+    drop(target);
+    let dst = node(&p, Kernel::Linux6_1);
+    let (restored, _) = harness::restore(&dst, dir.path(), &ids, &settings()).unwrap();
+    let err = restored.verify(&manifest).unwrap_err().to_string();
+    assert!(
+        err.contains("render-node buffer") && err.contains("is not in the render-node file"),
+        "{err}"
+    );
+}

@@ -46,6 +46,10 @@ struct Args {
     /// GTT buffers per GPU, in KiB (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "256")]
     gtt_kib: Vec<u64>,
+    /// Buffers per GPU allocated through the render node (GEM_CREATE in VRAM, mapped with
+    /// GEM_VA), in KiB (comma-separated; default none). A checkpoint carries them on Linux 6.18.
+    #[arg(long, value_delimiter = ',')]
+    render_kib: Vec<u64>,
     /// AQL queues per GPU.
     #[arg(long, default_value_t = 1)]
     queues: u32,
@@ -174,6 +178,7 @@ fn start(args: &Args) -> Result<Workload<kfd_abi::FdTransport>, String> {
         queues: args.queues,
         events: args.events,
         untouched_permille: 0,
+        render: kib(&args.render_kib),
     };
     Workload::start_with(kfd, gpus, &spec, args.dma.into()).map_err(|e| e.to_string())
 }
