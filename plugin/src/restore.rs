@@ -337,10 +337,8 @@ pub fn plan(
     }))
 }
 
-/// The id of the `/dev/kfd` image of process `pid` in `dir`, if there is one (a process may have
-/// render nodes open and no `/dev/kfd`). Reads every KFD image of the directory: for render
-/// nodes restored before their process's `/dev/kfd` only.
-pub(crate) fn kfd_image_of(dir: BorrowedFd<'_>, pid: u32) -> Result<Option<u32>, RestoreError> {
+/// The ids of the `/dev/kfd` images in `dir`, in order.
+fn kfd_image_ids(dir: BorrowedFd<'_>) -> Result<Vec<u32>, RestoreError> {
     let listing = format!("/proc/self/fd/{}", dir.as_raw_fd());
     let entries = std::fs::read_dir(&listing).map_err(|e| RestoreError::Inconsistent {
         file: listing.clone(),
@@ -357,7 +355,14 @@ pub(crate) fn kfd_image_of(dir: BorrowedFd<'_>, pid: u32) -> Result<Option<u32>,
         })
         .collect();
     ids.sort_unstable();
-    for id in ids {
+    Ok(ids)
+}
+
+/// The id of the `/dev/kfd` image of process `pid` in `dir`, if there is one (a process may have
+/// render nodes open and no `/dev/kfd`). Reads every KFD image of the directory: for render
+/// nodes restored before their process's `/dev/kfd` only.
+pub(crate) fn kfd_image_of(dir: BorrowedFd<'_>, pid: u32) -> Result<Option<u32>, RestoreError> {
+    for id in kfd_image_ids(dir)? {
         if KfdImage::try_read(dir, id)?.is_some_and(|m| m.pid == pid) {
             return Ok(Some(id));
         }
@@ -367,7 +372,10 @@ pub(crate) fn kfd_image_of(dir: BorrowedFd<'_>, pid: u32) -> Result<Option<u32>,
 
 /// The render minor on this machine of GPU `gpu_id` of the process whose `/dev/kfd` image is
 /// `kfd_id`: where the image maps it, as [`restore_kfd`] will; for a GPU the process's KFD does
-/// not use (or a process without `/dev/kfd`), the GPU of that id on this machine.
+/// not use (or a process without `/dev/kfd`), the GPU of that id on this machine, and where
+/// this machine has none, where another process's `/dev/kfd` image of the checkpoint maps it
+/// (a render-only child of a ROCm process goes where its parent goes: a buffer they share
+/// stays on one GPU).
 pub(crate) fn render_minor_for(
     gpu_id: u32,
     kfd_id: Option<u32>,
@@ -382,10 +390,28 @@ pub(crate) fn render_minor_for(
             return Ok(Some(m.destination_render_minor));
         }
     }
-    Ok(local
-        .gpus()
-        .find(|n| n.gpu_id == gpu_id)
-        .map(topology::Node::render_minor))
+    if let Some(n) = local.gpus().find(|n| n.gpu_id == gpu_id) {
+        return Ok(Some(n.render_minor()));
+    }
+    for other in kfd_image_ids(dir)?
+        .into_iter()
+        .filter(|&id| Some(id) != kfd_id)
+    {
+        match plan(other, dir, local, checks) {
+            Ok(Some(plan)) => {
+                if let Some(m) = plan.mapping.gpu(gpu_id) {
+                    log::info!(
+                        "GPU {gpu_id:#x} is not on this machine; /dev/kfd image {other} maps it                          to renderD{}",
+                        m.destination_render_minor
+                    );
+                    return Ok(Some(m.destination_render_minor));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => log::debug!("/dev/kfd image {other} maps no GPU here: {e}"),
+        }
+    }
+    Ok(None)
 }
 
 /// The GPUs of this node that a restoring process may use, as it sees them
