@@ -11,6 +11,7 @@ use std::path::Path;
 
 use amdgpu_plugin::criu::{Engine, Settings};
 use amdgpu_plugin::hooks::{CriuHooks, Stage};
+use harness::workload::{SharedSide, SHARED_VA};
 use harness::{remapped_variant, SimNode};
 use images::{DmabufImage, ImageFile, RenderNodeImage};
 use kfd_abi::render::{GemDomain, VmPageFlags};
@@ -430,6 +431,144 @@ fn on_linux_6_1_the_workloads_render_node_buffers_are_lost_and_verify_says_so() 
     let err = restored.verify(&manifest).unwrap_err().to_string();
     assert!(
         err.contains("render-node buffer") && err.contains("is not in the render-node file"),
+        "{err}"
+    );
+}
+
+/// The workload (parent) shares a render-node buffer with a child through a dma-buf: the
+/// parent creates and exports it on GPU 0's render node (after the workload's two buffers there:
+/// GEM handle 3); the child opens its own render-node file, creates `own` buffers of its own,
+/// imports the dma-buf and keeps the fd. Returns the child, its render node and dma-buf, and
+/// both sides.
+fn share_with_child(
+    n: &SimNode,
+    target: &harness::Target,
+    own: usize,
+) -> (
+    kfd_sim::SimProcess,
+    RenderNode<SimFile>,
+    OwnedFd,
+    SharedSide,
+    SharedSide,
+) {
+    let (parent, dmabuf) =
+        SharedSide::create(&target.workload.renders()[0], 2 * MIB, SHARED_VA).unwrap();
+    assert_eq!(parent.handle(), bo(3));
+    let child = n.machine.spawn_process();
+    let minor = n.machine.render_minors()[0];
+    let render = n.platform_of(&child).open_render(minor).unwrap();
+    for _ in 0..own {
+        render.gem_create(64 << 10, 0, GemDomain::GTT, 0).unwrap();
+    }
+    let side = SharedSide::import(&render, dmabuf.as_fd(), 2 * MIB, SHARED_VA + 64 * MIB).unwrap();
+    (child, render, dmabuf, parent, side)
+}
+
+/// The two tasks of the tree: the workload's `/dev/kfd` and render nodes, the child's render
+/// node and dma-buf.
+fn tree<'a>(
+    target: &'a harness::Target,
+    child: &'a kfd_sim::SimProcess,
+    child_render: &'a RenderNode<SimFile>,
+    dmabuf: &'a OwnedFd,
+) -> [harness::TaskFiles<'a>; 2] {
+    let w = &target.workload;
+    let mut parent_files = vec![w.kfd().as_fd()];
+    parent_files.extend(w.renders().iter().map(AsFd::as_fd));
+    [
+        harness::TaskFiles {
+            process: &target.process,
+            files: parent_files,
+        },
+        harness::TaskFiles {
+            process: child,
+            files: vec![child_render.as_fd(), dmabuf.as_fd()],
+        },
+    ]
+}
+
+#[rstest::rstest]
+#[case::same_node(false)]
+#[case::remapped(true)]
+fn a_buffer_the_workload_shares_with_a_child_stays_shared_across_a_checkpoint(#[case] remap: bool) {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let src = node(&p, Kernel::Linux6_18);
+    let target = harness::start_target(&src, &render_spec()).unwrap();
+    let manifest = target.workload.manifest().clone();
+    // The child's import gets the parent's handle number (upstream's image format names a
+    // shared buffer by it).
+    let (child, child_render, dmabuf, parent, side) = share_with_child(&src, &target, 2);
+    assert_eq!(side.handle(), parent.handle());
+    let parent_render = &target.workload.renders()[0];
+    // The child writes, the parent reads.
+    let hello = pattern(41, 8192);
+    side.write(&child_render, 4096, &hello).unwrap();
+    assert!(parent.read(parent_render, 4096, 8192).unwrap() == hello);
+
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = tree(&target, &child, &child_render, &dmabuf);
+    let ids = harness::checkpoint_tree(&src, &tasks, dir.path(), &settings()).unwrap();
+    // The child's files close (criu kills the tree after the dump).
+    drop(child_render);
+    drop(dmabuf);
+    let parent_handle = parent.handle();
+    drop(target);
+
+    let dst = node(
+        &if remap { remapped_variant(&p) } else { p },
+        Kernel::Linux6_18,
+    );
+    let mut tasks = harness::restore_tree(&dst, dir.path(), &ids, &settings()).unwrap();
+    let c = tasks.pop().unwrap();
+    let t = tasks.pop().unwrap();
+    let mut files = t.files.into_iter();
+    let kfd = files.next().unwrap().into_kfd().unwrap();
+    let renders: Vec<_> = files.map(|f| f.into_render().unwrap()).collect();
+    let mut cfiles = c.files.into_iter();
+    let child_render = cfiles.next().unwrap().into_render().unwrap();
+    let child_dmabuf = cfiles.next().unwrap().into_other().unwrap();
+
+    // What the child wrote before the checkpoint, both sides read; what the parent writes now,
+    // the child reads: one buffer, at the old handles, and the child's dma-buf is of it.
+    let parent = SharedSide::at(parent_handle, 2 * MIB);
+    assert!(parent.read(&renders[0], 4096, 8192).unwrap() == hello);
+    assert!(side.read(&child_render, 4096, 8192).unwrap() == hello);
+    let reply = pattern(42, 1 << 20);
+    parent.write(&renders[0], MIB, &reply).unwrap();
+    assert!(side.read(&child_render, MIB, 1 << 20).unwrap() == reply);
+    assert_eq!(
+        child_render
+            .prime_fd_to_handle(child_dmabuf.as_fd())
+            .unwrap(),
+        side.handle()
+    );
+    // The workload itself is whole.
+    let restored = harness::RestoredTarget {
+        process: t.process,
+        kfd,
+        renders,
+        mapping: Vec::new(),
+    };
+    let report = restored.verify(&manifest).unwrap();
+    assert_eq!(report.bytes, manifest.pattern_bytes());
+}
+
+#[test]
+fn a_shared_buffer_at_other_handle_numbers_in_the_two_processes_is_refused_at_dump() {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let src = node(&p, Kernel::Linux6_18);
+    let target = harness::start_target(&src, &render_spec()).unwrap();
+    // The child imports first: its handle 1 is the parent's handle 3.
+    let (child, child_render, dmabuf, parent, side) = share_with_child(&src, &target, 0);
+    assert_eq!((parent.handle(), side.handle()), (bo(3), bo(1)));
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = tree(&target, &child, &child_render, &dmabuf);
+    let err = harness::checkpoint_tree(&src, &tasks, dir.path(), &settings())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("is GEM handle 3 in one render-node file and 1 in another")
+            && err.contains("names a shared buffer by one handle number"),
         "{err}"
     );
 }
