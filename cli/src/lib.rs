@@ -24,6 +24,7 @@ pub mod check;
 pub mod demo;
 pub mod imagedir;
 pub mod inspect;
+pub mod provenance;
 pub mod table;
 pub mod topo;
 pub mod upstream;
