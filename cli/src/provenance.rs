@@ -19,6 +19,7 @@
 use std::path::Path;
 
 use images::proto::CriuRenderNode;
+use images::wire::fields;
 use images::{DmabufImage, ImageFile, KfdImage, RenderNodeImage};
 use serde::Serialize;
 
@@ -98,54 +99,6 @@ struct Marks {
     drm_pages: usize,
     /// The most GPUs with saved contents in one KFD image.
     gpus_with_contents: usize,
-}
-
-/// Reads a protobuf varint at `*pos`.
-fn varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
-    let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
-        let b = *buf.get(*pos)?;
-        *pos += 1;
-        v |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            return Some(v);
-        }
-    }
-    None
-}
-
-/// The top-level fields of a protobuf message: `(number, bytes of a length-delimited field)`;
-/// `None` when it does not parse.
-fn fields(buf: &[u8]) -> Option<Vec<(u64, &[u8])>> {
-    let mut out = Vec::new();
-    let mut pos = 0;
-    while pos < buf.len() {
-        let key = varint(buf, &mut pos)?;
-        let body: &[u8] = match key & 7 {
-            0 => {
-                varint(buf, &mut pos)?;
-                &[]
-            }
-            1 => {
-                pos = pos.checked_add(8)?;
-                &[]
-            }
-            2 => {
-                let len = usize::try_from(varint(buf, &mut pos)?).ok()?;
-                let end = pos.checked_add(len)?;
-                let body = buf.get(pos..end)?;
-                pos = end;
-                body
-            }
-            5 => {
-                pos = pos.checked_add(4)?;
-                &[]
-            }
-            _ => return None,
-        };
-        out.push((key >> 3, body));
-    }
-    (pos == buf.len()).then_some(out)
 }
 
 /// The payload of image file `name` of `dir` (after its 8-byte length).
@@ -374,19 +327,5 @@ mod tests {
                 (Writer::UpstreamDev, all[2])
             ]
         );
-    }
-
-    #[test]
-    fn fields_walks_the_wire() {
-        // field 1 varint 150, field 6 varint 0xFFFFFFFF, field 2 bytes "ab"
-        let msg = [
-            0x08, 0x96, 0x01, 0x30, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x02, b'a', b'b',
-        ];
-        let f = fields(&msg).unwrap();
-        assert_eq!(
-            f.iter().map(|(n, b)| (*n, b.len())).collect::<Vec<_>>(),
-            [(1, 0), (6, 0), (2, 2)]
-        );
-        assert_eq!(fields(&msg[..msg.len() - 1]), None, "a truncated field");
     }
 }

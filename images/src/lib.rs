@@ -18,6 +18,7 @@ pub mod names;
 pub mod pages;
 pub mod proto;
 pub mod sparse;
+pub mod wire;
 
 pub use checksum::{ChecksumAlgorithm, DEFAULT_CHUNK_SIZE};
 pub use frame::{DmabufImage, FrameError, HeaderFault, ImageFile, KfdImage, RenderNodeImage};

@@ -264,10 +264,18 @@ fn render_nodes_restored_before_their_kfd_are_its_compute_vms(#[case] remap: boo
     assert_eq!(report.bytes, manifest.pattern_bytes());
 }
 
-/// A process with a render node open and no `/dev/kfd` gets a render node of the same GPU back;
-/// on a node without that GPU the restore says so.
-#[test]
-fn a_render_node_without_kfd_restores_on_the_same_gpu() {
+/// A process of an mi210x2 node holding its second GPU's render node and no `/dev/kfd`, dumped
+/// as image 7: the preset, the image directory (and an open fd of it), the process's pid and the
+/// render minor.
+struct RenderOnly {
+    p: Preset,
+    dir: tempfile::TempDir,
+    dirf: std::fs::File,
+    pid: u32,
+    minor: u32,
+}
+
+fn dump_render_only() -> RenderOnly {
     let p = Preset::by_name("mi210x2").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let dirf = std::fs::File::open(dir.path()).unwrap();
@@ -281,9 +289,29 @@ fn a_render_node_without_kfd_restores_on_the_same_gpu() {
     dumper.init(Stage::Dump).unwrap();
     dumper.dump_ext_file(render.as_fd(), 7).unwrap();
     dumper.fini(Stage::Dump, 0);
+    RenderOnly {
+        p,
+        dir,
+        dirf,
+        pid: process.pid(),
+        minor,
+    }
+}
+
+/// A process with a render node open and no `/dev/kfd` gets a render node of the same GPU back;
+/// on a node without that GPU the restore says so.
+#[test]
+fn a_render_node_without_kfd_restores_on_the_same_gpu() {
+    let RenderOnly {
+        p,
+        dir: _dir,
+        dirf,
+        pid,
+        minor,
+    } = dump_render_only();
 
     let dst = SimNode::new(&p).unwrap();
-    let restored = dst.machine.spawn_process_as(process.pid());
+    let restored = dst.machine.spawn_process_as(pid);
     let engine = dst.engine(&|p| p, &restored, &dirf, &settings());
     engine.init(Stage::Restore).unwrap();
     let fd = engine.restore_file(7).unwrap().unwrap();
@@ -294,7 +322,7 @@ fn a_render_node_without_kfd_restores_on_the_same_gpu() {
     engine.fini(Stage::Restore, 0);
 
     let other = SimNode::new(&remapped_variant(&p)).unwrap();
-    let restored = other.machine.spawn_process_as(process.pid());
+    let restored = other.machine.spawn_process_as(pid);
     let engine = other.engine(&|p| p, &restored, &dirf, &settings());
     engine.init(Stage::Restore).unwrap();
     let err = engine.restore_file(7).unwrap_err().to_string();
@@ -322,19 +350,13 @@ fn a_render_node_image_with_buffers_is_refused(
 ) {
     use images::proto::DrmBoEntry;
     use images::{ImageFile, RenderNodeImage};
-    let p = Preset::by_name("mi210x2").unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let dirf = std::fs::File::open(dir.path()).unwrap();
-    let src = SimNode::new(&p).unwrap();
-    let process = src.machine.spawn_process();
-    let minor = src.machine.render_minors()[1];
-    let render = src.platform_of(&process).open_render(minor).unwrap();
-    let criu = src.machine.spawn_process();
-    criu.ptrace_attach(&process);
-    let dumper = src.engine(&|p| p, &criu, &dirf, &settings());
-    dumper.init(Stage::Dump).unwrap();
-    dumper.dump_ext_file(render.as_fd(), 7).unwrap();
-    dumper.fini(Stage::Dump, 0);
+    let RenderOnly {
+        p,
+        dir: _dir,
+        dirf,
+        pid,
+        minor,
+    } = dump_render_only();
 
     // The image as criu-dev's plugin writes it for a render node holding buffers.
     let plain = RenderNodeImage::read(dirf.as_fd(), 7).unwrap();
@@ -359,7 +381,7 @@ fn a_render_node_image_with_buffers_is_refused(
     RenderNodeImage::write(dirf.as_fd(), 7, &msg).unwrap();
 
     let dst = SimNode::new(&p).unwrap();
-    let restored = dst.machine.spawn_process_as(process.pid());
+    let restored = dst.machine.spawn_process_as(pid);
     let engine = dst.engine(&|p| p, &restored, &dirf, &settings());
     engine.init(Stage::Restore).unwrap();
     let err = engine.restore_file(7).unwrap_err().to_string();
@@ -376,7 +398,7 @@ fn a_render_node_image_with_buffers_is_refused(
     // Without the buffers, the same image restores.
     RenderNodeImage::write(dirf.as_fd(), 7, &plain).unwrap();
     let dst = SimNode::new(&p).unwrap();
-    let restored = dst.machine.spawn_process_as(process.pid());
+    let restored = dst.machine.spawn_process_as(pid);
     let engine = dst.engine(&|p| p, &restored, &dirf, &settings());
     engine.init(Stage::Restore).unwrap();
     assert!(engine.restore_file(7).unwrap().is_some());
