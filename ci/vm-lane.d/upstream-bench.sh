@@ -1,12 +1,15 @@
 # upstream-bench: upstream's C plugin and ours, side by side under upstream's criu v4.2, dumping
 # and restoring the same kfd-workload with large buffers (KFD_BENCH_VRAM_MIB of VRAM per GPU,
-# default 1024, on two simulated MI210s), timed from criu's logs: the plugin's own part (the
-# DUMP_EXT_FILE or RESTORE_EXT_FILE call that handles /dev/kfd, from criu's line that calls the
-# hook to criu's next line of its own) and criu's whole run. KFD_BENCH_ROUNDS rounds (default 1),
+# default 256, on two simulated MI210s: the lane's debug builds of kfd-workload and kfd-simd fill
+# and verify 1 GiB per GPU at a few MB/s under TCG; the fill alone took 600 s at load 18), timed
+# from criu's logs: the plugin's own part (the DUMP_EXT_FILE or RESTORE_EXT_FILE call that
+# handles /dev/kfd, from criu's line that calls the hook to criu's next line of its own) and
+# criu's whole run. KFD_BENCH_ROUNDS rounds (default 1),
 # each upstream then ours; every restore verifies every byte. Under TCG only the ratio means
 # anything. Not in .ci/run: it needs a guest with more memory (the buffers live in kfd-simd and
 # again in the images on the guest's tmpfs), e.g.
-#     VM_LANE_MEM=6144 VM_LANE_SCENARIO_TIMEOUT=1800 ci/vm-lane --guest bookworm --scenario upstream-bench
+#     VM_LANE_MEM=4096 VM_LANE_SCENARIO_TIMEOUT=1800 ci/vm-lane --guest bookworm --scenario upstream-bench
+# (1 GiB per GPU: KFD_BENCH_VRAM_MIB=1024 VM_LANE_MEM=6144 and a longer time limit)
 # It prints one `BENCH` line per plugin and round, and the ratios.
 # shellcheck source=lib.sh
 . "$VM_LANE_LIB"
@@ -17,7 +20,7 @@
 # shellcheck source=upstream.inc
 . "$VM_LANE_REPO/ci/vm-lane.d/upstream.inc"
 
-mib=${KFD_BENCH_VRAM_MIB:-1024}
+mib=${KFD_BENCH_VRAM_MIB:-256}
 rounds=${KFD_BENCH_ROUNDS:-1}
 need=$((mib * 2 * 2 + 1024))
 have=$(awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo)
