@@ -44,6 +44,7 @@ criu_span() {
 }
 
 use_criu v4.2
+note "ours: $(readlink -f "$OURS_PLUGIN_DIR/amdgpu_plugin.so") ($(stat -c %s "$OURS_PLUGIN_DIR/amdgpu_plugin.so") bytes; give --plugin-dir a release build to time the product)"
 node A
 WORKLOAD_START_LIMIT=600 VERIFY_LIMIT=600
 # The VRAM in 16 MiB buffers: upstream's plugin copies a buffer in one SDMA job, and the
@@ -68,7 +69,7 @@ for ((r = 1; r <= rounds; r++)); do
         dc=$(criu_span "$VM_LANE_OUT/criu/$name-dump.log")
         rc=$(criu_span "$VM_LANE_OUT/criu/$name-restore.log")
         [[ -n $d && -n $rs ]] || fail "$name: no plugin span in criu's logs"
-        note "BENCH plugin=$who round=$r gib=$((mib * 2 / 1024)) dump_plugin=${d}s dump_criu=${dc}s restore_plugin=${rs}s restore_criu=${rc}s"
+        note "BENCH plugin=$who round=$r vram_mib=$((mib * 2)) dump_plugin=${d}s dump_criu=${dc}s restore_plugin=${rs}s restore_criu=${rc}s"
         echo "$who $r $d $dc $rs $rc" >>"$VM_LANE_OUT/bench.txt"
         rm -rf "$dir"
     done
