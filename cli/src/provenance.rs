@@ -171,7 +171,7 @@ fn render_buffers(msg: &CriuRenderNode) -> u64 {
 
 /// Who wrote image directory `dir` (opened as `d`), and what each plugin can restore of it.
 #[must_use]
-pub fn provenance(dir: &Path, d: &ImageDir) -> Provenance {
+pub(crate) fn provenance(dir: &Path, d: &ImageDir) -> Provenance {
     judge(&collect(dir, d))
 }
 

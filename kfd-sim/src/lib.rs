@@ -37,7 +37,6 @@ pub mod render;
 pub mod sdma;
 pub mod sysfs;
 mod uaccess;
-pub mod workload;
 
 pub use client::{Client, FdSlot, InProcessClient, ProcessMemory};
 pub use host::FileKey;

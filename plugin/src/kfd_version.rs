@@ -8,7 +8,7 @@ use kfd_abi::kfd::Version;
 use kfd_abi::{IoctlError, Kfd, Platform};
 
 /// The oldest KFD interface with CRIU_OP.
-pub const MIN_VERSION: Version = Version { major: 1, minor: 8 };
+pub(crate) const MIN_VERSION: Version = Version { major: 1, minor: 8 };
 
 /// Why checkpoint/restore cannot run on this KFD.
 #[derive(Debug, thiserror::Error)]
@@ -32,12 +32,12 @@ pub enum VersionError {
 }
 
 /// Whether `v` has CRIU_OP.
-pub fn supports_cr(v: Version) -> bool {
+pub(crate) fn supports_cr(v: Version) -> bool {
     v.major == MIN_VERSION.major && v.minor >= MIN_VERSION.minor
 }
 
 /// Checks the version of an open `/dev/kfd`.
-pub fn check<D: kfd_abi::Transport>(kfd: &Kfd<D>) -> Result<(), VersionError> {
+pub(crate) fn check<D: kfd_abi::Transport>(kfd: &Kfd<D>) -> Result<(), VersionError> {
     let current = kfd.get_version()?;
     if supports_cr(current) {
         Ok(())
@@ -48,7 +48,7 @@ pub fn check<D: kfd_abi::Transport>(kfd: &Kfd<D>) -> Result<(), VersionError> {
 
 /// Checks the version of the platform's KFD on a `/dev/kfd` of our own (a dumped process's file
 /// answers only its owner).
-pub fn check_platform<P: Platform>(platform: &P) -> Result<(), VersionError> {
+pub(crate) fn check_platform<P: Platform>(platform: &P) -> Result<(), VersionError> {
     check(&platform.open_kfd()?)
 }
 

@@ -15,11 +15,9 @@ use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-pub use kfd_abi::platform::HSAKMT_SHM_PATH;
-
 /// What is recorded of the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SharedMem {
+pub(crate) struct SharedMem {
     /// Its size.
     pub size: u64,
     /// Its first four bytes, native-endian.
@@ -28,7 +26,7 @@ pub struct SharedMem {
 
 impl SharedMem {
     /// Reads the record of the file at `path`, `None` when there is no such file.
-    pub fn probe(path: &Path) -> Option<Self> {
+    pub(crate) fn probe(path: &Path) -> Option<Self> {
         let mut f = File::open(path).ok()?;
         let size = f.metadata().ok()?.len();
         let mut head = [0u8; 4];
@@ -41,7 +39,7 @@ impl SharedMem {
     }
 
     /// Creates the file at `path` with the recorded size and first word, unless it exists.
-    pub fn recreate(&self, path: &Path) -> std::io::Result<()> {
+    pub(crate) fn recreate(&self, path: &Path) -> std::io::Result<()> {
         use std::io::Write;
         let mut f = match std::fs::OpenOptions::new()
             .write(true)
@@ -63,7 +61,7 @@ impl SharedMem {
 
 /// The file name of libhsakmt's semaphore in the shared memory directory: glibc's `sem_open`
 /// keeps semaphore `NAME` in `/dev/shm/sem.NAME`, and libhsakmt's is `hsakmt_semaphore`.
-pub const HSAKMT_SEM_FILE: &str = "sem.hsakmt_semaphore";
+pub(crate) const HSAKMT_SEM_FILE: &str = "sem.hsakmt_semaphore";
 
 /// A process-shared POSIX semaphore with count `value`, as glibc lays out the `sem_t` that
 /// `sem_open` keeps in its file on 64-bit Linux (`struct new_sem`, 32 bytes): a 64-bit word with
@@ -84,7 +82,7 @@ fn glibc_semaphore(value: u32) -> [u8; 32] {
 ///
 /// # Errors
 /// Creating, writing or linking the file failed.
-pub fn recreate_semaphore(dir: &Path, name: &str) -> io::Result<bool> {
+pub(crate) fn recreate_semaphore(dir: &Path, name: &str) -> io::Result<bool> {
     use std::io::Write;
     let path = dir.join(name);
     if path.exists() {

@@ -15,15 +15,16 @@
 
 use std::ffi::c_void;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use amdgpu_cr::demo::{self, SimNode};
 use amdgpu_plugin::criu::Settings;
+use harness::workload::{Dma, Spec, Workload};
+use harness::{self, SimNode};
+use kfd_abi::transport::Forward;
 use kfd_abi::{Errno, GpuId, Kfd, RenderNode, Transport};
 use kfd_sim::preset::Preset;
-use kfd_sim::workload::{Dma, Spec, Workload};
 use kfd_sim::{SimFile, SimProcess};
 use rstest::rstest;
 
@@ -89,47 +90,27 @@ impl AsFd for Fd {
     }
 }
 
-impl Transport for Fd {
-    unsafe fn ioctl(&self, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
+impl Forward for Fd {
+    type Inner = SimFile;
+
+    fn inner(&self) -> &SimFile {
+        self.current()
+    }
+
+    unsafe fn before_ioctl(&self, _request: u32, _arg: *mut c_void) -> Result<(), Errno> {
         if self.render {
             self.trap.render_call();
         }
-        // SAFETY: forwarded unchanged; the caller's contract is the inner transport's.
-        unsafe { self.current().ioctl(request, arg) }
+        Ok(())
     }
 
-    unsafe fn adopt_fd(&self, raw: RawFd) -> io::Result<OwnedFd> {
-        // SAFETY: forwarded unchanged; the caller's contract is the inner transport's.
-        unsafe { self.current().adopt_fd(raw) }
-    }
-
-    fn try_clone(&self) -> io::Result<Self> {
+    fn dup(&self) -> io::Result<Self> {
         Ok(Self {
             render: self.render,
             opened: self.opened.try_clone()?,
             restored: Arc::clone(&self.restored),
             trap: Arc::clone(&self.trap),
         })
-    }
-
-    fn mmap(
-        &self,
-        offset: u64,
-        len: usize,
-        prot: kfd_abi::Prot,
-        share: kfd_abi::Share,
-    ) -> Result<kfd_abi::Mapping, Errno> {
-        self.current().mmap(offset, len, prot, share)
-    }
-
-    fn mmap_at(
-        &self,
-        at: kfd_abi::Mapping,
-        offset: u64,
-        prot: kfd_abi::Prot,
-        share: kfd_abi::Share,
-    ) -> Result<kfd_abi::Mapping, Errno> {
-        self.current().mmap_at(at, offset, prot, share)
     }
 }
 
@@ -168,13 +149,13 @@ fn a_checkpoint_inside_a_step_costs_at_most_one_rerun_of_it(
             let settings = Settings::from_lookup(|_| None, false);
             let refs: Vec<&RenderNode<SimFile>> = renders.iter().collect();
             let (ids, _) =
-                demo::checkpoint_files(&node, &|p| p, &process, &kfd, &refs, &dir, &settings)
+                harness::checkpoint_files(&node, &|p| p, &process, &kfd, &refs, &dir, &settings)
                     .unwrap();
             // The dumped process lives on in this test (its memory is the test's), so the
             // restored one gets another pid on the same node.
             let fresh = node.machine.spawn_process();
             let (restored, _) =
-                demo::restore_with(&node, &|p| p, fresh, &dir, &ids, &settings).unwrap();
+                harness::restore_with(&node, &|p| p, fresh, &dir, &ids, &settings).unwrap();
             let mut files = vec![restored.kfd.into_transport()];
             files.extend(restored.renders.into_iter().map(RenderNode::into_transport));
             (files, restored.process)
@@ -209,14 +190,7 @@ fn a_checkpoint_inside_a_step_costs_at_most_one_rerun_of_it(
             )
         })
         .collect();
-    let spec = Spec {
-        seed: 9,
-        vram: vec![1 << 20, 4 << 10],
-        gtt: vec![64 << 10],
-        queues: 1,
-        events: 2,
-        untouched_permille: 0,
-    };
+    let spec = Spec::new(9, vec![1 << 20, 4 << 10], vec![64 << 10]);
     // Only command submission keeps objects in the render-node file across a tick step.
     let mut w = Workload::start_with(wkfd, gpus, &spec, Dma::Cs).unwrap();
     assert_eq!(w.tick().unwrap(), 2, "a tick before the checkpoint");

@@ -6,9 +6,6 @@ use std::path::{Path, PathBuf};
 
 use crate::model::{Cache, Link, MemBank, Node, Properties, Topology};
 
-/// The topology root of a real system.
-pub const DEFAULT_ROOT: &str = "/sys/class/kfd/kfd/topology";
-
 /// Why a topology directory could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ParseError {
@@ -63,7 +60,7 @@ impl ParseError {
     }
 }
 
-/// Reads the topology under `root` (for a real system [`DEFAULT_ROOT`]).
+/// Reads the topology under `root` (for a real system `/sys/class/kfd/kfd/topology`).
 ///
 /// Nodes whose files cannot be read for lack of permission (as inside a device cgroup that hides
 /// some GPUs) are skipped, with a log message. Missing `mem_banks`, `caches`, `io_links` or
