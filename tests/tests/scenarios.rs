@@ -256,7 +256,8 @@ fn render_nodes_restored_before_their_kfd_are_its_compute_vms(#[case] remap: boo
 /// render minor.
 struct RenderOnly {
     p: Preset,
-    dir: tempfile::TempDir,
+    /// Kept for the directory's lifetime.
+    _dir: tempfile::TempDir,
     dirf: std::fs::File,
     pid: u32,
     minor: u32,
@@ -278,7 +279,7 @@ fn dump_render_only() -> RenderOnly {
     dumper.fini(Stage::Dump, 0);
     RenderOnly {
         p,
-        dir,
+        _dir: dir,
         dirf,
         pid: process.pid(),
         minor,
@@ -291,7 +292,7 @@ fn dump_render_only() -> RenderOnly {
 fn a_render_node_without_kfd_restores_on_the_same_gpu() {
     let RenderOnly {
         p,
-        dir: _dir,
+        _dir,
         dirf,
         pid,
         minor,
@@ -339,7 +340,7 @@ fn a_render_node_image_with_buffers_is_refused(
     use images::{ImageFile, RenderNodeImage};
     let RenderOnly {
         p,
-        dir: _dir,
+        _dir,
         dirf,
         pid,
         minor,
