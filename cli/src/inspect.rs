@@ -354,6 +354,8 @@ pub struct InspectReport {
     pub pages_files: Vec<PagesFileSummary>,
     /// Number of problems found (undecodable images, missing or bad pages files).
     pub problems: usize,
+    /// Which plugin wrote the images, and what each plugin can restore of them.
+    pub provenance: super::provenance::Provenance,
 }
 
 fn bo_groups<'a>(bos: impl Iterator<Item = &'a KfdBoEntry>) -> Vec<BoGroup> {
@@ -659,6 +661,7 @@ pub fn inspect(dir: &Path, shown: &str, verify: bool) -> Result<InspectReport, C
         dmabufs,
         pages_files,
         problems,
+        provenance: super::provenance::provenance(dir, &d),
     })
 }
 
@@ -867,6 +870,7 @@ impl Report for InspectReport {
                 }
             }
         }
+        self.provenance.render(out)?;
         if self.problems == 0 {
             writeln!(
                 out,

@@ -26,6 +26,7 @@ pub mod check;
 pub mod demo;
 mod imagedir;
 pub mod inspect;
+pub mod provenance;
 mod table;
 pub mod topo;
 mod upstream;

@@ -303,19 +303,6 @@ pub(crate) fn decode_payload<M: Message + Default>(
     })
 }
 
-fn read_varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
-    let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
-        let b = *buf.get(*pos)?;
-        *pos += 1;
-        v |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            return Some(v);
-        }
-    }
-    None
-}
-
 /// Walks the top-level fields of `payload`, merging them one by one into a fresh message; returns
 /// the payload offset and number of the first field that does not decode, with prost's error.
 /// `None` if every field decodes on its own (then the caller keeps the original error).
@@ -331,14 +318,14 @@ fn locate_error<M: Message + Default>(
                 .err()
                 .map(|e| (start, field, e))
         };
-        let Some(key) = read_varint(payload, &mut pos) else {
+        let Some(key) = crate::wire::read_varint(payload, &mut pos) else {
             return whole(None);
         };
         let field = u32::try_from(key >> 3).ok();
         let end = match key & 7 {
-            0 => read_varint(payload, &mut pos).map(|_| pos),
+            0 => crate::wire::read_varint(payload, &mut pos).map(|_| pos),
             1 => pos.checked_add(8),
-            2 => read_varint(payload, &mut pos)
+            2 => crate::wire::read_varint(payload, &mut pos)
                 .and_then(|n| usize::try_from(n).ok())
                 .and_then(|n| pos.checked_add(n)),
             5 => pos.checked_add(4),
