@@ -13,8 +13,6 @@
 //! Exit status: 0 when the answer is yes (restorable, mapped, images sound), 1 when it is no
 //! ([`Outcome::Negative`]), 2 on usage or I/O errors ([`CliError`], [`EXIT_ERROR`]).
 
-#![warn(unreachable_pub)]
-
 use std::fmt;
 use std::io::{self, Write};
 use std::path::PathBuf;

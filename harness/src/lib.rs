@@ -22,8 +22,6 @@
 //! - [`criu`]: criu's part of a checkpoint and a restore, through the plugin's hooks in criu's
 //!   order ([`checkpoint`], [`restore`]), and the checkpoint's file ids ([`ImageIds`]).
 
-#![warn(unreachable_pub)]
-
 pub mod criu;
 pub mod node;
 pub mod workload;

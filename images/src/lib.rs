@@ -16,8 +16,6 @@
 //!
 //! See `images/README.md` for the format and the checksum extension.
 
-#![warn(unreachable_pub)]
-
 pub mod checksum;
 pub mod dir;
 pub mod frame;

@@ -52,8 +52,6 @@
 //! hardware reads only that, as a GPU reads memory, page tables and MQDs, not the driver's
 //! bookkeeping.
 
-#![warn(unreachable_pub)]
-
 mod asic;
 mod client;
 pub mod cuse;

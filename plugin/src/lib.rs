@@ -18,8 +18,6 @@
 //! the hook trampolines), the dump, the VMA bookkeeping, criu's logger, the private-data
 //! rewriting for other GPUs.
 
-#![warn(unreachable_pub)]
-
 pub mod copy;
 pub mod criu;
 mod dump;

@@ -16,8 +16,6 @@
 //!   the `KFD_*_CHECK` switches ([`CheckOptions`], [`options`]), or explains ([`MapError`]) why
 //!   none exists.
 
-#![warn(unreachable_pub)]
-
 pub mod builder;
 pub mod caches;
 pub mod map;
