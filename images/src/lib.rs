@@ -20,6 +20,9 @@ pub mod proto;
 pub mod sparse;
 
 pub use checksum::{ChecksumAlgorithm, DEFAULT_CHUNK_SIZE};
-pub use frame::{DmabufImage, FrameError, HeaderFault, ImageFile, KfdImage, RenderNodeImage};
+pub use frame::{
+    DmabufImage, FrameError, HeaderFault, ImageChecksumFault, ImageFile, Integrity, KfdImage,
+    RenderNodeImage,
+};
 pub use names::PagesFile;
 pub use pages::{PagesError, PagesReader, PagesWriter};
