@@ -252,7 +252,10 @@ pub(crate) struct Framing {
 impl Framing {
     /// Reads the header at the start of `file`, after checking (fstat) that the file can hold it.
     pub(crate) fn read(file: &mut File) -> Result<Self, HeaderError> {
-        let size = file.metadata().map_err(HeaderError::Read)?.len();
+        let meta = file.metadata().map_err(HeaderError::Read)?;
+        // A FIFO or a device has no size to check the header against, and may never end.
+        dir::NotRegularFile::check(&meta).map_err(|e| HeaderError::Read(e.into()))?;
+        let size = meta.len();
         if size < HEADER_LEN {
             return Err(HeaderFault::ShortHeader { size }.into());
         }
