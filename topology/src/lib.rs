@@ -2,7 +2,7 @@
 //!
 //! - [`parse()`] reads a topology directory (default [`DEFAULT_ROOT`]) into the [`Topology`]
 //!   model; [`write()`] writes a model back in the kernel's exact format (the simulator uses it),
-//!   and `parse(write(t)) == t`.
+//!   and `parse(write(t)) == t`; [`replace()`] writes over a tree already there.
 //! - [`builder`] makes topologies concisely (tests, simulator presets).
 //! - [`map_gpus`] finds a mapping of a checkpointed machine's GPUs onto this machine's, honouring
 //!   the `KFD_*_CHECK` switches ([`CheckOptions`]), or explains ([`MapError`]) why none exists.
@@ -20,4 +20,4 @@ pub use map::{map_gpus, GpuMapping, MapError, Mapping};
 pub use model::{Cache, Link, LinkType, MemBank, Node, Properties, Topology};
 pub use options::{Check, CheckOptions};
 pub use parse::{parse, ParseError, DEFAULT_ROOT};
-pub use write::{write, WriteError};
+pub use write::{replace, write, ReplaceError, WriteError};
