@@ -20,7 +20,9 @@
 //!   their variants, as values or TOML/JSON files; [`SimPlatform`] writes their sysfs tree.
 //! - [`asic`]: what the amdgpu driver knows of each GPU beyond its topology node (PCI identity,
 //!   IP and firmware versions, clocks, shader layout); [`sysfs`]: the PCI, DRM and module
-//!   entries of sysfs that AMD's userspace reads, written like the kernel lays them out.
+//!   entries of sysfs that AMD's userspace reads, written like the kernel lays them out;
+//!   [`scratch`]: temporary directories of simulated nodes that name their owner, so that the
+//!   next node removes those of processes that died without cleaning up.
 
 pub mod asic;
 pub mod client;
@@ -34,6 +36,7 @@ mod mmap;
 pub mod preset;
 pub mod process;
 pub mod render;
+pub mod scratch;
 pub mod sdma;
 pub mod sysfs;
 mod uaccess;
