@@ -4,12 +4,10 @@
 //! status: 0 yes, 1 no (not restorable, no mapping, damaged images), 2 usage or I/O error.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use amdgpu_cr::{self as cli, Run};
 use clap::{Parser, Subcommand};
-use kfd_abi::{Errno, Kfd, KFD_PATH};
 
 #[derive(Parser)]
 #[command(
@@ -32,12 +30,9 @@ enum Command {
     /// Measure dump and restore throughput on the simulator against the raw I/O limit of the
     /// same directory, and the plugin's memory use.
     Bench(cli::bench::BenchArgs),
-    /// Report the KFD driver of this machine (interface version), or that there is none.
-    Probe {
-        /// The KFD node.
-        #[arg(long, default_value = KFD_PATH)]
-        kfd: PathBuf,
-    },
+    /// Report the KFD driver of this machine (interface version) and whether checkpoint/restore
+    /// runs on it, or that there is none.
+    Probe(cli::probe::ProbeArgs),
     /// Summarise the amdgpu images in a criu image directory.
     Inspect(cli::inspect::InspectArgs),
     /// Tell whether the images in a directory restore on this node, onto which GPUs, or why not.
@@ -46,31 +41,6 @@ enum Command {
     Topology(cli::topo::TopologyArgs),
     /// Map the GPUs of one topology tree onto another's, or explain why they do not map.
     Map(cli::check::MapArgs),
-}
-
-fn probe(path: &std::path::Path) -> ExitCode {
-    match Kfd::open(path).and_then(|kfd| kfd.get_version()) {
-        Ok(v) => {
-            println!(
-                "{}: KFD ioctl interface {}.{}",
-                path.display(),
-                v.major,
-                v.minor
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) if e.errno() == Some(Errno::ENOENT) => {
-            println!(
-                "{}: not present: this machine has no amdkfd driver loaded (no AMD GPU).",
-                path.display()
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("amdgpu-cr: {e}");
-            ExitCode::FAILURE
-        }
-    }
 }
 
 /// Runs a library subcommand on stdout and turns its answer into the exit status.
@@ -83,6 +53,8 @@ fn run(command: &dyn Run) -> ExitCode {
     });
     match result {
         Ok(outcome) => ExitCode::from(outcome.exit_code()),
+        // The reader went away (`| head`): nothing to say, to no one.
+        Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("amdgpu-cr: {e}");
             ExitCode::from(cli::EXIT_ERROR)
@@ -95,7 +67,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Demo(args) => run(&args),
         Command::Bench(args) => run(&args),
-        Command::Probe { kfd } => probe(&kfd),
+        Command::Probe(args) => run(&args),
         Command::Inspect(args) => run(&args),
         Command::Check(args) => run(&args),
         Command::Topology(args) => run(&args),

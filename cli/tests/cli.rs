@@ -320,7 +320,8 @@ fn inspect_json_is_one_document_with_the_summary() {
             "pages_files",
             "problems",
             "render_nodes",
-            "verify"
+            "schema_version",
+            "verify",
         ]
     );
     let kfd = &v["kfd"][0];
@@ -498,7 +499,8 @@ fn check_json_has_the_verdict_and_the_mapping() {
             "node_gpus",
             "render_nodes",
             "restorable",
-            "topology_root"
+            "schema_version",
+            "topology_root",
         ]
     );
     assert_eq!(v["restorable"], false);
@@ -675,7 +677,14 @@ fn topology_json_lists_nodes_and_hives() {
     let v = json(&TopologyReport::new("ROOT", &mi250x4()));
     assert_eq!(
         keys_of(&v),
-        ["cpus", "generation_id", "gpus", "hives", "root"]
+        [
+            "cpus",
+            "generation_id",
+            "gpus",
+            "hives",
+            "root",
+            "schema_version"
+        ]
     );
     let g = &v["gpus"][0];
     for key in [
@@ -845,4 +854,104 @@ fn binary_map_and_topology_print_json() {
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["gpus"].as_array().unwrap().len(), 4);
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON documents, streams and exit codes (issue 30)
+
+/// The topology's JSON document, whole: `schema_version` first, ids as hex strings. The hive id
+/// is above 2^53, where a JSON number read as a double (jq) loses its low bits.
+#[test]
+fn topology_json_document_has_its_schema_version_and_hex_ids() {
+    let (code, out, err) = amdgpu_cr(&["topology", "--root", p(&tree(&mi250x4())), "--json"], &[]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    assert!(out.starts_with("{\n  \"schema_version\": 1,"), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["gpus"][0]["hive_id"], "0x4a7e000000000001");
+    assert_eq!(v["hives"][0]["hive_id"], "0x4a7e000000000001");
+    let mut v = v;
+    v["root"] = "ROOT".into();
+    insta::assert_json_snapshot!("topology_mi250x4_json", v);
+}
+
+/// `probe`: no KFD node is the answer "no" (exit 1), on stdout; a node that is not a KFD device
+/// is an error (exit 2) on stderr, with nothing on stdout even with `--json`.
+#[test]
+fn binary_probe_answers_no_without_kfd_and_fails_on_another_device() {
+    let (code, out, err) = amdgpu_cr(&["probe", "--kfd", "/nonexistent/kfd"], &[]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.starts_with("/nonexistent/kfd: not present"), "{out}");
+    assert_eq!(err, "");
+    let (code, out, _) = amdgpu_cr(&["probe", "--kfd", "/nonexistent/kfd", "--json"], &[]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(
+        (&v["present"], &v["supported"]),
+        (&false.into(), &false.into())
+    );
+
+    let (code, out, err) = amdgpu_cr(&["probe", "--kfd", "/dev/null", "--json"], &[]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(out, "");
+    assert!(err.starts_with("amdgpu-cr: cannot ask /dev/null"), "{err}");
+}
+
+#[rstest::rstest]
+#[case::missing("missing", None, "not present")]
+#[case::too_old("too_old", Some((1, 7)), "needs 1.8 or later")]
+#[case::linux_6_1("linux_6_1", Some((1, 11)), "checkpoint/restore supported")]
+fn probe_report_text_and_json(
+    #[case] name: &str,
+    #[case] version: Option<(u32, u32)>,
+    #[case] says: &str,
+) {
+    use amdgpu_cr::probe::ProbeReport;
+    let report = ProbeReport::new(
+        "/dev/kfd",
+        version.map(|(major, minor)| kfd_abi::kfd::Version { major, minor }),
+    );
+    assert!(text(&report).contains(says), "{}", text(&report));
+    assert_eq!(
+        report.outcome(),
+        if version == Some((1, 11)) {
+            Outcome::Success
+        } else {
+            Outcome::Negative
+        }
+    );
+    insta::assert_json_snapshot!(format!("probe_{name}"), json(&report));
+}
+
+/// A reader that closes the pipe before the output is written (`| head`) gets no error message,
+/// and the exit status is still the answer's.
+#[test]
+fn binary_a_closed_pipe_is_not_an_error() {
+    let root = tree(&mi250x4());
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe(2) returns.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both are fresh descriptors of ours; each is owned exactly once.
+    let (read, write) = unsafe {
+        use std::os::fd::FromRawFd;
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    };
+    drop(read);
+    for json in [false, true] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_amdgpu-cr"));
+        cmd.args(["topology", "--root", p(&root)]);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd
+            .stdout(write.try_clone().unwrap())
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "json {json}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "", "json {json}");
+    }
 }
