@@ -135,7 +135,12 @@ impl ImageDir {
             let Some(name) = e.file_name().to_str().and_then(ImageName::parse) else {
                 continue;
             };
-            let size = e.metadata().map_err(err)?.len();
+            // The size of what a symlink points to, as the readers see it; a dangling link
+            // keeps its own (its reader then says why it cannot be opened).
+            let size = std::fs::metadata(e.path())
+                .or_else(|_| e.metadata())
+                .map_err(err)?
+                .len();
             entries.push(Entry { name, size });
         }
         entries.sort_by_key(|e| e.name);

@@ -955,3 +955,25 @@ fn binary_a_closed_pipe_is_not_an_error() {
         assert_eq!(String::from_utf8_lossy(&out.stderr), "", "json {json}");
     }
 }
+
+/// A symlinked image is listed with the size of the file it points to (before: the link's own
+/// size, the length of the target's path).
+#[test]
+fn binary_inspect_lists_a_symlinked_image_with_its_files_size() {
+    let t = mi100x2(65);
+    let real = image_dir(&t, true);
+    let dir = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(real.path()).unwrap() {
+        let e = e.unwrap();
+        std::os::unix::fs::symlink(e.path(), dir.path().join(e.file_name())).unwrap();
+    }
+    let kfd = std::fs::read_dir(real.path())
+        .unwrap()
+        .map(|e| e.unwrap())
+        .find(|e| e.file_name().to_string_lossy().starts_with("amdgpu-kfd-"))
+        .unwrap();
+    let (code, out, err) = amdgpu_cr(&["inspect", p(&dir), "--json"], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["kfd"][0]["size"], kfd.metadata().unwrap().len());
+}
