@@ -21,11 +21,13 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+mod args;
 pub mod bench;
 pub mod check;
 pub mod demo;
 pub mod imagedir;
 pub mod inspect;
+pub mod interrupt;
 pub mod json;
 pub mod probe;
 pub mod table;

@@ -62,8 +62,37 @@ fn run(command: &dyn Run) -> ExitCode {
     }
 }
 
+/// Takes SIGINT, SIGTERM and SIGHUP in a thread of its own: removes the temporary directories
+/// the command registered ([`cli::interrupt`]) and exits with 128 + the signal's number, as a
+/// shell reports a process killed by it. Called before any other thread starts, so that every
+/// thread inherits the blocked signals.
+fn take_interrupts() {
+    let signals = match kfd_sim::cuse::TermSignals::block() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("amdgpu-cr: cannot block the termination signals ({e}); an interrupt may leave temporary directories");
+            return;
+        }
+    };
+    std::thread::spawn(move || {
+        let Ok(sig) = signals.wait() else { return };
+        let done = cli::interrupt::cleanup();
+        for dir in done.removed {
+            eprintln!("amdgpu-cr: interrupted: removed {}", dir.display());
+        }
+        for (dir, e) in done.failed {
+            eprintln!(
+                "amdgpu-cr: interrupted: cannot remove {}: {e}",
+                dir.display()
+            );
+        }
+        std::process::exit(128 + sig);
+    });
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    take_interrupts();
     match cli.command {
         Command::Demo(args) => run(&args),
         Command::Bench(args) => run(&args),
