@@ -21,7 +21,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-mod args;
+pub mod args;
 pub mod bench;
 pub mod check;
 pub mod demo;
