@@ -18,8 +18,8 @@ const UNITS: &[(&[&str], u32)] = &[
     (&["t", "tb", "tib"], 40),
 ];
 
-/// A size: decimal digits and an optional binary unit (see [`UNITS`]), between `min` and `max`
-/// bytes inclusive.
+/// A size: decimal digits and an optional binary unit (K, M, G, T; KiB, MB, ...), between
+/// `min` and `max` bytes inclusive.
 ///
 /// # Errors
 ///

@@ -159,7 +159,7 @@ pub enum ReplaceError {
 /// The entries of a topology tree's root.
 const TREE_ENTRIES: &[&str] = &["generation_id", "system_properties", "nodes"];
 
-/// Writes `topology` under `root` as [`write`] does, replacing the tree that may be there: the
+/// Writes `topology` under `root` as [`write()`] does, replacing the tree that may be there: the
 /// nodes of an old tree would otherwise stay beside the new ones (a preset with fewer GPUs
 /// written over one with more). A `root` that holds anything but a topology tree is refused
 /// untouched.
