@@ -4,7 +4,7 @@
 use std::io::{self, Write};
 use std::path::PathBuf;
 
-use amdgpu_plugin::kfd_version::{supports_cr, MIN_VERSION};
+use amdgpu_plugin::{supports_cr, MIN_VERSION};
 use kfd_abi::{Errno, Kfd, KFD_PATH};
 use serde::Serialize;
 

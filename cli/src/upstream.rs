@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use images::{ImageFile, KfdImage, PagesFile};
-use kfd_abi::criu::{RestoreBo, RestoreDevice};
+use kfd_abi::criu::RestoreDevice;
 use kfd_abi::render::VmPageFlags;
 use kfd_abi::sdma::IbBuilder;
 use kfd_abi::{
@@ -400,17 +400,7 @@ pub fn restore(
             })
         })
         .collect::<Result<Vec<_>, UpstreamError>>()?;
-    let bos: Vec<RestoreBo> = msg
-        .bo_entries
-        .iter()
-        .map(|b| RestoreBo {
-            addr: b.addr,
-            size: b.size,
-            offset: b.offset,
-            gpu_id: b.gpu_id,
-            alloc_flags: AllocFlags::from_bits_retain(b.alloc_flags),
-        })
-        .collect();
+    let bos = amdgpu_plugin::restore::restore_bos(&msg.bo_entries);
     let restored = kfd.criu_restore(&devices, &bos, &msg.priv_data, msg.num_of_objects)?;
     drop(devices);
     let per = gpus.iter().map(|&gpu| {

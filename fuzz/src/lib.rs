@@ -12,14 +12,15 @@
 //!
 //! | target | body | input |
 //! |---|---|---|
-//! | `images` | [`images::fuzz::decode_images`] | a framed image of any message type |
-//! | `pages` | [`images::fuzz::pages_reader`] | reader parameters, then a pages file |
+//! | `images` | [`image_files::decode_images`] | a framed image of any message type |
+//! | `pages` | [`image_files::pages_reader`] | reader parameters, then a pages file |
 //! | `restore` | [`restore::restore`] | a KFD image, restored beside real pages files |
 //! | `ioctls` | [`ioctls::ioctls`] | a program of ioctls on the simulator ([`ioctls::Program`]) |
 //!
 //! [`seeds`] makes each target's starting inputs from the project's own demo and workloads.
 
 pub mod fds;
+pub mod image_files;
 pub mod ioctls;
 pub mod restore;
 pub mod seeds;
@@ -48,13 +49,13 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "images",
         about: "the image decoders (criu_kfd, render node, dma-buf messages, framed and bare)",
-        body: images::fuzz::decode_images,
+        body: image_files::decode_images,
         init: nothing,
     },
     Target {
         name: "pages",
         about: "the pages-file reader, with and without per-chunk checksums",
-        body: images::fuzz::pages_reader,
+        body: image_files::pages_reader,
         init: nothing,
     },
     Target {

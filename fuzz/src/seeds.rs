@@ -9,6 +9,7 @@
 
 use std::path::Path;
 
+use crate::image_files::pages_input;
 use crate::ioctls::{file, Fix, Program};
 use crate::restore::Fixture;
 
@@ -59,17 +60,6 @@ fn images_seeds(fx: &Fixture) -> Vec<Seed> {
             .map(|(n, b)| (n.trim_end_matches(".img").to_owned(), b)),
     );
     out
-}
-
-/// A pages-reader input (see `images::fuzz::pages_reader`): `flags`, chunk size, no listed
-/// checksums, then a pages file of `payload`.
-fn pages_input(flags: u8, chunk: u16, payload: &[u8]) -> Vec<u8> {
-    let mut v = vec![flags];
-    v.extend_from_slice(&chunk.to_le_bytes());
-    v.push(0);
-    v.extend_from_slice(&(payload.len() as u64).to_ne_bytes());
-    v.extend_from_slice(payload);
-    v
 }
 
 fn pages_seeds(fx: &Fixture) -> Vec<Seed> {

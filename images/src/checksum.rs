@@ -39,7 +39,7 @@ impl ChecksumAlgorithm {
 }
 
 /// Number of chunks of a `total`-byte payload.
-pub fn chunk_count(total: u64, chunk_size: u32) -> u64 {
+pub(crate) fn chunk_count(total: u64, chunk_size: u32) -> u64 {
     total.div_ceil(u64::from(chunk_size.max(1)))
 }
 

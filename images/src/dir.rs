@@ -6,7 +6,7 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd};
 
 /// Mode of every image file we create, as upstream: owner read/write only.
-pub const IMAGE_FILE_MODE: libc::mode_t = 0o600;
+pub(crate) const IMAGE_FILE_MODE: libc::mode_t = 0o600;
 
 fn c_name(name: &str) -> io::Result<CString> {
     if name.is_empty() || name.contains('/') {
@@ -48,7 +48,7 @@ fn open_at(dir: BorrowedFd<'_>, name: &str, flags: libc::c_int) -> io::Result<Fi
 /// # Errors
 /// The `openat(2)` error (for example `EACCES`, `ENOSPC`), or `InvalidInput` when `name` is not
 /// a plain file name.
-pub fn create_at(dir: BorrowedFd<'_>, name: &str) -> io::Result<File> {
+pub(crate) fn create_at(dir: BorrowedFd<'_>, name: &str) -> io::Result<File> {
     open_at(
         dir,
         name,
@@ -146,10 +146,10 @@ pub fn advise_sequential(file: &File) {
 /// optimal I/O size per call and silently drops the rest of a longer range: one call for 32 MiB
 /// read 8 MiB on a disk with an 8 MiB window (measured with `fincore`), 128 KiB on a default one.
 /// Steps of the smallest default window are read whole wherever the window is not smaller.
-pub const WILLNEED_STEP: u64 = 128 << 10;
+pub(crate) const WILLNEED_STEP: u64 = 128 << 10;
 
 /// Starts reading `[offset, offset + len)` of `file` into the page cache in the background
-/// (`POSIX_FADV_WILLNEED`, in [`WILLNEED_STEP`] pieces so that the whole range is read), so that
+/// (`POSIX_FADV_WILLNEED`, in `WILLNEED_STEP` (128 KiB) pieces so that the whole range is read), so that
 /// later reads and page faults find it there. Only a hint: errors (and ranges past the end) are
 /// ignored.
 pub fn read_ahead(file: &File, offset: u64, len: u64) {

@@ -24,7 +24,7 @@ use crate::names;
 use crate::proto::{CriuDmabufNode, CriuKfd, CriuRenderNode, ImageChecksum};
 
 /// Bytes of the length header in front of every payload.
-pub const HEADER_LEN: u64 = 8;
+pub(crate) const HEADER_LEN: u64 = 8;
 
 /// Number of the top-level field that ends the payload of every message image we write: an
 /// [`ImageChecksum`] of the payload bytes before its key. Upstream readers skip it.
@@ -595,7 +595,7 @@ fn locate_error<M: Message + Default>(
 ///
 /// # Errors
 /// [`FrameError::Create`] or [`FrameError::Write`].
-pub fn write_message<M: Message>(
+pub(crate) fn write_message<M: Message>(
     dir: BorrowedFd<'_>,
     name: &str,
     msg: &M,
@@ -625,7 +625,7 @@ pub fn write_message<M: Message>(
 ///
 /// # Errors
 /// [`FrameError::Open`], [`FrameError::Read`], and the errors of [`decode_framed`].
-pub fn read_message<M: Message + Default>(
+pub(crate) fn read_message<M: Message + Default>(
     dir: BorrowedFd<'_>,
     name: &str,
     message: &'static str,
@@ -685,7 +685,7 @@ pub trait ImageFile {
     /// Writes the image of object `id` into `dir`.
     ///
     /// # Errors
-    /// See [`write_message`].
+    /// [`FrameError::Create`] or [`FrameError::Write`].
     fn write(dir: BorrowedFd<'_>, id: u32, msg: &Self::Message) -> Result<(), FrameError> {
         write_message(dir, &Self::file_name(id), msg)
     }
@@ -693,7 +693,7 @@ pub trait ImageFile {
     /// Reads the image of object `id` from `dir`, with the default cap.
     ///
     /// # Errors
-    /// See [`read_message`].
+    /// As for [`ImageFile::read_with_limit`].
     fn read(dir: BorrowedFd<'_>, id: u32) -> Result<Self::Message, FrameError> {
         Self::read_with_limit(dir, id, Self::DEFAULT_LIMIT)
     }
@@ -717,8 +717,11 @@ pub trait ImageFile {
 
     /// Reads the image of object `id` from `dir`, refusing payloads over `limit` bytes.
     ///
+    /// The payload buffer is allocated only once the length header agrees with the file's size
+    /// and the cap, so a forged header cannot make us allocate.
+    ///
     /// # Errors
-    /// See [`read_message`].
+    /// [`FrameError::Open`], [`FrameError::Read`], and the errors of [`decode_framed`].
     fn read_with_limit(
         dir: BorrowedFd<'_>,
         id: u32,
@@ -731,7 +734,7 @@ pub trait ImageFile {
     /// which kind of object an id is by the image that exists for it).
     ///
     /// # Errors
-    /// See [`read_message`]; a missing file is not an error.
+    /// As for [`ImageFile::read_with_limit`]; a missing file is not an error.
     fn try_read(dir: BorrowedFd<'_>, id: u32) -> Result<Option<Self::Message>, FrameError> {
         let name = Self::file_name(id);
         match dir::open_read_at(dir, &name) {

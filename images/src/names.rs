@@ -71,7 +71,7 @@ impl PagesFile {
     }
 
     /// `pages_checksums.file_key` of this file: the gpu_id, or the BO index.
-    pub fn file_key(&self) -> u32 {
+    pub(crate) fn file_key(&self) -> u32 {
         match *self {
             Self::Kfd { gpu_id, .. } => gpu_id,
             Self::Drm { index, .. } => index,

@@ -12,7 +12,7 @@
 //! returning any data, that the file's size, its length header, the BO sizes and the checksum
 //! list all agree; it then verifies each chunk as the chunk's last byte is read.
 //!
-//! Zeros cost nothing (see [`sparse`]): the writer does not write
+//! Zeros cost nothing (the crate's `sparse` module): the writer does not write
 //! [`IO_SLICE`]-sized pieces that are all zero, so they stay holes of the file (same length, same
 //! bytes when read, fewer blocks on the disk), and checksums them without hashing. The reader
 //! ([`PagesReader::read_skipping_holes`]) does not read a whole chunk the file holds as a hole:
@@ -89,9 +89,9 @@ pub const READ_AHEAD: u64 = 32 << 20;
 pub const WRITE_BEHIND: u64 = 32 << 20;
 
 /// `alloc_flags` bit of a VRAM BO (`KFD_IOC_ALLOC_MEM_FLAGS_VRAM`).
-pub const ALLOC_MEM_FLAGS_VRAM: u32 = 1 << 0;
+pub(crate) const ALLOC_MEM_FLAGS_VRAM: u32 = 1 << 0;
 /// `alloc_flags` bit of a GTT BO (`KFD_IOC_ALLOC_MEM_FLAGS_GTT`).
-pub const ALLOC_MEM_FLAGS_GTT: u32 = 1 << 1;
+pub(crate) const ALLOC_MEM_FLAGS_GTT: u32 = 1 << 1;
 
 /// Errors of pages files. Every message names the file and, where it applies, the byte offset
 /// in that file (the payload starts at offset 8).
@@ -585,7 +585,7 @@ impl PagesReader {
     /// writes zeros there its own way (the plugin: an SDMA constant fill).
     ///
     /// A chunk is skipped only when it lies wholly in this read and is a hole of the file except
-    /// for short stretches that read as zeros (see [`sparse`]); with checksums,
+    /// for short stretches that read as zeros; with checksums,
     /// only when its recorded checksum is the checksum of zeros, so it is verified too.
     /// Chunks are those of the checksum list, or of [`checksum::DEFAULT_CHUNK_SIZE`] without one.
     ///

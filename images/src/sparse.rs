@@ -19,7 +19,7 @@ use std::os::unix::fs::FileExt;
 
 /// Whether `data` is all zero bytes. Checks 4 KiB at a time (OR-folded, which the compiler
 /// vectorises) and stops at the first block that is not zero, so data costs about nothing.
-pub fn is_zero(data: &[u8]) -> bool {
+pub(crate) fn is_zero(data: &[u8]) -> bool {
     data.chunks(4096)
         .all(|block| block.iter().fold(0u8, |acc, &b| acc | b) == 0)
 }
@@ -32,7 +32,7 @@ const BLOCK: u64 = 4096;
 /// file-system block holding a byte that is not zero to the end of the last one (clipped to
 /// `data`); `None` when every byte is zero. Data costs two 4 KiB checks (the first and the last
 /// block); zero blocks are each scanned once.
-pub fn nonzero_span(data: &[u8], file_offset: u64) -> Option<std::ops::Range<usize>> {
+pub(crate) fn nonzero_span(data: &[u8], file_offset: u64) -> Option<std::ops::Range<usize>> {
     #[allow(clippy::cast_possible_truncation)] // 4096
     let block_len = BLOCK as usize;
     // Bytes up to the first block boundary in the file (a whole block when it starts on one).
@@ -60,7 +60,7 @@ pub fn nonzero_span(data: &[u8], file_offset: u64) -> Option<std::ops::Range<usi
 /// The longest stretch of data inside a range that `Extents::is_zero` reads to check it (the
 /// partial blocks at a hole's ends are at most one file-system block each; 64 KiB covers every
 /// block size Linux file systems use on 4 KiB-page machines).
-pub const EDGE_BYTES: u64 = 64 << 10;
+pub(crate) const EDGE_BYTES: u64 = 64 << 10;
 
 /// A cursor over a file's data and hole extents (`SEEK_DATA` / `SEEK_HOLE`), remembering the
 /// extent it last found: sequential questions cost one or two `lseek` calls per extent, not per

@@ -17,15 +17,15 @@ use crate::transport::Transport;
 use crate::types::{AllocFlags, CriuOp, GpuId};
 
 /// `KFD_INVALID_FD`: a bucket without a dma-buf.
-pub const INVALID_FD: u32 = sys::KFD_INVALID_FD;
+pub(crate) const INVALID_FD: u32 = sys::KFD_INVALID_FD;
 
 /// Largest private-data blob accepted from the driver or an image (1 GiB): far above what any
 /// process needs (a queue's state is a few hundred KiB) and small enough to allocate.
-pub const MAX_PRIV_DATA: u64 = 1 << 30;
+pub(crate) const MAX_PRIV_DATA: u64 = 1 << 30;
 /// Largest BO count accepted (the kernel's per-process limit is far lower in practice).
-pub const MAX_BOS: u32 = 1 << 22;
+pub(crate) const MAX_BOS: u32 = 1 << 22;
 /// Largest device count accepted.
-pub const MAX_DEVICES: u32 = 1 << 10;
+pub(crate) const MAX_DEVICES: u32 = 1 << 10;
 
 /// What `PROCESS_INFO` reports; the process's queues are paused from then on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,6 +106,19 @@ pub struct RestoreBo {
     pub gpu_id: u32,
     /// KFD allocation flags.
     pub alloc_flags: AllocFlags,
+}
+
+impl From<&BoBucket> for RestoreBo {
+    /// The BO as `CHECKPOINT` recorded it.
+    fn from(b: &BoBucket) -> Self {
+        Self {
+            addr: b.addr,
+            size: b.size,
+            offset: b.offset,
+            gpu_id: b.gpu_id,
+            alloc_flags: b.alloc_flags,
+        }
+    }
 }
 
 /// A BO after `RESTORE`.

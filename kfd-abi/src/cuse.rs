@@ -24,6 +24,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::ioctl::{encode, Dir};
+use crate::transport::ioctl_with;
 
 /// `_IOR('K', 0x7f, u32)`: the simulator daemon writes its pid.
 ///
@@ -36,7 +37,7 @@ pub const SIM_DAEMON_PID: u32 = encode(Dir::Read, b'K', 0x7f, 4);
 pub const SIM_CLOSE_FD: u32 = encode(Dir::Write, b'K', 0x7e, 4);
 
 /// Where sysfs puts the devices of CUSE servers.
-pub const CUSE_SYSFS_DIR: &str = "/sys/devices/virtual/cuse/";
+pub(crate) const CUSE_SYSFS_DIR: &str = "/sys/devices/virtual/cuse/";
 
 /// A device served by the simulator daemon.
 ///
@@ -56,12 +57,12 @@ impl fmt::Debug for CuseLink {
 }
 
 /// Whether a resolved `/sys/dev/char/M:m` target is a CUSE device.
-pub fn is_cuse_sysfs_path(resolved: &Path) -> bool {
+pub(crate) fn is_cuse_sysfs_path(resolved: &Path) -> bool {
     resolved.starts_with(CUSE_SYSFS_DIR)
 }
 
 /// Whether the character device `rdev` is served over CUSE (by any server).
-pub fn is_cuse_device(rdev: u64) -> bool {
+pub(crate) fn is_cuse_device(rdev: u64) -> bool {
     let link = format!("/sys/dev/char/{}:{}", libc::major(rdev), libc::minor(rdev));
     std::fs::canonicalize(link).is_ok_and(|p| is_cuse_sysfs_path(&p))
 }
@@ -89,28 +90,12 @@ pub(crate) fn detect(fd: BorrowedFd<'_>) -> Option<Arc<CuseLink>> {
 /// Asks the daemon serving `fd` for its pid (the simulator-only `SIM_DAEMON_PID`).
 fn daemon_pid(fd: BorrowedFd<'_>) -> io::Result<u32> {
     let mut pid = 0u32;
-    ioctl_u32(fd, SIM_DAEMON_PID, &mut pid)?;
+    // SAFETY: SIM_DAEMON_PID's argument is a u32, which the daemon writes.
+    unsafe { ioctl_with(fd, SIM_DAEMON_PID, &mut pid) }?;
     if pid == 0 {
         return Err(io::Error::from_raw_os_error(libc::ESRCH));
     }
     Ok(pid)
-}
-
-/// Issues one of the simulator-only requests, whose argument is a `u32`, on `fd`.
-fn ioctl_u32(fd: BorrowedFd<'_>, request: u32, arg: &mut u32) -> io::Result<()> {
-    // SAFETY: `fd` is open for the call; the simulator-only requests have a size field of 4 and
-    // `arg` is a writable u32 that lives across the call.
-    let r = unsafe {
-        libc::ioctl(
-            fd.as_raw_fd(),
-            libc::c_ulong::from(request),
-            std::ptr::from_mut(arg),
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// Takes the fd that the daemon keeps as `raw` for us: fetches a copy with `pidfd_getfd` and
@@ -121,7 +106,8 @@ pub(crate) fn adopt(link: &CuseLink, dev: BorrowedFd<'_>, raw: RawFd) -> io::Res
         .and_then(|pidfd| pidfd_getfd(pidfd.as_fd(), raw))
         .and_then(|fd| inherit_close_on_exec(pid, raw, fd));
     let mut arg = u32::try_from(raw).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
-    if let Err(e) = ioctl_u32(dev, SIM_CLOSE_FD, &mut arg) {
+    // SAFETY: SIM_CLOSE_FD's argument is a u32, which the daemon reads.
+    if let Err(e) = unsafe { ioctl_with(dev, SIM_CLOSE_FD, &mut arg) } {
         log::warn!("kfd-simd (pid {pid}) did not close its fd {raw}: {e}");
     }
     fetched.map_err(|e| {

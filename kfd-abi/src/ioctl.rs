@@ -201,9 +201,9 @@ pub mod kfd {
     /// The ioctl type of `/dev/kfd`.
     pub const TYPE: u8 = b'K';
     /// `AMDKFD_COMMAND_START`.
-    pub const COMMAND_START: u8 = 0x01;
+    pub(crate) const COMMAND_START: u8 = 0x01;
     /// `AMDKFD_COMMAND_END`: one past the last number of KFD 1.11.
-    pub const COMMAND_END: u8 = 0x24;
+    pub(crate) const COMMAND_END: u8 = 0x24;
 
     ioctl_table!(TYPE,
         /// Every KFD 1.11 ioctl in number order, as the kernel's dispatch table holds them.

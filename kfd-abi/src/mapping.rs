@@ -241,11 +241,6 @@ impl Mapping {
         self.len == 0
     }
 
-    /// The protection it was made with.
-    pub fn prot(&self) -> Prot {
-        self.prot
-    }
-
     fn range(&self, offset: usize, n: usize, need: Prot) -> Option<*mut u8> {
         if !self.prot.contains(need) || offset.checked_add(n)? > self.len {
             return None;

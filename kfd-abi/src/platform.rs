@@ -9,7 +9,7 @@ use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::render::{self, render_node_path};
 use crate::{FdTransport, IoctlError, Kfd, RenderNode, Transport, KFD_PATH};
@@ -76,17 +76,17 @@ pub trait Platform: Send + Sync + fmt::Debug {
 }
 
 /// Environment variable overriding the KFD node path (the CUSE simulator serves one elsewhere).
-pub const ENV_KFD_PATH: &str = "AMDGPU_CR_KFD_PATH";
+pub(crate) const ENV_KFD_PATH: &str = "AMDGPU_CR_KFD_PATH";
 /// Environment variable overriding the topology root.
-pub const ENV_TOPOLOGY_ROOT: &str = "AMDGPU_CR_TOPOLOGY_ROOT";
+pub(crate) const ENV_TOPOLOGY_ROOT: &str = "AMDGPU_CR_TOPOLOGY_ROOT";
 /// Environment variable overriding the directory of the render nodes (`/dev/dri`).
-pub const ENV_DRI_DIR: &str = "AMDGPU_CR_DRI_DIR";
+pub(crate) const ENV_DRI_DIR: &str = "AMDGPU_CR_DRI_DIR";
 
 /// The default path of libhsakmt's shared memory file.
-pub const HSAKMT_SHM_PATH: &str = "/dev/shm/hsakmt_shared_mem";
+pub(crate) const HSAKMT_SHM_PATH: &str = "/dev/shm/hsakmt_shared_mem";
 
 /// The default topology root.
-pub const TOPOLOGY_ROOT: &str = "/sys/class/kfd/kfd/topology";
+pub(crate) const TOPOLOGY_ROOT: &str = "/sys/class/kfd/kfd/topology";
 
 /// The machine this process runs on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,8 +107,8 @@ impl Default for HostPlatform {
 }
 
 impl HostPlatform {
-    /// The standard paths, overridden by [`ENV_KFD_PATH`], [`ENV_DRI_DIR`] and
-    /// [`ENV_TOPOLOGY_ROOT`] when set.
+    /// The standard paths, overridden by `AMDGPU_CR_KFD_PATH`, `AMDGPU_CR_DRI_DIR` and
+    /// `AMDGPU_CR_TOPOLOGY_ROOT` when set.
     pub fn from_env() -> Self {
         Self::from_lookup(|k| std::env::var_os(k).map(PathBuf::from))
     }
@@ -121,11 +121,6 @@ impl HostPlatform {
             dri_dir: lookup(ENV_DRI_DIR),
             topology_root: lookup(ENV_TOPOLOGY_ROOT).unwrap_or(d.topology_root),
         }
-    }
-
-    /// The KFD node path.
-    pub fn kfd_path(&self) -> &Path {
-        &self.kfd_path
     }
 
     fn render_path(&self, minor: u32) -> PathBuf {
@@ -217,6 +212,7 @@ impl Platform for HostPlatform {
 #[cfg(test)]
 mod tests {
     use std::os::fd::AsFd;
+    use std::path::Path;
 
     use super::*;
 
@@ -227,7 +223,7 @@ mod tests {
             ENV_TOPOLOGY_ROOT => Some("/tmp/sim/topology".into()),
             _ => None,
         });
-        assert_eq!(p.kfd_path(), Path::new("/tmp/sim/kfd"));
+        assert_eq!(p.kfd_path, Path::new("/tmp/sim/kfd"));
         assert_eq!(p.topology_root(), PathBuf::from("/tmp/sim/topology"));
         assert_eq!(p.render_path(129), PathBuf::from("/dev/dri/renderD129"));
     }

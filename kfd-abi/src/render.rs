@@ -19,17 +19,17 @@ use crate::types::{BoHandle, BoListHandle, ContextId};
 /// The character-device major of DRM nodes.
 pub const DRM_MAJOR: u32 = 226;
 /// The first render-node minor.
-pub const RENDER_MINOR_BASE: u32 = 128;
+pub(crate) const RENDER_MINOR_BASE: u32 = 128;
 /// One past the last render-node minor.
-pub const RENDER_MINOR_END: u32 = 256;
+pub(crate) const RENDER_MINOR_END: u32 = 256;
 
 /// The path of render node `minor`: `/dev/dri/renderD<minor>`.
-pub fn render_node_path(minor: u32) -> PathBuf {
+pub(crate) fn render_node_path(minor: u32) -> PathBuf {
     PathBuf::from(format!("/dev/dri/renderD{minor}"))
 }
 
 /// Whether `(major, minor)` is a render node's device number.
-pub fn is_render_node(major: u32, minor: u32) -> bool {
+pub(crate) fn is_render_node(major: u32, minor: u32) -> bool {
     major == DRM_MAJOR && (RENDER_MINOR_BASE..RENDER_MINOR_END).contains(&minor)
 }
 

@@ -35,30 +35,30 @@
 //! SDMA IBs.
 
 /// `SDMA_OP_NOP`.
-pub const OP_NOP: u32 = 0;
+pub(crate) const OP_NOP: u32 = 0;
 /// `SDMA_OP_COPY`.
 pub const OP_COPY: u32 = 1;
 /// `SDMA_OP_FENCE`.
-pub const OP_FENCE: u32 = 5;
+pub(crate) const OP_FENCE: u32 = 5;
 /// `SDMA_OP_TRAP`.
-pub const OP_TRAP: u32 = 6;
+pub(crate) const OP_TRAP: u32 = 6;
 /// `SDMA_OP_POLL_REGMEM`.
-pub const OP_POLL_REGMEM: u32 = 8;
+pub(crate) const OP_POLL_REGMEM: u32 = 8;
 /// `SDMA_OP_ATOMIC`.
-pub const OP_ATOMIC: u32 = 10;
+pub(crate) const OP_ATOMIC: u32 = 10;
 /// `SDMA_OP_CONST_FILL`.
 pub const OP_CONST_FILL: u32 = 11;
 /// `SDMA_OP_TIMESTAMP`.
-pub const OP_TIMESTAMP: u32 = 13;
+pub(crate) const OP_TIMESTAMP: u32 = 13;
 /// `SDMA_SUBOP_TIMESTAMP_GET_GLOBAL`.
-pub const SUBOP_TIMESTAMP_GET_GLOBAL: u32 = 2;
+pub(crate) const SUBOP_TIMESTAMP_GET_GLOBAL: u32 = 2;
 /// The ATOMIC operation `ADD64` (`SDMA_ATOMIC_ADD64`): adds the 64-bit source to memory.
-pub const ATOMIC_ADD64: u32 = 47;
+pub(crate) const ATOMIC_ADD64: u32 = 47;
 /// `SDMA_SUBOP_COPY_LINEAR`.
 pub const SUBOP_COPY_LINEAR: u32 = 0;
 
 /// Bits of the count field of COPY_LINEAR and CONST_FILL.
-pub const COUNT_MASK: u32 = (1 << 22) - 1;
+pub(crate) const COUNT_MASK: u32 = (1 << 22) - 1;
 /// The largest number of bytes one packet moves.
 pub const MAX_BYTES_PER_PACKET: u64 = COUNT_MASK as u64 + 1;
 /// Dwords of a COPY_LINEAR packet.
@@ -66,19 +66,19 @@ pub const COPY_LINEAR_DWORDS: usize = 7;
 /// Dwords of a CONST_FILL packet.
 pub const CONST_FILL_DWORDS: usize = 5;
 /// Dwords of a FENCE packet.
-pub const FENCE_DWORDS: usize = 4;
+pub(crate) const FENCE_DWORDS: usize = 4;
 /// Dwords of a TRAP packet.
-pub const TRAP_DWORDS: usize = 2;
+pub(crate) const TRAP_DWORDS: usize = 2;
 /// Dwords of a POLL_REGMEM packet.
-pub const POLL_REGMEM_DWORDS: usize = 6;
+pub(crate) const POLL_REGMEM_DWORDS: usize = 6;
 /// Dwords of an ATOMIC packet.
-pub const ATOMIC_DWORDS: usize = 8;
+pub(crate) const ATOMIC_DWORDS: usize = 8;
 /// Dwords of a TIMESTAMP packet.
-pub const TIMESTAMP_DWORDS: usize = 3;
+pub(crate) const TIMESTAMP_DWORDS: usize = 3;
 /// POLL_REGMEM's `retry_count` that means "poll until the condition holds".
-pub const POLL_RETRY_FOREVER: u32 = 0xfff;
+pub(crate) const POLL_RETRY_FOREVER: u32 = 0xfff;
 /// Bits of a TRAP packet's interrupt context.
-pub const TRAP_CONTEXT_MASK: u32 = (1 << 28) - 1;
+pub(crate) const TRAP_CONTEXT_MASK: u32 = (1 << 28) - 1;
 /// IBs are padded to a multiple of this many dwords.
 pub const IB_ALIGN_DWORDS: usize = 8;
 
@@ -205,7 +205,7 @@ pub enum Packet {
         mask: u32,
         /// The comparison.
         func: PollFunc,
-        /// Polls before the engine gives up ([`POLL_RETRY_FOREVER`]: never).
+        /// Polls before the engine gives up (`POLL_RETRY_FOREVER`, 0xfff: never).
         retries: u32,
     },
     /// A POLL_REGMEM with `hdp_flush` set on registers, or the microcode's parameterless HDP flush

@@ -82,6 +82,66 @@ pub trait Transport: AsFd + fmt::Debug + Send + Sync {
     }
 }
 
+/// A transport that forwards every call to another one, and may act before each ioctl: a
+/// test's fault injection, a trap on some requests, a switch to another file halfway through.
+/// Implementing it (and [`AsFd`], usually the inner transport's fd) makes a type a
+/// [`Transport`] that writes only what it adds.
+pub trait Forward: AsFd + fmt::Debug + Send + Sync + Sized {
+    /// The transport calls go to.
+    type Inner: Transport;
+
+    /// Where the next call goes.
+    fn inner(&self) -> &Self::Inner;
+
+    /// Runs before each ioctl; an error is the ioctl's answer and the call is not forwarded.
+    /// The default lets every call through.
+    ///
+    /// # Safety
+    ///
+    /// The caller gives [`Transport::ioctl`]'s guarantees for `arg`, so an implementation may
+    /// read the argument `request` carries.
+    unsafe fn before_ioctl(&self, request: u32, arg: *mut c_void) -> Result<(), Errno> {
+        let _ = (request, arg);
+        Ok(())
+    }
+
+    /// Another handle on the same open file ([`Transport::try_clone`]).
+    fn dup(&self) -> io::Result<Self>;
+}
+
+impl<F: Forward> Transport for F {
+    unsafe fn ioctl(&self, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
+        // SAFETY: our caller gives the guarantees both calls need.
+        unsafe {
+            self.before_ioctl(request, arg)?;
+            self.inner().ioctl(request, arg)
+        }
+    }
+
+    unsafe fn adopt_fd(&self, raw: RawFd) -> io::Result<OwnedFd> {
+        // SAFETY: forwarded unchanged; the caller's contract is the inner transport's.
+        unsafe { self.inner().adopt_fd(raw) }
+    }
+
+    fn try_clone(&self) -> io::Result<Self> {
+        self.dup()
+    }
+
+    fn mmap(&self, offset: u64, len: usize, prot: Prot, share: Share) -> Result<Mapping, Errno> {
+        self.inner().mmap(offset, len, prot, share)
+    }
+
+    fn mmap_at(
+        &self,
+        at: Mapping,
+        offset: u64,
+        prot: Prot,
+        share: Share,
+    ) -> Result<Mapping, Errno> {
+        self.inner().mmap_at(at, offset, prot, share)
+    }
+}
+
 /// A device file opened with `open(2)`: real hardware, or a simulator served over CUSE.
 ///
 /// When the device is served by the simulator over CUSE (found out once, when the fd is opened
@@ -130,12 +190,7 @@ impl Transport for FdTransport {
     unsafe fn ioctl(&self, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
         // SAFETY: the fd is open for the lifetime of `self`; the caller guarantees that `arg` is
         // valid for the size encoded in `request` and for the pointers it contains.
-        let ret = unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::c_ulong::from(request), arg) };
-        if ret < 0 {
-            Err(Errno::last())
-        } else {
-            Ok(ret)
-        }
+        unsafe { ioctl_raw(self.fd.as_fd(), request, arg) }
     }
 
     unsafe fn adopt_fd(&self, raw: RawFd) -> io::Result<OwnedFd> {
@@ -187,4 +242,37 @@ pub fn dup_at_or_above(fd: BorrowedFd<'_>, min: RawFd) -> io::Result<OwnedFd> {
     }
     // SAFETY: `r` was just created by fcntl and is owned by no one else.
     Ok(unsafe { OwnedFd::from_raw_fd(r) })
+}
+
+/// `ioctl(2)` on `fd` with the argument at `arg`: the one call of it in this crate.
+///
+/// # Safety
+///
+/// As for [`Transport::ioctl`]: `arg` is valid for reads and writes of `ioctl::size(request)`
+/// bytes for the whole call, and every pointer inside it satisfies that ioctl's contract.
+unsafe fn ioctl_raw(fd: BorrowedFd<'_>, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
+    // SAFETY: `fd` is open for the call; the caller vouches for `arg`.
+    let ret = unsafe { libc::ioctl(fd.as_raw_fd(), libc::c_ulong::from(request), arg) };
+    if ret < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// `ioctl(2)` on `fd` whose argument is a `T` (a control device's request, such as the
+/// simulator's own requests on a CUSE-served node or the `kfd_bridge` module's); returns the
+/// call's non-negative result.
+///
+/// # Safety
+///
+/// `request` must be a request whose argument is a `T` (its size field is `size_of::<T>()`: the
+/// driver reads and writes exactly that many bytes at `arg`), and any pointer inside `T` must
+/// satisfy that request's contract for the call.
+pub unsafe fn ioctl_with<T>(fd: BorrowedFd<'_>, request: u32, arg: &mut T) -> io::Result<i32> {
+    debug_assert_eq!(crate::ioctl::size(request), std::mem::size_of::<T>());
+    // SAFETY: `arg` is a live, exclusive `T` of the size the request encodes; the caller vouches
+    // for the request and the pointers inside `T`.
+    unsafe { ioctl_raw(fd, request, std::ptr::from_mut(arg).cast()) }
+        .map_err(|e| io::Error::from_raw_os_error(e.0))
 }

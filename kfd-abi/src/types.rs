@@ -263,7 +263,7 @@ impl CriuOp {
 /// KFD mmap offset encoding (`KFD_MMAP_TYPE_*`, `KFD_MMAP_GPU_ID`).
 pub mod mmap_offset {
     /// Bits 63-62: the type.
-    pub const TYPE_SHIFT: u32 = 62;
+    pub(crate) const TYPE_SHIFT: u32 = 62;
     /// Doorbell pages.
     pub const TYPE_DOORBELL: u64 = 3 << TYPE_SHIFT;
     /// The signal event page.
@@ -273,9 +273,9 @@ pub mod mmap_offset {
     /// The MMIO remap page.
     pub const TYPE_MMIO: u64 = 0;
     /// Bits 61-46: the gpu id.
-    pub const GPU_ID_SHIFT: u32 = 46;
+    pub(crate) const GPU_ID_SHIFT: u32 = 46;
     /// Mask of the gpu id field.
-    pub const GPU_ID_MASK: u64 = ((1 << 16) - 1) << GPU_ID_SHIFT;
+    pub(crate) const GPU_ID_MASK: u64 = ((1 << 16) - 1) << GPU_ID_SHIFT;
     /// Mask of the type field.
     pub const TYPE_MASK: u64 = 3 << TYPE_SHIFT;
 

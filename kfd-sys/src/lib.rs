@@ -1,5 +1,11 @@
 //! Raw bindings of the KFD and amdgpu DRM userspace ABI.
 //!
+//! Layer: the bottom; it depends on nothing. What it exposes is the generated header subset
+//! itself (structs, unions and constants, as the C headers name them), chosen by the bindgen
+//! allowlist in `scripts/gen-bindings.sh` (the KFD uapi, and the DRM core and amdgpu ioctls a
+//! render node answers); `kfd-abi` builds the typed API on it, and the simulator reads and
+//! writes the same structs.
+//!
 //! `bindings.rs` is produced by `scripts/gen-bindings.sh` from `<linux/kfd_ioctl.h>` (KFD ioctl
 //! 1.11, as Debian's linux-libc-dev ships it for Linux 6.1) and the subset of
 //! `<libdrm/amdgpu_drm.h>` and `<libdrm/drm.h>` that checkpoint/restore and the simulated render
@@ -14,6 +20,7 @@
 //! Function-like macros of the headers are not translated; the `drm_amdgpu_*` unions come with
 //! zero-filling `Default` implementations written by bindgen.
 
+#![warn(unreachable_pub)]
 #![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
 #![allow(
     clippy::undocumented_unsafe_blocks,

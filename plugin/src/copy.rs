@@ -6,7 +6,7 @@
 //! the layout of the pages file — cut into staging-buffer-sized pieces regardless of BO
 //! boundaries, so small BOs share a buffer and a submission, and large BOs need no large buffer.
 //!
-//! Per GPU, an I/O thread and [`SDMA_LANES`] copier threads overlap the copy with the I/O: each
+//! Per GPU, an I/O thread and `SDMA_LANES` (2) copier threads overlap the copy with the I/O: each
 //! copier has an SDMA queue of its own (its own submission context), submits the copy of one
 //! staging buffer and waits for its fence, while the others copy other buffers and the I/O thread
 //! writes (dump) or reads (restore) the file; the staging buffers circulate between them through
@@ -46,7 +46,7 @@ pub struct Progress(std::sync::Arc<std::sync::atomic::AtomicU64>);
 
 impl Progress {
     /// Adds `n` copied bytes.
-    pub fn add(&self, n: u64) {
+    pub(crate) fn add(&self, n: u64) {
         self.0.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
     }
 
@@ -83,7 +83,7 @@ impl Default for Staging {
 impl Staging {
     /// The default geometry with buffers no larger than `max` bytes (`KFD_MAX_BUFFER_SIZE`),
     /// rounded down to whole pages (one page at least).
-    pub fn capped(max: Option<u64>) -> Self {
+    pub(crate) fn capped(max: Option<u64>) -> Self {
         let mut s = Self::default();
         if let Some(max) = max {
             let max = usize::try_from(max).unwrap_or(usize::MAX);
@@ -102,7 +102,7 @@ impl Staging {
 /// SDMA queues (copier threads) per GPU. Two: one more copy runs while one waits for its
 /// fence or its buffer, on another engine; every MI-series GPU has at least two engines, and the
 /// staging buffers, not the copiers, bound the memory.
-pub const SDMA_LANES: usize = 2;
+pub(crate) const SDMA_LANES: usize = 2;
 
 /// Bytes of the indirect buffer: room for ~2300 COPY_LINEAR packets per submission.
 const IB_BYTES: usize = 64 << 10;
@@ -152,7 +152,7 @@ fn ioctl_err(what: impl Into<String>) -> impl FnOnce(IoctlError) -> CopyError {
 
 /// A BO to copy, by its dma-buf.
 #[derive(Clone, Copy, Debug)]
-pub struct BoSource<'fd> {
+pub(crate) struct BoSource<'fd> {
     /// The dma-buf of the BO.
     pub dmabuf: BorrowedFd<'fd>,
     /// Its size (the bytes in the pages file).
@@ -542,7 +542,7 @@ pub(crate) fn join_all<R, E>(
 }
 
 /// Copies the BOs of one GPU into `writer`, in order. Returns the bytes written.
-pub fn dump_gpu<T: Transport>(
+pub(crate) fn dump_gpu<T: Transport>(
     render: &RenderNode<T>,
     bos: &[BoSource<'_>],
     staging: Staging,
@@ -649,7 +649,7 @@ pub fn dump_gpu<T: Transport>(
 /// same bound as the staging buffers (page cache, not process memory). Where the file cannot be
 /// mapped so (a file system without `mmap`, a kernel without `MADV_POPULATE_READ`, a driver
 /// that refuses the userptr), the pages are read into staging buffers as without `map`.
-pub fn restore_gpu<T: Transport>(
+pub(crate) fn restore_gpu<T: Transport>(
     render: &RenderNode<T>,
     bos: &[BoSource<'_>],
     staging: Staging,

@@ -19,10 +19,10 @@ use crate::vma::{self, MappedOn, SharedBuffer, SharedVmas, VmaDevice};
 use kfd_abi::platform::{DeviceKind, HostPlatform, Platform};
 
 /// Turns on write-behind of the pages files at dump ([`Settings::write_behind`]).
-pub const WRITE_BEHIND_ENV: &str = "AMDGPU_CR_WRITE_BEHIND";
+pub(crate) const WRITE_BEHIND_ENV: &str = "AMDGPU_CR_WRITE_BEHIND";
 
 /// Turns off restoring from mappings of the pages files ([`Settings::map_pages`]).
-pub const MAP_PAGES_ENV: &str = "AMDGPU_CR_MAP_PAGES";
+pub(crate) const MAP_PAGES_ENV: &str = "AMDGPU_CR_MAP_PAGES";
 
 /// The settings that come from the environment (read once, at `init`).
 #[derive(Clone, Debug)]
@@ -40,7 +40,7 @@ pub struct Settings {
     /// `AMDGPU_CR_WRITE_BEHIND`: dumps start writing the pages files to the disk as they go.
     pub write_behind: bool,
     /// `AMDGPU_CR_MAP_PAGES` (default on): restores have the GPU copy straight out of read-only
-    /// mappings of the pages files (see [`crate::copy::restore_gpu`]); off, they read them into
+    /// mappings of the pages files (see `copy::restore_gpu`); off, they read them into
     /// staging buffers.
     pub map_pages: bool,
 }
@@ -252,11 +252,6 @@ impl<P: Platform> Engine<P> {
             .iter()
             .map(|r| r.mapping.clone())
             .collect()
-    }
-
-    /// The platform.
-    pub fn platform(&self) -> &P {
-        &self.platform
     }
 
     fn unpause_all(&self) {
@@ -837,7 +832,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
 }
 
 /// The hooks of this process's plugin instance: the engine on the real machine.
-pub fn hooks() -> &'static dyn CriuHooks {
+pub(crate) fn hooks() -> &'static dyn CriuHooks {
     static ENGINE: OnceLock<Engine<HostPlatform>> = OnceLock::new();
     ENGINE.get_or_init(|| {
         Engine::new(HostPlatform::from_env(), criu_image_dir)

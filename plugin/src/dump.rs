@@ -21,7 +21,7 @@ use kfd_abi::platform::Platform;
 
 /// How to dump.
 #[derive(Clone, Debug)]
-pub struct DumpOptions {
+pub(crate) struct DumpOptions {
     /// Staging geometry per GPU.
     pub staging: Staging,
     /// Write per-chunk checksums of the pages files (our extension; upstream readers ignore it).
@@ -46,7 +46,7 @@ impl Default for DumpOptions {
 
 /// What a dump wrote, per GPU.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GpuDump {
+pub(crate) struct GpuDump {
     /// The GPU's id in the image (the id the process uses).
     pub gpu_id: u32,
     /// The GPU it is on now.
@@ -59,7 +59,7 @@ pub struct GpuDump {
 
 /// What a dump did.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DumpReport {
+pub(crate) struct DumpReport {
     /// The pid KFD reported.
     pub pid: u32,
     /// All BOs of the process.
@@ -74,14 +74,14 @@ pub struct DumpReport {
 
 impl DumpReport {
     /// Bytes of BO contents saved.
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.gpus.iter().map(|g| g.bytes).sum()
     }
 }
 
 /// Why a dump failed. The process was unpaused in every case.
 #[derive(Debug, thiserror::Error)]
-pub enum DumpError {
+pub(crate) enum DumpError {
     /// This KFD has no checkpoint/restore interface (checked before anything is paused).
     #[error(transparent)]
     Version(#[from] crate::kfd_version::VersionError),
@@ -118,7 +118,7 @@ pub enum DumpError {
 
 impl DumpError {
     /// The errno to hand criu.
-    pub fn errno(&self) -> Errno {
+    pub(crate) fn errno(&self) -> Errno {
         match self {
             DumpError::Kfd(e) => e.errno().unwrap_or(Errno::EIO),
             DumpError::Version(_) => Errno::ENOSYS,
@@ -130,7 +130,7 @@ impl DumpError {
 
 /// Unpauses the process's queues when dropped, unless told to keep them paused.
 #[derive(Debug)]
-pub struct PauseGuard<'k, T: Transport> {
+pub(crate) struct PauseGuard<'k, T: Transport> {
     kfd: &'k Kfd<T>,
     armed: bool,
 }
@@ -165,7 +165,7 @@ impl<T: Transport> Drop for PauseGuard<'_, T> {
 
 /// Whether the queues are unpaused at the end of [`dump_kfd`] or left to the caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Unpause {
+pub(crate) enum Unpause {
     /// Unpause before returning (criu 3.17 to 4.2).
     AtEnd,
     /// Leave paused on success; the caller unpauses later (DUMP_DEVICES_LATE). Errors still
@@ -175,7 +175,7 @@ pub enum Unpause {
 
 /// Dumps the KFD state of the process whose `/dev/kfd` is `kfd` (criu's dup of the target's fd)
 /// as image `id` into `dir`.
-pub fn dump_kfd<P: Platform>(
+pub(crate) fn dump_kfd<P: Platform>(
     platform: &P,
     topo: &Topology,
     kfd: &Kfd<P::Device>,

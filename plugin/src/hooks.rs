@@ -60,7 +60,7 @@ impl HookError {
     }
 
     /// The value criu receives: `-ENOTSUP` for "not ours", `-errno` for failures.
-    pub fn to_criu(&self) -> i32 {
+    pub(crate) fn to_criu(&self) -> i32 {
         match self {
             HookError::NotOurs => -libc::ENOTSUP,
             HookError::Failed { errno, .. } => -errno.0.abs().max(1),

@@ -43,7 +43,7 @@ pub trait Inventory: Send + Sync + fmt::Debug {
 
 /// A host without a plugin inventory: criu before 4.1, tests, `amdgpu-cr`.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct NoInventory;
+pub(crate) struct NoInventory;
 
 impl Inventory for NoInventory {
     fn present(&self) -> bool {

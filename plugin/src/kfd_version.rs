@@ -37,7 +37,7 @@ pub fn supports_cr(v: Version) -> bool {
 }
 
 /// Checks the version of an open `/dev/kfd`.
-pub fn check<D: kfd_abi::Transport>(kfd: &Kfd<D>) -> Result<(), VersionError> {
+pub(crate) fn check<D: kfd_abi::Transport>(kfd: &Kfd<D>) -> Result<(), VersionError> {
     let current = kfd.get_version()?;
     if supports_cr(current) {
         Ok(())
@@ -48,7 +48,7 @@ pub fn check<D: kfd_abi::Transport>(kfd: &Kfd<D>) -> Result<(), VersionError> {
 
 /// Checks the version of the platform's KFD on a `/dev/kfd` of our own (a dumped process's file
 /// answers only its owner).
-pub fn check_platform<P: Platform>(platform: &P) -> Result<(), VersionError> {
+pub(crate) fn check_platform<P: Platform>(platform: &P) -> Result<(), VersionError> {
     check(&platform.open_kfd()?)
 }
 

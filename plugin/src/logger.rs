@@ -15,22 +15,22 @@ use std::sync::Mutex;
 use log::{Level, LevelFilter, Log, Metadata, Record};
 
 /// criu's `LOG_ERROR` (criu/include/log.h).
-pub const LOG_ERROR: c_uint = 1;
+pub(crate) const LOG_ERROR: c_uint = 1;
 /// criu's `LOG_WARN`.
-pub const LOG_WARN: c_uint = 2;
+pub(crate) const LOG_WARN: c_uint = 2;
 /// criu's `LOG_INFO`.
-pub const LOG_INFO: c_uint = 3;
+pub(crate) const LOG_INFO: c_uint = 3;
 /// criu's `LOG_DEBUG` (its most verbose level).
-pub const LOG_DEBUG: c_uint = 4;
+pub(crate) const LOG_DEBUG: c_uint = 4;
 
 /// Prefix of every line, as criu users grep for it.
-pub const PREFIX: &str = "amdgpu_plugin: ";
+pub(crate) const PREFIX: &str = "amdgpu_plugin: ";
 
 type PrintOnLevel = unsafe extern "C" fn(c_uint, *const c_char, ...);
 
 /// The logger: criu's `print_on_level` when found, stderr otherwise.
 #[derive(Debug)]
-pub struct CriuLogger {
+pub(crate) struct CriuLogger {
     /// `print_on_level`, or null.
     print: AtomicPtr<c_void>,
     /// criu's log writer keeps its buffer in globals: one line at a time from our threads.
@@ -44,7 +44,7 @@ static LOGGER: CriuLogger = CriuLogger {
 
 /// Finds criu's `print_on_level` and installs the logger for this copy of the `log` crate.
 /// If another logger is already installed (a binary that set its own), it is left alone.
-pub fn install() {
+pub(crate) fn install() {
     let print = crate::shim::lookup_symbol(c"print_on_level");
     LOGGER.print.store(print, Ordering::Release);
     if log::set_logger(&LOGGER).is_ok() {
@@ -53,12 +53,13 @@ pub fn install() {
 }
 
 /// Whether lines go to criu's log (rather than stderr).
-pub fn writes_to_criu() -> bool {
+#[cfg(test)]
+fn writes_to_criu() -> bool {
     !LOGGER.print.load(Ordering::Acquire).is_null()
 }
 
 /// criu's level for a `log` level (trace is criu's debug: criu has nothing finer).
-pub fn criu_level(level: Level) -> c_uint {
+pub(crate) fn criu_level(level: Level) -> c_uint {
     match level {
         Level::Error => LOG_ERROR,
         Level::Warn => LOG_WARN,
@@ -70,7 +71,7 @@ pub fn criu_level(level: Level) -> c_uint {
 /// The text as criu receives it: every line of the message prefixed (so that grepping criu's log
 /// for the prefix finds all of a multi-line explanation), ended with a newline; an interior NUL
 /// is shown as `\0` rather than cutting the text short.
-pub fn render(args: &std::fmt::Arguments<'_>) -> CString {
+pub(crate) fn render(args: &std::fmt::Arguments<'_>) -> CString {
     let message = args.to_string().replace('\0', "\\0");
     let mut text = String::with_capacity(message.len() + PREFIX.len() + 1);
     for line in message.lines() {

@@ -70,7 +70,7 @@ fn u32_at(data: &[u8], at: usize) -> Result<u32, PrivDataError> {
 /// # Errors
 ///
 /// [`PrivDataError`] when the data does not walk exactly to its end with that layout.
-pub fn for_more_devices(
+pub(crate) fn for_more_devices(
     priv_data: &[u8],
     image_devices: usize,
     num_bos: usize,

@@ -12,8 +12,8 @@
 //! the process keeps its image's gpu_ids on it. The 6.1 driver's RESTORE wants one device bucket
 //! per GPU of the restoring process (`num_devices` equal to its per-device records, one per GPU
 //! its device cgroup allows), so the other GPUs are listed too, with no state and ids the image
-//! does not use ([`SpareGpu`]), and the private data gets their records
-//! ([`crate::priv_data`]). A host process therefore has those GPUs after the restore (it never
+//! does not use (`SpareGpu`), and the private data gets their records
+//! (module `priv_data`). A host process therefore has those GPUs after the restore (it never
 //! names them: its runtime enumerated GPUs before the checkpoint); a container that must not have
 //! them is given only its GPUs by its device cgroup.
 
@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
-use images::proto::CriuKfd;
+use images::proto::{CriuKfd, KfdBoEntry};
 use images::{pages, ImageFile, KfdImage, PagesFile, PagesReader};
 use kfd_abi::criu::{RestoreBo, RestoreDevice, RestoredBo};
 use kfd_abi::{AllocFlags, Errno, GpuId, IoctlError, Kfd, RenderNode, Transport};
@@ -34,7 +34,7 @@ use kfd_abi::platform::Platform;
 
 /// How to restore.
 #[derive(Clone, Debug, Default)]
-pub struct RestoreOptions {
+pub(crate) struct RestoreOptions {
     /// Staging geometry per GPU.
     pub staging: Staging,
     /// Whether the GPU copies straight out of mappings of the pages files (see
@@ -119,7 +119,7 @@ pub enum RestoreError {
 
 impl RestoreError {
     /// The errno to hand criu.
-    pub fn errno(&self) -> Errno {
+    pub(crate) fn errno(&self) -> Errno {
         match self {
             RestoreError::Kfd(e) => e.errno().unwrap_or(Errno::EIO),
             RestoreError::Mapping(_) | RestoreError::ProcessGpus(_) => Errno::ENODEV,
@@ -134,7 +134,7 @@ impl RestoreError {
 
 /// Per GPU, what a restore did.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GpuRestore {
+pub(crate) struct GpuRestore {
     /// The GPU's id in the image (what the process keeps using).
     pub gpu_id: u32,
     /// The local GPU it was restored onto.
@@ -150,7 +150,7 @@ pub struct GpuRestore {
 /// A GPU of the restoring process that the image did not have (a node with more GPUs): the
 /// 6.1 driver's RESTORE needs it listed, under an id the process does not use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SpareGpu {
+pub(crate) struct SpareGpu {
     /// Its gpu_id on this machine.
     pub gpu_id: u32,
     /// The id the restored process has for it (its own gpu_id unless the image uses that id).
@@ -161,15 +161,13 @@ pub struct SpareGpu {
 
 /// A restored `/dev/kfd`: the files the restored process keeps, and what criu still needs.
 #[derive(Debug)]
-pub struct Restored<T: Transport> {
+pub(crate) struct Restored<T: Transport> {
     /// The process's new `/dev/kfd` (its fd goes back to criu).
     pub kfd: Kfd<T>,
     /// The render-node files whose VMs the process uses, by image GPU id.
     pub renders: BTreeMap<u32, RenderNode<T>>,
     /// The GPU mapping used.
     pub mapping: Mapping,
-    /// The process's GPUs beyond the image's (restored with no state on them).
-    pub spares: Vec<SpareGpu>,
     /// Offset changes for UPDATE_VMA_MAP.
     pub vmas: VmaRemaps,
     /// Per GPU.
@@ -182,7 +180,7 @@ pub struct Restored<T: Transport> {
 
 impl<T: Transport> Restored<T> {
     /// Bytes of BO contents written.
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.gpus.iter().map(|g| g.bytes).sum()
     }
 }
@@ -194,15 +192,29 @@ fn inconsistent(id: u32, what: impl Into<String>) -> RestoreError {
     }
 }
 
+/// The image's BOs as `CRIU_OP(RESTORE)` takes them, in image order.
+pub fn restore_bos(entries: &[KfdBoEntry]) -> Vec<RestoreBo> {
+    entries
+        .iter()
+        .map(|b| RestoreBo {
+            addr: b.addr,
+            size: b.size,
+            offset: b.offset,
+            gpu_id: b.gpu_id,
+            alloc_flags: AllocFlags::from_bits_retain(b.alloc_flags),
+        })
+        .collect()
+}
+
 /// Whether an image has no device state at all (no BOs, queues, events or SVM ranges): nothing
 /// to RESTORE or RESUME.
-pub fn is_empty(msg: &CriuKfd) -> bool {
+pub(crate) fn is_empty(msg: &CriuKfd) -> bool {
     msg.bo_entries.is_empty() && msg.num_of_objects == 0
 }
 
 /// Whether the KFD images in `dir` say that process `pid` has device state to RESUME:
 /// `Some(false)` when its image holds none, `None` when no image of `pid` is found.
-pub fn pid_needs_resume(dir: BorrowedFd<'_>, pid: u32) -> Option<bool> {
+pub(crate) fn pid_needs_resume(dir: BorrowedFd<'_>, pid: u32) -> Option<bool> {
     let listing = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())).ok()?;
     listing
         .filter_map(Result::ok)
@@ -315,7 +327,7 @@ pub fn plan(
 /// The id of the `/dev/kfd` image of process `pid` in `dir`, if there is one (a process may have
 /// render nodes open and no `/dev/kfd`). Reads every KFD image of the directory: for render
 /// nodes restored before their process's `/dev/kfd` only.
-pub fn kfd_image_of(dir: BorrowedFd<'_>, pid: u32) -> Result<Option<u32>, RestoreError> {
+pub(crate) fn kfd_image_of(dir: BorrowedFd<'_>, pid: u32) -> Result<Option<u32>, RestoreError> {
     let listing = format!("/proc/self/fd/{}", dir.as_raw_fd());
     let entries = std::fs::read_dir(&listing).map_err(|e| RestoreError::Inconsistent {
         file: listing.clone(),
@@ -343,7 +355,7 @@ pub fn kfd_image_of(dir: BorrowedFd<'_>, pid: u32) -> Result<Option<u32>, Restor
 /// The render minor on this machine of GPU `gpu_id` of the process whose `/dev/kfd` image is
 /// `kfd_id`: where the image maps it, as [`restore_kfd`] will; for a GPU the process's KFD does
 /// not use (or a process without `/dev/kfd`), the GPU of that id on this machine.
-pub fn render_minor_for(
+pub(crate) fn render_minor_for(
     gpu_id: u32,
     kfd_id: Option<u32>,
     dir: BorrowedFd<'_>,
@@ -366,7 +378,7 @@ pub fn render_minor_for(
 /// The GPUs of this node that a restoring process may use, as it sees them
 /// ([`usable_topology`]).
 #[derive(Clone, Debug)]
-pub struct UsableGpus {
+pub(crate) struct UsableGpus {
     /// This node's topology without the GPUs the process may not use.
     pub topology: topology::Topology,
     /// The GPUs left out, each with what opening its render node returned.
@@ -375,7 +387,7 @@ pub struct UsableGpus {
 
 /// A GPU of this node whose render node the restoring process cannot open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RefusedGpu {
+pub(crate) struct RefusedGpu {
     /// Its gpu_id on this node.
     pub gpu_id: u32,
     /// Its render minor.
@@ -392,7 +404,7 @@ pub struct RefusedGpu {
 /// (`EPERM`). criu calls the restore hooks in the restored task itself, so what it can open here
 /// is what the container allows; a GPU whose render node it cannot open is left out of the
 /// mapping, so that a container given 2 of 8 GPUs is restored onto those 2 and no others.
-pub fn usable_topology<P: Platform>(platform: &P, local: &topology::Topology) -> UsableGpus {
+pub(crate) fn usable_topology<P: Platform>(platform: &P, local: &topology::Topology) -> UsableGpus {
     let refused: Vec<RefusedGpu> = local
         .gpus()
         .filter_map(|n| {
@@ -427,7 +439,7 @@ pub fn usable_topology<P: Platform>(platform: &P, local: &topology::Topology) ->
 
 /// Whether `dir` has a `/dev/kfd` image of id `id` (an existing but unreadable one counts: its
 /// restore reports why).
-pub fn has_kfd_image(dir: BorrowedFd<'_>, id: u32) -> bool {
+pub(crate) fn has_kfd_image(dir: BorrowedFd<'_>, id: u32) -> bool {
     !matches!(
         images::dir::open_read_at(dir, &KfdImage::file_name(id)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound
@@ -438,7 +450,7 @@ pub fn has_kfd_image(dir: BorrowedFd<'_>, id: u32) -> bool {
 /// `usable` (those of this node the process may use: [`usable_topology`]). `Ok(None)`: there is
 /// no KFD image of that id (the object is not ours). `preopened` holds render nodes restored before this `/dev/kfd` (by GPU user id): the
 /// driver gets those files, so that they are the process's compute VMs.
-pub fn restore_kfd<P: Platform>(
+pub(crate) fn restore_kfd<P: Platform>(
     platform: &P,
     usable: &UsableGpus,
     id: u32,
@@ -519,17 +531,7 @@ pub fn restore_kfd<P: Platform>(
             drm: render.as_fd(),
         });
     }
-    let bos: Vec<RestoreBo> = msg
-        .bo_entries
-        .iter()
-        .map(|b| RestoreBo {
-            addr: b.addr,
-            size: b.size,
-            offset: b.offset,
-            gpu_id: b.gpu_id,
-            alloc_flags: AllocFlags::from_bits_retain(b.alloc_flags),
-        })
-        .collect();
+    let bos = restore_bos(&msg.bo_entries);
     // A process that opened /dev/kfd but has no buffers and no queues or events has no device
     // state: its fresh /dev/kfd is all it needs (and 6.1's RESTORE refuses zero BOs).
     let restored = if is_empty(&msg) {
@@ -560,7 +562,6 @@ pub fn restore_kfd<P: Platform>(
         kfd,
         renders,
         mapping,
-        spares,
         vmas,
         gpus,
         pid: msg.pid,

@@ -6,11 +6,9 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-pub use kfd_abi::platform::HSAKMT_SHM_PATH;
-
 /// What is recorded of the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SharedMem {
+pub(crate) struct SharedMem {
     /// Its size.
     pub size: u64,
     /// Its first four bytes, native-endian.
@@ -19,7 +17,7 @@ pub struct SharedMem {
 
 impl SharedMem {
     /// Reads the record of the file at `path`, `None` when there is no such file.
-    pub fn probe(path: &Path) -> Option<Self> {
+    pub(crate) fn probe(path: &Path) -> Option<Self> {
         let mut f = File::open(path).ok()?;
         let size = f.metadata().ok()?.len();
         let mut head = [0u8; 4];
@@ -32,7 +30,7 @@ impl SharedMem {
     }
 
     /// Creates the file at `path` with the recorded size and first word, unless it exists.
-    pub fn recreate(&self, path: &Path) -> std::io::Result<()> {
+    pub(crate) fn recreate(&self, path: &Path) -> std::io::Result<()> {
         use std::io::Write;
         let mut f = match std::fs::OpenOptions::new()
             .write(true)

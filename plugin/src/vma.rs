@@ -30,7 +30,7 @@ use kfd_abi::{AllocFlags, Mapping, Prot, Share};
 
 /// Where a restored BO's CPU mapping lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MappedOn {
+pub(crate) enum MappedOn {
     /// `/dev/kfd` (doorbells, MMIO remap page).
     Kfd,
     /// The render node of image GPU `gpu_id`.
@@ -42,7 +42,7 @@ pub enum MappedOn {
 
 /// The device file a VMA mapped at checkpoint, from its path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum VmaDevice {
+pub(crate) enum VmaDevice {
     /// `/dev/kfd`.
     Kfd,
     /// `/dev/dri/renderD<minor>`.
@@ -54,7 +54,7 @@ pub enum VmaDevice {
 
 impl VmaDevice {
     /// The device of a VMA path criu reports; `None` for anything else (not ours).
-    pub fn from_path(path: &Path) -> Option<Self> {
+    pub(crate) fn from_path(path: &Path) -> Option<Self> {
         let name = path.file_name()?.to_str()?;
         if name == "kfd" {
             return Some(VmaDevice::Kfd);
@@ -69,7 +69,7 @@ impl VmaDevice {
 
 /// The offset change of one BO, for UPDATE_VMA_MAP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OffsetRemap {
+pub(crate) struct OffsetRemap {
     /// GPU VA of the BO (where its CPU mapping starts).
     pub addr: u64,
     /// Size.
@@ -84,7 +84,7 @@ pub struct OffsetRemap {
 
 /// The answer for one VMA: its new offset and the file it maps now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct VmaTarget {
+pub(crate) struct VmaTarget {
     /// The new mmap offset of the VMA's start.
     pub new_pgoff: u64,
     /// The file.
@@ -93,7 +93,7 @@ pub struct VmaTarget {
 
 /// Every mappable BO of one restored process, and the render minors its image knew.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct VmaRemaps {
+pub(crate) struct VmaRemaps {
     remaps: Vec<OffsetRemap>,
     /// Render minor at checkpoint -> image GPU id.
     minors: BTreeMap<u32, u32>,
@@ -101,7 +101,7 @@ pub struct VmaRemaps {
 
 impl VmaRemaps {
     /// From the image and the restored offsets (`restored_offsets[i]` is BO `i`'s).
-    pub fn new(image: &CriuKfd, restored_offsets: &[u64]) -> Self {
+    pub(crate) fn new(image: &CriuKfd, restored_offsets: &[u64]) -> Self {
         let remaps = image
             .bo_entries
             .iter()
@@ -131,14 +131,9 @@ impl VmaRemaps {
         Self { remaps, minors }
     }
 
-    /// The BOs.
-    pub fn remaps(&self) -> &[OffsetRemap] {
-        &self.remaps
-    }
-
     /// The restored mapping for a VMA of `device` starting at `addr` that had offset `old_pgoff`
     /// (bytes) at checkpoint; `None` when no BO of this process on that device had it.
-    pub fn find(&self, device: VmaDevice, addr: u64, old_pgoff: u64) -> Option<VmaTarget> {
+    pub(crate) fn find(&self, device: VmaDevice, addr: u64, old_pgoff: u64) -> Option<VmaTarget> {
         let wanted = match device {
             VmaDevice::Kfd => MappedOn::Kfd,
             VmaDevice::Render { minor } => MappedOn::Render {
@@ -161,7 +156,7 @@ impl VmaRemaps {
 
 impl VmaRemaps {
     /// The render-node buffers, each with the render minor its GPU had at checkpoint.
-    pub fn render_buffers(&self) -> impl Iterator<Item = (u32, u32, &OffsetRemap)> + '_ {
+    pub(crate) fn render_buffers(&self) -> impl Iterator<Item = (u32, u32, &OffsetRemap)> + '_ {
         self.remaps.iter().filter_map(|r| match r.on {
             MappedOn::Render { gpu_id } => {
                 let minor = self
@@ -177,7 +172,7 @@ impl VmaRemaps {
 
 /// One restored render-node buffer as the other tasks of the restore see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SharedBuffer {
+pub(crate) struct SharedBuffer {
     /// The task that restored it (and holds its render node).
     pub owner: u32,
     /// The render minor of its GPU at checkpoint (the VMA's path).
@@ -199,7 +194,7 @@ pub struct SharedBuffer {
 impl SharedBuffer {
     /// The restored mapping of a VMA of render minor `old_minor` at `addr` that had offset
     /// `old_pgoff` (bytes) at checkpoint, as [`VmaRemaps::find`] answers it.
-    pub fn answer(&self, old_minor: u32, addr: u64, old_pgoff: u64) -> Option<u64> {
+    pub(crate) fn answer(&self, old_minor: u32, addr: u64, old_pgoff: u64) -> Option<u64> {
         if old_minor != self.old_minor {
             return None;
         }
@@ -216,7 +211,7 @@ impl SharedBuffer {
     "the table of restored buffers shared with forked tasks holds {capacity} buffers: {lost} of \
      this process's are not in it (a task that inherited their mappings cannot map them)"
 )]
-pub struct TableFull {
+pub(crate) struct TableFull {
     /// The table's capacity.
     pub capacity: usize,
     /// Buffers left out.
@@ -225,7 +220,7 @@ pub struct TableFull {
 
 /// Why a task's VMA could not be given an owner.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum InheritedError {
+pub(crate) enum InheritedError {
     /// More than one restored process had a buffer there, and none of them is this task's
     /// ancestor.
     #[error(
@@ -249,7 +244,7 @@ pub enum InheritedError {
 /// The buffer a task's render VMA maps, among the buffers other tasks restored: the only
 /// owner's, or, when several processes had a buffer there (the same program restored twice), the
 /// nearest ancestor's (`parent_of` walks up from `pid`).
-pub fn find_inherited(
+pub(crate) fn find_inherited(
     buffers: &[SharedBuffer],
     pid: u32,
     old_minor: u32,
@@ -296,7 +291,7 @@ const RECORD_BYTES: usize = 64;
 /// memory). Fixed capacity; records are claimed with an atomic counter and marked ready after
 /// they are written, so tasks restoring at the same time never see each other's half-written
 /// records.
-pub struct SharedVmas {
+pub(crate) struct SharedVmas {
     mem: Mapping,
     capacity: usize,
 }
@@ -313,14 +308,14 @@ impl std::fmt::Debug for SharedVmas {
 impl SharedVmas {
     /// How many buffers the table made at `init` holds (4 MiB of address space, touched only as
     /// far as it is used).
-    pub const CAPACITY: usize = 65_536;
+    pub(crate) const CAPACITY: usize = 65_536;
 
     /// A table of [`Self::CAPACITY`] buffers.
     ///
     /// # Errors
     ///
     /// Opening `/dev/zero` or mapping it.
-    pub fn new() -> std::io::Result<Self> {
+    pub(crate) fn new() -> std::io::Result<Self> {
         Self::with_capacity(Self::CAPACITY)
     }
 
@@ -329,7 +324,7 @@ impl SharedVmas {
     /// # Errors
     ///
     /// Opening `/dev/zero` or mapping it.
-    pub fn with_capacity(capacity: usize) -> std::io::Result<Self> {
+    pub(crate) fn with_capacity(capacity: usize) -> std::io::Result<Self> {
         let capacity = capacity.max(1);
         let len = HEADER_BYTES + capacity * RECORD_BYTES;
         let zero = std::fs::OpenOptions::new()
@@ -344,7 +339,7 @@ impl SharedVmas {
     }
 
     /// Its capacity in buffers.
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
 
@@ -354,7 +349,7 @@ impl SharedVmas {
     }
 
     /// Buffers that did not fit, over every publisher.
-    pub fn lost(&self) -> u64 {
+    pub(crate) fn lost(&self) -> u64 {
         self.mem.load_u64(LOST).unwrap_or(0)
     }
 
@@ -363,7 +358,7 @@ impl SharedVmas {
     /// # Errors
     ///
     /// [`TableFull`] with the count left out.
-    pub fn publish(&self, buffers: &[SharedBuffer]) -> Result<(), TableFull> {
+    pub(crate) fn publish(&self, buffers: &[SharedBuffer]) -> Result<(), TableFull> {
         if buffers.is_empty() {
             return Ok(());
         }
@@ -400,7 +395,7 @@ impl SharedVmas {
     }
 
     /// Every buffer published so far and ready.
-    pub fn buffers(&self) -> Vec<SharedBuffer> {
+    pub(crate) fn buffers(&self) -> Vec<SharedBuffer> {
         (0..self.used())
             .filter_map(|i| {
                 let at = HEADER_BYTES + i * RECORD_BYTES;

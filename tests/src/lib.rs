@@ -6,12 +6,13 @@
 use std::ffi::c_void;
 use std::fmt;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use amdgpu_plugin::copy::Staging;
 use amdgpu_plugin::criu::Settings;
+use kfd_abi::transport::Forward;
 use kfd_abi::{Errno, Platform, Transport};
 
 pub mod backend;
@@ -113,49 +114,28 @@ impl<T: AsFd> AsFd for Faulty<T> {
     }
 }
 
-impl<T: Transport> Transport for Faulty<T> {
-    unsafe fn ioctl(&self, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
+impl<T: Transport> Forward for Faulty<T> {
+    type Inner = T;
+
+    fn inner(&self) -> &T {
+        &self.inner
+    }
+
+    unsafe fn before_ioctl(&self, request: u32, arg: *mut c_void) -> Result<(), Errno> {
         self.plan.check(request, || {
             (request == kfd_abi::ioctl::kfd::CRIU_OP).then(|| {
                 // SAFETY: the caller guarantees `arg` is a valid argument of `request`, which for
                 // CRIU_OP is a `kfd_ioctl_criu_args`.
                 unsafe { (*arg.cast::<kfd_sys::kfd_ioctl_criu_args>()).op }
             })
-        })?;
-        // SAFETY: forwarded unchanged; our caller gives the guarantees the inner transport needs.
-        unsafe { self.inner.ioctl(request, arg) }
+        })
     }
 
-    unsafe fn adopt_fd(&self, raw: RawFd) -> io::Result<OwnedFd> {
-        // SAFETY: forwarded unchanged.
-        unsafe { self.inner.adopt_fd(raw) }
-    }
-
-    fn try_clone(&self) -> io::Result<Self> {
+    fn dup(&self) -> io::Result<Self> {
         Ok(Self {
             inner: self.inner.try_clone()?,
             plan: Arc::clone(&self.plan),
         })
-    }
-
-    fn mmap(
-        &self,
-        offset: u64,
-        len: usize,
-        prot: kfd_abi::Prot,
-        share: kfd_abi::Share,
-    ) -> Result<kfd_abi::Mapping, Errno> {
-        self.inner.mmap(offset, len, prot, share)
-    }
-
-    fn mmap_at(
-        &self,
-        at: kfd_abi::Mapping,
-        offset: u64,
-        prot: kfd_abi::Prot,
-        share: kfd_abi::Share,
-    ) -> Result<kfd_abi::Mapping, Errno> {
-        self.inner.mmap_at(at, offset, prot, share)
     }
 }
 

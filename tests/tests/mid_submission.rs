@@ -15,12 +15,13 @@
 
 use std::ffi::c_void;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use amdgpu_cr::demo::{self, SimNode};
 use amdgpu_plugin::criu::Settings;
+use kfd_abi::transport::Forward;
 use kfd_abi::{Errno, GpuId, Kfd, RenderNode, Transport};
 use kfd_sim::preset::Preset;
 use kfd_sim::workload::{Dma, Spec, Workload};
@@ -89,47 +90,27 @@ impl AsFd for Fd {
     }
 }
 
-impl Transport for Fd {
-    unsafe fn ioctl(&self, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
+impl Forward for Fd {
+    type Inner = SimFile;
+
+    fn inner(&self) -> &SimFile {
+        self.current()
+    }
+
+    unsafe fn before_ioctl(&self, _request: u32, _arg: *mut c_void) -> Result<(), Errno> {
         if self.render {
             self.trap.render_call();
         }
-        // SAFETY: forwarded unchanged; the caller's contract is the inner transport's.
-        unsafe { self.current().ioctl(request, arg) }
+        Ok(())
     }
 
-    unsafe fn adopt_fd(&self, raw: RawFd) -> io::Result<OwnedFd> {
-        // SAFETY: forwarded unchanged; the caller's contract is the inner transport's.
-        unsafe { self.current().adopt_fd(raw) }
-    }
-
-    fn try_clone(&self) -> io::Result<Self> {
+    fn dup(&self) -> io::Result<Self> {
         Ok(Self {
             render: self.render,
             opened: self.opened.try_clone()?,
             restored: Arc::clone(&self.restored),
             trap: Arc::clone(&self.trap),
         })
-    }
-
-    fn mmap(
-        &self,
-        offset: u64,
-        len: usize,
-        prot: kfd_abi::Prot,
-        share: kfd_abi::Share,
-    ) -> Result<kfd_abi::Mapping, Errno> {
-        self.current().mmap(offset, len, prot, share)
-    }
-
-    fn mmap_at(
-        &self,
-        at: kfd_abi::Mapping,
-        offset: u64,
-        prot: kfd_abi::Prot,
-        share: kfd_abi::Share,
-    ) -> Result<kfd_abi::Mapping, Errno> {
-        self.current().mmap_at(at, offset, prot, share)
     }
 }
 

@@ -312,21 +312,6 @@ impl TopologyBuilder {
             .map(|&(_, _, n)| n)
     }
 
-    /// Whether to generate p2p_links (GPU to GPU through the host, for GPUs not in one hive).
-    /// Default: on.
-    #[must_use]
-    pub fn p2p_links(mut self, on: bool) -> Self {
-        self.p2p = on;
-        self
-    }
-
-    /// Sets `generation_id`.
-    #[must_use]
-    pub fn generation_id(mut self, id: u64) -> Self {
-        self.generation_id = id;
-        self
-    }
-
     /// The topology.
     ///
     /// # Panics

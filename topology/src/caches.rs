@@ -5,7 +5,7 @@
 //!
 //! - One table per chip of cache kinds: size (KiB), level, CRAT flags and `num_cu_shared`, the
 //!   number of CU slots of one shader array (SH) that share one cache. Vega 20 (gfx906) and
-//!   Arcturus (gfx908) share a table; Aldebaran (gfx90a) has its own ([`CacheKind`]).
+//!   Arcturus (gfx908) share a table; Aldebaran (gfx90a) has its own (`CacheKind`).
 //! - Level 1 kinds: for each shader engine, each of its arrays, and each block of
 //!   `num_cu_shared` CU slots of the array, one entry if the block has an active CU.
 //!   `processor_id_low` is the node's `simd_id_base` plus the slot number of the block's first
@@ -27,7 +27,7 @@
 use crate::model::{keys, Cache, Properties};
 
 /// Bytes of a CRAT cache entry's sibling map (`CRAT_SIBLINGMAP_SIZE`).
-pub const SIBLING_MAP_BYTES: usize = 32;
+pub(crate) const SIBLING_MAP_BYTES: usize = 32;
 
 /// `type` bits of a cache (`HSA_CACHE_TYPE_*`).
 pub mod cache_type {
@@ -43,7 +43,7 @@ pub mod cache_type {
 
 /// One kind of GPU cache from the driver's per-chip table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CacheKind {
+pub(crate) struct CacheKind {
     /// Size in KiB.
     pub size_kb: u64,
     /// Level (1 or 2).
@@ -86,7 +86,7 @@ const ALDEBARAN: &[CacheKind] = &[
 /// The driver's cache table for a `gfx_target_version`, or `None` for a chip the simulator does
 /// not model (the driver then lists no caches).
 #[must_use]
-pub fn table(gfx_target_version: u64) -> Option<&'static [CacheKind]> {
+pub(crate) fn table(gfx_target_version: u64) -> Option<&'static [CacheKind]> {
     match gfx_target_version {
         // GC 9.4.0 (Vega 20) and 9.4.1 (Arcturus) share the table.
         90006 | 90008 => Some(VEGA20),
@@ -125,7 +125,7 @@ impl CuLayout {
 
     /// Shader arrays in all.
     #[must_use]
-    pub fn arrays(&self) -> u32 {
+    pub(crate) fn arrays(&self) -> u32 {
         self.shader_engines.saturating_mul(self.arrays_per_engine)
     }
 
@@ -210,7 +210,7 @@ fn entry(processor_id_low: u64, kind: &CacheKind, map: &[u8]) -> Cache {
 
 /// The cache entries of a GPU with this layout, table and `simd_id_base`, in the driver's order.
 #[must_use]
-pub fn gpu_caches(kinds: &[CacheKind], layout: &CuLayout, simd_id_base: u64) -> Vec<Cache> {
+pub(crate) fn gpu_caches(kinds: &[CacheKind], layout: &CuLayout, simd_id_base: u64) -> Vec<Cache> {
     let mut out = Vec::new();
     let arrays = || {
         (0..layout.shader_engines)

@@ -17,7 +17,7 @@ pub mod keys {
     pub const CACHES_COUNT: &str = "caches_count";
     pub const IO_LINKS_COUNT: &str = "io_links_count";
     pub const P2P_LINKS_COUNT: &str = "p2p_links_count";
-    pub const CPU_CORE_ID_BASE: &str = "cpu_core_id_base";
+    pub(crate) const CPU_CORE_ID_BASE: &str = "cpu_core_id_base";
     pub const SIMD_ID_BASE: &str = "simd_id_base";
     pub const MAX_WAVES_PER_SIMD: &str = "max_waves_per_simd";
     pub const LDS_SIZE_IN_KB: &str = "lds_size_in_kb";
@@ -41,15 +41,15 @@ pub mod keys {
     pub const NUM_SDMA_QUEUES_PER_ENGINE: &str = "num_sdma_queues_per_engine";
     pub const NUM_CP_QUEUES: &str = "num_cp_queues";
     pub const MAX_ENGINE_CLK_FCOMPUTE: &str = "max_engine_clk_fcompute";
-    pub const LOCAL_MEM_SIZE: &str = "local_mem_size";
+    pub(crate) const LOCAL_MEM_SIZE: &str = "local_mem_size";
     pub const FW_VERSION: &str = "fw_version";
     pub const CAPABILITY: &str = "capability";
     pub const SDMA_FW_VERSION: &str = "sdma_fw_version";
     pub const UNIQUE_ID: &str = "unique_id";
-    pub const MAX_ENGINE_CLK_CCOMPUTE: &str = "max_engine_clk_ccompute";
+    pub(crate) const MAX_ENGINE_CLK_CCOMPUTE: &str = "max_engine_clk_ccompute";
 
     /// The keys of a node's `properties` file in the kernel's order. The keys from
-    /// [`GPU_ONLY`] appear only in GPU nodes; `max_engine_clk_ccompute` is always last.
+    /// `GPU_ONLY` appear only in GPU nodes; `max_engine_clk_ccompute` is always last.
     pub const NODE_ORDER: &[&str] = &[
         CPU_CORES_COUNT,
         SIMD_COUNT,
@@ -90,7 +90,7 @@ pub mod keys {
     ];
 
     /// Keys the kernel writes for GPU nodes only.
-    pub const GPU_ONLY: &[&str] = &[
+    pub(crate) const GPU_ONLY: &[&str] = &[
         MAX_ENGINE_CLK_FCOMPUTE,
         LOCAL_MEM_SIZE,
         FW_VERSION,
@@ -100,10 +100,10 @@ pub mod keys {
     ];
 
     /// Keys of `system_properties`, in order.
-    pub const SYSTEM_ORDER: &[&str] = &["platform_oem", "platform_id", "platform_rev"];
+    pub(crate) const SYSTEM_ORDER: &[&str] = &["platform_oem", "platform_id", "platform_rev"];
 
     /// Keys of a `mem_banks/M/properties` file, in order.
-    pub const MEM_BANK_ORDER: &[&str] = &[
+    pub(crate) const MEM_BANK_ORDER: &[&str] = &[
         "heap_type",
         "size_in_bytes",
         "flags",
@@ -112,7 +112,7 @@ pub mod keys {
     ];
 
     /// Keys of a `caches/C/properties` file, in order (`sibling_map` follows them).
-    pub const CACHE_ORDER: &[&str] = &[
+    pub(crate) const CACHE_ORDER: &[&str] = &[
         "processor_id_low",
         "level",
         "size",
@@ -124,7 +124,7 @@ pub mod keys {
     ];
 
     /// Keys of an `io_links/L/properties` or `p2p_links/L/properties` file, in order.
-    pub const LINK_ORDER: &[&str] = &[
+    pub(crate) const LINK_ORDER: &[&str] = &[
         "type",
         "version_major",
         "version_minor",
@@ -204,7 +204,7 @@ impl Properties {
     }
 
     /// Builds a list from `keys` in that order, taking every value from `value`.
-    pub fn from_keys(keys: &[&str], mut value: impl FnMut(&str) -> u64) -> Self {
+    pub(crate) fn from_keys(keys: &[&str], mut value: impl FnMut(&str) -> u64) -> Self {
         keys.iter().map(|k| (*k, value(k))).collect()
     }
 }
@@ -314,14 +314,14 @@ impl Link {
 
     /// The same link with `flags` set.
     #[must_use]
-    pub fn with_flags(mut self, flags: u64) -> Self {
+    pub(crate) fn with_flags(mut self, flags: u64) -> Self {
         self.properties.set("flags", flags);
         self
     }
 
     /// The same link with `min_bandwidth` and `max_bandwidth` set (MB/s).
     #[must_use]
-    pub fn with_bandwidth(mut self, min: u64, max: u64) -> Self {
+    pub(crate) fn with_bandwidth(mut self, min: u64, max: u64) -> Self {
         self.properties.set("min_bandwidth", min);
         self.properties.set("max_bandwidth", max);
         self
@@ -335,7 +335,7 @@ impl Link {
 
     /// The node it starts from.
     #[must_use]
-    pub fn node_from(&self) -> u32 {
+    pub(crate) fn node_from(&self) -> u32 {
         low32(self.properties.get_or_zero("node_from"))
     }
 

@@ -179,7 +179,7 @@ pub fn parse_bool(value: &str) -> Option<bool> {
 }
 
 /// The environment variable that caps the plugin's host bounce buffer.
-pub const MAX_BUFFER_SIZE_VAR: &str = "KFD_MAX_BUFFER_SIZE";
+pub(crate) const MAX_BUFFER_SIZE_VAR: &str = "KFD_MAX_BUFFER_SIZE";
 
 /// A `KFD_MAX_BUFFER_SIZE` value that is not a size.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

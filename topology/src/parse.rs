@@ -6,9 +6,6 @@ use std::path::{Path, PathBuf};
 
 use crate::model::{keys, Cache, Link, MemBank, Node, Properties, Topology};
 
-/// The topology root of a real system.
-pub const DEFAULT_ROOT: &str = "/sys/class/kfd/kfd/topology";
-
 /// Why a topology directory could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ParseError {
@@ -81,7 +78,7 @@ pub enum ParseError {
     /// The root is an empty path, which would read the current directory.
     #[error(
         "the topology root is an empty path (is AMDGPU_CR_TOPOLOGY_ROOT set to an empty \
-         string?); give a directory, or unset it for {DEFAULT_ROOT}"
+         string?); give a directory, or unset it for /sys/class/kfd/kfd/topology"
     )]
     EmptyRoot,
 }
@@ -104,7 +101,7 @@ impl ParseError {
     }
 }
 
-/// Reads the topology under `root` (for a real system [`DEFAULT_ROOT`]).
+/// Reads the topology under `root` (for a real system `/sys/class/kfd/kfd/topology`).
 ///
 /// Nodes whose files the kernel refuses with `EPERM` (a device cgroup hiding some GPUs: amdkfd
 /// answers so for the GPUs the process may not use) are skipped, with a log message. Missing

@@ -20,7 +20,7 @@ pub struct WriteError {
 
 /// The text of a properties file: `key value` lines in order, decimal values.
 #[must_use]
-pub fn properties_text(props: &Properties) -> String {
+pub(crate) fn properties_text(props: &Properties) -> String {
     let mut s = String::new();
     for (k, v) in props.iter() {
         let _ = writeln!(s, "{k} {v}");
@@ -30,7 +30,7 @@ pub fn properties_text(props: &Properties) -> String {
 
 /// The text of a cache's properties file, `sibling_map` last.
 #[must_use]
-pub fn cache_text(cache: &Cache) -> String {
+pub(crate) fn cache_text(cache: &Cache) -> String {
     let mut s = properties_text(&cache.properties);
     if let Some(map) = &cache.sibling_map {
         s.push_str("sibling_map");
@@ -46,7 +46,7 @@ pub fn cache_text(cache: &Cache) -> String {
 /// Every file of the tree as `(relative path, contents)`, in a stable order (nodes in model
 /// order, then mem_banks, caches, io_links, p2p_links).
 #[must_use]
-pub fn files(topology: &Topology) -> Vec<(PathBuf, String)> {
+pub(crate) fn files(topology: &Topology) -> Vec<(PathBuf, String)> {
     let mut out = vec![
         (
             PathBuf::from("generation_id"),

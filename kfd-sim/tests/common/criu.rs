@@ -114,16 +114,7 @@ pub fn restore_devices<'a>(
 }
 
 pub fn restore_bos(c: &Checkpoint) -> Vec<RestoreBo> {
-    c.bos
-        .iter()
-        .map(|b| RestoreBo {
-            addr: b.addr,
-            size: b.size,
-            offset: b.offset,
-            gpu_id: b.gpu_id,
-            alloc_flags: b.alloc_flags,
-        })
-        .collect()
+    c.bos.iter().map(RestoreBo::from).collect()
 }
 
 pub fn dump() -> (Source, Checkpoint) {

@@ -11,14 +11,14 @@ use super::{hook, SLOTS};
 
 /// The hook count every criu with the device hooks has (3.17 to 3.19), and the set we assume when
 /// we cannot measure: every criu that has HANDLE_DEVICE_VMA accepts `max_hooks == 10`.
-pub const BASELINE_HOOKS: u32 = 10;
+pub(crate) const BASELINE_HOOKS: u32 = 10;
 
 /// Above this a measured hook count is taken for a misreading (criu had 17 in 2026).
 const PLAUSIBLE_MAX_HOOKS: u64 = 256;
 
 /// How [`HostCriu::hooks`] was learnt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Detection {
+pub(crate) enum Detection {
     /// criu's exported API is absent (a test, `amdgpu-cr`): the 3.17 set is assumed.
     NotCriu,
     /// Measured from the size of criu's `cr_plugin_ctl` hook table.
@@ -29,7 +29,7 @@ pub enum Detection {
 
 /// What the process we were loaded into offers, as [`probe`] finds it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct HostFacts {
+pub(crate) struct HostFacts {
     /// criu's `print_on_level` is visible through `dlsym(RTLD_DEFAULT, ..)`.
     pub print_on_level: bool,
     /// Size in bytes of criu's `cr_plugin_ctl` (from its dynamic symbol), when it is found in the
@@ -39,7 +39,7 @@ pub struct HostFacts {
 
 /// The host criu as the plugin sees it. Copied out of [`host`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HostCriu {
+pub(crate) struct HostCriu {
     /// criu's hook count (`CR_PLUGIN_HOOK__MAX`), measured or assumed (see [`Self::detection`]).
     pub hooks: u32,
     /// How `hooks` was learnt.
@@ -60,12 +60,12 @@ pub struct HostCriu {
 
 impl HostCriu {
     /// The `max_hooks` the descriptor declares: criu's count, capped at the slots we have.
-    pub fn max_hooks(&self) -> u32 {
+    pub(crate) fn max_hooks(&self) -> u32 {
         self.hooks.min(SLOTS_U32)
     }
 
     /// Whether hook `id` is within the declared range (criu reads only `hooks[..max_hooks]`).
-    pub fn declares(&self, id: usize) -> bool {
+    pub(crate) fn declares(&self, id: usize) -> bool {
         u32::try_from(id).is_ok_and(|id| id < self.max_hooks())
     }
 
@@ -101,7 +101,7 @@ const LIST_HEAD_BYTES: u64 = 2 * std::mem::size_of::<*const c_void>() as u64;
 /// `cr_plugin_ctl` is `{ list_head head; list_head hook_chain[CR_PLUGIN_HOOK__MAX]; }`, so its size
 /// is `(1 + hooks) * size_of(list_head)`. A size that does not fit that shape, or no size, falls
 /// back to the 3.17 set, which every criu with the device hooks accepts.
-pub fn decide(facts: &HostFacts) -> HostCriu {
+pub(crate) fn decide(facts: &HostFacts) -> HostCriu {
     if !facts.print_on_level {
         return HostCriu::with_hooks(BASELINE_HOOKS, Detection::NotCriu);
     }
@@ -119,13 +119,13 @@ pub fn decide(facts: &HostFacts) -> HostCriu {
 
 /// The host of this process, probed once (at load time, from the `.init_array` constructor of the
 /// `.so`; elsewhere on first use).
-pub fn host() -> HostCriu {
+pub(crate) fn host() -> HostCriu {
     static HOST: OnceLock<HostCriu> = OnceLock::new();
     *HOST.get_or_init(|| decide(&probe()))
 }
 
 /// Looks at the running process: criu's exported `print_on_level` and `cr_plugin_ctl`.
-pub fn probe() -> HostFacts {
+pub(crate) fn probe() -> HostFacts {
     let print = lookup(c"print_on_level");
     let table = lookup(c"cr_plugin_ctl");
     let print_on_level = !print.is_null();

@@ -15,7 +15,7 @@ type CheckFn = unsafe extern "C" fn(*const c_char, usize) -> bool;
 
 /// The inventory of the criu this plugin runs in (none outside criu, or in criu before 4.1).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct HostInventory;
+pub(crate) struct HostInventory;
 
 fn add_fn() -> Option<AddFn> {
     let f = lookup_symbol(c"add_inventory_plugin");

@@ -45,7 +45,7 @@
 //! every criu-plugin.h we found that declares DUMP_DEVICES_LATE declares the two-argument form;
 //! both serve the upstream amdgpu plugin's dma-buf support.
 //!
-//! The decision is [`decide`], a pure function of [`HostFacts`]; the engine reads it with
+//! The decision is [`decide`](host::decide), a pure function of [`HostFacts`](host::HostFacts); the engine reads it with
 //! [`host`] (for instance [`HostCriu::has_dump_devices_late`]: when false, the engine must unpause
 //! the dumped process inside DUMP_EXT_FILE). [`criu_image_dir`] calls criu's
 //! `criu_get_image_dir()` the same way (looked up, never linked).
@@ -57,11 +57,11 @@
 //!
 //! - Without glibc's `dladdr1` (musl), or if a criu build hid `cr_plugin_ctl`, the count cannot be
 //!   measured and the 3.17 set (10 hooks) is used: the plugin loads everywhere but misses the
-//!   newer hooks ([`Detection::Assumed`]).
+//!   newer hooks ([`Detection::Assumed`](host::Detection::Assumed)).
 //! - A criu-dev snapshot that had DUMP_DEVICES_LATE but still the one-argument RESTORE_EXT_FILE
 //!   would be misread; we know of none.
 //! - In a process that is not criu (tests, `amdgpu-cr`) the 3.17 set is reported
-//!   ([`Detection::NotCriu`]).
+//!   ([`Detection::NotCriu`](host::Detection::NotCriu)).
 //! - A panic is only caught when the crate is built with `panic = "unwind"` (the default).
 
 mod host;
@@ -72,42 +72,42 @@ use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 pub(crate) use host::lookup as lookup_symbol;
-pub use host::{decide, host, probe, Detection, HostCriu, HostFacts, BASELINE_HOOKS};
-pub use inventory::HostInventory;
+pub(crate) use host::{host, HostCriu, BASELINE_HOOKS};
+pub(crate) use inventory::HostInventory;
 
 /// criu's hook ids (`CR_PLUGIN_HOOK__*`) that this plugin uses.
-pub mod hook {
+pub(crate) mod hook {
     /// `int(int fd, int id)`.
-    pub const DUMP_EXT_FILE: usize = 2;
+    pub(crate) const DUMP_EXT_FILE: usize = 2;
     /// `int(int id)`; development branch: `int(int id, bool *retry_needed)`.
-    pub const RESTORE_EXT_FILE: usize = 3;
+    pub(crate) const RESTORE_EXT_FILE: usize = 3;
     /// `int(int fd, const struct stat *st)`.
-    pub const HANDLE_DEVICE_VMA: usize = 7;
+    pub(crate) const HANDLE_DEVICE_VMA: usize = 7;
     /// `int(const char *path, u64 addr, u64 old_pgoff, u64 *new_pgoff, int *plugin_fd)`.
-    pub const UPDATE_VMA_MAP: usize = 8;
+    pub(crate) const UPDATE_VMA_MAP: usize = 8;
     /// `int(int pid)`.
-    pub const RESUME_DEVICES_LATE: usize = 9;
+    pub(crate) const RESUME_DEVICES_LATE: usize = 9;
     /// `int(void)`, criu 4.2+.
-    pub const POST_FORKING: usize = 12;
+    pub(crate) const POST_FORKING: usize = 12;
     /// `int(void)`, newer criu.
-    pub const RESTORE_INIT: usize = 13;
+    pub(crate) const RESTORE_INIT: usize = 13;
     /// `int(int id)`, newer criu.
-    pub const DUMP_DEVICES_LATE: usize = 14;
+    pub(crate) const DUMP_DEVICES_LATE: usize = 14;
 }
 
 /// Number of hook slots in our descriptor (up to DUMP_DEVICES_LATE).
-pub const SLOTS: usize = hook::DUMP_DEVICES_LATE + 1;
+pub(crate) const SLOTS: usize = hook::DUMP_DEVICES_LATE + 1;
 
 /// criu plugin ABI version 0.2.0 (`(0 << 16) + (2 << 8) + 0`); criu accepts versions up to its own.
-pub const PLUGIN_VERSION: c_uint = 0x200;
+pub(crate) const PLUGIN_VERSION: c_uint = 0x200;
 
 /// The name criu logs and records in inventory.img.
-pub const PLUGIN_NAME: &std::ffi::CStr = c"amdgpu_plugin";
+pub(crate) const PLUGIN_NAME: &std::ffi::CStr = c"amdgpu_plugin";
 
 /// criu's `cr_plugin_desc_t`, with [`SLOTS`] hook slots.
 #[repr(C)]
 #[derive(Debug)]
-pub struct CrPluginDesc {
+pub(crate) struct CrPluginDesc {
     /// NUL-terminated plugin name.
     pub name: *const c_char,
     /// `int init(int stage)`.
@@ -125,7 +125,7 @@ pub struct CrPluginDesc {
 /// The exported descriptor: written only by the load-time constructor, read by criu afterwards.
 #[repr(transparent)]
 #[derive(Debug)]
-pub struct PluginDescriptor(UnsafeCell<CrPluginDesc>);
+pub(crate) struct PluginDescriptor(UnsafeCell<CrPluginDesc>);
 
 // SAFETY: the cell is written once, by the `.init_array` constructor, while the object is being
 // loaded and before any other code can know its address; afterwards it is only read.
@@ -133,7 +133,8 @@ unsafe impl Sync for PluginDescriptor {}
 
 impl PluginDescriptor {
     /// A copy of the descriptor as criu sees it.
-    pub fn snapshot(&self) -> CrPluginDesc {
+    #[cfg(test)]
+    fn snapshot(&self) -> CrPluginDesc {
         // SAFETY: after load the descriptor is only read (see the `Sync` impl).
         let d = unsafe { &*self.0.get() };
         CrPluginDesc {
@@ -170,14 +171,15 @@ const fn default_slots() -> [*mut c_void; SLOTS] {
 
 /// The descriptor criu reads. Its static value is the 3.17 set; the constructor adapts it.
 #[no_mangle]
-pub static CR_PLUGIN_DESC: PluginDescriptor = PluginDescriptor(UnsafeCell::new(CrPluginDesc {
-    name: PLUGIN_NAME.as_ptr(),
-    init: Some(init),
-    exit: Some(exit),
-    version: PLUGIN_VERSION,
-    max_hooks: BASELINE_HOOKS,
-    hooks: default_slots(),
-}));
+pub(crate) static CR_PLUGIN_DESC: PluginDescriptor =
+    PluginDescriptor(UnsafeCell::new(CrPluginDesc {
+        name: PLUGIN_NAME.as_ptr(),
+        init: Some(init),
+        exit: Some(exit),
+        version: PLUGIN_VERSION,
+        max_hooks: BASELINE_HOOKS,
+        hooks: default_slots(),
+    }));
 
 /// The slot values for `host`: the always-present hooks, the optional ones it has, the
 /// RESTORE_EXT_FILE form it calls, and nothing at or beyond `max_hooks`.
@@ -205,7 +207,7 @@ fn slots_for(host: &HostCriu) -> [*mut c_void; SLOTS] {
 
 /// criu's image directory fd, from criu's exported `int criu_get_image_dir(void)` (criu's one
 /// declared plugin API); `None` outside criu or when criu has none open.
-pub fn criu_image_dir() -> Option<std::os::fd::RawFd> {
+pub(crate) fn criu_image_dir() -> Option<std::os::fd::RawFd> {
     let f = lookup_symbol(c"criu_get_image_dir");
     if f.is_null() {
         return None;
@@ -222,7 +224,7 @@ pub fn criu_image_dir() -> Option<std::os::fd::RawFd> {
 /// criu's `find_unused_fd_pid(pid)`: one above the highest fd that restored task `pid` will use,
 /// so that fds the plugin keeps in that task never collide with the task's own. `None` outside
 /// criu.
-pub fn unused_fd_of(pid: u32) -> Option<std::os::fd::RawFd> {
+pub(crate) fn unused_fd_of(pid: u32) -> Option<std::os::fd::RawFd> {
     let f = lookup_symbol(c"find_unused_fd_pid");
     let pid = libc::pid_t::try_from(pid).ok()?;
     if f.is_null() {
@@ -340,6 +342,7 @@ unsafe extern "C" fn dump_devices_late(id: c_int) -> c_int {
 
 #[cfg(test)]
 mod tests {
+    use super::host::{decide, HostFacts};
     use super::*;
     use std::mem::{offset_of, size_of};
 

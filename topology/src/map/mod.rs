@@ -72,9 +72,9 @@ pub const EQUAL_PROPERTIES: &[&str] = &[
 ];
 
 /// Pseudo-property name for "VRAM fully visible to the CPU" (from the GPU's memory bank).
-pub const VRAM_PUBLIC: &str = "vram_public";
+pub(crate) const VRAM_PUBLIC: &str = "vram_public";
 /// Pseudo-property name for the VRAM size in bytes (from the GPU's memory bank).
-pub const VRAM_SIZE: &str = "vram_size";
+pub(crate) const VRAM_SIZE: &str = "vram_size";
 
 /// Maps every GPU of `source` (the checkpointed machine, e.g. rebuilt from the image) to a
 /// distinct GPU of `destination` (this machine), honouring `options`.

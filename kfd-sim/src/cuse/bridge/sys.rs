@@ -4,32 +4,9 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-use super::proto::{self, Create, DevAccess, MmapAnswer, MmapQuery, OpenAccess, PushFd, PushFds};
+use kfd_abi::transport::ioctl_with;
 
-/// One ioctl on the control device whose argument is a `T`.
-///
-/// # Safety
-///
-/// `request` must be one of the control device's codes whose argument struct is `T` (the module
-/// reads and writes exactly `size_of::<T>()` bytes there) and `T` must contain no pointers the
-/// module follows, except those the caller keeps valid for the call.
-unsafe fn ioctl_with<T>(fd: BorrowedFd<'_>, request: u32, arg: &mut T) -> io::Result<i32> {
-    debug_assert_eq!(kfd_abi::ioctl::size(request), std::mem::size_of::<T>());
-    // SAFETY: `fd` is open for the call; `arg` is a live, exclusive `T` of the size the request
-    // encodes (the caller's contract).
-    let r = unsafe {
-        libc::ioctl(
-            fd.as_raw_fd(),
-            libc::c_ulong::from(request),
-            std::ptr::from_mut(arg),
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
+use super::proto::{self, Create, DevAccess, MmapAnswer, MmapQuery, OpenAccess, PushFd, PushFds};
 
 /// `KFD_BRIDGE_IOC_VERSION`.
 pub(super) fn version(fd: BorrowedFd<'_>) -> io::Result<u32> {

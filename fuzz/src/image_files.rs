@@ -1,6 +1,5 @@
-//! Bodies of the `images` and `pages` fuzz targets (run by the `fuzz` package under AFL++, see
-//! `scripts/fuzz.sh`), kept in the library so that the normal test suite runs them too (proptest
-//! in `tests/fuzz_bodies.rs`). Not part of the supported API.
+//! The bodies of the `images` and `pages` targets: the image decoders and the pages-file reader
+//! of the `images` crate, through its public API.
 //!
 //! Each body must never panic, whatever the input: every malformed input is an `Err`.
 
@@ -8,13 +7,11 @@ use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
 use std::os::fd::FromRawFd;
 
+use images::checksum::{chunk_checksum, ChecksumAlgorithm};
+use images::frame::{decode_framed, encode_framed};
+use images::proto::{CriuDmabufNode, CriuKfd, CriuRenderNode, PagesChecksums};
+use images::{PagesFile, PagesReader};
 use prost::Message;
-
-use crate::checksum::{self, ChecksumAlgorithm};
-use crate::frame::decode_framed;
-use crate::names::PagesFile;
-use crate::pages::PagesReader;
-use crate::proto::{CriuDmabufNode, CriuKfd, CriuRenderNode, PagesChecksums};
 
 /// Payload cap used by the decoder target.
 const LIMIT: u64 = 1 << 20;
@@ -22,7 +19,7 @@ const LIMIT: u64 = 1 << 20;
 fn decode_one<M: Message + Default + PartialEq>(data: &[u8], message: &'static str) {
     if let Ok(m) = decode_framed::<M>(data, "fuzz.img", message, LIMIT) {
         // What decodes re-encodes to something that decodes to the same value.
-        let again = crate::frame::encode_framed(&m);
+        let again = encode_framed(&m);
         let back = decode_framed::<M>(&again, "fuzz.img", message, u64::MAX);
         assert!(
             back.is_ok_and(|b| b == m),
@@ -36,8 +33,10 @@ pub fn decode_images(data: &[u8]) {
     decode_one::<CriuKfd>(data, "criu_kfd");
     decode_one::<CriuRenderNode>(data, "criu_render_node");
     decode_one::<CriuDmabufNode>(data, "criu_dmabuf_node");
-    // The payload without a frame, as found at offset 8.
-    let _ = crate::frame::decode_payload::<CriuKfd>(data, "fuzz.img", "criu_kfd");
+    // The bytes as a payload (what follows the 8-byte header), under a header that fits it.
+    let mut framed = (data.len() as u64).to_ne_bytes().to_vec();
+    framed.extend_from_slice(data);
+    let _ = decode_framed::<CriuKfd>(&framed, "fuzz.img", "criu_kfd", u64::MAX);
 }
 
 fn memfd(content: &[u8]) -> std::io::Result<File> {
@@ -79,7 +78,7 @@ pub fn pages_reader(data: &[u8]) {
     let chunk_sums = if computed {
         payload
             .chunks(usize::try_from(chunk_size).unwrap_or(1))
-            .map(|c| checksum::chunk_checksum(ChecksumAlgorithm::Crc32c, c))
+            .map(|c| chunk_checksum(ChecksumAlgorithm::Crc32c, c))
             .collect()
     } else {
         sums_raw
@@ -123,4 +122,15 @@ pub fn pages_reader(data: &[u8]) {
         }
     }
     assert_eq!(out, payload);
+}
+
+/// An input of [`pages_reader`]: `flags`, `chunk` size, no listed checksums, then a pages file
+/// of `payload` (its length header, then the bytes).
+pub fn pages_input(flags: u8, chunk: u16, payload: &[u8]) -> Vec<u8> {
+    let mut v = vec![flags];
+    v.extend_from_slice(&chunk.to_le_bytes());
+    v.push(0);
+    v.extend_from_slice(&(payload.len() as u64).to_ne_bytes());
+    v.extend_from_slice(payload);
+    v
 }
