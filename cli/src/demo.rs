@@ -5,376 +5,25 @@
 //! hooks criu calls, as criu would (a tracer process, DUMP_EXT_FILE for `/dev/kfd` and each
 //! render node), into an image directory. A second simulated node — the same GPUs under other
 //! gpu ids, so the GPUs are remapped — restores it (RESTORE_EXT_FILE in a fresh process, then
-//! RESUME_DEVICES_LATE from criu's side), and every byte, queue and event is verified.
-//!
-//! The driving code is public so the integration tests and the benchmark reuse it.
+//! RESUME_DEVICES_LATE from criu's side), and every byte, queue and event is verified. The node,
+//! the workload and criu's part are the `harness` crate's; this module is the command.
 
-use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use kfd_abi::{GpuId, Kfd, Platform, RenderNode};
-use kfd_sim::preset::Preset;
-use kfd_sim::workload::{self, Manifest, Spec, Workload};
-use kfd_sim::{Machine, SimFile, SimPlatform, SimProcess};
+use amdgpu_plugin::copy::Progress;
+use amdgpu_plugin::criu::Settings;
+use harness::workload::{self, Spec};
+use harness::{NodeError, SimNode};
+use kfd_sim::Preset;
 use serde::Serialize;
 
 use super::{CliError, HumanSize, Outcome, Report, Run};
-use amdgpu_plugin::copy::Progress;
-use amdgpu_plugin::criu::{Engine, Settings};
-use amdgpu_plugin::hooks::{CriuHooks, HookError, Stage};
 
-/// Why a demo step failed.
-#[derive(Debug, thiserror::Error)]
-pub enum DemoError {
-    /// The preset is unknown or invalid.
-    #[error(transparent)]
-    Preset(#[from] kfd_sim::preset::PresetError),
-    /// The simulated machine could not be built.
-    #[error("building the simulated node: {0}")]
-    Machine(String),
-    /// A file or directory operation failed.
-    #[error("{what}: {source}")]
-    Io {
-        /// What was being done.
-        what: String,
-        /// The cause.
-        #[source]
-        source: io::Error,
-    },
-    /// The model workload failed.
-    #[error("the model workload: {0}")]
-    Workload(#[from] workload::WorkloadError),
-    /// A device call outside the plugin failed.
-    #[error(transparent)]
-    Ioctl(#[from] kfd_abi::IoctlError),
-    /// The model of the upstream plugin's data path failed (`amdgpu-cr bench`).
-    #[error("upstream's data path: {0}")]
-    Upstream(#[from] crate::upstream::UpstreamError),
-    /// A plugin hook failed, as criu would report it.
-    #[error("{hook} failed: {source}")]
-    Hook {
-        /// The hook.
-        hook: &'static str,
-        /// What the plugin said.
-        #[source]
-        source: HookError,
-    },
-}
-
-fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> DemoError {
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> NodeError {
     let what = what.into();
-    move |source| DemoError::Io { what, source }
-}
-
-fn hook(name: &'static str) -> impl FnOnce(HookError) -> DemoError {
-    move |source| DemoError::Hook { hook: name, source }
-}
-
-/// A simulated node: the machine, its sysfs tree in a temporary directory, and its platform.
-#[derive(Debug)]
-pub struct SimNode {
-    /// The preset it was built from.
-    pub preset: Preset,
-    /// The machine.
-    pub machine: Machine,
-    platform: SimPlatform,
-    _topology: tempfile::TempDir,
-}
-
-impl SimNode {
-    /// Builds the node of `preset` and writes its topology tree.
-    pub fn new(preset: &Preset) -> Result<Self, DemoError> {
-        let machine = Machine::new(preset).map_err(|e| DemoError::Machine(e.to_string()))?;
-        let dir = tempfile::Builder::new()
-            .prefix("amdgpu-cr-topology-")
-            .tempdir()
-            .map_err(io_err("creating a topology directory"))?;
-        let platform = SimPlatform::new(machine.clone(), dir.path())
-            .map_err(|e| DemoError::Machine(e.to_string()))?;
-        Ok(Self {
-            preset: preset.clone(),
-            machine,
-            platform,
-            _topology: dir,
-        })
-    }
-
-    /// The platform as seen by `process`.
-    pub fn platform_of(&self, process: &SimProcess) -> SimPlatform {
-        self.platform.for_process(process)
-    }
-
-    /// The topology root of the node.
-    pub fn topology_root(&self) -> &Path {
-        self.platform.topology_root()
-    }
-
-    /// A plugin engine over `wrap(platform of process)`, with image directory `dir`.
-    pub fn engine<P: Platform, W: Fn(SimPlatform) -> P>(
-        &self,
-        wrap: &W,
-        process: &SimProcess,
-        dir: &File,
-        settings: &Settings,
-    ) -> Engine<P> {
-        let raw = dir.as_raw_fd();
-        let engine = Engine::new(wrap(self.platform_of(process)), move || Some(raw));
-        engine.configure(settings.clone());
-        engine
-    }
-}
-
-/// A running workload process on a node.
-#[derive(Debug)]
-pub struct Target {
-    /// The simulated process.
-    pub process: SimProcess,
-    /// Its workload.
-    pub workload: Workload<SimFile>,
-}
-
-/// Starts the model workload with `spec` on every GPU of `node`, in a new process.
-pub fn start_target(node: &SimNode, spec: &Spec) -> Result<Target, DemoError> {
-    start_target_in(node, spec, None)
-}
-
-/// Starts the workload in a new process of `node` whose device cgroup allows only the render
-/// nodes `minors` (`None`: every GPU), as a container given those `--device`s: its `/dev/kfd`
-/// has records for those GPUs only, and the workload uses them.
-pub fn start_target_in(
-    node: &SimNode,
-    spec: &Spec,
-    minors: Option<&[u32]>,
-) -> Result<Target, DemoError> {
-    let process = node.machine.spawn_process();
-    process.set_device_cgroup(minors);
-    let platform = node.platform_of(&process);
-    let kfd = platform.open_kfd()?;
-    let mut gpus = Vec::new();
-    for (gpu, minor) in node
-        .machine
-        .gpu_ids()
-        .into_iter()
-        .zip(node.machine.render_minors())
-        .filter(|(_, m)| minors.is_none_or(|allowed| allowed.contains(m)))
-    {
-        let id = GpuId::new(gpu)
-            .ok_or_else(|| DemoError::Machine(format!("GPU id 0 at renderD{minor}")))?;
-        gpus.push((id, platform.open_render(minor)?));
-    }
-    let workload = Workload::start(kfd, gpus, spec)?;
-    Ok(Target { process, workload })
-}
-
-/// The criu file ids of a checkpoint: `/dev/kfd` first, then one per render node.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct ImageIds {
-    /// The checkpointed process (criu restores it under the same pid).
-    pub pid: u32,
-    /// Whether the process opened its render nodes before `/dev/kfd` (criu restores files in
-    /// the order of their fds).
-    pub renders_first: bool,
-    /// The `/dev/kfd` file.
-    pub kfd: u32,
-    /// The render-node files, in the workload's GPU order.
-    pub renders: Vec<u32>,
-}
-
-fn open_dir(dir: &Path) -> Result<File, DemoError> {
-    File::open(dir).map_err(io_err(format!("opening image directory {}", dir.display())))
-}
-
-/// Checkpoints `target` into `dir` through the plugin's hooks, in criu's order, as a tracer
-/// process of `node` (criu's part). Returns the file ids and the time the dump took.
-pub fn checkpoint(
-    node: &SimNode,
-    target: &Target,
-    dir: &Path,
-    settings: &Settings,
-) -> Result<(ImageIds, Duration), DemoError> {
-    let renders: Vec<&RenderNode<SimFile>> = target.workload.renders().iter().collect();
-    checkpoint_files(
-        node,
-        &|p| p,
-        &target.process,
-        target.workload.kfd(),
-        &renders,
-        dir,
-        settings,
-    )
-}
-
-/// [`checkpoint`] for any process of `node` with its `/dev/kfd` and render-node files, with the
-/// engine on `wrap(platform)` (tests wrap the platform to inject faults).
-pub fn checkpoint_files<P: Platform, W: Fn(SimPlatform) -> P>(
-    node: &SimNode,
-    wrap: &W,
-    process: &SimProcess,
-    kfd: &Kfd<SimFile>,
-    renders: &[&RenderNode<SimFile>],
-    dir: &Path,
-    settings: &Settings,
-) -> Result<(ImageIds, Duration), DemoError> {
-    let dirf = open_dir(dir)?;
-    let criu = node.machine.spawn_process();
-    criu.ptrace_attach(process);
-    let engine = node.engine(wrap, &criu, &dirf, settings);
-    engine.init(Stage::Dump).map_err(hook("init"))?;
-    let start = Instant::now();
-    let mut ids = ImageIds {
-        pid: process.pid(),
-        renders_first: false,
-        kfd: 1,
-        renders: Vec::new(),
-    };
-    let result = (|| {
-        engine
-            .dump_ext_file(kfd.as_fd(), ids.kfd)
-            .map_err(hook("DUMP_EXT_FILE(/dev/kfd)"))?;
-        for (i, render) in renders.iter().enumerate() {
-            let id = 2 + u32::try_from(i).unwrap_or(u32::MAX - 2);
-            engine
-                .dump_ext_file(render.as_fd(), id)
-                .map_err(hook("DUMP_EXT_FILE(render node)"))?;
-            ids.renders.push(id);
-        }
-        engine
-            .dump_devices_late(process.pid())
-            .or_else(|e| match e {
-                HookError::NotOurs => Ok(()),
-                e => Err(hook("DUMP_DEVICES_LATE")(e)),
-            })
-    })();
-    let elapsed = start.elapsed();
-    engine.fini(Stage::Dump, if result.is_ok() { 0 } else { -1 });
-    criu.ptrace_detach(process);
-    result.map(|()| (ids, elapsed))
-}
-
-/// The restored process: its `/dev/kfd` and render nodes as RESTORE_EXT_FILE returned them.
-#[derive(Debug)]
-pub struct RestoredTarget {
-    /// The simulated process.
-    pub process: SimProcess,
-    /// Its `/dev/kfd`.
-    pub kfd: Kfd<SimFile>,
-    /// Its render nodes, in the workload's GPU order.
-    pub renders: Vec<RenderNode<SimFile>>,
-    /// The GPU mapping the plugin chose.
-    pub mapping: Vec<topology::GpuMapping>,
-}
-
-impl RestoredTarget {
-    /// Verifies the restored workload against its manifest.
-    pub fn verify(&self, manifest: &Manifest) -> Result<workload::Report, workload::WorkloadError> {
-        let renders: Vec<&RenderNode<SimFile>> = self.renders.iter().collect();
-        workload::verify(&self.kfd, &renders, manifest)
-    }
-}
-
-/// Restores the checkpoint in `dir` on `node` into a new process, through the plugin's hooks in
-/// criu's order (RESTORE_EXT_FILE in the restored process, RESUME_DEVICES_LATE from criu).
-pub fn restore(
-    node: &SimNode,
-    dir: &Path,
-    ids: &ImageIds,
-    settings: &Settings,
-) -> Result<(RestoredTarget, Duration), DemoError> {
-    restore_with(
-        node,
-        &|p| p,
-        node.machine.spawn_process_as(ids.pid),
-        dir,
-        ids,
-        settings,
-    )
-}
-
-/// [`restore`] into `process`, with the engine on `wrap(platform)`.
-pub fn restore_with<P: Platform, W: Fn(SimPlatform) -> P>(
-    node: &SimNode,
-    wrap: &W,
-    process: SimProcess,
-    dir: &Path,
-    ids: &ImageIds,
-    settings: &Settings,
-) -> Result<(RestoredTarget, Duration), DemoError> {
-    let dirf = open_dir(dir)?;
-    let platform = node.platform_of(&process);
-    let engine = node.engine(wrap, &process, &dirf, settings);
-    engine.init(Stage::Restore).map_err(hook("init"))?;
-    let start = Instant::now();
-    let restored = (|| -> Result<RestoredTarget, DemoError> {
-        let missing = |what: &str| DemoError::Hook {
-            hook: "RESTORE_EXT_FILE",
-            source: HookError::failed(
-                kfd_abi::Errno::EAGAIN,
-                format!("{what} asked to be retried"),
-            ),
-        };
-        let restore_renders = || -> Result<Vec<RenderNode<SimFile>>, DemoError> {
-            let mut renders = Vec::new();
-            for &id in &ids.renders {
-                let fd = engine
-                    .restore_file(id)
-                    .map_err(hook("RESTORE_EXT_FILE(render node)"))?
-                    .ok_or_else(|| missing("a render node"))?;
-                renders.push(platform.render_from_fd(fd)?);
-            }
-            Ok(renders)
-        };
-        let early = if ids.renders_first {
-            Some(restore_renders()?)
-        } else {
-            None
-        };
-        let kfd_fd: OwnedFd = engine
-            .restore_file(ids.kfd)
-            .map_err(hook("RESTORE_EXT_FILE(/dev/kfd)"))?
-            .ok_or_else(|| missing("/dev/kfd"))?;
-        let kfd = platform.kfd_from_fd(kfd_fd)?;
-        let renders = match early {
-            Some(r) => r,
-            None => restore_renders()?,
-        };
-        // criu's master process resumes the restored task's GPU queues.
-        let criu = node.machine.spawn_process();
-        let master = node.engine(wrap, &criu, &dirf, settings);
-        master
-            .resume_devices_late(i32::try_from(process.pid()).unwrap_or(i32::MAX))
-            .map_err(hook("RESUME_DEVICES_LATE"))?;
-        let mapping = engine.mappings().into_iter().flat_map(|m| m.gpus).collect();
-        Ok(RestoredTarget {
-            process: process.clone(),
-            kfd,
-            renders,
-            mapping,
-        })
-    })();
-    let elapsed = start.elapsed();
-    engine.fini(Stage::Restore, if restored.is_ok() { 0 } else { -1 });
-    restored.map(|r| (r, elapsed))
-}
-
-/// A variant of `preset` with other gpu ids (and render minors), so that a restore remaps.
-pub fn remapped_variant(preset: &Preset) -> Preset {
-    let ids: Vec<u32> = preset
-        .gpus
-        .iter()
-        .map(|g| (g.gpu_id ^ 0x1357).max(1))
-        .collect();
-    let minors: Vec<u32> = (0u32..)
-        .zip(&preset.gpus)
-        .map(|(i, g)| g.render_minor.unwrap_or(128 + i) + 8)
-        .collect();
-    preset
-        .clone()
-        .with_gpu_ids(&ids)
-        .with_render_minors(&minors)
-        .with_name(&format!("{}-remapped", preset.name))
+    move |source| NodeError::Io { what, source }
 }
 
 /// `amdgpu-cr demo`.
@@ -406,25 +55,25 @@ pub struct DemoArgs {
 
 /// What the demo did.
 #[derive(Debug, Serialize)]
-pub struct DemoReport {
+pub(crate) struct DemoReport {
     /// Source preset.
-    pub source: String,
+    pub(crate) source: String,
     /// Destination preset (other gpu ids).
-    pub destination: String,
+    pub(crate) destination: String,
     /// The image directory.
-    pub dir: String,
+    pub(crate) dir: String,
     /// GPU mapping, image id -> restored id.
-    pub mapping: Vec<(String, String)>,
+    pub(crate) mapping: Vec<(String, String)>,
     /// Bytes of buffer contents.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// Dump time (s).
-    pub dump_seconds: f64,
+    pub(crate) dump_seconds: f64,
     /// Restore time (s).
-    pub restore_seconds: f64,
+    pub(crate) restore_seconds: f64,
     /// Image files and sizes.
-    pub files: Vec<(String, u64)>,
+    pub(crate) files: Vec<(String, u64)>,
     /// Verification result, or what differed.
-    pub verified: Result<workload::Report, String>,
+    pub(crate) verified: Result<workload::Report, String>,
 }
 
 fn throughput(bytes: u64, secs: f64) -> String {
@@ -537,7 +186,7 @@ impl Drop for ProgressBar {
     }
 }
 
-fn corrupt_first_pages_file(dir: &Path) -> Result<(), DemoError> {
+fn corrupt_first_pages_file(dir: &Path) -> Result<(), NodeError> {
     use std::os::unix::fs::FileExt;
     let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(io_err("listing the image directory"))?
@@ -550,7 +199,7 @@ fn corrupt_first_pages_file(dir: &Path) -> Result<(), DemoError> {
     names.sort();
     let path = names
         .first()
-        .ok_or_else(|| DemoError::Machine("no pages file to corrupt".into()))?;
+        .ok_or_else(|| NodeError::Machine("no pages file to corrupt".into()))?;
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -565,9 +214,9 @@ fn corrupt_first_pages_file(dir: &Path) -> Result<(), DemoError> {
 }
 
 /// Runs the demo and returns its report (`Err` for failures before verification).
-pub fn run_demo(args: &DemoArgs) -> Result<DemoReport, DemoError> {
+pub(crate) fn run_demo(args: &DemoArgs) -> Result<DemoReport, NodeError> {
     let source = Preset::by_name(&args.preset)?;
-    let destination = remapped_variant(&source);
+    let destination = harness::remapped_variant(&source);
     let mib = |v: &[u64]| v.iter().map(|m| m << 20).collect::<Vec<_>>();
     let spec = Spec {
         vram: mib(&args.vram_mib),
@@ -598,10 +247,10 @@ pub fn run_demo(args: &DemoArgs) -> Result<DemoReport, DemoError> {
     };
 
     let src = SimNode::new(&source)?;
-    let target = start_target(&src, &spec)?;
+    let target = harness::start_target(&src, &spec)?;
     let manifest = target.workload.manifest().clone();
     let bar = ProgressBar::start("dump", manifest.buffer_bytes(), &progress, bars);
-    let (ids, dump_time) = checkpoint(&src, &target, &dir, &settings)?;
+    let (ids, dump_time) = harness::checkpoint(&src, &target, &dir, &settings)?;
     drop(bar);
     drop(target);
     drop(src);
@@ -612,7 +261,7 @@ pub fn run_demo(args: &DemoArgs) -> Result<DemoReport, DemoError> {
 
     let dst = SimNode::new(&destination)?;
     let bar = ProgressBar::start("restore", manifest.buffer_bytes(), &progress, bars);
-    let (restored, restore_time) = restore(&dst, &dir, &ids, &settings)?;
+    let (restored, restore_time) = harness::restore(&dst, &dir, &ids, &settings)?;
     drop(bar);
     let verified = restored.verify(&manifest).map_err(|e| e.to_string());
 

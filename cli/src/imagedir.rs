@@ -10,7 +10,7 @@ use super::CliError;
 
 /// A file name of the plugin's, decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ImageName {
+pub(crate) enum ImageName {
     /// `amdgpu-kfd-<id>.img`.
     Kfd {
         /// CRIU object id.
@@ -59,7 +59,7 @@ impl ImageName {
     /// Decodes `name`; `None` for files that are not the plugin's (criu's own images). A name is
     /// accepted only if the plugin would spell it exactly so.
     #[must_use]
-    pub fn parse(name: &str) -> Option<Self> {
+    pub(crate) fn parse(name: &str) -> Option<Self> {
         let body = name.strip_prefix("amdgpu-")?.strip_suffix(".img")?;
         let parsed = if let Some(rest) = body.strip_prefix("kfd-") {
             Self::Kfd { id: c_int(rest)? }
@@ -89,7 +89,7 @@ impl ImageName {
 
     /// The file name.
     #[must_use]
-    pub fn file_name(&self) -> String {
+    pub(crate) fn file_name(&self) -> String {
         match *self {
             Self::Kfd { id } => names::kfd_image(id),
             Self::Render { id } => names::render_node_image(id),
@@ -102,19 +102,19 @@ impl ImageName {
 
 /// One of the plugin's files found in the directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// What it is.
-    pub name: ImageName,
+    pub(crate) name: ImageName,
     /// Its size in bytes.
-    pub size: u64,
+    pub(crate) size: u64,
 }
 
 /// An open image directory and the plugin's files in it, sorted by kind and ids.
 #[derive(Debug)]
-pub struct ImageDir {
+pub(crate) struct ImageDir {
     fd: File,
     /// The plugin's files.
-    pub entries: Vec<Entry>,
+    pub(crate) entries: Vec<Entry>,
 }
 
 impl ImageDir {
@@ -123,7 +123,7 @@ impl ImageDir {
     /// # Errors
     ///
     /// [`CliError::ImageDir`] when it cannot be opened or listed.
-    pub fn open(dir: &Path) -> Result<Self, CliError> {
+    pub(crate) fn open(dir: &Path) -> Result<Self, CliError> {
         let err = |source| CliError::ImageDir {
             dir: dir.to_owned(),
             source,
@@ -149,13 +149,13 @@ impl ImageDir {
 
     /// The directory's fd, for the `images` readers.
     #[must_use]
-    pub fn fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
 
     /// Ids of the KFD images, ascending.
     #[must_use]
-    pub fn kfd_ids(&self) -> Vec<u32> {
+    pub(crate) fn kfd_ids(&self) -> Vec<u32> {
         self.entries
             .iter()
             .filter_map(|e| match e.name {
@@ -167,7 +167,7 @@ impl ImageDir {
 
     /// Ids of the render-node images, ascending.
     #[must_use]
-    pub fn render_ids(&self) -> Vec<u32> {
+    pub(crate) fn render_ids(&self) -> Vec<u32> {
         self.entries
             .iter()
             .filter_map(|e| match e.name {
@@ -179,7 +179,7 @@ impl ImageDir {
 
     /// The size of a file of the plugin's, if present.
     #[must_use]
-    pub fn size_of(&self, name: ImageName) -> Option<u64> {
+    pub(crate) fn size_of(&self, name: ImageName) -> Option<u64> {
         self.entries.iter().find(|e| e.name == name).map(|e| e.size)
     }
 }

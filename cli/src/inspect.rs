@@ -64,7 +64,7 @@ pub enum BoKind {
 impl BoKind {
     /// The kind of a BO with `alloc_flags`.
     #[must_use]
-    pub fn of(alloc_flags: u32) -> Self {
+    pub(crate) fn of(alloc_flags: u32) -> Self {
         let f = AllocFlags::from_bits_retain(alloc_flags);
         if f.contains(AllocFlags::VRAM) {
             Self::Vram

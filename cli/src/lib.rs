@@ -15,6 +15,8 @@
 //! Exit status: 0 when the answer is yes (restorable, mapped, images sound), 1 when it is no
 //! ([`Outcome::Negative`]), 2 on usage or I/O errors ([`CliError`], [`EXIT_ERROR`]).
 
+#![warn(unreachable_pub)]
+
 use std::fmt;
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -25,14 +27,14 @@ pub mod args;
 pub mod bench;
 pub mod check;
 pub mod demo;
-pub mod imagedir;
+mod imagedir;
 pub mod inspect;
 pub mod interrupt;
 pub mod json;
 pub mod probe;
-pub mod table;
+mod table;
 pub mod topo;
-pub mod upstream;
+mod upstream;
 
 /// Exit status for usage and I/O errors (clap also exits with 2 on bad arguments).
 pub const EXIT_ERROR: u8 = 2;
@@ -58,7 +60,7 @@ impl Outcome {
 
     /// `Success` when `ok`.
     #[must_use]
-    pub fn from_bool(ok: bool) -> Self {
+    pub(crate) fn from_bool(ok: bool) -> Self {
         if ok {
             Outcome::Success
         } else {
@@ -100,6 +102,9 @@ pub enum CliError {
         #[source]
         source: kfd_abi::IoctlError,
     },
+    /// `bench --judge` could not read the runs' reports.
+    #[error(transparent)]
+    Judge(#[from] bench::JudgeError),
     /// Writing the output failed (a closed pipe, a full disk).
     #[error("writing the output: {0}")]
     Output(#[from] io::Error),
@@ -134,7 +139,7 @@ pub enum Format {
 impl Format {
     /// `Json` when `json`.
     #[must_use]
-    pub fn from_json_flag(json: bool) -> Self {
+    pub(crate) fn from_json_flag(json: bool) -> Self {
         if json {
             Format::Json
         } else {
@@ -189,7 +194,7 @@ pub trait Run {
 
 /// A byte count in binary units, exact where it can be: `512 B`, `64 KiB`, `1.5 GiB`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HumanSize(pub u64);
+pub(crate) struct HumanSize(pub(crate) u64);
 
 impl fmt::Display for HumanSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -222,19 +227,19 @@ impl fmt::Display for HumanSize {
 
 /// `n` and the noun, singular or plural as `n` asks: `1 CPU node`, `2 CPU nodes`, `0 GPUs`.
 #[must_use]
-pub fn count(n: usize, one: &str, many: &str) -> String {
+pub(crate) fn count(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// `0x1234`-style id (at least four hex digits, as the plugin's logs print gpu_ids).
 #[must_use]
-pub fn hex_id(id: u32) -> String {
+pub(crate) fn hex_id(id: u32) -> String {
     format!("{id:#06x}")
 }
 
 /// The marketing name of a few known AMD Instinct device ids (informational only).
 #[must_use]
-pub fn model_name(vendor_id: u64, device_id: u64) -> Option<&'static str> {
+pub(crate) fn model_name(vendor_id: u64, device_id: u64) -> Option<&'static str> {
     if vendor_id != 0x1002 {
         return None;
     }

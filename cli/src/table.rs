@@ -4,7 +4,7 @@ use std::io::{self, Write};
 
 /// A table being built: a header row and data rows of cells.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Table {
+pub(crate) struct Table {
     header: Vec<String>,
     rows: Vec<Vec<String>>,
 }
@@ -12,7 +12,7 @@ pub struct Table {
 impl Table {
     /// A table with these column headings.
     #[must_use]
-    pub fn new<S: AsRef<str>>(header: &[S]) -> Self {
+    pub(crate) fn new<S: AsRef<str>>(header: &[S]) -> Self {
         Self {
             header: header.iter().map(|s| s.as_ref().to_owned()).collect(),
             rows: Vec::new(),
@@ -20,7 +20,7 @@ impl Table {
     }
 
     /// Appends a row (missing cells are empty, extra cells are kept).
-    pub fn row<I, S>(&mut self, cells: I)
+    pub(crate) fn row<I, S>(&mut self, cells: I)
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -28,15 +28,9 @@ impl Table {
         self.rows.push(cells.into_iter().map(Into::into).collect());
     }
 
-    /// Number of data rows.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.rows.len()
-    }
-
     /// True when there are no data rows.
     #[must_use]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }
 
@@ -45,7 +39,7 @@ impl Table {
     /// # Errors
     ///
     /// The writer's.
-    pub fn write(&self, out: &mut dyn Write, indent: &str) -> io::Result<()> {
+    pub(crate) fn write(&self, out: &mut dyn Write, indent: &str) -> io::Result<()> {
         let columns = self
             .rows
             .iter()

@@ -40,7 +40,7 @@ impl Run for TopologyArgs {
 /// # Errors
 ///
 /// [`CliError::Topology`].
-pub fn read_topology(root: &Path) -> Result<Topology, CliError> {
+pub(crate) fn read_topology(root: &Path) -> Result<Topology, CliError> {
     topology::parse(root).map_err(|source| CliError::Topology {
         root: root.to_owned(),
         source,
@@ -160,7 +160,7 @@ pub struct TopologyReport {
 /// PCI location of a GPU: `domain:bus:device.function` from `domain` and `location_id`
 /// (`bus << 8 | device << 3 | function`).
 #[must_use]
-pub fn pci_location(node: &Node) -> String {
+pub(crate) fn pci_location(node: &Node) -> String {
     let loc = node.prop(keys::LOCATION_ID);
     format!(
         "{:04x}:{:02x}:{:02x}.{}",
@@ -173,7 +173,7 @@ pub fn pci_location(node: &Node) -> String {
 
 /// The CPU node a GPU's io_link 0 goes to (its NUMA node).
 #[must_use]
-pub fn numa_node(t: &Topology, node: &Node) -> Option<u32> {
+pub(crate) fn numa_node(t: &Topology, node: &Node) -> Option<u32> {
     let to = node.io_links.first()?.node_to();
     t.node(to).filter(|n| !n.is_gpu()).map(|n| n.id)
 }

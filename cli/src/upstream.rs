@@ -44,10 +44,10 @@ use kfd_abi::{
 };
 use kfd_sim::{SimFile, SimPlatform};
 
-use super::demo::{ImageIds, RestoredTarget, SimNode, Target};
+use harness::{ImageIds, RestoredTarget, SimNode, Target};
 
 /// Bytes per COPY_LINEAR packet upstream emits on gfx9 (`SDMA_LINEAR_COPY_MAX_SIZE`).
-pub const PACKET_BYTES: u64 = 2 << 20;
+pub(crate) const PACKET_BYTES: u64 = 2 << 20;
 /// Alignment of the VAs the model maps.
 const VA_ALIGN: u64 = 2 << 20;
 /// How long a submission may take.
@@ -55,7 +55,7 @@ const FENCE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Why the model failed.
 #[derive(Debug, thiserror::Error)]
-pub enum UpstreamError {
+pub(crate) enum UpstreamError {
     /// A device call failed.
     #[error(transparent)]
     Ioctl(#[from] IoctlError),
@@ -94,7 +94,10 @@ pub enum UpstreamError {
 
 /// The host buffer upstream allocates for a GPU: its largest buffer, capped by
 /// `KFD_MAX_BUFFER_SIZE` (`max_buffer`) when that is set.
-pub fn bounce_bytes(bo_sizes: impl IntoIterator<Item = u64>, max_buffer: Option<u64>) -> u64 {
+pub(crate) fn bounce_bytes(
+    bo_sizes: impl IntoIterator<Item = u64>,
+    max_buffer: Option<u64>,
+) -> u64 {
     let largest = bo_sizes.into_iter().max().unwrap_or(0);
     max_buffer.map_or(largest, |m| m.min(largest))
 }
@@ -256,7 +259,7 @@ where
 
 /// Checkpoints `target` on `node` the upstream way into pages files in `dir` (image id `id`), as
 /// criu's tracer. Returns the time from PROCESS_INFO to UNPAUSE.
-pub fn dump(
+pub(crate) fn dump(
     node: &SimNode,
     target: &Target,
     dir: &Path,
@@ -365,7 +368,7 @@ fn dump_gpu(
 /// onto `node` (which must have the image's GPU ids), its buffer contents from the model's pages
 /// files in `pages_dir`, into a new process under the image's pid; criu's side resumes it.
 /// Returns the restored process and the time from reading the image to RESUME.
-pub fn restore(
+pub(crate) fn restore(
     node: &SimNode,
     image_dir: &Path,
     pages_dir: &Path,

@@ -19,14 +19,13 @@
 //!
 //! [`seeds`] makes each target's starting inputs from the project's own demo and workloads.
 
-pub mod fds;
+#![warn(unreachable_pub)]
+
+mod fds;
 pub mod image_files;
 pub mod ioctls;
 pub mod restore;
 pub mod seeds;
-
-/// The demo code that makes real checkpoints (the only place this crate uses the CLI's code).
-pub(crate) use amdgpu_cr::demo;
 
 /// One fuzz target.
 #[derive(Clone, Copy, Debug)]

@@ -3,7 +3,7 @@
 //! each render node in the restored process, then RESUME_DEVICES_LATE from criu's side).
 //!
 //! The input is the bytes of the KFD image. Everything else comes from a real checkpoint made
-//! once per process by the project's demo code ([`Fixture`]): the pages files and render-node
+//! once per process by the simulated node of the `harness` crate ([`Fixture`]): the pages files and render-node
 //! images beside the image, the criu file ids, and a destination node whose GPUs have other ids
 //! (so every restore maps GPUs). The unmodified image (the seed) restores and verifies.
 //!
@@ -25,20 +25,20 @@ use std::sync::OnceLock;
 
 use amdgpu_plugin::copy::Staging;
 use amdgpu_plugin::criu::Settings;
+use harness::workload::{Manifest, Spec};
 use kfd_abi::{DeviceKind, IoctlError, Kfd, Platform, RenderNode};
 use kfd_sim::preset::Preset;
-use kfd_sim::workload::{Manifest, Spec};
 use kfd_sim::{SimFile, SimPlatform};
 
-use crate::demo::{self, ImageIds, SimNode};
 use crate::fds::FdTable;
+use harness::{self, ImageIds, SimNode};
 
 /// Why the fixture could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum FixtureError {
-    /// The demo's checkpoint failed.
+    /// The checkpoint of the model workload failed.
     #[error("checkpointing the demo workload: {0}")]
-    Demo(#[from] demo::DemoError),
+    Checkpoint(#[from] harness::NodeError),
     /// A file operation failed.
     #[error("{what}: {source}")]
     Io {
@@ -105,14 +105,7 @@ pub enum Outcome {
 /// The workload checkpointed for the fixture: small, so that each restore is quick, and with
 /// every kind of object (VRAM and GTT buffers, queues, signal events) on two GPUs.
 pub fn spec() -> Spec {
-    Spec {
-        seed: 0xf022,
-        vram: vec![64 << 10, 4 << 10],
-        gtt: vec![4 << 10],
-        queues: 1,
-        events: 2,
-        untouched_permille: 0,
-    }
+    Spec::new(0xf022, vec![64 << 10, 4 << 10], vec![4 << 10])
 }
 
 /// The node the fixture dumps on; the restore runs on its remapped variant.
@@ -143,7 +136,7 @@ impl Fixture {
     /// Checkpoints the demo workload ([`spec`] on [`PRESET`]) into a temporary directory and
     /// builds the destination node.
     pub fn new() -> Result<Self, FixtureError> {
-        let preset = Preset::by_name(PRESET).map_err(demo::DemoError::from)?;
+        let preset = Preset::by_name(PRESET).map_err(harness::NodeError::from)?;
         let settings = settings();
         let dir = tempfile::Builder::new()
             .prefix("fuzz-restore-")
@@ -151,14 +144,14 @@ impl Fixture {
             .map_err(io_err("creating the image directory"))?;
         let (ids, manifest) = {
             let src = SimNode::new(&preset)?;
-            let target = demo::start_target(&src, &spec())?;
+            let target = harness::start_target(&src, &spec())?;
             let manifest = target.workload.manifest().clone();
-            let (ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings)?;
+            let (ids, _) = harness::checkpoint(&src, &target, dir.path(), &settings)?;
             (ids, manifest)
         };
         let image = std::fs::read(dir.path().join(images::names::kfd_image(ids.kfd)))
             .map_err(io_err("reading the KFD image"))?;
-        let node = SimNode::new(&demo::remapped_variant(&preset))?;
+        let node = SimNode::new(&harness::remapped_variant(&preset))?;
         let shm = tempfile::Builder::new()
             .prefix("fuzz-shm-")
             .tempdir()
@@ -221,7 +214,7 @@ impl Fixture {
             inner,
             shm: shm.clone(),
         };
-        let result = demo::restore_with(
+        let result = harness::restore_with(
             &self.node,
             &wrap,
             machine.spawn_process_as(pid),

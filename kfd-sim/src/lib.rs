@@ -40,7 +40,6 @@ pub mod scratch;
 pub mod sdma;
 pub mod sysfs;
 mod uaccess;
-pub mod workload;
 
 pub use client::{Client, FdSlot, InProcessClient, ProcessMemory};
 pub use host::FileKey;

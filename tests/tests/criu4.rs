@@ -9,25 +9,18 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use amdgpu_cr::demo::{self, SimNode};
 use amdgpu_plugin::criu::Settings;
 use amdgpu_plugin::hooks::{CriuHooks, HookError, Stage};
 use amdgpu_plugin::inventory::{Inventory, RecordError, NAME};
+use harness::workload::Spec;
+use harness::{self, SimNode};
 use kfd_abi::kfd::Version;
 use kfd_abi::Platform;
 use kfd_sim::preset::Preset;
-use kfd_sim::workload::Spec;
 use rstest::rstest;
 
 fn spec() -> Spec {
-    Spec {
-        seed: 7,
-        vram: vec![1 << 20, 64 << 10],
-        gtt: vec![64 << 10],
-        queues: 1,
-        events: 2,
-        untouched_permille: 0,
-    }
+    Spec::new(7, vec![1 << 20, 64 << 10], vec![64 << 10])
 }
 
 fn settings() -> Settings {
@@ -68,9 +61,9 @@ impl Inventory for Shared {
 fn dump_with(
     dir: &std::path::Path,
     inventory: &Arc<FakeInventory>,
-) -> (SimNode, demo::Target, demo::ImageIds) {
+) -> (SimNode, harness::Target, harness::ImageIds) {
     let node = SimNode::new(&Preset::mi210x2()).unwrap();
-    let target = demo::start_target(&node, &spec()).unwrap();
+    let target = harness::start_target(&node, &spec()).unwrap();
     let dirf = File::open(dir).unwrap();
     let criu = node.machine.spawn_process();
     criu.ptrace_attach(&target.process);
@@ -89,7 +82,7 @@ fn dump_with(
     }
     engine.fini(Stage::Dump, 0);
     criu.ptrace_detach(&target.process);
-    let ids = demo::ImageIds {
+    let ids = harness::ImageIds {
         pid: target.process.pid(),
         renders_first: false,
         kfd: 1,
@@ -171,8 +164,8 @@ fn a_dump_on_a_kfd_without_criu_op_is_refused_and_the_process_runs_on(#[case] v:
     let dir = tempfile::tempdir().unwrap();
     let node = SimNode::new(&Preset::mi210x2()).unwrap();
     node.machine.set_kfd_version(v);
-    let target = demo::start_target(&node, &spec()).unwrap();
-    let err = demo::checkpoint(&node, &target, dir.path(), &settings()).unwrap_err();
+    let target = harness::start_target(&node, &spec()).unwrap();
+    let err = harness::checkpoint(&node, &target, dir.path(), &settings()).unwrap_err();
     let expected = format!(
         "CR not supported on current kernel (current:{:02}.{:02} min:01.08)",
         v.major, v.minor
@@ -193,12 +186,12 @@ fn a_dump_on_a_kfd_without_criu_op_is_refused_and_the_process_runs_on(#[case] v:
 fn a_restore_on_a_kfd_without_criu_op_is_refused_and_creates_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let src = SimNode::new(&Preset::mi210x2()).unwrap();
-    let target = demo::start_target(&src, &spec()).unwrap();
-    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings()).unwrap();
+    let target = harness::start_target(&src, &spec()).unwrap();
+    let (ids, _) = harness::checkpoint(&src, &target, dir.path(), &settings()).unwrap();
 
     let dst = SimNode::new(&Preset::mi210x2()).unwrap();
     dst.machine.set_kfd_version(Version { major: 1, minor: 7 });
-    let err = demo::restore(&dst, dir.path(), &ids, &settings()).unwrap_err();
+    let err = harness::restore(&dst, dir.path(), &ids, &settings()).unwrap_err();
     assert!(
         err.to_string()
             .contains("CR not supported on current kernel (current:01.07 min:01.08)"),

@@ -1,7 +1,10 @@
 //! The layering rests on the dependency graph, not on the linker: what criu loads
 //! (`amdgpu_plugin.so`, the `plugin` package) depends on neither the simulator nor the CLI's
-//! crates, and `topology` does not depend on the image format. Asked of `cargo tree` (normal
-//! edges only: dev-dependencies may use anything), offline, on the workspace's own lock file.
+//! crates, `topology` does not depend on the image format, and the simulated node (`harness`)
+//! on no CLI crate. Asked of `cargo tree` (normal edges: dev-dependencies may use anything
+//! below the CLI), offline, on the workspace's own lock file. Nothing builds on the CLI package
+//! `amdgpu-cr`, not even tests (`tests`, `fuzz` use `harness`); and only binaries parse
+//! arguments: no library source of `kfd-sim` or `harness` names `clap`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,9 +16,15 @@ use rstest::rstest;
 
 /// The names of the packages in `package`'s graph of normal dependencies, itself included.
 fn normal_dependencies(package: &str) -> BTreeSet<String> {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+    dependencies(package, "normal")
+}
+
+/// The names of the packages in `package`'s graph of dependencies of the `edges` kinds (as
+/// `cargo tree --edges` takes them), itself included.
+fn dependencies(package: &str, edges: &str) -> BTreeSet<String> {
+    let manifest = workspace().join("Cargo.toml");
     let out = Command::new(env!("CARGO"))
-        .args(["tree", "--frozen", "--edges", "normal", "--prefix", "none"])
+        .args(["tree", "--frozen", "--edges", edges, "--prefix", "none"])
         .args(["--format", "{p}", "--package", package, "--manifest-path"])
         .arg(&manifest)
         .env("CARGO_TERM_COLOR", "never")
@@ -48,6 +57,11 @@ fn normal_dependencies(package: &str) -> BTreeSet<String> {
     &["kfd-sim", "clap", "indicatif", "amdgpu-cr"]
 )]
 #[case::topology("topology", &["log", "thiserror"], &["images", "prost", "kfd-sim"])]
+#[case::the_simulated_node(
+    "harness",
+    &["plugin", "kfd-sim", "kfd-abi"],
+    &["amdgpu-cr", "indicatif"]
+)]
 fn a_package_depends_on_what_its_role_needs_and_nothing_above_it(
     #[case] package: &str,
     #[case] present: &[&str],
@@ -68,4 +82,64 @@ fn a_package_depends_on_what_its_role_needs_and_nothing_above_it(
              {names:?}; move the code that needs it to the package of its user"
         );
     }
+}
+
+/// The workspace's top directory.
+fn workspace() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+#[rstest]
+#[case::the_integration_tests("tests")]
+#[case::the_fuzz_targets("fuzz")]
+#[case::the_simulated_node("harness")]
+fn nothing_builds_on_the_cli_package_not_even_tests(#[case] package: &str) {
+    let names = dependencies(package, "normal,build,dev");
+    assert!(
+        names.contains("harness") || package == "harness",
+        "{package} should build on the simulated node (harness); cargo tree lists {names:?}"
+    );
+    assert!(
+        !names.contains("amdgpu-cr"),
+        "{package} must not depend on the CLI package amdgpu-cr (of any kind): {names:?}; what \
+         it needs of the CLI belongs in harness"
+    );
+}
+
+/// The Rust files under `dir`, recursively.
+fn rust_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
+#[rstest]
+#[case::the_simulator("kfd-sim")]
+#[case::the_simulated_node("harness")]
+fn only_binaries_parse_arguments(#[case] package: &str) {
+    let src = workspace().join(package).join("src");
+    let files = rust_files(&src);
+    // The tree was read: the library's root is among the files.
+    assert!(files.contains(&src.join("lib.rs")), "{files:?}");
+    let bins = src.join("bin");
+    let naming_clap: Vec<_> = files
+        .iter()
+        .filter(|f| !f.starts_with(&bins) && f != &&src.join("main.rs"))
+        .filter(|f| std::fs::read_to_string(f).unwrap().contains("clap"))
+        .collect();
+    assert!(
+        naming_clap.is_empty(),
+        "{package}'s library must not use clap (argument parsing belongs in its binaries, \
+         src/bin/): {naming_clap:?}"
+    );
 }

@@ -22,9 +22,9 @@ use std::fs::File;
 use std::os::fd::AsFd;
 use std::path::Path;
 
-use amdgpu_cr::demo::{self, remapped_variant, ImageIds, SimNode};
 use amdgpu_plugin::criu::Settings;
 use amdgpu_plugin::hooks::{CriuHooks, Stage};
+use harness::{self, remapped_variant, ImageIds, SimNode};
 use kfd_abi::kfd::QueueDesc;
 use kfd_abi::mmap_offset as mo;
 use kfd_abi::{
@@ -213,7 +213,7 @@ fn dump(node: &SimNode, rocm: &Rocm, dir: &Path) -> (ImageIds, Vec<DeviceVma>) {
     }
     engine.fini(Stage::Dump, 0);
     let renders: Vec<&RenderNode<SimFile>> = rocm.renders.iter().collect();
-    let (ids, _) = demo::checkpoint_files(
+    let (ids, _) = harness::checkpoint_files(
         node,
         &|p| p,
         &rocm.process,

@@ -5,21 +5,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use amdgpu_cr::demo::{self, SimNode};
 use amdgpu_plugin::criu::Settings;
+use harness::workload::Spec;
+use harness::{self, SimNode};
 use kfd_sim::preset::Preset;
-use kfd_sim::workload::Spec;
 use tests::{open_fds, FaultPlan, FaultyPlatform};
 
 fn spec() -> Spec {
-    Spec {
-        seed: 7,
-        vram: vec![2 << 20, 4 << 10],
-        gtt: vec![64 << 10],
-        queues: 1,
-        events: 2,
-        untouched_permille: 0,
-    }
+    Spec::new(7, vec![2 << 20, 4 << 10], vec![64 << 10])
 }
 
 fn settings() -> Settings {
@@ -30,7 +23,7 @@ fn settings() -> Settings {
 fn every_injected_failure_is_clean() {
     let preset = Preset::by_name("mi210x2").unwrap();
     let node = SimNode::new(&preset).unwrap();
-    let target = demo::start_target(&node, &spec()).unwrap();
+    let target = harness::start_target(&node, &spec()).unwrap();
     let renders: Vec<_> = target.workload.renders().iter().collect();
     let manifest = target.workload.manifest().clone();
 
@@ -42,7 +35,7 @@ fn every_injected_failure_is_clean() {
         let fds = open_fds();
         let plan = FaultPlan::fail_at(dumps);
         let wrap = |p| FaultyPlatform::new(p, plan.clone());
-        let result = demo::checkpoint_files(
+        let result = harness::checkpoint_files(
             &node,
             &wrap,
             &target.process,
@@ -92,7 +85,7 @@ fn every_injected_failure_is_clean() {
         let wrap = |p| FaultyPlatform::new(p, plan.clone());
         let process = dst.machine.spawn_process();
         let pid = process.pid();
-        let result = demo::restore_with(&dst, &wrap, process, dir.path(), &ids, &settings());
+        let result = harness::restore_with(&dst, &wrap, process, dir.path(), &ids, &settings());
         match (result, plan.failed()) {
             (Ok((restored, _)), None) => {
                 restored.verify(&manifest).unwrap();

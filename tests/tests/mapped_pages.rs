@@ -7,12 +7,12 @@
 use std::io::Write;
 use std::os::fd::AsFd;
 
-use amdgpu_cr::demo::{self, SimNode};
 use amdgpu_plugin::criu::Settings;
+use harness::workload::Spec;
+use harness::{self, SimNode};
 use kfd_abi::dma::PAGE_SIZE;
 use kfd_abi::FileWindow;
 use kfd_sim::preset::Preset;
-use kfd_sim::workload::Spec;
 
 /// A restored process's first render node, a GPU VA free in its VM, and the test's work on them.
 fn with_render(test: impl FnOnce(&kfd_abi::RenderNode<kfd_sim::SimFile>, u64)) {
@@ -25,11 +25,11 @@ fn with_render(test: impl FnOnce(&kfd_abi::RenderNode<kfd_sim::SimFile>, u64)) {
         ..Spec::default()
     };
     let src = SimNode::new(&preset).unwrap();
-    let target = demo::start_target(&src, &spec).unwrap();
-    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings).unwrap();
+    let target = harness::start_target(&src, &spec).unwrap();
+    let (ids, _) = harness::checkpoint(&src, &target, dir.path(), &settings).unwrap();
     drop(target);
     let dst = SimNode::new(&preset).unwrap();
-    let (restored, _) = demo::restore(&dst, dir.path(), &ids, &settings).unwrap();
+    let (restored, _) = harness::restore(&dst, dir.path(), &ids, &settings).unwrap();
     let render = &restored.renders[0];
     let info = render.dev_info().unwrap();
     let va = (info.virtual_address_max - (64 << 20)) & !((2 << 20) - 1);

@@ -19,12 +19,12 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use amdgpu_cr::demo::{self, SimNode};
 use amdgpu_plugin::criu::Settings;
+use harness::workload::{Dma, Spec, Workload};
+use harness::{self, SimNode};
 use kfd_abi::transport::Forward;
 use kfd_abi::{Errno, GpuId, Kfd, RenderNode, Transport};
 use kfd_sim::preset::Preset;
-use kfd_sim::workload::{Dma, Spec, Workload};
 use kfd_sim::{SimFile, SimProcess};
 use rstest::rstest;
 
@@ -149,13 +149,13 @@ fn a_checkpoint_inside_a_step_costs_at_most_one_rerun_of_it(
             let settings = Settings::from_lookup(|_| None, false);
             let refs: Vec<&RenderNode<SimFile>> = renders.iter().collect();
             let (ids, _) =
-                demo::checkpoint_files(&node, &|p| p, &process, &kfd, &refs, &dir, &settings)
+                harness::checkpoint_files(&node, &|p| p, &process, &kfd, &refs, &dir, &settings)
                     .unwrap();
             // The dumped process lives on in this test (its memory is the test's), so the
             // restored one gets another pid on the same node.
             let fresh = node.machine.spawn_process();
             let (restored, _) =
-                demo::restore_with(&node, &|p| p, fresh, &dir, &ids, &settings).unwrap();
+                harness::restore_with(&node, &|p| p, fresh, &dir, &ids, &settings).unwrap();
             let mut files = vec![restored.kfd.into_transport()];
             files.extend(restored.renders.into_iter().map(RenderNode::into_transport));
             (files, restored.process)
@@ -190,14 +190,7 @@ fn a_checkpoint_inside_a_step_costs_at_most_one_rerun_of_it(
             )
         })
         .collect();
-    let spec = Spec {
-        seed: 9,
-        vram: vec![1 << 20, 4 << 10],
-        gtt: vec![64 << 10],
-        queues: 1,
-        events: 2,
-        untouched_permille: 0,
-    };
+    let spec = Spec::new(9, vec![1 << 20, 4 << 10], vec![64 << 10]);
     // Only command submission keeps objects in the render-node file across a tick step.
     let mut w = Workload::start_with(wkfd, gpus, &spec, Dma::Cs).unwrap();
     assert_eq!(w.tick().unwrap(), 2, "a tick before the checkpoint");

@@ -3,8 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use harness::workload::{Spec, Workload};
 use kfd_abi::{GpuId, Platform};
-use kfd_sim::workload::{Spec, Workload};
 use tests::backend::{Backend, PlatformTest};
 
 struct DriverVersion;
@@ -53,14 +53,7 @@ impl PlatformTest for WorkloadRoundTrip {
                 )
             })
             .collect();
-        let spec = Spec {
-            seed: 3,
-            vram: vec![1 << 20, 8 << 10],
-            gtt: vec![64 << 10],
-            queues: 1,
-            events: 2,
-            untouched_permille: 0,
-        };
+        let spec = Spec::new(3, vec![1 << 20, 8 << 10], vec![64 << 10]);
         let mut w = Workload::start(kfd, gpus, &spec).unwrap();
         w.verify().unwrap();
         assert_eq!(w.tick().unwrap(), 2);

@@ -4,13 +4,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use amdgpu_cr::demo::{self, remapped_variant, SimNode};
 use amdgpu_plugin::copy::Staging;
 use amdgpu_plugin::criu::Settings;
 use amdgpu_plugin::hooks::{CriuHooks, Stage};
+use harness::workload::Spec;
+use harness::{self, remapped_variant, SimNode};
 use kfd_abi::{DeviceKind, Platform};
 use kfd_sim::preset::Preset;
-use kfd_sim::workload::Spec;
 use rstest::rstest;
 use std::os::fd::AsFd;
 use topology::options::Check;
@@ -18,12 +18,8 @@ use topology::options::Check;
 /// A small workload: a buffer larger than one staging buffer, small ones, GTT, queues, events.
 fn small_spec() -> Spec {
     Spec {
-        seed: 42,
-        vram: vec![3 << 20, 64 << 10, 4 << 10],
-        gtt: vec![256 << 10],
-        queues: 1,
         events: 3,
-        untouched_permille: 0,
+        ..Spec::new(42, vec![3 << 20, 64 << 10, 4 << 10], vec![256 << 10])
     }
 }
 
@@ -37,13 +33,13 @@ fn round_trip(
     destination: &Preset,
     spec: &Spec,
     settings: &Settings,
-) -> demo::RestoredTarget {
+) -> harness::RestoredTarget {
     let dir = tempfile::tempdir().unwrap();
     let src = SimNode::new(source).unwrap();
-    let target = demo::start_target(&src, spec).unwrap();
+    let target = harness::start_target(&src, spec).unwrap();
     let manifest = target.workload.manifest().clone();
     settings.progress.reset();
-    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), settings).unwrap();
+    let (ids, _) = harness::checkpoint(&src, &target, dir.path(), settings).unwrap();
     assert_eq!(
         src.machine.queues_paused(target.process.pid()),
         Some(false),
@@ -57,7 +53,7 @@ fn round_trip(
     settings.progress.reset();
 
     let dst = SimNode::new(destination).unwrap();
-    let (restored, _) = demo::restore(&dst, dir.path(), &ids, settings).unwrap();
+    let (restored, _) = harness::restore(&dst, dir.path(), &ids, settings).unwrap();
     assert_eq!(
         settings.progress.get(),
         manifest.buffer_bytes(),
@@ -137,21 +133,20 @@ fn dump_only(
     settings: &Settings,
 ) -> (
     tempfile::TempDir,
-    demo::ImageIds,
-    kfd_sim::workload::Manifest,
+    harness::ImageIds,
+    harness::workload::Manifest,
 ) {
     let dir = tempfile::tempdir().unwrap();
-    let src = SimNode::new(preset).unwrap();
-    let target = demo::start_target(&src, &small_spec()).unwrap();
-    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), settings).unwrap();
-    (dir, ids, target.workload.manifest().clone())
+    let (ids, manifest) =
+        harness::checkpoint_new(preset, &small_spec(), dir.path(), settings).unwrap();
+    (dir, ids, manifest)
 }
 
 #[test]
 fn too_few_gpus_is_refused_with_the_reason() {
     let (dir, ids, _) = dump_only(&Preset::by_name("mi210x2").unwrap(), &settings());
     let dst = SimNode::new(&Preset::by_name("mi50x1").unwrap()).unwrap();
-    let err = demo::restore(&dst, dir.path(), &ids, &settings())
+    let err = harness::restore(&dst, dir.path(), &ids, &settings())
         .unwrap_err()
         .to_string();
     assert!(err.contains("cannot be mapped"), "{err}");
@@ -167,14 +162,14 @@ fn older_firmware_is_refused_until_its_check_is_turned_off() {
     let fw = p.gpus[0].fw_version.unwrap_or(78);
     let (dir, ids, manifest) = dump_only(&p.clone().with_fw_version(fw + 10), &settings());
     let older = SimNode::new(&p.clone().with_fw_version(fw)).unwrap();
-    let err = demo::restore(&older, dir.path(), &ids, &settings())
+    let err = harness::restore(&older, dir.path(), &ids, &settings())
         .unwrap_err()
         .to_string();
     assert!(err.contains("KFD_FW_VER_CHECK"), "{err}");
 
     let mut lenient = settings();
     lenient.checks.set(Check::FwVersion, false);
-    let (restored, _) = demo::restore(&older, dir.path(), &ids, &lenient).unwrap();
+    let (restored, _) = harness::restore(&older, dir.path(), &ids, &lenient).unwrap();
     restored.verify(&manifest).unwrap();
 }
 
@@ -183,24 +178,15 @@ fn a_restored_process_is_checkpointed_and_restored_again() {
     let p = Preset::by_name("mi210x2").unwrap();
     let (dir, ids, manifest) = dump_only(&p, &settings());
     let second = SimNode::new(&remapped_variant(&p)).unwrap();
-    let (restored, _) = demo::restore(&second, dir.path(), &ids, &settings()).unwrap();
+    let (restored, _) = harness::restore(&second, dir.path(), &ids, &settings()).unwrap();
     restored.verify(&manifest).unwrap();
 
     // Dump the restored process, which uses its old gpu ids on other GPUs, and restore it back.
     let dir2 = tempfile::tempdir().unwrap();
-    let renders: Vec<_> = restored.renders.iter().collect();
-    let (ids2, _) = demo::checkpoint_files(
-        &second,
-        &|p| p,
-        &restored.process,
-        &restored.kfd,
-        &renders,
-        dir2.path(),
-        &settings(),
-    )
-    .unwrap();
+    let (ids2, _) =
+        harness::checkpoint_restored(&second, &restored, dir2.path(), &settings()).unwrap();
     let third = SimNode::new(&p).unwrap();
-    let (again, _) = demo::restore(&third, dir2.path(), &ids2, &settings()).unwrap();
+    let (again, _) = harness::restore(&third, dir2.path(), &ids2, &settings()).unwrap();
     again.verify(&manifest).unwrap();
 }
 
@@ -222,7 +208,7 @@ fn a_corrupt_pages_file_is_refused_before_resume() {
     bytes[8 + 1000] ^= 1;
     std::fs::write(&pages, bytes).unwrap();
     let dst = SimNode::new(&p).unwrap();
-    let err = demo::restore(&dst, dir.path(), &ids, &settings())
+    let err = harness::restore(&dst, dir.path(), &ids, &settings())
         .unwrap_err()
         .to_string();
     assert!(
@@ -240,9 +226,10 @@ fn a_process_without_gpu_buffers_restores_as_a_fresh_kfd() {
     let kfd = src.platform_of(&process).open_kfd().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (ids, _) =
-        demo::checkpoint_files(&src, &|p| p, &process, &kfd, &[], dir.path(), &settings()).unwrap();
+        harness::checkpoint_files(&src, &|p| p, &process, &kfd, &[], dir.path(), &settings())
+            .unwrap();
     let dst = SimNode::new(&remapped_variant(&p)).unwrap();
-    let (restored, _) = demo::restore(&dst, dir.path(), &ids, &settings()).unwrap();
+    let (restored, _) = harness::restore(&dst, dir.path(), &ids, &settings()).unwrap();
     assert_eq!(restored.kfd.get_version().unwrap().minor, 11);
 }
 
@@ -257,7 +244,7 @@ fn render_nodes_restored_before_their_kfd_are_its_compute_vms(#[case] remap: boo
     let (dir, mut ids, manifest) = dump_only(&p, &settings());
     ids.renders_first = true;
     let dst = SimNode::new(&if remap { remapped_variant(&p) } else { p }).unwrap();
-    let (restored, _) = demo::restore(&dst, dir.path(), &ids, &settings()).unwrap();
+    let (restored, _) = harness::restore(&dst, dir.path(), &ids, &settings()).unwrap();
     // Verification reads every buffer by SDMA through the restored render nodes: only the files
     // whose VMs the driver restored the buffers into can.
     let report = restored.verify(&manifest).unwrap();
@@ -398,7 +385,7 @@ fn a_damaged_kfd_image_is_refused_naming_the_file() {
     bytes[200..204].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
     std::fs::write(&kfd, bytes).unwrap();
     let dst = SimNode::new(&p).unwrap();
-    let err = demo::restore(&dst, dir.path(), &ids, &settings())
+    let err = harness::restore(&dst, dir.path(), &ids, &settings())
         .unwrap_err()
         .to_string();
     let name = kfd.file_name().unwrap().to_string_lossy().into_owned();
@@ -444,6 +431,6 @@ fn images_without_an_image_checksum_restore_like_upstreams() {
     }
     assert_eq!(stripped, 1 + ids.renders.len());
     let dst = SimNode::new(&remapped_variant(&p)).unwrap();
-    let (restored, _) = demo::restore(&dst, dir.path(), &ids, &s).unwrap();
+    let (restored, _) = harness::restore(&dst, dir.path(), &ids, &s).unwrap();
     restored.verify(&manifest).unwrap();
 }

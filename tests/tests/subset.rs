@@ -9,19 +9,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use amdgpu_cr::demo::{self, SimNode};
 use amdgpu_plugin::criu::Settings;
+use harness::workload::{Manifest, Spec};
+use harness::{self, SimNode};
 use kfd_sim::preset::Preset;
-use kfd_sim::workload::{Manifest, Spec};
 
 fn spec() -> Spec {
     Spec {
-        seed: 15,
-        vram: vec![3 << 20, 64 << 10],
-        gtt: vec![256 << 10],
-        queues: 1,
         events: 3,
-        untouched_permille: 0,
+        ..Spec::new(15, vec![3 << 20, 64 << 10], vec![256 << 10])
     }
 }
 
@@ -38,12 +34,11 @@ fn mi250x2(ids: [u32; 2]) -> Preset {
 }
 
 /// Checkpoints the workload running on every GPU of `preset`.
-fn dump(preset: &Preset) -> (tempfile::TempDir, demo::ImageIds, Manifest) {
+fn dump(preset: &Preset) -> (tempfile::TempDir, harness::ImageIds, Manifest) {
     let dir = tempfile::tempdir().unwrap();
-    let src = SimNode::new(preset).unwrap();
-    let target = demo::start_target(&src, &spec()).unwrap();
-    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings()).unwrap();
-    (dir, ids, target.workload.manifest().clone())
+    let (ids, manifest) =
+        harness::checkpoint_new(preset, &spec(), dir.path(), &settings()).unwrap();
+    (dir, ids, manifest)
 }
 
 /// The GPU ids of `preset` at these indices.
@@ -52,7 +47,7 @@ fn ids_at(preset: &Preset, indices: impl IntoIterator<Item = usize>) -> Vec<u32>
 }
 
 /// The GPUs the restore's mapping chose, in the image's order.
-fn chosen_gpus(restored: &demo::RestoredTarget) -> Vec<u32> {
+fn chosen_gpus(restored: &harness::RestoredTarget) -> Vec<u32> {
     restored
         .mapping
         .iter()
@@ -62,7 +57,7 @@ fn chosen_gpus(restored: &demo::RestoredTarget) -> Vec<u32> {
 
 /// The restored process's GPUs as its `/dev/kfd` names them (the user gpu ids; the apertures
 /// report the actual ids, as the driver's).
-fn process_gpus(restored: &demo::RestoredTarget) -> Vec<u32> {
+fn process_gpus(restored: &harness::RestoredTarget) -> Vec<u32> {
     let machine = restored.process.machine();
     let mut ids: Vec<u32> = machine
         .process_gpus(restored.process.pid())
@@ -82,7 +77,7 @@ fn an_eight_gcd_image_restores_onto_one_hive_of_a_sixteen_gcd_node() {
     let big = Preset::mi250x16();
     let (dir, ids, manifest) = dump(&small);
     let node = SimNode::new(&big).unwrap();
-    let (restored, _) = demo::restore(&node, dir.path(), &ids, &settings()).unwrap();
+    let (restored, _) = harness::restore(&node, dir.path(), &ids, &settings()).unwrap();
 
     let report = restored.verify(&manifest).unwrap();
     assert_eq!(report.bytes, manifest.pattern_bytes());
@@ -110,7 +105,7 @@ fn two_gcds_restore_onto_a_pair_of_an_eight_gcd_node(#[values(false, true)] rend
     let (dir, mut ids, manifest) = dump(&mi250x2([0x1111, 0x2222]));
     ids.renders_first = renders_first;
     let node = SimNode::new(&big).unwrap();
-    let (restored, _) = demo::restore(&node, dir.path(), &ids, &settings()).unwrap();
+    let (restored, _) = harness::restore(&node, dir.path(), &ids, &settings()).unwrap();
     restored.verify(&manifest).unwrap();
     let used = chosen_gpus(&restored);
     assert_eq!(used, ids_at(&big, 0..2));
@@ -127,7 +122,7 @@ fn a_left_out_gpu_with_an_image_gpu_id_gets_another_id() {
     let image = ids_at(&big, 0..2);
     let (dir, ids, manifest) = dump(&mi250x2([image[0], image[1]]));
     let node = SimNode::new(&big).unwrap();
-    let (restored, _) = demo::restore(&node, dir.path(), &ids, &settings()).unwrap();
+    let (restored, _) = harness::restore(&node, dir.path(), &ids, &settings()).unwrap();
     restored.verify(&manifest).unwrap();
 
     // GCD 0 is too old, so the pair goes to the next two GCDs that share a NUMA node.
@@ -150,23 +145,14 @@ fn a_process_restored_onto_a_bigger_node_is_checkpointed_and_restored_again() {
     let big = Preset::mi250x8();
     let (dir, ids, manifest) = dump(&mi250x2([0x1111, 0x2222]));
     let second = SimNode::new(&big).unwrap();
-    let (restored, _) = demo::restore(&second, dir.path(), &ids, &settings()).unwrap();
+    let (restored, _) = harness::restore(&second, dir.path(), &ids, &settings()).unwrap();
     restored.verify(&manifest).unwrap();
 
     let dir2 = tempfile::tempdir().unwrap();
-    let renders: Vec<_> = restored.renders.iter().collect();
-    let (ids2, _) = demo::checkpoint_files(
-        &second,
-        &|p| p,
-        &restored.process,
-        &restored.kfd,
-        &renders,
-        dir2.path(),
-        &settings(),
-    )
-    .unwrap();
-    let third = SimNode::new(&demo::remapped_variant(&big)).unwrap();
-    let (again, _) = demo::restore(&third, dir2.path(), &ids2, &settings()).unwrap();
+    let (ids2, _) =
+        harness::checkpoint_restored(&second, &restored, dir2.path(), &settings()).unwrap();
+    let third = SimNode::new(&harness::remapped_variant(&big)).unwrap();
+    let (again, _) = harness::restore(&third, dir2.path(), &ids2, &settings()).unwrap();
     again.verify(&manifest).unwrap();
     assert_eq!(again.mapping.len(), 8);
 }
@@ -183,7 +169,7 @@ fn too_few_fitting_gpus_refuse_the_restore_with_the_reason() {
         big.gpus[i].fw_version = Some(fw.saturating_sub(10));
     }
     let node = SimNode::new(&big).unwrap();
-    let err = demo::restore(&node, dir.path(), &ids, &settings())
+    let err = harness::restore(&node, dir.path(), &ids, &settings())
         .unwrap_err()
         .to_string();
     assert!(err.contains("xGMI hive of 8"), "{err}");
@@ -197,7 +183,7 @@ fn too_few_fitting_gpus_refuse_the_restore_with_the_reason() {
 
     let mut lenient = settings();
     lenient.checks.set(topology::Check::FwVersion, false);
-    demo::restore(&node, dir.path(), &ids, &lenient).unwrap();
+    harness::restore(&node, dir.path(), &ids, &lenient).unwrap();
 }
 
 /// An SVM range keeps its access on the image's GPUs, and the GPUs the image did not have get
@@ -210,7 +196,7 @@ fn svm_ranges_keep_their_access_and_the_other_gpus_get_none() {
 
     let small = mi250x2([0x1111, 0x2222]);
     let src = SimNode::new(&small).unwrap();
-    let target = demo::start_target(&src, &spec()).unwrap();
+    let target = harness::start_target(&src, &spec()).unwrap();
     // A page of this process's memory (the in-process simulator's user memory).
     let buffer = vec![0u8; 3 * 4096];
     let page = (buffer.as_ptr() as u64 + 4095) & !4095;
@@ -224,12 +210,12 @@ fn svm_ranges_keep_their_access_and_the_other_gpus_get_none() {
         .svm_set_attr(page, 4096, &[access(0x1111)])
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings()).unwrap();
+    let (ids, _) = harness::checkpoint(&src, &target, dir.path(), &settings()).unwrap();
     let manifest = target.workload.manifest().clone();
 
     let big = Preset::mi250x8();
     let node = SimNode::new(&big).unwrap();
-    let (restored, _) = demo::restore(&node, dir.path(), &ids, &settings()).unwrap();
+    let (restored, _) = harness::restore(&node, dir.path(), &ids, &settings()).unwrap();
     restored.verify(&manifest).unwrap();
     let spares = ids_at(&big, 2..8);
     let mut query: Vec<SvmAttribute> = [0x1111, 0x2222]
@@ -266,7 +252,7 @@ fn a_container_is_restored_onto_the_gpus_its_device_cgroup_allows(
     let process = node.machine.spawn_process_as(ids.pid);
     process.set_device_cgroup(Some(&minors_at(&node, 4..6)));
     let (restored, _) =
-        demo::restore_with(&node, &|p| p, process, dir.path(), &ids, &settings()).unwrap();
+        harness::restore_with(&node, &|p| p, process, dir.path(), &ids, &settings()).unwrap();
     restored.verify(&manifest).unwrap();
     let used = chosen_gpus(&restored);
     assert_eq!(used, ids_at(&big, 4..6));
@@ -285,7 +271,7 @@ fn a_container_given_too_few_gpus_is_refused() {
     let node = SimNode::new(&big).unwrap();
     let process = node.machine.spawn_process_as(ids.pid);
     process.set_device_cgroup(Some(&minors_at(&node, [6])));
-    let err = demo::restore_with(&node, &|p| p, process, dir.path(), &ids, &settings())
+    let err = harness::restore_with(&node, &|p| p, process, dir.path(), &ids, &settings())
         .unwrap_err()
         .to_string();
     assert!(err.contains("taken with 2 GPU(s)"), "{err}");
@@ -305,8 +291,8 @@ fn a_container_given_one_gpu_is_checkpointed_with_one_and_restored_onto_another(
     let dir = tempfile::tempdir().unwrap();
     let src = SimNode::new(&small).unwrap();
     let allowed = minors_at(&src, [1]);
-    let target = demo::start_target_in(&src, &spec(), Some(&allowed)).unwrap();
-    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings()).unwrap();
+    let target = harness::start_target_in(&src, &spec(), Some(&allowed)).unwrap();
+    let (ids, _) = harness::checkpoint(&src, &target, dir.path(), &settings()).unwrap();
     let manifest = target.workload.manifest().clone();
 
     let big = Preset::mi250x8();
@@ -314,7 +300,7 @@ fn a_container_given_one_gpu_is_checkpointed_with_one_and_restored_onto_another(
     let process = node.machine.spawn_process_as(ids.pid);
     process.set_device_cgroup(Some(&minors_at(&node, [6])));
     let (restored, _) =
-        demo::restore_with(&node, &|p| p, process, dir.path(), &ids, &settings()).unwrap();
+        harness::restore_with(&node, &|p| p, process, dir.path(), &ids, &settings()).unwrap();
     restored.verify(&manifest).unwrap();
     let used = chosen_gpus(&restored);
     assert_eq!(used, ids_at(&big, [6]));
@@ -365,8 +351,8 @@ fn a_container_whose_device_cgroup_is_not_applied_yet_is_refused_with_the_cause(
     let dir = tempfile::tempdir().unwrap();
     let src = SimNode::new(&small).unwrap();
     let allowed = minors_at(&src, [0]);
-    let target = demo::start_target_in(&src, &spec(), Some(&allowed)).unwrap();
-    let (mut ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings()).unwrap();
+    let target = harness::start_target_in(&src, &spec(), Some(&allowed)).unwrap();
+    let (mut ids, _) = harness::checkpoint(&src, &target, dir.path(), &settings()).unwrap();
     ids.renders_first = renders_first;
     let manifest = target.workload.manifest().clone();
     drop(target);
@@ -379,7 +365,7 @@ fn a_container_whose_device_cgroup_is_not_applied_yet_is_refused_with_the_cause(
         view: UnconfinedContainer { dev: given.clone() },
     };
     let process = node.machine.spawn_process_as(ids.pid);
-    let err = demo::restore_with(&node, &unconfined, process, dir.path(), &ids, &settings())
+    let err = harness::restore_with(&node, &unconfined, process, dir.path(), &ids, &settings())
         .unwrap_err()
         .to_string();
     let other_minor = minors_at(&node, [1])[0];
@@ -401,7 +387,7 @@ fn a_container_whose_device_cgroup_is_not_applied_yet_is_refused_with_the_cause(
     let process = node.machine.spawn_process_as(ids.pid);
     process.set_device_cgroup(Some(&given));
     let (restored, _) =
-        demo::restore_with(&node, &unconfined, process, dir.path(), &ids, &settings()).unwrap();
+        harness::restore_with(&node, &unconfined, process, dir.path(), &ids, &settings()).unwrap();
     restored.verify(&manifest).unwrap();
     assert_eq!(process_gpus(&restored), vec![0x1111]);
     assert_eq!(node.machine.vram_used(0x4343), Some(0));

@@ -9,24 +9,20 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use amdgpu_cr::demo::{self, SimNode};
 use amdgpu_plugin::criu::Settings;
+use harness::workload::{Kind, Manifest, Spec};
+use harness::{self, SimNode};
 use images::PagesFile;
 use kfd_sim::preset::Preset;
 use kfd_sim::render::VmTarget;
-use kfd_sim::workload::{Kind, Manifest, Spec};
 
 const M: u64 = 1 << 20;
 
 /// One VRAM buffer of 8 MiB, three quarters of it never written, and a GTT buffer of 2 MiB.
 fn spec() -> Spec {
     Spec {
-        seed: 9,
-        vram: vec![8 * M],
-        gtt: vec![2 * M],
-        queues: 1,
-        events: 2,
         untouched_permille: 750,
+        ..Spec::new(9, vec![8 * M], vec![2 * M])
     }
 }
 
@@ -45,7 +41,7 @@ fn on_disk(path: &Path) -> u64 {
 }
 
 /// The pages file of the workload's first GPU, and its payload length.
-fn first_pages_file(dir: &Path, ids: &demo::ImageIds, manifest: &Manifest) -> (PathBuf, u64) {
+fn first_pages_file(dir: &Path, ids: &harness::ImageIds, manifest: &Manifest) -> (PathBuf, u64) {
     let gpu = &manifest.gpus[0];
     let which = PagesFile::Kfd {
         id: ids.kfd,
@@ -61,11 +57,8 @@ fn untouched_memory_is_a_hole_at_dump_and_a_fill_at_restore(
 ) {
     let preset = Preset::by_name("mi210x2").unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let src = SimNode::new(&preset).unwrap();
-    let target = demo::start_target(&src, &spec()).unwrap();
-    let manifest = target.workload.manifest().clone();
-    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings(true)).unwrap();
-    drop(target);
+    let (ids, manifest) =
+        harness::checkpoint_new(&preset, &spec(), dir.path(), &settings(true)).unwrap();
 
     // The file has its full length; of the buffers' 10 MiB, 7.5 MiB are untouched and holes.
     // The workload's user-mode queue buffers (the staging buffer it moved the data through, the
@@ -86,7 +79,7 @@ fn untouched_memory_is_a_hole_at_dump_and_a_fill_at_restore(
     );
 
     let dst = SimNode::new(&preset).unwrap();
-    let (restored, _) = demo::restore(&dst, dir.path(), &ids, &settings(map_pages)).unwrap();
+    let (restored, _) = harness::restore(&dst, dir.path(), &ids, &settings(map_pages)).unwrap();
     // Before anything reads it (a read through the simulated VRAM's mapping allocates memory):
     // the restored VRAM buffer holds memory only for the quarter that was copied. Copying the
     // zeros would have allocated all of it; the fills punched it out.
@@ -121,11 +114,8 @@ fn untouched_memory_is_a_hole_at_dump_and_a_fill_at_restore(
 fn a_data_chunk_zeroed_in_the_image_is_refused(#[values(true, false)] map_pages: bool) {
     let preset = Preset::by_name("mi210x2").unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let src = SimNode::new(&preset).unwrap();
-    let target = demo::start_target(&src, &spec()).unwrap();
-    let manifest = target.workload.manifest().clone();
-    let (ids, _) = demo::checkpoint(&src, &target, dir.path(), &settings(true)).unwrap();
-    drop(target);
+    let (ids, manifest) =
+        harness::checkpoint_new(&preset, &spec(), dir.path(), &settings(true)).unwrap();
     // The file's second MiB held data (the end of the payload's first chunk and most of its
     // second): it becomes a hole, as a zeroed-out chunk.
     let (pages, _) = first_pages_file(dir.path(), &ids, &manifest);
@@ -137,6 +127,6 @@ fn a_data_chunk_zeroed_in_the_image_is_refused(#[values(true, false)] map_pages:
     rustix::fs::fallocate(f.as_fd(), flags, M, M).unwrap();
     drop(f);
     let dst = SimNode::new(&preset).unwrap();
-    let e = demo::restore(&dst, dir.path(), &ids, &settings(map_pages)).unwrap_err();
+    let e = harness::restore(&dst, dir.path(), &ids, &settings(map_pages)).unwrap_err();
     assert!(e.to_string().contains("is corrupt: chunk 0"), "{e}");
 }

@@ -3,7 +3,7 @@
 //!
 //! It opens `/dev/kfd` and every GPU's render node (paths and topology root from the
 //! `AMDGPU_CR_*` environment variables, as the plugin finds them), builds the workload of
-//! `kfd_sim::workload`, then ticks: each tick advances the generation counter on every GPU by
+//! `harness::workload`, then ticks: each tick advances the generation counter on every GPU by
 //! SDMA and prints `tick <generation>`. When the file given with `--verify-trigger` appears (a
 //! test creates it after criu restored the process), it verifies every buffer, queue and event and
 //! prints one line, `VERIFY OK ...` or `VERIFY FAIL <what differed>`, then removes the file.
@@ -27,11 +27,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use harness::workload::{Dma, Spec, Workload};
 use kfd_abi::{
     Errno, EventId, EventType, FdTransport, GpuId, HostPlatform, IoctlError, Kfd, Platform,
     WaitResult,
 };
-use kfd_sim::workload::{Dma, Spec, Workload};
 
 #[derive(Parser)]
 #[command(
@@ -81,8 +81,29 @@ struct Args {
     render_first: bool,
     /// How data moves: user-mode SDMA queues rung through the mapped doorbell page (as ROCr),
     /// the render node's command submission (for devices that cannot be mapped), or `auto`.
-    #[arg(long, value_enum, default_value_t = Dma::Auto)]
-    dma: Dma,
+    #[arg(long, value_enum, default_value_t = DmaArg::Auto)]
+    dma: DmaArg,
+}
+
+/// `--dma`: the workload's [`Dma`] as a command-line value.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum DmaArg {
+    /// User-mode queues if `/dev/kfd` can be mapped (the doorbell page), else command submission.
+    Auto,
+    /// KFD user-mode SDMA queues rung through the mapped doorbell page, as ROCr moves data.
+    Queues,
+    /// The render node's command submission, for devices that cannot be mapped.
+    Cs,
+}
+
+impl From<DmaArg> for Dma {
+    fn from(arg: DmaArg) -> Self {
+        match arg {
+            DmaArg::Auto => Dma::Auto,
+            DmaArg::Queues => Dma::Queues,
+            DmaArg::Cs => Dma::Cs,
+        }
+    }
 }
 
 /// Forks the idle child of `--fork-child`; returns its pid. Called while this process has one
@@ -154,7 +175,7 @@ fn start(args: &Args) -> Result<Workload<kfd_abi::FdTransport>, String> {
         events: args.events,
         untouched_permille: 0,
     };
-    Workload::start_with(kfd, gpus, &spec, args.dma).map_err(|e| e.to_string())
+    Workload::start_with(kfd, gpus, &spec, args.dma.into()).map_err(|e| e.to_string())
 }
 
 /// The event thread of a ROCm runtime: blocked in an infinite `WAIT_EVENTS` on a signal event of

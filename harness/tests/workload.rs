@@ -7,8 +7,8 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
+use harness::workload::{Dma, Kind, Spec, Workload, WorkloadError, STAMP_SLOT};
 use kfd_abi::{GpuId, Kfd, RenderNode};
-use kfd_sim::workload::{Dma, Kind, Spec, Workload, WorkloadError, STAMP_SLOT};
 use kfd_sim::{Machine, Preset, SimFile, SimProcess};
 use rstest::rstest;
 

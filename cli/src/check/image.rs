@@ -1,0 +1,354 @@
+//! The verdict on an image directory: per KFD image the restore's up-front checks and the GPU
+//! mapping, per render-node image the render node it would be reopened on.
+
+use std::io::{self, Write};
+
+use images::proto::CriuKfd;
+use images::{ImageFile, KfdImage, PagesError, RenderNodeImage};
+use serde::Serialize;
+use topology::{CheckOptions, Topology};
+
+use super::env::EnvChecks;
+use super::mapping::{MapOutcome, IMAGE_SIDES};
+use crate::imagedir::ImageDir;
+use crate::{hex_id, CliError, Outcome, Report};
+use amdgpu_plugin::restore::{self, RestoreError};
+
+/// Something wrong with an image file, found before any mapping.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ImageProblem {
+    /// The file concerned.
+    pub file: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// The verdict on one KFD image.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct KfdCheck {
+    /// `amdgpu-kfd-<id>.img`.
+    pub file: String,
+    /// CRIU object id.
+    pub id: u32,
+    /// The pid recorded (when the image decodes).
+    pub pid: Option<u32>,
+    /// The image's GPU ids, in image order (empty when it does not decode).
+    pub gpu_ids: Vec<u32>,
+    /// Image problems (the first the restore would stop at).
+    pub problems: Vec<ImageProblem>,
+    /// The GPU mapping (when the image decodes).
+    pub mapping: Option<MapOutcome>,
+    /// Whether a restore would pass every up-front check.
+    pub restorable: bool,
+}
+
+/// The verdict on one render-node image.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RenderCheck {
+    /// `amdgpu-renderD-<id>.img`.
+    pub file: String,
+    /// The image GPU it belongs to (when it decodes).
+    pub gpu_id: Option<u32>,
+    /// The local render minor it would be reopened on.
+    pub local_render_minor: Option<u32>,
+    /// What prevents its restore.
+    pub problem: Option<String>,
+}
+
+/// The report of `amdgpu-cr check`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CheckReport {
+    /// The image directory, as given.
+    pub dir: String,
+    /// The topology root restored onto, as given.
+    pub topology_root: String,
+    /// GPUs there.
+    pub node_gpus: usize,
+    /// The render minors `--devices` allowed (`None`: every GPU of the node).
+    pub devices: Option<Vec<u32>>,
+    /// GPUs a restore may use: the node's, or those `--devices` allowed.
+    pub local_gpus: usize,
+    /// The `KFD_*_CHECK` switches used.
+    pub checks: EnvChecks,
+    /// One per KFD image, by id.
+    pub images: Vec<KfdCheck>,
+    /// One per render-node image, by id.
+    pub render_nodes: Vec<RenderCheck>,
+    /// Whether every image passes.
+    pub restorable: bool,
+}
+
+/// The file a pages error is about.
+fn pages_error_file(e: &PagesError) -> &str {
+    match e {
+        PagesError::Create { file, .. }
+        | PagesError::Open { file, .. }
+        | PagesError::Write { file, .. }
+        | PagesError::Read { file, .. }
+        | PagesError::InvalidChunkSize { file }
+        | PagesError::Overrun { file, .. }
+        | PagesError::Incomplete { file, .. }
+        | PagesError::Header { file, .. }
+        | PagesError::HeaderMismatch { file, .. }
+        | PagesError::BadChecksumList { file, .. }
+        | PagesError::ChecksumMismatch { file, .. }
+        | PagesError::ReadPastEnd { file, .. } => file,
+    }
+}
+
+fn problem(file: &str, e: &dyn std::fmt::Display) -> ImageProblem {
+    ImageProblem {
+        file: file.to_owned(),
+        message: e.to_string(),
+    }
+}
+
+/// Judges KFD image `id` against `local`.
+fn check_kfd(dir: &ImageDir, id: u32, local: &Topology, checks: &CheckOptions) -> KfdCheck {
+    let file = KfdImage::file_name(id);
+    let mut out = KfdCheck {
+        file: file.clone(),
+        id,
+        pid: None,
+        gpu_ids: Vec::new(),
+        problems: Vec::new(),
+        mapping: None,
+        restorable: false,
+    };
+    let image: CriuKfd = match KfdImage::read(dir.fd(), id) {
+        Ok(m) => m,
+        Err(e) => {
+            out.problems.push(problem(&file, &e));
+            return out;
+        }
+    };
+    out.pid = Some(image.pid);
+    out.gpu_ids = image
+        .device_entries
+        .iter()
+        .filter(|d| d.gpu_id != 0)
+        .map(|d| d.gpu_id)
+        .collect();
+    let source = amdgpu_plugin::topology_image::from_device_entries(&image.device_entries);
+    match restore::plan(id, dir.fd(), local, checks) {
+        Ok(Some(plan)) => {
+            out.mapping = Some(MapOutcome::new(Ok(plan.mapping), &source, local, checks));
+            out.restorable = true;
+        }
+        Ok(None) => out.problems.push(ImageProblem {
+            file,
+            message: "the file disappeared while it was checked".to_owned(),
+        }),
+        Err(RestoreError::Mapping(e)) => {
+            out.mapping = Some(MapOutcome::new(Err(e), &source, local, checks));
+        }
+        Err(e) => {
+            let at = match &e {
+                RestoreError::Pages(p) => pages_error_file(p).to_owned(),
+                RestoreError::Inconsistent { file, .. } => file.clone(),
+                _ => file,
+            };
+            let message = match e {
+                RestoreError::Inconsistent { what, .. } => what,
+                e => e.to_string(),
+            };
+            out.problems.push(ImageProblem { file: at, message });
+            // The restore stops at the image problem; still show where the GPUs would go.
+            out.mapping = Some(MapOutcome::compute(&source, local, checks));
+        }
+    }
+    out
+}
+
+/// Judges render-node image `id`: its GPU must be a GPU of a KFD image that maps.
+fn check_render(dir: &ImageDir, id: u32, kfds: &[KfdCheck]) -> RenderCheck {
+    let file = RenderNodeImage::file_name(id);
+    let msg = match RenderNodeImage::read(dir.fd(), id) {
+        Ok(m) => m,
+        Err(e) => {
+            return RenderCheck {
+                file,
+                gpu_id: None,
+                local_render_minor: None,
+                problem: Some(e.to_string()),
+            }
+        }
+    };
+    let owner = kfds.iter().find(|k| k.gpu_ids.contains(&msg.gpu_id));
+    let mapped = owner.and_then(|k| match &k.mapping {
+        Some(MapOutcome::Mapped { mapping }) if k.restorable => {
+            mapping.gpus.iter().find(|g| g.image_gpu_id == msg.gpu_id)
+        }
+        _ => None,
+    });
+    let problem = match owner {
+        None => Some(format!(
+            "its GPU {} is not a GPU of any KFD image in the directory",
+            hex_id(msg.gpu_id)
+        )),
+        Some(k) if mapped.is_none() => Some(format!(
+            "its GPU {} belongs to {}, which is not restorable",
+            hex_id(msg.gpu_id),
+            k.file
+        )),
+        Some(_) => None,
+    };
+    RenderCheck {
+        file,
+        gpu_id: Some(msg.gpu_id),
+        local_render_minor: mapped.map(|g| g.local_render_minor),
+        problem,
+    }
+}
+
+/// Checks every image in `dir` against the topology `local` (read from `topology_root`) under
+/// `checks`. `shown` is how the directory is named in the report.
+///
+/// # Errors
+///
+/// [`CliError::ImageDir`] when the directory cannot be read.
+pub fn check_dir(
+    dir: &std::path::Path,
+    shown: &str,
+    topology_root: &str,
+    local: &Topology,
+    checks: &EnvChecks,
+) -> Result<CheckReport, CliError> {
+    check_dir_on(dir, shown, topology_root, local, None, checks)
+}
+
+/// [`check_dir`] for a container given the GPUs of `devices` (render minors) of `node`: only
+/// they are candidates, and the topology is the one the container reads (the other GPUs are
+/// missing, links to them invalid; see [`Topology::restricted_to`]). `None`: every GPU.
+///
+/// # Errors
+///
+/// [`CliError::ImageDir`] when the directory cannot be read.
+pub fn check_dir_on(
+    dir: &std::path::Path,
+    shown: &str,
+    topology_root: &str,
+    node: &Topology,
+    devices: Option<&[u32]>,
+    checks: &EnvChecks,
+) -> Result<CheckReport, CliError> {
+    let restricted;
+    let local = match devices {
+        Some(minors) => {
+            restricted = node.restricted_to(|n| minors.contains(&n.render_minor()));
+            &restricted
+        }
+        None => node,
+    };
+    let d = ImageDir::open(dir)?;
+    let images: Vec<KfdCheck> = d
+        .kfd_ids()
+        .into_iter()
+        .map(|id| check_kfd(&d, id, local, &checks.options))
+        .collect();
+    let render_nodes: Vec<RenderCheck> = d
+        .render_ids()
+        .into_iter()
+        .map(|id| check_render(&d, id, &images))
+        .collect();
+    let restorable =
+        images.iter().all(|k| k.restorable) && render_nodes.iter().all(|r| r.problem.is_none());
+    Ok(CheckReport {
+        dir: shown.to_owned(),
+        topology_root: topology_root.to_owned(),
+        node_gpus: node.gpus().count(),
+        devices: devices.map(<[u32]>::to_vec),
+        local_gpus: local.gpus().count(),
+        checks: checks.clone(),
+        images,
+        render_nodes,
+        restorable,
+    })
+}
+
+impl Report for CheckReport {
+    fn render(&self, out: &mut dyn Write) -> io::Result<()> {
+        writeln!(out, "Image directory: {}", self.dir)?;
+        match &self.devices {
+            None => writeln!(
+                out,
+                "Restoring onto: {} ({} GPUs)",
+                self.topology_root, self.local_gpus
+            )?,
+            Some(minors) => writeln!(
+                out,
+                "Restoring onto: {} ({} GPUs; the devices given allow {}: {})",
+                self.topology_root,
+                self.node_gpus,
+                self.local_gpus,
+                minors
+                    .iter()
+                    .map(|m| format!("renderD{m}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )?,
+        }
+        self.checks.render(out)?;
+        if self.images.is_empty() {
+            writeln!(
+                out,
+                "\nNo amdgpu-kfd-*.img in the directory: no GPU state to restore."
+            )?;
+        }
+        for k in &self.images {
+            write!(out, "\n{}", k.file)?;
+            if let Some(pid) = k.pid {
+                write!(out, " (pid {pid}, {} GPUs)", k.gpu_ids.len())?;
+            }
+            writeln!(
+                out,
+                ": {}",
+                if k.restorable {
+                    "restorable"
+                } else {
+                    "NOT restorable"
+                }
+            )?;
+            for p in &k.problems {
+                writeln!(out, "  image problem in {}: {}", p.file, p.message)?;
+            }
+            if let Some(m) = &k.mapping {
+                if !k.problems.is_empty() && m.is_mapped() {
+                    writeln!(out, "  the GPUs themselves would map:")?;
+                }
+                m.render(out, "  ", IMAGE_SIDES)?;
+            }
+        }
+        if !self.render_nodes.is_empty() {
+            writeln!(out, "\nRender nodes")?;
+            for r in &self.render_nodes {
+                match (&r.problem, r.gpu_id, r.local_render_minor) {
+                    (Some(p), _, _) => writeln!(out, "  {}: NOT restorable: {p}", r.file)?,
+                    (None, Some(g), Some(minor)) => {
+                        writeln!(out, "  {}: GPU {} -> renderD{minor}", r.file, hex_id(g))?;
+                    }
+                    _ => writeln!(out, "  {}: ok", r.file)?,
+                }
+            }
+        }
+        let bad = self.images.iter().filter(|k| !k.restorable).count()
+            + self
+                .render_nodes
+                .iter()
+                .filter(|r| r.problem.is_some())
+                .count();
+        if self.restorable {
+            writeln!(out, "\nResult: restorable here")
+        } else {
+            writeln!(
+                out,
+                "\nResult: NOT restorable here ({bad} of {} image files refused)",
+                self.images.len() + self.render_nodes.len()
+            )
+        }
+    }
+
+    fn outcome(&self) -> Outcome {
+        Outcome::from_bool(self.restorable)
+    }
+}
