@@ -102,6 +102,9 @@ pub enum CliError {
         #[source]
         source: kfd_abi::IoctlError,
     },
+    /// `demo` could not run: a value it cannot take, or the simulated node's setup.
+    #[error(transparent)]
+    Demo(#[from] demo::DemoError),
     /// `bench --judge` could not read the runs' reports.
     #[error(transparent)]
     Judge(#[from] bench::JudgeError),
