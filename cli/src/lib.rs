@@ -105,6 +105,9 @@ pub enum CliError {
     /// `demo` could not run: a value it cannot take, or the simulated node's setup.
     #[error(transparent)]
     Demo(#[from] demo::DemoError),
+    /// `bench` could not measure: options that do not go together, or a phase that failed.
+    #[error(transparent)]
+    Bench(#[from] bench::BenchFailure),
     /// `bench --judge` could not read the runs' reports.
     #[error(transparent)]
     Judge(#[from] bench::JudgeError),

@@ -977,3 +977,56 @@ fn binary_inspect_lists_a_symlinked_image_with_its_files_size() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["kfd"][0]["size"], kfd.metadata().unwrap().len());
 }
+
+/// bench's numbers: binary units in any case, decimal, ranges named; usage and I/O errors on
+/// stderr with exit 2 and nothing on stdout. (Before: `1Q` blamed KFD_MAX_BUFFER_SIZE, `2g` was
+/// refused, `010` was eight, `--gpus 0` ran one GPU, `--dir /nonexistent --json` printed its
+/// error on stdout with exit 1.)
+#[rstest::rstest]
+#[case::unknown_unit(&["--size", "1Q"], "unknown unit \"q\"")]
+#[case::lowercase_g_parses(&["--size", "2g", "--bo-size", "4G"], "--bo-size 4 GiB is larger than the 1 GiB of buffers per GPU (--size 2 GiB over 2 GPUs)")]
+#[case::mib_parses(&["--size", "512MiB", "--gpus", "1", "--bo-size", "1G"], "than the 512 MiB of buffers per GPU")]
+#[case::decimal_not_octal(&["--gpus", "010", "--size", "1G", "--bo-size", "1G"], "over 10 GPUs")]
+#[case::no_gpus(&["--gpus", "0"], "below the minimum of 1")]
+#[case::too_much_per_gpu(&["--size", "512G", "--gpus", "4"], "128 GiB per GPU, more than the 63 GiB")]
+#[case::no_such_dir(&["--dir", "/nonexistent", "--json"], "creating a directory for the bench")]
+fn binary_bench_refuses_what_it_cannot_take(#[case] args: &[&str], #[case] says: &str) {
+    let mut all = vec!["bench"];
+    all.extend_from_slice(args);
+    let (code, out, err) = amdgpu_cr(&all, &[]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert_eq!(out, "");
+    assert!(err.contains(says), "{err}");
+    assert!(!err.contains("KFD_MAX_BUFFER_SIZE"), "{err}");
+}
+
+/// A small bench run with --json: one document with its schema version on stdout, nothing on
+/// stderr (no progress when stderr is not a terminal).
+#[test]
+fn binary_bench_json_is_one_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out, err) = amdgpu_cr(
+        &[
+            "bench",
+            "--gpus",
+            "1",
+            "--size",
+            "1m",
+            "--bo-size",
+            "256k",
+            "--no-upstream",
+            "--dir",
+            p(&dir),
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!((code, err.as_str()), (0, ""), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "the bench cleaned up"
+    );
+}
