@@ -23,6 +23,21 @@ enum Entry {
     },
 }
 
+/// Set when an interrupt has been taken: the command's own ending (an error from a directory
+/// removed under it, or its answer) must not win the race with the cleanup's exit.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Marks the interrupt as taken; for the binary's signal thread, before [`cleanup`].
+pub fn begin() {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether an interrupt has been taken (the process is about to exit with its status).
+#[must_use]
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// Registered entries, by registration number.
 static ENTRIES: Mutex<Vec<(u64, Entry)>> = Mutex::new(Vec::new());
 /// The next registration number.
@@ -102,7 +117,7 @@ pub fn cleanup() -> Cleaned {
                 .collect(),
         };
         for dir in dirs {
-            match std::fs::remove_dir_all(&dir) {
+            match remove(&dir) {
                 Ok(()) => done.removed.push(dir),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => done.failed.push((dir, e)),
@@ -110,6 +125,22 @@ pub fn cleanup() -> Cleaned {
         }
     }
     done
+}
+
+/// Removes `dir` and all in it. The command's threads run on while this runs and may still be
+/// writing into it (a topology tree half written): a directory that is not empty when its last
+/// entry was removed is tried again, a few times.
+fn remove(dir: &Path) -> std::io::Result<()> {
+    let mut tries = 0;
+    loop {
+        match std::fs::remove_dir_all(dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            done => return done,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -51,6 +51,13 @@ fn run(command: &dyn Run) -> ExitCode {
         out.flush()?;
         Ok(o)
     });
+    if cli::interrupt::interrupted() {
+        // The signal thread is cleaning up and exits with the signal's status: neither this
+        // answer nor an error of a directory removed under the command is the process's.
+        loop {
+            std::thread::park();
+        }
+    }
     match result {
         Ok(outcome) => ExitCode::from(outcome.exit_code()),
         // The reader went away (`| head`): nothing to say, to no one.
@@ -76,6 +83,7 @@ fn take_interrupts() {
     };
     std::thread::spawn(move || {
         let Ok(sig) = signals.wait() else { return };
+        cli::interrupt::begin();
         let done = cli::interrupt::cleanup();
         for dir in done.removed {
             eprintln!("amdgpu-cr: interrupted: removed {}", dir.display());

@@ -110,19 +110,29 @@ pub fn write(topology: &Topology, root: &Path) -> Result<(), WriteError> {
         let path = path.to_owned();
         move |source| WriteError { path, source }
     };
+    fs::create_dir_all(root).map_err(err(root))?;
+    // Below the root, each directory is made on its own, parents first: a root removed while
+    // the tree is written (a process interrupted and cleaning up) is not made again.
+    let make = |rel: &Path| {
+        let d = root.join(rel);
+        match fs::create_dir(&d) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(err(&d)(e)),
+            _ => Ok(()),
+        }
+    };
+    make(Path::new("nodes"))?;
     for node in &topology.nodes {
-        let dir = root.join("nodes").join(node.id.to_string());
+        let dir = Path::new("nodes").join(node.id.to_string());
+        make(&dir)?;
         for sub in ["mem_banks", "caches", "io_links", "p2p_links", "perf"] {
-            let d = dir.join(sub);
-            fs::create_dir_all(&d).map_err(err(&d))?;
+            make(&dir.join(sub))?;
         }
     }
-    fs::create_dir_all(root).map_err(err(root))?;
     for (rel, text) in files(topology) {
-        let path = root.join(rel);
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent).map_err(err(parent))?;
+        if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+            make(parent)?;
         }
+        let path = root.join(rel);
         fs::write(&path, text).map_err(err(&path))?;
     }
     Ok(())
