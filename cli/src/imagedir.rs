@@ -177,6 +177,48 @@ impl ImageDir {
             .collect()
     }
 
+    /// Bytes of all pages files (what reading their contents reads).
+    #[must_use]
+    pub(crate) fn pages_bytes(&self) -> u64 {
+        self.entries
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e.name,
+                    ImageName::KfdPages { .. } | ImageName::DrmPages { .. }
+                )
+            })
+            .map(|e| e.size)
+            .sum()
+    }
+
+    /// Pages files whose image is not in the directory (`amdgpu-pages-<id>-*` without
+    /// `amdgpu-kfd-<id>.img`, `amdgpu-drm-pages-<id>-*` without `amdgpu-renderD-<id>.img`), with
+    /// why: the same judgement for `inspect` and `check`.
+    #[must_use]
+    pub(crate) fn orphans(&self) -> Vec<(String, String)> {
+        self.entries
+            .iter()
+            .filter_map(|e| {
+                let owner = match e.name {
+                    ImageName::KfdPages { id, .. } => ImageName::Kfd { id },
+                    ImageName::DrmPages { id, .. } => ImageName::Render { id },
+                    _ => return None,
+                };
+                self.size_of(owner).is_none().then(|| {
+                    (
+                        e.name.file_name(),
+                        format!(
+                            "its image {} is not in the directory (deleted, or not copied with \
+                             it)",
+                            owner.file_name()
+                        ),
+                    )
+                })
+            })
+            .collect()
+    }
+
     /// The size of a file of the plugin's, if present.
     #[must_use]
     pub(crate) fn size_of(&self, name: ImageName) -> Option<u64> {

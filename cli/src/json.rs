@@ -54,6 +54,19 @@ pub(crate) fn hex64<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&hex(*v))
 }
 
+/// Serializes an optional 32-bit id as [`hex`] or `null`.
+///
+/// # Errors
+///
+/// The serializer's.
+#[allow(clippy::ref_option)] // serde hands serialize_with a reference to the field
+pub(crate) fn opt_hex32<S: Serializer>(v: &Option<u32>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(id) => s.serialize_str(&hex(u64::from(*id))),
+        None => s.serialize_none(),
+    }
+}
+
 /// Serializes a list of 32-bit ids as [`hex`] strings.
 ///
 /// # Errors

@@ -253,7 +253,7 @@ fn inspect_verify_reads_every_chunk_and_names_the_corrupt_one() {
     );
     let out = text(&full);
     assert!(out.contains("CORRUPT (chunk 2)"), "{out}");
-    assert!(out.contains("Result: 1 problem(s)"), "{out}");
+    assert!(out.contains("Result: 1 problem\n"), "{out}");
 }
 
 #[test]
@@ -286,7 +286,8 @@ fn inspect_reports_missing_truncated_and_orphan_pages_files() {
 
     let report = inspect(dir.path(), "DIR", false).unwrap();
     assert_eq!(report.outcome(), Outcome::Negative);
-    assert_eq!(report.problems, 2);
+    // The missing file, the truncated one and the orphan (its image is not there).
+    assert_eq!(report.problems, 3);
     let status = |name: &str| {
         &report
             .pages_files
@@ -316,6 +317,7 @@ fn inspect_json_is_one_document_with_the_summary() {
         [
             "dir",
             "dmabufs",
+            "has_images",
             "kfd",
             "pages_files",
             "problems",
@@ -342,8 +344,9 @@ fn inspect_json_is_one_document_with_the_summary() {
     assert_eq!(v["pages_files"][0]["status"]["verified"], true);
     assert_eq!(
         v["render_nodes"][0]["gpu_id"],
-        t.gpus().next().unwrap().gpu_id
+        format!("{:#06x}", t.gpus().next().unwrap().gpu_id)
     );
+    assert_eq!(gpu0["links"][0]["link_type"], "PCIe");
     assert_eq!(v["dmabufs"][0]["gem_handle"], 3);
 }
 
@@ -494,9 +497,11 @@ fn check_json_has_the_verdict_and_the_mapping() {
             "checks",
             "devices",
             "dir",
+            "has_images",
             "images",
             "local_gpus",
             "node_gpus",
+            "orphans",
             "render_nodes",
             "restorable",
             "schema_version",
@@ -1029,4 +1034,65 @@ fn binary_bench_json_is_one_document() {
         0,
         "the bench cleaned up"
     );
+}
+
+/// `check` reads every pages file to the end and verifies it: a damaged chunk is not restorable
+/// (before: "Result: restorable here", exit 0, the pages files never read).
+#[test]
+fn binary_check_reads_the_pages_files_and_refuses_a_damaged_chunk() {
+    let t = mi100x4(None, 65);
+    let dir = image_dir(&t, true);
+    let topo = tree(&t);
+    let pages = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("amdgpu-pages-")
+        })
+        .unwrap();
+    let (code, out, _) = amdgpu_cr(&["check", p(&dir), "--topology", p(&topo)], &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("every chunk's checksum matches"), "{out}");
+    corrupt(&pages, 8 + 70_000);
+    let (code, out, _) = amdgpu_cr(&["check", p(&dir), "--topology", p(&topo)], &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("is corrupt: chunk 1"), "{out}");
+    let (code, out, _) = amdgpu_cr(&["check", p(&dir), "--topology", p(&topo), "--json"], &[]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["restorable"], false);
+}
+
+/// `inspect --verify` and `check` agree: a directory without its KFD image (orphan pages files
+/// and render-node images), an empty one and one of other programs' files are all "no" for
+/// both. (Before: inspect said ok for the first, check "restorable here" for the others.)
+#[rstest::rstest]
+#[case::kfd_image_deleted("kfd")]
+#[case::empty("empty")]
+#[case::other_files_only("other")]
+fn binary_inspect_and_check_agree_on_incomplete_directories(#[case] what: &str) {
+    let t = mi100x4(None, 65);
+    let topo = tree(&t);
+    let dir = match what {
+        "kfd" => {
+            let d = image_dir(&t, true);
+            std::fs::remove_file(d.path().join("amdgpu-kfd-7.img")).unwrap();
+            d
+        }
+        "empty" => tempfile::tempdir().unwrap(),
+        _ => {
+            let d = tempfile::tempdir().unwrap();
+            std::fs::write(d.path().join("core-42.img"), "criu's").unwrap();
+            std::fs::write(d.path().join("notes.txt"), "mine").unwrap();
+            d
+        }
+    };
+    let (code, out, _) = amdgpu_cr(&["inspect", p(&dir), "--verify"], &[]);
+    assert_eq!(code, 1, "inspect: {out}");
+    let (code, out, _) = amdgpu_cr(&["check", p(&dir), "--topology", p(&topo)], &[]);
+    assert_eq!(code, 1, "check: {out}");
+    assert!(out.contains("Result: NOT restorable here"), "{out}");
 }
