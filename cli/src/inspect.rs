@@ -483,13 +483,25 @@ fn pages_status(
     which: PagesFile,
     expected: u64,
     sums: Option<&PagesChecksums>,
-    verify: bool,
+    verify: Option<&indicatif::ProgressBar>,
 ) -> PagesStatus {
-    let result = if verify {
-        pages::verify_pages_file(dir.fd(), which, expected, sums, VERIFY_BUFFER)
-    } else {
-        PagesReader::open(dir.fd(), which, expected, sums).map(drop)
+    let opened = PagesReader::open(dir.fd(), which, expected, sums);
+    // With --verify, every chunk is read (and checked against its checksum), counted on the
+    // bar as it goes.
+    let result = match (opened, verify) {
+        (Ok(mut reader), Some(bar)) => {
+            let mut buf = vec![0u8; VERIFY_BUFFER];
+            loop {
+                match reader.read_chunk(&mut buf) {
+                    Ok(0) => break Ok(()),
+                    Ok(n) => bar.inc(n as u64),
+                    Err(e) => break Err(e),
+                }
+            }
+        }
+        (opened, _) => opened.map(drop),
     };
+    let verify = verify.is_some();
     match result {
         Ok(()) => PagesStatus::Ok {
             read: verify,
@@ -512,7 +524,7 @@ fn kfd_pages_files(
     dir: &ImageDir,
     id: u32,
     msg: &CriuKfd,
-    verify: bool,
+    verify: Option<&indicatif::ProgressBar>,
     out: &mut Vec<PagesFileSummary>,
 ) {
     let file = KfdImage::file_name(id);
@@ -545,7 +557,7 @@ fn drm_pages_files(
     dir: &ImageDir,
     id: u32,
     msg: &CriuRenderNode,
-    verify: bool,
+    verify: Option<&indicatif::ProgressBar>,
     out: &mut Vec<PagesFileSummary>,
 ) {
     let file = RenderNodeImage::file_name(id);
@@ -585,6 +597,14 @@ fn drm_pages_files(
 /// report, not as errors.
 pub fn inspect(dir: &Path, shown: &str, verify: bool) -> Result<InspectReport, CliError> {
     let d = ImageDir::open(dir)?;
+    // --verify reads every byte of the pages files: a bar on stderr (a terminal only).
+    let bar = indicatif::ProgressBar::new(d.pages_bytes());
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "verifying [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec})",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    let reading = verify.then_some(&bar);
     let mut pages_files = Vec::new();
     let mut kfd = Vec::new();
     let mut render_nodes = Vec::new();
@@ -594,7 +614,7 @@ pub fn inspect(dir: &Path, shown: &str, verify: bool) -> Result<InspectReport, C
             ImageName::Kfd { id } => {
                 let (error, content) = match KfdImage::read(d.fd(), id) {
                     Ok(msg) => {
-                        kfd_pages_files(&d, id, &msg, verify, &mut pages_files);
+                        kfd_pages_files(&d, id, &msg, reading, &mut pages_files);
                         (None, Some(kfd_content(id, &msg)))
                     }
                     Err(e) => (Some(e.to_string()), None),
@@ -610,7 +630,7 @@ pub fn inspect(dir: &Path, shown: &str, verify: bool) -> Result<InspectReport, C
             ImageName::Render { id } => {
                 let summary = match RenderNodeImage::read(d.fd(), id) {
                     Ok(msg) => {
-                        drm_pages_files(&d, id, &msg, verify, &mut pages_files);
+                        drm_pages_files(&d, id, &msg, reading, &mut pages_files);
                         RenderSummary {
                             file: e.name.file_name(),
                             id,
@@ -670,6 +690,7 @@ pub fn inspect(dir: &Path, shown: &str, verify: bool) -> Result<InspectReport, C
             });
         }
     }
+    bar.finish_and_clear();
     pages_files.sort_by(|a, b| a.file.cmp(&b.file));
     // A render node restores onto the GPU its KFD image maps: one of no KFD image cannot.
     let image_gpus: Vec<u32> = kfd
