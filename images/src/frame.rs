@@ -702,7 +702,7 @@ pub trait ImageFile {
     /// none (upstream's).
     ///
     /// # Errors
-    /// See [`read_message`].
+    /// As for [`ImageFile::read_with_limit`].
     fn read_with_integrity(
         dir: BorrowedFd<'_>,
         id: u32,
