@@ -26,7 +26,7 @@ pm rm -f g2 >/dev/null || fail "podman rm g2 failed"
 
 # Another node: other gpu ids, same render minors.
 "$KFD_BIN/kfd-simd" show mi210x2 --gpu-ids 0x4242,0x4343 >"$VM_LANE_WORK/other-node.toml"
-podman_restart_simd --file "$VM_LANE_WORK/other-node.toml"
+gpu_node_restart --file "$VM_LANE_WORK/other-node.toml"
 podman_cr restore g2 import --import "$archive" ||
     fail "podman restore --import failed (criu's log: criu/g2-import-restore.log)"
 [[ $(container_status g2) == running ]] || fail "g2 is $(container_status g2) after the restore"

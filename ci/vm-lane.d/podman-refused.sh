@@ -24,7 +24,7 @@ archive=$VM_LANE_WORK/g3.tar.gz
 podman_cr checkpoint g3 export --export "$archive" --compress gzip || fail "podman checkpoint --export failed (criu's log: criu/g3-export-dump.log)"
 pm rm -f g3 >/dev/null || fail "podman rm g3 failed"
 
-podman_restart_simd --file "$VM_LANE_WORK/older.toml"
+gpu_node_restart --file "$VM_LANE_WORK/older.toml"
 seen=$(wc -l <"$VM_LANE_OUT/simd.err")
 if podman_cr restore g3 import --import "$archive"; then
     fail "podman restored onto older firmware"

@@ -16,7 +16,7 @@
 podman_setup --preset mi210x2
 run_gpu_container g1 128 129
 pid=$(container_pid g1)
-note "g1's workload is pid $pid here"
+private_pid_ns "$pid" "g1's workload"
 seen=$(wc -l <"$VM_LANE_OUT/simd.err")
 
 podman_cr checkpoint g1 ckpt || fail "podman checkpoint failed (criu's log: criu/g1-ckpt-dump.log)"

@@ -46,7 +46,7 @@ for c in g4 g5; do
 done
 
 "$KFD_BIN/kfd-simd" show mi210x2 --gpu-ids 0x4242,0x4343 >"$VM_LANE_WORK/other-node.toml"
-podman_restart_simd --file "$VM_LANE_WORK/other-node.toml"
+gpu_node_restart --file "$VM_LANE_WORK/other-node.toml"
 
 # crun: refused, with the cause, and nothing left.
 seen=$(wc -l <"$VM_LANE_OUT/simd.err")

@@ -30,7 +30,7 @@ use topology::model::{keys, Node};
 
 /// The chip behind a GPU model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Chip {
+pub(crate) enum Chip {
     /// Vega 20 (gfx906): MI50, MI60.
     Vega20,
     /// Arcturus (gfx908): MI100.
@@ -48,24 +48,15 @@ impl Chip {
             _ => Chip::Vega20,
         }
     }
-
-    /// The name amdgpu gives the chip (`amdgpu_asic_name`, lower case).
-    pub fn name(self) -> &'static str {
-        match self {
-            Chip::Vega20 => "vega20",
-            Chip::Arcturus => "arcturus",
-            Chip::Aldebaran => "aldebaran",
-        }
-    }
 }
 
 /// An IP version `(major, minor, revision)`, as `IP_VERSION()` packs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct IpVersion(pub u8, pub u8, pub u8);
+pub(crate) struct IpVersion(pub(crate) u8, pub(crate) u8, pub(crate) u8);
 
 impl IpVersion {
     /// `IP_VERSION(maj, min, rev)`: `maj << 16 | min << 8 | rev`.
-    pub fn packed(self) -> u32 {
+    pub(crate) fn packed(self) -> u32 {
         u32::from(self.0) << 16 | u32::from(self.1) << 8 | u32::from(self.2)
     }
 }
@@ -73,135 +64,135 @@ impl IpVersion {
 /// A multimedia IP block of the chip (decode/encode engines): the driver block's version, the
 /// discovered IP version, and its ring layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MediaBlock {
+pub(crate) struct MediaBlock {
     /// The driver IP block's `major.minor` (`amdgpu_ip_block_version`).
-    pub block: (u32, u32),
+    pub(crate) block: (u32, u32),
     /// The discovered IP version of the hardware.
-    pub ip: IpVersion,
+    pub(crate) ip: IpVersion,
 }
 
 /// Firmware versions as `AMDGPU_INFO_FW_VERSION` reports them (`ver`; `feature` where nonzero).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct Firmware {
+pub(crate) struct Firmware {
     /// ME (graphics ring micro engine); 0 on chips without a graphics ring.
-    pub me: u32,
+    pub(crate) me: u32,
     /// PFP (prefetch parser); 0 on chips without a graphics ring.
-    pub pfp: u32,
+    pub(crate) pfp: u32,
     /// CE (constant engine); 0 on chips without a graphics ring.
-    pub ce: u32,
+    pub(crate) ce: u32,
     /// RLC.
-    pub rlc: u32,
+    pub(crate) rlc: u32,
     /// RLC save/restore lists (SRLC, SRLG, SRLS).
-    pub rlc_srl: u32,
+    pub(crate) rlc_srl: u32,
     /// SMU firmware.
-    pub smc: u32,
+    pub(crate) smc: u32,
     /// PSP secure OS.
-    pub sos: u32,
+    pub(crate) sos: u32,
     /// PSP ASD.
-    pub asd: u32,
+    pub(crate) asd: u32,
     /// TA XGMI.
-    pub ta_xgmi: u32,
+    pub(crate) ta_xgmi: u32,
     /// TA RAS.
-    pub ta_ras: u32,
+    pub(crate) ta_ras: u32,
     /// UVD.
-    pub uvd: u32,
+    pub(crate) uvd: u32,
     /// VCE.
-    pub vce: u32,
+    pub(crate) vce: u32,
     /// VCN.
-    pub vcn: u32,
+    pub(crate) vcn: u32,
     /// Feature version of the CP microcode (ME, PFP, CE, MEC).
-    pub cp_feature: u32,
+    pub(crate) cp_feature: u32,
 }
 
 /// The driver's view of one simulated GPU.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Asic {
     /// The chip.
-    pub chip: Chip,
+    pub(crate) chip: Chip,
     /// PCI vendor id.
-    pub vendor_id: u16,
+    pub(crate) vendor_id: u16,
     /// PCI device id.
-    pub device_id: u16,
+    pub(crate) device_id: u16,
     /// PCI revision id.
-    pub pci_revision: u8,
+    pub(crate) pci_revision: u8,
     /// PCI subsystem vendor id.
-    pub subsystem_vendor: u16,
+    pub(crate) subsystem_vendor: u16,
     /// PCI subsystem device id.
-    pub subsystem_device: u16,
+    pub(crate) subsystem_device: u16,
     /// PCI class code (`0x038000`: display controller, other).
-    pub pci_class: u32,
+    pub(crate) pci_class: u32,
     /// The product name libdrm's `amdgpu.ids` gives this device and revision.
-    pub marketing_name: &'static str,
+    pub(crate) marketing_name: &'static str,
     /// `adev->rev_id` (the die revision; `chip_rev` of DEV_INFO).
-    pub rev_id: u32,
+    pub(crate) rev_id: u32,
     /// `adev->external_rev_id`.
-    pub external_rev_id: u32,
+    pub(crate) external_rev_id: u32,
     /// GC (graphics and compute) IP version.
-    pub gc: IpVersion,
+    pub(crate) gc: IpVersion,
     /// SDMA IP version.
-    pub sdma: IpVersion,
+    pub(crate) sdma: IpVersion,
     /// SDMA engines (`adev->sdma.num_instances`): the topology's PCIe and xGMI engines.
-    pub sdma_instances: u32,
+    pub(crate) sdma_instances: u32,
     /// Whether the chip has a graphics ring (Vega 20 does; the compute-only chips do not).
-    pub has_gfx_ring: bool,
+    pub(crate) has_gfx_ring: bool,
     /// UVD (Vega 20 only).
-    pub uvd: Option<MediaBlock>,
+    pub(crate) uvd: Option<MediaBlock>,
     /// VCE (Vega 20 only).
-    pub vce: Option<MediaBlock>,
+    pub(crate) vce: Option<MediaBlock>,
     /// VCN (Arcturus, Aldebaran).
-    pub vcn: Option<MediaBlock>,
+    pub(crate) vcn: Option<MediaBlock>,
     /// JPEG (Arcturus, Aldebaran).
-    pub jpeg: Option<MediaBlock>,
+    pub(crate) jpeg: Option<MediaBlock>,
     /// Shader engines.
-    pub shader_engines: u32,
+    pub(crate) shader_engines: u32,
     /// Shader arrays per engine.
-    pub sh_per_se: u32,
+    pub(crate) sh_per_se: u32,
     /// CU slots per shader array (`max_cu_per_sh`).
-    pub cu_per_sh: u32,
+    pub(crate) cu_per_sh: u32,
     /// Active compute units.
-    pub active_cus: u32,
+    pub(crate) active_cus: u32,
     /// Render backends per shader engine.
-    pub rb_per_se: u32,
+    pub(crate) rb_per_se: u32,
     /// `GB_ADDR_CONFIG` as `gfx_v9_0_gpu_early_init` leaves it.
-    pub gb_addr_config: u32,
+    pub(crate) gb_addr_config: u32,
     /// Highest engine clock, MHz.
-    pub max_sclk_mhz: u32,
+    pub(crate) max_sclk_mhz: u32,
     /// Highest memory clock, MHz.
-    pub max_mclk_mhz: u32,
+    pub(crate) max_mclk_mhz: u32,
     /// VRAM bus width in bits.
-    pub vram_bit_width: u32,
+    pub(crate) vram_bit_width: u32,
     /// VRAM size in bytes.
-    pub vram_size: u64,
+    pub(crate) vram_size: u64,
     /// Whether the whole VRAM is CPU-visible through the BAR (large BAR).
-    pub large_bar: bool,
+    pub(crate) large_bar: bool,
     /// Global data share bytes (`gfx_v9_0_set_gds_init`: Vega 20 64 KiB, Arcturus 4 KiB,
     /// Aldebaran none).
-    pub gds_size: u32,
+    pub(crate) gds_size: u32,
     /// Firmware versions.
-    pub firmware: Firmware,
+    pub(crate) firmware: Firmware,
     /// MEC firmware (the topology's `fw_version`).
-    pub mec_fw: u32,
+    pub(crate) mec_fw: u32,
     /// SDMA firmware (the topology's `sdma_fw_version`), the same on every engine.
-    pub sdma_fw: u32,
+    pub(crate) sdma_fw: u32,
 }
 
 /// `AMDGPU_VRAM_TYPE_HBM`: every simulated GPU has HBM.
-pub const VRAM_TYPE_HBM: u32 = 6;
+pub(crate) const VRAM_TYPE_HBM: u32 = 6;
 /// The PCI vendor id of AMD/ATI.
-pub const VENDOR_AMD: u16 = 0x1002;
+pub(crate) const VENDOR_AMD: u16 = 0x1002;
 /// The reference clock of these boards in kHz (`soc15_get_xclk` * 10): 100 MHz.
-pub const GPU_COUNTER_FREQ_KHZ: u32 = 100_000;
+pub(crate) const GPU_COUNTER_FREQ_KHZ: u32 = 100_000;
 /// `GPRs per SIMD` (`max_gprs`).
-pub const MAX_GPRS: u32 = 256;
+pub(crate) const MAX_GPRS: u32 = 256;
 /// `max_hw_contexts` of `gfx_v9_0_gpu_early_init`.
-pub const MAX_HW_CONTEXTS: u32 = 8;
+pub(crate) const MAX_HW_CONTEXTS: u32 = 8;
 /// `ce_ram_size` of `gfx_v9_0_sw_init`.
-pub const CE_RAM_SIZE: u32 = 0x8000;
+pub(crate) const CE_RAM_SIZE: u32 = 0x8000;
 /// Texture channel caches (L2 channels).
-pub const TEXTURE_CHANNEL_CACHES: u32 = 16;
+pub(crate) const TEXTURE_CHANNEL_CACHES: u32 = 16;
 /// Geometry-shader sizes of gfx9 (`gs_vgt_table_depth`, `gs_prim_buffer_depth`,
 /// `max_gs_threads`).
-pub const GS_SIZES: (u32, u32, u32) = (32, 1792, 32);
+pub(crate) const GS_SIZES: (u32, u32, u32) = (32, 1792, 32);
 
 /// Per-device facts that do not follow from the topology.
 struct Model {
@@ -266,7 +257,7 @@ impl Asic {
     /// firmware come from the node; the rest from the table of known devices, or, for a device
     /// id the table does not know (a user's preset), from the chip its `gfx_target_version`
     /// names, with PCI revision 0 and AMD's subsystem ids.
-    pub fn of_node(n: &Node) -> Self {
+    pub(crate) fn of_node(n: &Node) -> Self {
         let device_id = u16::try_from(n.prop(keys::DEVICE_ID)).unwrap_or(0);
         let known = model(device_id);
         let chip = known.as_ref().map_or_else(
@@ -425,7 +416,7 @@ impl Asic {
     /// The active-CU bitmap of shader engine `se`, array `sh`: the same fused-off pattern as the
     /// topology's caches ([`topology::caches::CuLayout::bitmap`]), so that the render node and
     /// sysfs describe one board.
-    pub fn cu_bitmap_of(&self, se: u32, sh: u32) -> u32 {
+    pub(crate) fn cu_bitmap_of(&self, se: u32, sh: u32) -> u32 {
         topology::caches::CuLayout {
             shader_engines: self.shader_engines,
             arrays_per_engine: self.sh_per_se,
@@ -437,7 +428,7 @@ impl Asic {
 
     /// `cu_bitmap[4][4]` as `gfx_v9_0_get_cu_info` lays it out: SE `i`, SH `j` at
     /// `[i % 4][j + i / 4]` (Arcturus and Aldebaran have 8 engines of one array).
-    pub fn cu_bitmap(&self) -> [[u32; 4]; 4] {
+    pub(crate) fn cu_bitmap(&self) -> [[u32; 4]; 4] {
         let mut b = [[0u32; 4]; 4];
         for se in 0..self.shader_engines.min(16) {
             for sh in 0..self.sh_per_se {
@@ -451,7 +442,7 @@ impl Asic {
     }
 
     /// `cu_ao_mask`: the always-on CUs of SE 0-1, SH 0-1, 16 bits per SE and 8 per SH.
-    pub fn cu_ao_mask(&self) -> u32 {
+    pub(crate) fn cu_ao_mask(&self) -> u32 {
         let mut m = 0u32;
         for se in 0..self.shader_engines.min(2) {
             for sh in 0..self.sh_per_se.min(2) {
@@ -463,7 +454,7 @@ impl Asic {
 
     /// Bytes of VRAM the CPU can reach through the BAR (`visible_vram_size`): all of it on a
     /// large-BAR board, else the 256 MiB window.
-    pub fn visible_vram_size(&self) -> u64 {
+    pub(crate) fn visible_vram_size(&self) -> u64 {
         if self.large_bar {
             self.vram_size
         } else {

@@ -9,14 +9,15 @@
 //! ([`ProcessMemory`]): in process that is our own pid, over CUSE the client's. A wild pointer is
 //! therefore an `EFAULT` from a syscall, never a dereference.
 
-use std::os::fd::{IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::OwnedFd;
 
 use kfd_abi::Errno;
 
-use crate::host::{self, FileKey};
+use crate::host::FileKey;
+use crate::hw::backing::ProcessMemory;
 
 /// What the dispatcher needs of the calling task.
-pub trait Client {
+pub(crate) trait Client {
     /// The caller's simulated pid (its thread-group leader; the "mm" KFD processes are keyed on).
     fn pid(&self) -> u32;
 
@@ -80,7 +81,7 @@ pub trait Client {
 /// Where the number of an fd the driver installs goes in the caller's memory: a `u32` that the
 /// ioctl fills in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FdSlot {
+pub(crate) enum FdSlot {
     /// A field at this byte offset of the ioctl's argument struct (copied out at its `arg`).
     ArgField(usize),
     /// This address (an array the ioctl fills, such as CRIU_OP's BO buckets).
@@ -90,102 +91,10 @@ pub enum FdSlot {
 impl FdSlot {
     /// The slot's address in the caller's memory, for an ioctl whose argument is at `arg`
     /// (wrapping: a wild address is the caller's `EFAULT` when the number is written).
-    pub fn address(self, arg: u64) -> u64 {
+    pub(crate) fn address(self, arg: u64) -> u64 {
         match self {
             Self::ArgField(off) => arg.wrapping_add(u64::try_from(off).unwrap_or(u64::MAX)),
             Self::User(addr) => addr,
         }
-    }
-}
-
-/// User memory of a real OS process, through `process_vm_readv` / `process_vm_writev`.
-#[derive(Clone, Copy, Debug)]
-pub struct ProcessMemory {
-    pid: libc::pid_t,
-}
-
-impl ProcessMemory {
-    /// The memory of OS process `pid`.
-    pub fn of_pid(pid: libc::pid_t) -> Self {
-        Self { pid }
-    }
-
-    /// Our own memory (the in-process front end).
-    pub fn own() -> Self {
-        Self {
-            pid: host::own_pid(),
-        }
-    }
-
-    /// The OS pid whose memory this is.
-    pub fn pid(&self) -> libc::pid_t {
-        self.pid
-    }
-
-    /// `copy_from_user`.
-    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
-        host::process_vm_read(self.pid, addr, buf)
-    }
-
-    /// `copy_to_user`.
-    pub fn write(&self, addr: u64, buf: &[u8]) -> Result<(), Errno> {
-        host::process_vm_write(self.pid, addr, buf)
-    }
-}
-
-/// A caller inside this OS process: a simulated pid with its capabilities, sharing our fd table
-/// and our memory.
-#[derive(Debug)]
-pub struct InProcessClient<'a> {
-    pub(crate) pid: u32,
-    pub(crate) capable: bool,
-    pub(crate) machine: &'a crate::machine::MachineInner,
-    pub(crate) mem: ProcessMemory,
-    /// A signal sent to the simulated process ([`SimProcess::signal`](crate::SimProcess::signal)),
-    /// taken by the first interruptible sleep that sees it (its handler would run when the call
-    /// returns).
-    pub(crate) signal: &'a std::sync::atomic::AtomicBool,
-}
-
-impl Client for InProcessClient<'_> {
-    fn signal_pending(&self) -> bool {
-        self.signal.swap(false, std::sync::atomic::Ordering::SeqCst)
-    }
-
-    fn pid(&self) -> u32 {
-        self.pid
-    }
-
-    fn can_checkpoint_restore(&self) -> bool {
-        self.capable
-    }
-
-    fn is_ptrace_parent_of(&self, pid: u32) -> bool {
-        self.machine.tracer_of(pid) == Some(self.pid)
-    }
-
-    fn read_user(&self, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
-        self.mem.read(addr, buf)
-    }
-
-    fn write_user(&self, addr: u64, buf: &[u8]) -> Result<(), Errno> {
-        self.mem.write(addr, buf)
-    }
-
-    fn resolve_fd(&self, raw: i32) -> Result<FileKey, Errno> {
-        host::raw_file_key(raw)
-    }
-
-    fn install_fd(&self, fd: OwnedFd) -> Result<i32, Errno> {
-        // The fd stays open in our table; the caller adopts it with `Transport::adopt_fd`.
-        Ok(fd.into_raw_fd())
-    }
-
-    fn uninstall_fd(&self, raw: RawFd) {
-        host::close_raw(raw);
-    }
-
-    fn process_memory(&self) -> ProcessMemory {
-        self.mem
     }
 }

@@ -1,17 +1,39 @@
 //! The simulator model's glue to the host OS: memfds, shared mappings, cross-process memory
-//! access, fd identity, clocks, and plain-data views of the `kfd-sys` argument structs.
+//! access, fd identity, clocks, locks, and plain-data views of the `kfd-sys` argument structs.
 //!
 //! The raw OS calls of the device model live here, each `unsafe` block with its `SAFETY`
-//! argument. The crate's other `unsafe` code: the CUSE front end's system calls
-//! ([`cuse::os`](crate::cuse::os)), the in-process `Transport` (an `unsafe` trait of `kfd-abi`),
-//! and the model workload's calls of `kfd-abi`'s `unsafe` wrappers (queues keep user pointers).
+//! argument. The crate's other `unsafe` code: the CUSE front end's system calls (`cuse::os`),
+//! the bridge's control ioctls (`cuse::bridge::sys`) and the in-process `Transport` (an `unsafe`
+//! trait of `kfd-abi`).
 
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
+use std::sync::{Mutex, MutexGuard};
 
 use kfd_abi::Errno;
+
+/// Locks a mutex, ignoring poisoning (the state stays consistent: no handler panics mid-update).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// [`lock`], giving up after `wait` (`None`): for a thread that must not wait for ever on a lock
+/// that another thread may hold while it waits for this one's caller.
+pub(crate) fn lock_within<T>(m: &Mutex<T>, wait: std::time::Duration) -> Option<MutexGuard<'_, T>> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match m.try_lock() {
+            Ok(g) => return Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        }
+    }
+}
 
 /// Identity of an open file as `fstat` gives it: `(st_dev, st_ino)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -40,7 +62,7 @@ pub fn file_key(fd: BorrowedFd<'_>) -> io::Result<FileKey> {
 }
 
 /// `fstat(2)` identity of an fd number in our own table; `EBADF` if it is not open.
-pub fn raw_file_key(raw: RawFd) -> Result<FileKey, Errno> {
+pub(crate) fn raw_file_key(raw: RawFd) -> Result<FileKey, Errno> {
     if raw < 0 {
         return Err(Errno::EBADF);
     }
@@ -59,7 +81,7 @@ pub fn raw_file_key(raw: RawFd) -> Result<FileKey, Errno> {
 }
 
 /// `memfd_create(name, MFD_CLOEXEC)`.
-pub fn memfd(name: &str) -> io::Result<OwnedFd> {
+pub(crate) fn memfd(name: &str) -> io::Result<OwnedFd> {
     let name = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: `name` is a valid NUL-terminated string for the duration of the call.
     let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
@@ -71,7 +93,7 @@ pub fn memfd(name: &str) -> io::Result<OwnedFd> {
 }
 
 /// `dup(2)` without close-on-exec, as the kernel's `fd_install` of a dma-buf leaves it.
-pub fn dup_inheritable(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+pub(crate) fn dup_inheritable(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     // SAFETY: `fd` is valid for the borrow; dup returns a new fd or -1.
     let r = unsafe { libc::dup(fd.as_raw_fd()) };
     if r < 0 {
@@ -83,7 +105,7 @@ pub fn dup_inheritable(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
 
 /// A close-on-exec copy of fd number `raw` of our own table (`fcntl(F_DUPFD_CLOEXEC)`); `EBADF`
 /// when it is not open.
-pub fn dup_raw(raw: RawFd) -> io::Result<OwnedFd> {
+pub(crate) fn dup_raw(raw: RawFd) -> io::Result<OwnedFd> {
     if raw < 0 {
         return Err(io::Error::from_raw_os_error(libc::EBADF));
     }
@@ -98,7 +120,7 @@ pub fn dup_raw(raw: RawFd) -> io::Result<OwnedFd> {
 }
 
 /// A new read-only open file on the same inode (`/proc/self/fd/N` reopened `O_RDONLY`).
-pub fn reopen_readonly(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+pub(crate) fn reopen_readonly(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
     let file = std::fs::OpenOptions::new().read(true).open(path)?;
     Ok(file.into())
@@ -115,7 +137,7 @@ pub fn close_raw(raw: RawFd) {
 
 /// A `MAP_SHARED` read-write mapping of a memfd: the simulated device memory of one BO.
 #[derive(Debug)]
-pub struct SharedMap {
+pub(crate) struct SharedMap {
     ptr: NonNull<u8>,
     len: usize,
 }
@@ -128,7 +150,7 @@ unsafe impl Sync for SharedMap {}
 
 impl SharedMap {
     /// Sizes the memfd to `len` bytes (sparse) and maps it shared.
-    pub fn new(fd: BorrowedFd<'_>, len: u64) -> io::Result<Self> {
+    pub(crate) fn new(fd: BorrowedFd<'_>, len: u64) -> io::Result<Self> {
         let size =
             libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::ENOMEM))?;
         let len = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::ENOMEM))?;
@@ -158,18 +180,8 @@ impl SharedMap {
         Ok(Self { ptr, len })
     }
 
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Never true: a mapping has at least one byte.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Copies `buf.len()` bytes at `offset` out of the mapping; `false` if out of bounds.
-    pub fn read(&self, offset: u64, buf: &mut [u8]) -> bool {
+    pub(crate) fn read(&self, offset: u64, buf: &mut [u8]) -> bool {
         let Some(off) = self.check(offset, buf.len()) else {
             return false;
         };
@@ -182,7 +194,7 @@ impl SharedMap {
     }
 
     /// Copies `buf` into the mapping at `offset`; `false` if out of bounds.
-    pub fn write(&self, offset: u64, buf: &[u8]) -> bool {
+    pub(crate) fn write(&self, offset: u64, buf: &[u8]) -> bool {
         let Some(off) = self.check(offset, buf.len()) else {
             return false;
         };
@@ -208,7 +220,7 @@ impl SharedMap {
 
     /// Copies `len` bytes from `src` at `src_off` to this mapping at `dst_off` (`memmove`: the
     /// ranges may overlap when both are the same mapping); `false` if either is out of bounds.
-    pub fn copy_from(&self, dst_off: u64, src: &SharedMap, src_off: u64, len: u64) -> bool {
+    pub(crate) fn copy_from(&self, dst_off: u64, src: &SharedMap, src_off: u64, len: u64) -> bool {
         let Ok(len) = usize::try_from(len) else {
             return false;
         };
@@ -223,7 +235,7 @@ impl SharedMap {
 
     /// Fills `len` bytes at `offset` with `pattern` repeated, starting `phase` bytes into it;
     /// `false` if out of bounds.
-    pub fn fill(&self, offset: u64, len: u64, pattern: [u8; 4], phase: usize) -> bool {
+    pub(crate) fn fill(&self, offset: u64, len: u64, pattern: [u8; 4], phase: usize) -> bool {
         let Ok(len) = usize::try_from(len) else {
             return false;
         };
@@ -266,7 +278,7 @@ impl SharedMap {
     /// the bytes go straight from that memory into the memfd with `pwrite(2)`: one copy instead
     /// of two, and still checked, since the kernel reads the user range with `copy_from_user`,
     /// which fails cleanly (`EFAULT`) on memory that is not mapped.
-    pub fn read_from_process(
+    pub(crate) fn read_from_process(
         &self,
         fd: BorrowedFd<'_>,
         offset: u64,
@@ -299,7 +311,7 @@ impl SharedMap {
     /// without faulting the memfd's pages into this mapping first (the kernel copies out of its
     /// page cache), checked as in [`read_from_process`](Self::read_from_process). Errors as
     /// there.
-    pub fn write_to_process(
+    pub(crate) fn write_to_process(
         &self,
         fd: BorrowedFd<'_>,
         offset: u64,
@@ -421,7 +433,7 @@ fn user_file_io(
 }
 
 /// 64 KiB of `pattern` repeated from byte `phase` of it.
-pub fn pattern_chunk(pattern: [u8; 4], phase: usize) -> Vec<u8> {
+pub(crate) fn pattern_chunk(pattern: [u8; 4], phase: usize) -> Vec<u8> {
     (0..64 << 10).map(|i| pattern[(i + phase) % 4]).collect()
 }
 
@@ -468,7 +480,7 @@ unsafe fn vm_transfer(
 }
 
 /// Sets or clears close-on-exec on an fd (`DRM_CLOEXEC` of a PRIME export).
-pub fn set_cloexec(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+pub(crate) fn set_cloexec(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
     // SAFETY: F_GETFD/F_SETFD on a valid fd touch only its descriptor flags.
     let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) };
     if flags < 0 {
@@ -494,11 +506,11 @@ impl Drop for SharedMap {
 }
 
 /// The highest user address plus one on x86-64 (`TASK_SIZE_MAX`), as `access_ok` checks it.
-pub const TASK_SIZE_MAX: u64 = (1 << 47) - 4096;
+pub(crate) const TASK_SIZE_MAX: u64 = (1 << 47) - 4096;
 
 /// `access_ok(addr, size)`: the range lies in the user half of the address space. Says nothing
 /// about whether it is mapped.
-pub fn access_ok(addr: u64, size: u64) -> bool {
+pub(crate) fn access_ok(addr: u64, size: u64) -> bool {
     addr.checked_add(size)
         .is_some_and(|end| end <= TASK_SIZE_MAX)
 }
@@ -511,7 +523,7 @@ pub fn process_vm_read(pid: libc::pid_t, addr: u64, buf: &mut [u8]) -> Result<()
 }
 
 /// Writes into a process's memory with `process_vm_writev`; any failure is `EFAULT`.
-pub fn process_vm_write(pid: libc::pid_t, addr: u64, buf: &[u8]) -> Result<(), Errno> {
+pub(crate) fn process_vm_write(pid: libc::pid_t, addr: u64, buf: &[u8]) -> Result<(), Errno> {
     // SAFETY: `buf` is ours and readable for the whole call; writing to the remote side, the
     // kernel only reads the local one.
     unsafe { vm_transfer(pid, buf.as_ptr().cast_mut(), addr, buf.len(), true) }
@@ -529,7 +541,7 @@ fn addr_at(addr: u64, done: usize, len: usize) -> Result<usize, Errno> {
 /// Frees `[offset, offset + len)` of `fd`'s storage, keeping its size
 /// (`fallocate(PUNCH_HOLE | KEEP_SIZE)`): the range reads as zeros afterwards, also through
 /// shared mappings of it.
-pub fn punch_hole(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
+pub(crate) fn punch_hole(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
     let flags = rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE;
     rustix::fs::fallocate(fd, flags, offset, len).map_err(io::Error::from)
 }
@@ -538,7 +550,7 @@ pub fn punch_hole(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
 /// only a hole follows. Where the file system does not tell, `Some(at)`: everything is data.
 /// Cheap: for shmem it returns at once when `at` holds data and skips holes by the page cache's
 /// tree (`SEEK_HOLE`, by contrast, walks every page of data up to the hole).
-pub fn next_data(fd: BorrowedFd<'_>, at: u64) -> Option<u64> {
+pub(crate) fn next_data(fd: BorrowedFd<'_>, at: u64) -> Option<u64> {
     match rustix::fs::seek(fd, rustix::fs::SeekFrom::Data(at)) {
         Ok(next) => Some(next.max(at)),
         Err(rustix::io::Errno::NXIO) => None,
@@ -551,7 +563,7 @@ static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
 
 /// Writes `len` zero bytes into process `pid`'s memory at `addr` (`process_vm_writev` out of a
 /// static zero buffer); any failure is `EFAULT`.
-pub fn process_vm_write_zeros(pid: libc::pid_t, addr: u64, len: u64) -> Result<(), Errno> {
+pub(crate) fn process_vm_write_zeros(pid: libc::pid_t, addr: u64, len: u64) -> Result<(), Errno> {
     let mut done = 0u64;
     while done < len {
         let n = usize::try_from(len - done).map_or(ZEROS.len(), |l| l.min(ZEROS.len()));
@@ -587,7 +599,7 @@ pub fn own_pid() -> libc::pid_t {
 /// # Safety
 ///
 /// Implement only for `repr(C)` structs of integers (and arrays/unions of such) without padding.
-pub unsafe trait Pod: Copy + 'static {
+pub(crate) unsafe trait Pod: Copy + 'static {
     /// Reads a value from the start of `bytes`; `None` if there are too few bytes.
     fn read_from(bytes: &[u8]) -> Option<Self> {
         if bytes.len() < std::mem::size_of::<Self>() {

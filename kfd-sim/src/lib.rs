@@ -7,42 +7,76 @@
 //! - The `/dev/kfd` dispatcher follows the 6.1 driver: one table on `_IOC_NR`, the kernel's size
 //!   rules, the caller check, CRIU_OP's privilege check, then one function per ioctl with the
 //!   driver's checks in its order and its errno, grouped by subsystem as the driver's files are
-//!   (process and apertures, memory, queues, events, SVM, [`criu`]). The render node
-//!   ([`render`]) executes command submissions on its SDMA engine ([`sdma`]).
-//! - All user memory goes through a [`Client`] (`process_vm_readv`/`writev`), and every copy
+//!   (process and apertures, memory, queues, events, SVM, [`criu`]). The render node executes
+//!   command submissions on the GPU's SDMA engines.
+//! - All user memory goes through the caller (`process_vm_readv`/`writev`), and every copy
 //!   between the caller and an ioctl's buffer through one module, so no input can make the
 //!   simulator dereference a wild pointer, panic or hang.
-//! - State is kept per process and per device as the driver keeps it ([`process`], [`machine`]);
-//!   VRAM and GTT buffer objects are memfds ([`memory`]); exported dma-bufs are real fds on the
+//! - VRAM and GTT buffer objects are memfds ([`Backing`]); exported dma-bufs are real fds on the
 //!   same inode. [`host`] is the glue to the host OS.
-//! - `CRIU_OP` with `priv_data` in the kernel's version-1 layout ([`criu`]).
 //! - [`preset`]: topology presets (`mi50x1`, `mi100x4`, `mi210x2`, `mi250x8`, `mi250x16`) and
 //!   their variants, as values or TOML/JSON files; [`SimPlatform`] writes their sysfs tree.
-//! - [`asic`]: what the amdgpu driver knows of each GPU beyond its topology node (PCI identity,
+//!   [`Asic`]: what the amdgpu driver knows of each GPU beyond its topology node (PCI identity,
 //!   IP and firmware versions, clocks, shader layout); [`sysfs`]: the PCI, DRM and module
 //!   entries of sysfs that AMD's userspace reads, written like the kernel lays them out;
 //!   [`scratch`]: temporary directories of simulated nodes that name their owner, so that the
 //!   next node removes those of processes that died without cleaning up.
+//!
+//! # Layers
+//!
+//! The source is laid out as amdkfd and amdgpu are read, driver over hardware, and arrows point
+//! down: a module uses modules of its own layer or below, never above
+//! (`kfd-sim/tests/layers.rs` checks every `use`).
+//!
+//! - **Front ends** (`inproc/`, `cuse/`): how callers reach the drivers: in process
+//!   ([`SimFile`], [`SimPlatform`]), or as device nodes over CUSE ([`cuse::CuseServer`]), with
+//!   the kfd_bridge protocol for mmap and installed fds (`cuse/bridge/`).
+//! - **Driver**: what amdkfd and amdgpu do with a call. `kfd/`: the ioctl table and its
+//!   handlers (`apertures`, `memory`, `queues`, `events`, `svm`, `criu`), the mmap offsets
+//!   (`mmap`), what it hands the hardware scheduler (`runlist`). `render/` as amdgpu is split:
+//!   `core` (the DRM tables), `vm`, `gem`, `prime`, `ctx`, `bo_list`, `cs`, `info`, `mmap`.
+//!   Shared by both: `vma.rs` (which memory backs a CPU mapping), `uaccess.rs` (copies to and
+//!   from the caller), `client.rs` (the caller as the driver sees it).
+//! - **State**: what the kernel keeps. `machine.rs` (processes, open files, dma-bufs),
+//!   `device.rs`, and beside their code `kfd/process.rs` (the KFD process, its pdds and BOs),
+//!   `kfd/queue.rs`, `kfd/event.rs`, `kfd/svm_range.rs`, `render/file.rs` (an open render
+//!   file's GEM handles, contexts, BO lists).
+//! - **Hardware** (`hw/`): what the GPU does. `backing` (the memory: memfds, user memory), `vm`
+//!   (the page tables), `sdma` (the SDMA engines), `queue` (the registers of a mapped queue),
+//!   `scheduler` (doorbells to engines), `aql` (what the AQL queues ring; the command processor
+//!   that will run them belongs beside the SDMA engine). It knows no driver: the driver hands
+//!   it memory, VM mappings and a runlist of queue registers, and takes its interrupts.
+//! - **Base**: `host.rs` (the host OS), `limits.rs` (the gfx9 numbers) and the description of the
+//!   machine (`preset.rs`, `asic.rs`, `sysfs.rs`).
+//!
+//! The state sits above the hardware, not below: the kernel's records point into what the
+//! hardware holds (a BO to its memory, a pdd to its VM, a queue to its registers), and the
+//! hardware reads only that, as a GPU reads memory, page tables and MQDs, not the driver's
+//! bookkeeping.
 
-pub mod asic;
-pub mod client;
+#![warn(unreachable_pub)]
+
+mod asic;
+mod client;
 pub mod cuse;
+mod device;
 pub mod host;
+mod hw;
 mod inproc;
 mod kfd;
-pub mod machine;
-pub mod memory;
-mod mmap;
+mod limits;
+mod machine;
 pub mod preset;
-pub mod process;
-pub mod render;
+mod render;
 pub mod scratch;
-pub mod sdma;
 pub mod sysfs;
 mod uaccess;
+mod vma;
 
-pub use client::{Client, FdSlot, InProcessClient, ProcessMemory};
+pub use asic::Asic;
 pub use host::FileKey;
+pub use hw::backing::{Backing, ProcessMemory};
+pub use hw::vm::{Vm, VmMapping, VmTarget};
 pub use inproc::{DeviceVma, Machine, SimFile, SimPlatform, SimProcess, SIM_KFD_MAJOR};
 pub use kfd::criu;
 pub use machine::MachineError;

@@ -2,37 +2,17 @@
 //! dma-bufs, the KFD processes by pid, and ptrace relations.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use kfd_abi::Errno;
 use topology::model::keys;
 use topology::Topology;
 
-use crate::host::FileKey;
-use crate::memory::Backing;
-use crate::process::{KfdProcess, QueueKind};
-use crate::render::RenderFile;
-
-/// Locks a mutex, ignoring poisoning (the state stays consistent: no handler panics mid-update).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// [`lock`], giving up after `wait` (`None`): for a thread that must not wait for ever on a lock
-/// that another thread may hold while it waits for this one's caller.
-pub(crate) fn lock_within<T>(m: &Mutex<T>, wait: std::time::Duration) -> Option<MutexGuard<'_, T>> {
-    let deadline = std::time::Instant::now() + wait;
-    loop {
-        match m.try_lock() {
-            Ok(g) => return Some(g),
-            Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            Err(std::sync::TryLockError::WouldBlock) => return None,
-        }
-    }
-}
+use crate::device::{Device, DeviceState};
+use crate::host::{lock, FileKey};
+use crate::hw::backing::Backing;
+use crate::kfd::process::KfdProcess;
+use crate::render::file::RenderFile;
 
 /// Why a machine could not be built from a topology.
 #[derive(Debug, thiserror::Error)]
@@ -50,98 +30,6 @@ pub enum MachineError {
     /// The preset is invalid.
     #[error(transparent)]
     Preset(#[from] crate::preset::PresetError),
-}
-
-/// Mutable per-device state shared by all processes (the device queue manager's part).
-#[derive(Debug)]
-pub(crate) struct DeviceState {
-    pub vram_used: u64,
-    pub sdma_used: Vec<bool>,
-    pub xgmi_sdma_used: Vec<bool>,
-    pub doorbell_slices: BTreeSet<u32>,
-    pub next_mmap_offset: u64,
-}
-
-/// One simulated GPU.
-#[derive(Debug)]
-pub(crate) struct Device {
-    pub gpu_id: u32,
-    pub render_minor: u32,
-    pub gfx_target_version: u32,
-    pub vram_size: u64,
-    pub large_bar: bool,
-    pub sdma_engines: u32,
-    pub xgmi_sdma_engines: u32,
-    pub num_gws: u32,
-    pub state: Mutex<DeviceState>,
-    /// The SDMA engines that run command submissions on the DMA ring.
-    pub dma: crate::sdma::Engines,
-}
-
-impl Device {
-    pub fn alloc_doorbell_slice(&self) -> u32 {
-        let mut s = lock(&self.state);
-        let idx = (0..=u32::MAX)
-            .find(|i| !s.doorbell_slices.contains(i))
-            .unwrap_or(u32::MAX);
-        s.doorbell_slices.insert(idx);
-        idx
-    }
-
-    pub fn free_doorbell_slice(&self, idx: u32) {
-        lock(&self.state).doorbell_slices.remove(&idx);
-    }
-
-    /// Takes an SDMA slot (`want`: a specific one at restore). Returns (sdma_id, engine, queue).
-    pub fn alloc_sdma(&self, kind: QueueKind, want: Option<u32>) -> Result<(u32, u32, u32), Errno> {
-        let mut s = lock(&self.state);
-        let (bitmap, engines, base) = match kind {
-            QueueKind::Sdma => (&mut s.sdma_used, self.sdma_engines, 0),
-            _ => (
-                &mut s.xgmi_sdma_used,
-                self.xgmi_sdma_engines,
-                self.sdma_engines,
-            ),
-        };
-        let id = match want {
-            Some(id) => {
-                let slot = bitmap.get(id as usize).copied();
-                match slot {
-                    Some(false) => id,
-                    _ => return Err(Errno::EBUSY),
-                }
-            }
-            None => bitmap
-                .iter()
-                .position(|used| !used)
-                .and_then(|i| u32::try_from(i).ok())
-                .ok_or(Errno::ENOMEM)?,
-        };
-        if let Some(b) = bitmap.get_mut(id as usize) {
-            *b = true;
-        }
-        let engines = engines.max(1);
-        Ok((id, base + id % engines, id / engines))
-    }
-
-    pub fn free_sdma(&self, kind: QueueKind, id: u32) {
-        let mut s = lock(&self.state);
-        let bitmap = match kind {
-            QueueKind::Sdma => &mut s.sdma_used,
-            _ => &mut s.xgmi_sdma_used,
-        };
-        if let Some(b) = bitmap.get_mut(id as usize) {
-            *b = false;
-        }
-    }
-
-    /// A fresh render-node fake mmap offset range for a BO of `size` bytes.
-    pub fn alloc_mmap_offset(&self, size: u64) -> u64 {
-        let mut s = lock(&self.state);
-        let off = s.next_mmap_offset;
-        s.next_mmap_offset = off.saturating_add(crate::process::align_up(size));
-        off
-    }
 }
 
 /// What a simulated open file is.
@@ -171,81 +59,23 @@ struct Registry {
     locked: bool,
 }
 
-/// A request code spelled as the C macros that make it (`_IOWR('K', 0x2a, 24)`): the name of a
-/// request that no table of the simulated kernel names.
-pub(crate) fn spell_request(cmd: u32) -> String {
-    use kfd_abi::ioctl::{self, Dir};
-    let macro_ = match ioctl::dir(cmd) {
-        Dir::None => "_IO",
-        Dir::Write => "_IOW",
-        Dir::Read => "_IOR",
-        Dir::ReadWrite => "_IOWR",
-    };
-    let ty = ioctl::ty(cmd);
-    let ty = if ty.is_ascii_graphic() {
-        format!("'{}'", char::from(ty))
-    } else {
-        format!("{ty:#04x}")
-    };
-    let nr = ioctl::nr(cmd);
-    match ioctl::dir(cmd) {
-        Dir::None => format!("{macro_}({ty}, {nr:#04x})"),
-        _ => format!("{macro_}({ty}, {nr:#04x}, {} bytes)", ioctl::size(cmd)),
-    }
-}
-
 /// The machine's state; shared by every front-end object.
 #[derive(Debug)]
-pub struct MachineInner {
+pub(crate) struct MachineInner {
     pub(crate) topology: Topology,
     pub(crate) devices: Vec<Device>,
     pub(crate) system_limit: u64,
     /// What GET_VERSION reports, `major << 32 | minor` (1.11 unless told otherwise).
     kfd_version: std::sync::atomic::AtomicU64,
     /// CPU time the SDMA engines of the machine used (for benchmarks).
-    pub(crate) engine: crate::sdma::EngineTime,
+    pub(crate) engine: crate::hw::sdma::EngineTime,
     /// The GTT size of every GPU (`amdgpu_ttm_init`).
     gtt_size: u64,
     /// The client requests the simulator does not answer that it has logged (once each).
     unanswered: Mutex<BTreeSet<String>>,
-    /// The doorbell and MMIO pages that KFD mappings show.
-    pub(crate) device_pages: crate::kfd::mmap::DevicePages,
-    /// Whether the SDMA engine thread of user-mode queues runs (`kfd::umq`).
-    pub(crate) engine_started: std::sync::Once,
-    /// The device mappings made in process (see [`crate::SimProcess::device_vmas`]).
-    vmas: Mutex<Vec<VmaRecord>>,
+    /// The queue scheduler: its engine thread runs the user-mode queues.
+    pub(crate) scheduler: crate::hw::scheduler::Scheduler,
     reg: Mutex<Registry>,
-}
-
-/// One in-process device mapping: whose, where, and which memory backs it.
-#[derive(Clone, Debug)]
-pub(crate) struct VmaRecord {
-    pub pid: u32,
-    pub vma: crate::inproc::DeviceVma,
-    pub backing: FileKey,
-    pub backing_offset: u64,
-}
-
-/// The ranges of this OS process that map files: `(start, end, offset, st_dev, st_ino)` from
-/// `/proc/self/maps`.
-fn file_ranges() -> Vec<(u64, u64, u64, u64, u64)> {
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    maps.lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let (start, end) = f.next()?.split_once('-')?;
-            let _perms = f.next()?;
-            let off = f.next()?;
-            let (maj, min) = f.next()?.split_once(':')?;
-            let ino = f.next()?.parse().ok()?;
-            let hex = |s: &str| u64::from_str_radix(s, 16).ok();
-            let dev = libc::makedev(
-                u32::try_from(hex(maj)?).ok()?,
-                u32::try_from(hex(min)?).ok()?,
-            );
-            Some((hex(start)?, hex(end)?, hex(off)?, dev, ino))
-        })
-        .collect()
 }
 
 impl MachineInner {
@@ -281,9 +111,10 @@ impl MachineInner {
                     sdma_used: slots(sdma_engines),
                     xgmi_sdma_used: slots(xgmi_sdma_engines),
                     doorbell_slices: BTreeSet::new(),
-                    next_mmap_offset: crate::process::limits::DRM_FILE_PAGE_OFFSET_START,
+                    next_mmap_offset: crate::limits::DRM_FILE_PAGE_OFFSET_START,
                 }),
-                dma: crate::sdma::Engines::new(sdma_engines.saturating_add(xgmi_sdma_engines)),
+                dma: crate::hw::sdma::Engines::new(sdma_engines.saturating_add(xgmi_sdma_engines)),
+                mmio: Mutex::new(None),
             });
         }
         // The KFD system memory limit: 15/16 of system RAM.
@@ -300,14 +131,12 @@ impl MachineInner {
             system_limit,
             gtt_size,
             unanswered: Mutex::new(BTreeSet::new()),
-            device_pages: crate::kfd::mmap::DevicePages::default(),
-            vmas: Mutex::new(Vec::new()),
-            engine_started: std::sync::Once::new(),
+            scheduler: crate::hw::scheduler::Scheduler::default(),
             kfd_version: std::sync::atomic::AtomicU64::new(
                 u64::from(kfd_sys::KFD_IOCTL_MAJOR_VERSION) << 32
                     | u64::from(kfd_sys::KFD_IOCTL_MINOR_VERSION),
             ),
-            engine: crate::sdma::EngineTime::default(),
+            engine: crate::hw::sdma::EngineTime::default(),
             reg: Mutex::new(Registry {
                 next_pid: 1000,
                 ..Registry::default()
@@ -388,35 +217,6 @@ impl MachineInner {
         if r.processes.get(&pid).is_some_and(|w| w.strong_count() == 0) {
             r.processes.remove(&pid);
         }
-    }
-
-    /// Records an in-process device mapping.
-    pub(crate) fn record_vma(&self, r: VmaRecord) {
-        let mut all = lock(&self.vmas);
-        // A mapping at the same place replaced whatever was recorded there.
-        all.retain(|o| o.vma.end <= r.vma.start || o.vma.start >= r.vma.end);
-        all.push(r);
-    }
-
-    /// The recorded device mappings of `pid` that still map their memory, in address order.
-    pub(crate) fn device_vmas(&self, pid: u32) -> Vec<crate::inproc::DeviceVma> {
-        let live = file_ranges();
-        let mut all = lock(&self.vmas);
-        all.retain(|r| {
-            live.iter().any(|&(s, e, off, dev, ino)| {
-                s == r.vma.start
-                    && e == r.vma.end
-                    && off == r.backing_offset
-                    && FileKey { dev, ino } == r.backing
-            })
-        });
-        let mut mine: Vec<_> = all
-            .iter()
-            .filter(|r| r.pid == pid)
-            .map(|r| r.vma.clone())
-            .collect();
-        mine.sort_by_key(|v| v.start);
-        mine
     }
 
     pub(crate) fn register_file(&self, file: &Arc<OpenFile>) {

@@ -50,10 +50,10 @@ use topology::Topology;
 use crate::asic::Asic;
 
 /// The DRM character-device major.
-pub const DRM_MAJOR: u32 = 226;
+pub(crate) const DRM_MAJOR: u32 = 226;
 /// What `/sys/module/amdgpu/coresize` reports (the module's core size, bytes; also the size
 /// column of its `/proc/modules` line). A size of the order of Debian 6.1's amdgpu.ko.
-pub const AMDGPU_CORESIZE: u64 = 9_744_384;
+pub(crate) const AMDGPU_CORESIZE: u64 = 9_744_384;
 
 /// Why the sysfs tree could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -83,20 +83,20 @@ pub struct SysfsOptions {
 
 /// One GPU's PCI and DRM identity, as the tree names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GpuSysfs {
+pub(crate) struct GpuSysfs {
     /// `DDDD:BB:DD.F`.
-    pub slot: String,
+    pub(crate) slot: String,
     /// `devices/pci<dom>:<bus>/<slot>`, relative to the sysfs root.
-    pub device_dir: PathBuf,
+    pub(crate) device_dir: PathBuf,
     /// The primary node's minor (`card<N>`).
-    pub card_minor: u32,
+    pub(crate) card_minor: u32,
     /// The render node's minor (`renderD<M>`).
-    pub render_minor: u32,
+    pub(crate) render_minor: u32,
 }
 
 impl GpuSysfs {
     /// Where GPU number `index` of the topology (node `n`) appears.
-    pub fn of(index: usize, n: &Node) -> Self {
+    pub(crate) fn of(index: usize, n: &Node) -> Self {
         let slot = Asic::slot_name(n);
         let root_bus = format!(
             "pci{:04x}:{:02x}",
@@ -121,7 +121,7 @@ impl GpuSysfs {
 
 /// The GTT size amdgpu gives a GPU on this machine (`amdgpu_ttm_init`): half the system memory,
 /// at least 3 GiB.
-pub fn gtt_size(topology: &Topology) -> u64 {
+pub(crate) fn gtt_size(topology: &Topology) -> u64 {
     let ram: u64 = topology
         .cpus()
         .flat_map(|n| n.mem_banks.iter())
@@ -132,7 +132,7 @@ pub fn gtt_size(topology: &Topology) -> u64 {
 
 /// The 256-byte PCI configuration header of a GPU (type 0): ids, command/status, revision, class,
 /// header type, the BARs left zero, subsystem ids.
-pub fn pci_config(a: &Asic) -> [u8; 256] {
+pub(crate) fn pci_config(a: &Asic) -> [u8; 256] {
     let mut c = [0u8; 256];
     c[0..2].copy_from_slice(&a.vendor_id.to_le_bytes());
     c[2..4].copy_from_slice(&a.device_id.to_le_bytes());

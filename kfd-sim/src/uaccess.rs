@@ -137,6 +137,29 @@ pub(crate) fn check_user_range(client: &dyn Client, first: u64, last: u64) -> Re
     Ok(())
 }
 
+/// A request code spelled as the C macros that make it (`_IOWR('K', 0x2a, 24)`): the name of a
+/// request that no table of the simulated kernel names.
+pub(crate) fn spell_request(cmd: u32) -> String {
+    use kfd_abi::ioctl::{self, Dir};
+    let macro_ = match ioctl::dir(cmd) {
+        Dir::None => "_IO",
+        Dir::Write => "_IOW",
+        Dir::Read => "_IOR",
+        Dir::ReadWrite => "_IOWR",
+    };
+    let ty = ioctl::ty(cmd);
+    let ty = if ty.is_ascii_graphic() {
+        format!("'{}'", char::from(ty))
+    } else {
+        format!("{ty:#04x}")
+    };
+    let nr = ioctl::nr(cmd);
+    match ioctl::dir(cmd) {
+        Dir::None => format!("{macro_}({ty}, {nr:#04x})"),
+        _ => format!("{macro_}({ty}, {nr:#04x}, {} bytes)", ioctl::size(cmd)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,8 +9,8 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
 
-use kfd_sim::asic::Asic;
 use kfd_sim::sysfs::{self, Entry, SysfsOptions};
+use kfd_sim::Asic;
 use kfd_sim::Preset;
 use rstest::rstest;
 use topology::model::keys;

@@ -73,19 +73,29 @@ pub enum RestoreError {
     #[error("{0}")]
     ProcessGpus(String),
     /// The restoring process's `/dev/kfd` has a GPU whose render node the process cannot open:
-    /// its device cgroup was not applied yet when it opened `/dev/kfd` (crun with its own
-    /// cgroup manager on cgroup v2 applies a container's device rules after criu's restore).
+    /// it was not under its container's device rules when it opened `/dev/kfd`. Either the
+    /// runtime applies them too late (crun with its own cgroup manager on cgroup v2 applies them
+    /// after criu's restore), or criu moved the task out of the cgroup the runtime prepared (runc
+    /// on cgroup v2 gives criu no cgroup root, so a checkpoint restored into another container,
+    /// as Docker and containerd do, goes into the checkpointed container's cgroup path, which
+    /// criu recreates without its rules).
     #[error(
         "the restored process's /dev/kfd has GPU {gpu_id:#x} (renderD{render_minor}), which its \
          container was not given (opening renderD{render_minor} in the restored process: \
          {errno}): the container's device cgroup was not applied yet when criu restored the \
-         process, so amdkfd gave it every GPU its cgroup allowed ([{process_gpus}]). Restoring \
-         would need renderD{render_minor} and would give the container a GPU it may not use: \
-         refused before any GPU state was created. The OCI runtime must put the restored task \
-         under the container's device rules before criu restores its files: runc does (podman \
-         --runtime runc, for the run and the restore), and so does crun with the systemd cgroup \
-         manager (podman --cgroup-manager systemd, the default where systemd runs); crun with \
-         --cgroup-manager cgroupfs on cgroup v2 applies them only after criu's restore"
+         process (or criu had moved the process out of it), so amdkfd gave it every GPU its \
+         cgroup allowed ([{process_gpus}]). Restoring would need renderD{render_minor} and would \
+         give the container a GPU it may not use: refused before any GPU state was created. The \
+         OCI runtime must put the restored task under the container's device rules before criu \
+         restores its files, and criu must leave it there: runc does (podman --runtime runc, for \
+         the run and the restore), and so does crun with the systemd cgroup manager (podman \
+         --cgroup-manager systemd, the default where systemd runs); crun with --cgroup-manager \
+         cgroupfs on cgroup v2 applies them only after criu's restore. Restoring into a container \
+         other than the checkpointed one (a new container started from a checkpoint with Docker \
+         or containerd), runc on cgroup v2 gives criu no cgroup root, and criu moves the task \
+         into the checkpointed container's cgroup path, recreated without its rules: add \
+         `manage-cgroups=ignore` to /etc/criu/runc.conf, so that criu leaves it in the new \
+         container's cgroup"
     )]
     DeviceCgroupNotApplied {
         /// The GPU the process has but may not use (this node's id).

@@ -1,7 +1,8 @@
 //! The layering rests on the dependency graph, not on the linker: what criu loads
 //! (`amdgpu_plugin.so`, the `plugin` package) depends on neither the simulator nor the CLI's
-//! crates, `topology` does not depend on the image format, and the simulated node (`harness`)
-//! on no CLI crate. Asked of `cargo tree` (normal edges: dev-dependencies may use anything
+//! crates, `topology` does not depend on the image format, the simulated node (`harness`)
+//! on no CLI crate, and the shader core (`kfd-shader`) knows neither the simulator nor the
+//! operating system. Asked of `cargo tree` (normal edges: dev-dependencies may use anything
 //! below the CLI), offline, on the workspace's own lock file. Nothing builds on the CLI package
 //! `amdgpu-cr`, not even tests (`tests`, `fuzz` use `harness`); and only binaries parse
 //! arguments: no library source of `kfd-sim` or `harness` names `clap`.
@@ -61,6 +62,11 @@ fn dependencies(package: &str, edges: &str) -> BTreeSet<String> {
     "harness",
     &["plugin", "kfd-sim", "kfd-abi"],
     &["amdgpu-cr", "indicatif"]
+)]
+#[case::the_shader_core_is_pure(
+    "kfd-shader",
+    &["half", "log", "thiserror"],
+    &["kfd-sim", "kfd-abi", "kfd-sys", "libc", "rustix"]
 )]
 fn a_package_depends_on_what_its_role_needs_and_nothing_above_it(
     #[case] package: &str,

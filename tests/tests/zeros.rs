@@ -14,7 +14,7 @@ use harness::workload::{Kind, Manifest, Spec};
 use harness::{self, SimNode};
 use images::PagesFile;
 use kfd_sim::preset::Preset;
-use kfd_sim::render::VmTarget;
+use kfd_sim::VmTarget;
 
 const M: u64 = 1 << 20;
 

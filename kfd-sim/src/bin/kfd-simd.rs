@@ -100,7 +100,7 @@ enum Command {
         /// The control device of the kfd_bridge kernel module (ci/kmod): when it exists, the
         /// devices are served through the module's proxies, which add mmap and fds installed into
         /// the caller.
-        #[arg(long, default_value = kfd_sim::cuse::bridge::DEFAULT_PATH)]
+        #[arg(long, default_value = kfd_sim::cuse::BRIDGE_PATH)]
         bridge: PathBuf,
         /// Plain CUSE even when the kfd_bridge module is loaded.
         #[arg(long)]

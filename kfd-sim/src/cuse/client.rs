@@ -31,10 +31,12 @@ use kfd_abi::Errno;
 
 use super::bridge::HandOvers;
 use super::os::{self, ProcStatus};
-use super::server::{cuse_file_key, Shared};
+use super::requests::cuse_file_key;
+use super::server::Shared;
 use super::SIM_PROBE;
-use crate::client::{Client, FdSlot, ProcessMemory};
+use crate::client::{Client, FdSlot};
 use crate::host::FileKey;
+use crate::hw::backing::ProcessMemory;
 
 /// One ioctl's caller.
 pub(crate) struct CuseClient<'a> {
@@ -197,9 +199,9 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
-    use crate::client::InProcessClient;
     use crate::cuse::bridge::HandOver;
     use crate::cuse::server::tests::initialised_server;
+    use crate::inproc::client::InProcessClient;
     use crate::kfd::criu::{BO_PRIV_SIZE, DEVICE_PRIV_SIZE, PROCESS_PRIV_SIZE};
     use crate::machine::{FileKind, MachineInner};
     use crate::{Machine, Preset, SimFile, SimProcess};

@@ -2,49 +2,56 @@
 //! `/dev/dri/renderD<minor>` (major 226, the preset's minors, so that they look exactly like real
 //! render nodes), by a userspace daemon (`kfd-simd serve`), in pure Rust (no libfuse).
 //!
-//! - [`proto`]: the FUSE/CUSE wire format (CUSE_INIT, OPEN, IOCTL, RELEASE, ...).
-//! - [`CuseServer`]: one `/dev/cuse` connection per device, elastic reader thread pools, the
-//!   request handlers (see the `server` module's documentation for threads, processes and files).
-//! - The dispatcher's [`Client`](crate::Client) for CUSE callers: identity from `/proc`, user memory
+//! - `proto`: the FUSE/CUSE wire format (CUSE_INIT, OPEN, IOCTL, RELEASE, ...).
+//! - [`CuseServer`] (`server`): one `/dev/cuse` connection per device, registered by `init`;
+//!   elastic reader thread pools (`threads`); the request handlers (`requests`); the processes
+//!   they serve, with their pidfds and installed fds (`procs`).
+//! - The dispatcher's caller for CUSE callers (`client`): identity from `/proc`, user memory
 //!   with `process_vm_readv`/`writev` (unrestricted ioctls, no retry round trips), fds passed in
 //!   fetched with `pidfd_getfd`, fds the kernel would install kept in the daemon for the client
 //!   to fetch (the client side of that is `kfd_abi::cuse`).
 //!
-//! - [`bridge`]: with the VM lane's kernel module loaded (`ci/kmod/kfd_bridge`), the devices are
+//! - `bridge`: with the VM lane's kernel module loaded (`ci/kmod/kfd_bridge`), the devices are
 //!   served through its proxies, which add mmap and fds installed into the caller.
 //!
 //! Three request codes exist only here, all outside the real drivers' tables (real amdkfd
 //! answers `EINVAL`/`ENOTTY`, a real amdgpu render node `EINVAL`):
 //! `kfd_abi::cuse::SIM_DAEMON_PID` (`_IOR('K', 0x7f, u32)`), `kfd_abi::cuse::SIM_CLOSE_FD`
-//! (`_IOW('K', 0x7e, u32)`) and [`SIM_PROBE`] (`_IO('K', 0x7d)`, answered only to the daemon
+//! (`_IOW('K', 0x7e, u32)`) and `SIM_PROBE` (`_IO('K', 0x7d)`, answered only to the daemon
 //! itself). They are matched on the whole code before the dispatcher sees the call.
 //!
 //! Needs root (or at least CAP_SYS_ADMIN to open `/dev/cuse`, and ptrace access to the clients
 //! for `process_vm_*` and `pidfd_getfd`).
 
-pub mod bridge;
+mod bridge;
 mod client;
-pub mod os;
-pub mod proto;
+mod init;
+mod os;
+mod procs;
+mod proto;
+mod requests;
 mod server;
+mod threads;
 
 use std::io;
 use std::path::PathBuf;
 
 use kfd_abi::ioctl::{encode, Dir};
 
+pub use bridge::{BridgeError, DEFAULT_PATH as BRIDGE_PATH};
 pub use os::TermSignals;
-pub use server::{CuseServer, DeviceRole, ServeConfig, ServedDevice, DRM_MAJOR};
+use server::DRM_MAJOR;
+pub use server::{CuseServer, DeviceRole, ServeConfig, ServedDevice};
 
 use crate::machine::MachineError;
 
 /// `_IO('K', 0x7d)`: the daemon asks one of its own render-node files, fetched from a client,
 /// which open it is; the answer is the file's CUSE handle.
-pub const SIM_PROBE: u32 = encode(Dir::None, b'K', 0x7d, 0);
+pub(crate) const SIM_PROBE: u32 = encode(Dir::None, b'K', 0x7d, 0);
 
 /// `st_dev` of the synthetic keys of CUSE open files in the machine's registry (no real file
 /// system has it).
-pub const CUSE_FILE_DEV: u64 = u64::MAX;
+pub(crate) const CUSE_FILE_DEV: u64 = u64::MAX;
 
 /// Why the CUSE server could not start.
 #[derive(Debug, thiserror::Error)]

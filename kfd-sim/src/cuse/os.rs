@@ -7,7 +7,7 @@ use std::time::Duration;
 
 /// What `poll` saw on one fd.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Ready {
+pub(super) struct Ready {
     /// Readable.
     pub readable: bool,
     /// Error or hang-up (a dead FUSE connection reports POLLERR).
@@ -16,7 +16,7 @@ pub struct Ready {
 
 /// Waits until one of `fds` is readable or in error, or `timeout` passes (`None`: forever).
 /// `EINTR` is returned as an error of kind `Interrupted`.
-pub fn poll(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::Result<Vec<Ready>> {
+pub(super) fn poll(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::Result<Vec<Ready>> {
     let mut pfds: Vec<libc::pollfd> = fds
         .iter()
         .map(|fd| libc::pollfd {
@@ -44,12 +44,12 @@ pub fn poll(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::Result<Vec
 }
 
 /// Whether a pidfd reports its process as exited (readable), without waiting.
-pub fn pidfd_exited(pidfd: BorrowedFd<'_>) -> bool {
+pub(super) fn pidfd_exited(pidfd: BorrowedFd<'_>) -> bool {
     poll(&[pidfd], Some(Duration::ZERO)).is_ok_and(|r| r.first().is_some_and(|r| r.readable))
 }
 
 /// An argument-less ioctl on `fd`; returns its non-negative result.
-pub fn ioctl_no_arg(fd: BorrowedFd<'_>, request: u32) -> io::Result<i32> {
+pub(super) fn ioctl_no_arg(fd: BorrowedFd<'_>, request: u32) -> io::Result<i32> {
     // SAFETY: `fd` is open for the call; the request carries no argument (size 0) and the
     // argument passed is a null pointer that nothing dereferences.
     let r = unsafe {
@@ -107,7 +107,7 @@ impl TermSignals {
 
 /// What the daemon needs of `/proc/<pid>/status`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ProcStatus {
+pub(super) struct ProcStatus {
     /// Thread-group id (the process).
     pub tgid: u32,
     /// The tracer's thread id, 0 when not traced.
@@ -120,13 +120,13 @@ pub struct ProcStatus {
 }
 
 /// Capability numbers (`<linux/capability.h>`).
-pub const CAP_SYS_ADMIN: u32 = 21;
+pub(super) const CAP_SYS_ADMIN: u32 = 21;
 /// `CAP_CHECKPOINT_RESTORE`.
-pub const CAP_CHECKPOINT_RESTORE: u32 = 40;
+pub(super) const CAP_CHECKPOINT_RESTORE: u32 = 40;
 
 impl ProcStatus {
     /// Parses the text of a status file; `None` without a `Tgid:` line.
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(super) fn parse(text: &str) -> Option<Self> {
         let mut s = Self::default();
         let mut tgid = None;
         let mut ns_pid = None;
@@ -149,13 +149,13 @@ impl ProcStatus {
     }
 
     /// Reads `/proc/<pid>/status` (`pid` may be a thread id).
-    pub fn read(pid: u32) -> io::Result<Self> {
+    pub(super) fn read(pid: u32) -> io::Result<Self> {
         let text = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
         Self::parse(&text).ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))
     }
 
     /// `capable(CAP_CHECKPOINT_RESTORE) || capable(CAP_SYS_ADMIN)`.
-    pub fn can_checkpoint_restore(&self) -> bool {
+    pub(super) fn can_checkpoint_restore(&self) -> bool {
         let has = |cap: u32| self.cap_eff & (1u64 << cap) != 0;
         has(CAP_CHECKPOINT_RESTORE) || has(CAP_SYS_ADMIN)
     }

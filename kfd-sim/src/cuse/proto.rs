@@ -17,34 +17,30 @@
 use kfd_abi::Errno;
 
 /// The FUSE protocol major version (7).
-pub const FUSE_KERNEL_VERSION: u32 = 7;
+pub(super) const FUSE_KERNEL_VERSION: u32 = 7;
 /// The protocol minor we speak at most; the kernel needs at least 11 from a CUSE server.
-pub const FUSE_KERNEL_MINOR_VERSION: u32 = 31;
+pub(super) const FUSE_KERNEL_MINOR_VERSION: u32 = 31;
 /// The oldest minor the kernel accepts in a CUSE_INIT reply.
-pub const CUSE_MIN_MINOR: u32 = 11;
+pub(super) const CUSE_MIN_MINOR: u32 = 11;
 /// `cuse_init_in/out.flags`: ioctls are passed unrestricted (raw command and argument address).
-pub const CUSE_UNRESTRICTED_IOCTL: u32 = 1 << 0;
-/// `fuse_ioctl_in.flags`: a 32-bit caller on a 64-bit kernel.
-pub const FUSE_IOCTL_COMPAT: u32 = 1 << 0;
-/// `fuse_ioctl_in.flags`: the ioctl is unrestricted.
-pub const FUSE_IOCTL_UNRESTRICTED: u32 = 1 << 1;
+pub(super) const CUSE_UNRESTRICTED_IOCTL: u32 = 1 << 0;
+/// `fuse_ioctl_in.flags`: the ioctl is unrestricted (what the kernel sends us, since we ask for
+/// it; the tests play the kernel).
+#[cfg(test)]
+pub(super) const FUSE_IOCTL_UNRESTRICTED: u32 = 1 << 1;
 /// The device info string may be at most this long (one page).
-pub const CUSE_INFO_MAX: usize = 4096;
-/// The kernel refuses reads of /dev/cuse into a buffer smaller than this (plus max_write).
-pub const FUSE_MIN_READ_BUFFER: usize = 8192;
-/// Interrupt requests carry the interrupted request's `unique` with this bit set.
-pub const FUSE_INT_REQ_BIT: u64 = 1;
+pub(super) const CUSE_INFO_MAX: usize = 4096;
 
 /// Size of `fuse_in_header`.
-pub const IN_HEADER_LEN: usize = 40;
+pub(super) const IN_HEADER_LEN: usize = 40;
 /// Size of `fuse_out_header`.
-pub const OUT_HEADER_LEN: usize = 16;
+pub(super) const OUT_HEADER_LEN: usize = 16;
 /// Size of `cuse_init_out`.
-pub const CUSE_INIT_OUT_LEN: usize = 72;
+pub(super) const CUSE_INIT_OUT_LEN: usize = 72;
 
 /// A request opcode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Opcode {
+pub(super) enum Opcode {
     /// FUSE_OPEN (14).
     Open,
     /// FUSE_READ (15).
@@ -75,7 +71,7 @@ pub enum Opcode {
 
 impl Opcode {
     /// Decodes an opcode.
-    pub fn from_u32(v: u32) -> Self {
+    pub(super) fn from_u32(v: u32) -> Self {
         match v {
             14 => Self::Open,
             15 => Self::Read,
@@ -94,14 +90,15 @@ impl Opcode {
     }
 
     /// Whether the kernel expects an answer to this request.
-    pub fn wants_reply(self) -> bool {
+    #[cfg(test)]
+    pub(super) fn wants_reply(self) -> bool {
         !matches!(self, Self::Interrupt | Self::Forget)
     }
 }
 
 /// Why bytes read from /dev/cuse are not a request we understand.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ProtoError {
+pub(super) enum ProtoError {
     /// Fewer bytes than a header, or than the header's `len`.
     #[error("short request: {got} bytes, need {need}")]
     Short {
@@ -148,7 +145,7 @@ fn need(b: &[u8], n: usize) -> Result<(), ProtoError> {
 
 /// `fuse_in_header`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct InHeader {
+pub(super) struct InHeader {
     /// Total request length, header included.
     pub len: u32,
     /// The operation.
@@ -168,7 +165,7 @@ pub struct InHeader {
 }
 
 /// Splits one request read from /dev/cuse into its header and body.
-pub fn parse_request(buf: &[u8]) -> Result<(InHeader, &[u8]), ProtoError> {
+pub(super) fn parse_request(buf: &[u8]) -> Result<(InHeader, &[u8]), ProtoError> {
     need(buf, IN_HEADER_LEN)?;
     let short = || ProtoError::Short {
         got: buf.len(),
@@ -196,7 +193,7 @@ pub fn parse_request(buf: &[u8]) -> Result<(InHeader, &[u8]), ProtoError> {
 
 /// `cuse_init_in`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CuseInitIn {
+pub(super) struct CuseInitIn {
     /// Protocol major of the kernel.
     pub major: u32,
     /// Protocol minor of the kernel.
@@ -207,7 +204,7 @@ pub struct CuseInitIn {
 
 impl CuseInitIn {
     /// Decodes the body of a CUSE_INIT request.
-    pub fn parse(body: &[u8]) -> Result<Self, ProtoError> {
+    pub(super) fn parse(body: &[u8]) -> Result<Self, ProtoError> {
         need(body, 16)?;
         Ok(Self {
             major: u32_at(body, 0).unwrap_or(0),
@@ -219,7 +216,7 @@ impl CuseInitIn {
 
 /// What the server answers to CUSE_INIT.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CuseInitOut {
+pub(super) struct CuseInitOut {
     /// Protocol minor (major is always 7).
     pub minor: u32,
     /// `CUSE_UNRESTRICTED_IOCTL` or 0.
@@ -236,7 +233,7 @@ pub struct CuseInitOut {
 
 /// The protocol minor to answer with: ours, or the kernel's when that is older. `None` when the
 /// kernel is too old for CUSE as we use it.
-pub fn negotiate_minor(init: &CuseInitIn) -> Option<u32> {
+pub(super) fn negotiate_minor(init: &CuseInitIn) -> Option<u32> {
     if init.major != FUSE_KERNEL_VERSION {
         return None;
     }
@@ -257,7 +254,7 @@ fn finish(mut buf: Vec<u8>) -> Vec<u8> {
 }
 
 /// The reply to CUSE_INIT: header, `cuse_init_out`, then `DEVNAME=<devname>\0`.
-pub fn cuse_init_reply(
+pub(super) fn cuse_init_reply(
     unique: u64,
     out: &CuseInitOut,
     devname: &str,
@@ -286,14 +283,14 @@ pub fn cuse_init_reply(
 }
 
 /// An error reply (`-errno` in the header, no body).
-pub fn error_reply(unique: u64, errno: Errno) -> Vec<u8> {
+pub(super) fn error_reply(unique: u64, errno: Errno) -> Vec<u8> {
     let mut b = Vec::with_capacity(OUT_HEADER_LEN);
     header(&mut b, -errno.0, unique);
     finish(b)
 }
 
 /// A success reply without a body (RELEASE, FLUSH).
-pub fn empty_reply(unique: u64) -> Vec<u8> {
+pub(super) fn empty_reply(unique: u64) -> Vec<u8> {
     let mut b = Vec::with_capacity(OUT_HEADER_LEN);
     header(&mut b, 0, unique);
     finish(b)
@@ -301,14 +298,14 @@ pub fn empty_reply(unique: u64) -> Vec<u8> {
 
 /// `fuse_open_in`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OpenIn {
+pub(super) struct OpenIn {
     /// The open(2) flags.
     pub flags: u32,
 }
 
 impl OpenIn {
     /// Decodes the body of FUSE_OPEN.
-    pub fn parse(body: &[u8]) -> Result<Self, ProtoError> {
+    pub(super) fn parse(body: &[u8]) -> Result<Self, ProtoError> {
         need(body, 8)?;
         Ok(Self {
             flags: u32_at(body, 0).unwrap_or(0),
@@ -317,7 +314,7 @@ impl OpenIn {
 }
 
 /// The reply to FUSE_OPEN: the file handle the kernel passes back with every later request.
-pub fn open_reply(unique: u64, fh: u64) -> Vec<u8> {
+pub(super) fn open_reply(unique: u64, fh: u64) -> Vec<u8> {
     let mut b = Vec::with_capacity(OUT_HEADER_LEN + 16);
     header(&mut b, 0, unique);
     b.extend_from_slice(&fh.to_ne_bytes());
@@ -327,20 +324,20 @@ pub fn open_reply(unique: u64, fh: u64) -> Vec<u8> {
 }
 
 /// The file handle at the start of the bodies of RELEASE, READ, WRITE, FLUSH, FSYNC, POLL.
-pub fn fh_of(body: &[u8]) -> Result<u64, ProtoError> {
+pub(super) fn fh_of(body: &[u8]) -> Result<u64, ProtoError> {
     need(body, 8)?;
     Ok(u64_at(body, 0).unwrap_or(0))
 }
 
 /// `fuse_interrupt_in`: the request being interrupted.
-pub fn interrupted_unique(body: &[u8]) -> Result<u64, ProtoError> {
+pub(super) fn interrupted_unique(body: &[u8]) -> Result<u64, ProtoError> {
     need(body, 8)?;
     Ok(u64_at(body, 0).unwrap_or(0))
 }
 
 /// `fuse_ioctl_in`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct IoctlIn {
+pub(super) struct IoctlIn {
     /// File handle from FUSE_OPEN.
     pub fh: u64,
     /// `FUSE_IOCTL_*` flags.
@@ -357,7 +354,7 @@ pub struct IoctlIn {
 
 impl IoctlIn {
     /// Decodes the body of FUSE_IOCTL.
-    pub fn parse(body: &[u8]) -> Result<Self, ProtoError> {
+    pub(super) fn parse(body: &[u8]) -> Result<Self, ProtoError> {
         need(body, 32)?;
         Ok(Self {
             fh: u64_at(body, 0).unwrap_or(0),
@@ -373,7 +370,7 @@ impl IoctlIn {
 /// The final reply to FUSE_IOCTL: `fuse_ioctl_out {result}` with no data (the server wrote the
 /// caller's memory itself). An error goes in `result` as `-errno`, so that the caller sees the
 /// exact errno (an error in the header would turn ENOSYS into ENOTTY).
-pub fn ioctl_reply(unique: u64, result: Result<i32, Errno>) -> Vec<u8> {
+pub(super) fn ioctl_reply(unique: u64, result: Result<i32, Errno>) -> Vec<u8> {
     let result = match result {
         Ok(v) => v,
         Err(e) => -e.0,

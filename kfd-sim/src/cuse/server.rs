@@ -1,37 +1,20 @@
-//! The CUSE server: one `/dev/cuse` connection per device, an elastic pool of reader threads per
-//! connection, and the request handlers.
+//! The CUSE server: one `/dev/cuse` connection per device (registered by [`init`](super::init)),
+//! a pool of reader threads per connection ([`threads`](super::threads)), the request handlers
+//! ([`requests`](super::requests)) and the processes they serve ([`procs`](super::procs)).
 //!
-//! Threads: every device has its own `/dev/cuse` fd (opened non-blocking). Its reader threads
-//! `poll` it together with the shutdown socket; a thread that takes a request while no other
-//! reader of its device is idle starts one more (up to [`ServeConfig::max_threads`]), and a thread
-//! finding too many idle readers after a request exits. So a client blocked in a long call
-//! (`WAIT_EVENTS`), or a `/dev/kfd` call waiting for a render device to answer the probe
-//! (below), never starves the others. Shutdown writes to the shutdown socket: every reader sees it
-//! readable, returns, and the `/dev/cuse` fds are closed, which removes the devices.
-//!
-//! Processes: the kernel keys KFD processes on the mm; we key them on the caller's thread-group
-//! id, read from `/proc/<tid>/status` (the request header carries the thread id). A per-process
-//! record holds a pidfd (to tell a later process that reuses the pid from the first: an exited
-//! pidfd is readable), the KFD process (kept, like the kernel's, for the life of the process, not
-//! of the open file) and the fds installed for it (see the [`client`](super::client) module). A
-//! reaper thread drops records of exited processes every second.
+//! Shutdown writes to the shutdown socket: every reader sees it readable and returns, and the
+//! `/dev/cuse` fds are closed, which removes the devices.
 //!
 //! Signals: a caller that gets a signal inside a call (criu freezing it, a handler, SIGKILL)
 //! makes the kernel send FUSE_INTERRUPT for that request. The request's "signal pending" flag is
 //! set and event waiters are woken; `WAIT_EVENTS`, the only call that sleeps, then ends with
 //! `EINTR` as the driver's interruptible wait does. Without this a process blocked in an infinite
 //! wait could be neither frozen nor killed promptly.
-//!
-//! Files: FUSE_OPEN creates a simulated open file, registered in the machine under a synthetic
-//! key `(CUSE_FILE_DEV, fh)`, where `fh` is the handle returned to the kernel, which the kernel
-//! sends back with every later request on that open file. FUSE_RELEASE (the last close of the
-//! file in every process) drops it.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, OwnedFd, RawFd};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -39,30 +22,18 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use kfd_abi::Errno;
 use topology::Topology;
 
-use super::bridge::{self, Bridge, HandOvers};
-use super::client::CuseClient;
-use super::os::{self, ProcStatus};
-use super::proto::{self, InHeader, Opcode};
-use super::{CuseError, CUSE_FILE_DEV, SIM_PROBE};
-use crate::host::FileKey;
-use crate::machine::{lock, FileKind, MachineInner, OpenFile};
-use crate::process::KfdProcess;
-use crate::render::RenderFile;
+use super::bridge::{self, Bridge};
+use super::init::{open_cuse, register};
+use super::procs::{reaper, ProcEntry};
+use super::threads::{spawn_reader, Device};
+use super::CuseError;
+use crate::host::lock;
+use crate::machine::{MachineInner, OpenFile};
 
 /// The DRM character major: render nodes are served with their real numbers.
-pub const DRM_MAJOR: u32 = 226;
-
-/// Bytes read from /dev/cuse at once: the kernel wants at least 8 KiB + max_write.
-const READ_BUF: usize = 64 * 1024 + 4096;
-/// Largest read/write we announce (we serve neither; the kernel uses at least 4096).
-const MAX_IO: u32 = 4096;
-/// Idle readers per device beyond which a reader exits.
-const MAX_IDLE: usize = 4;
-/// How long CUSE_INIT may take to arrive after /dev/cuse is opened.
-const INIT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const DRM_MAJOR: u32 = 226;
 
 /// How the server registers its devices.
 #[derive(Clone, Debug)]
@@ -122,42 +93,25 @@ pub struct ServedDevice {
     pub backend: Option<PathBuf>,
 }
 
-struct Device {
-    cuse: File,
-    info: ServedDevice,
-    idle: AtomicUsize,
-    total: AtomicUsize,
-    dead: AtomicBool,
-    /// The ioctls being served, by request `unique`, each with its "signal pending" flag, which
-    /// FUSE_INTERRUPT sets.
-    inflight: Mutex<HashMap<u64, Arc<AtomicBool>>>,
-}
-
-struct OpenEntry {
-    file: Arc<OpenFile>,
-}
-
-#[derive(Default)]
-struct ProcEntry {
-    pidfd: Option<Arc<OwnedFd>>,
-    kfd: Option<Arc<KfdProcess>>,
-    installed: HashMap<RawFd, OwnedFd>,
+/// An open file of a device, by its CUSE handle.
+pub(super) struct OpenEntry {
+    pub(super) file: Arc<OpenFile>,
 }
 
 /// State shared by every reader thread.
 pub(crate) struct Shared {
     pub(crate) machine: Arc<MachineInner>,
     pub(crate) own_pid: u32,
-    files: Mutex<HashMap<u64, OpenEntry>>,
-    next_fh: AtomicU64,
-    procs: Mutex<HashMap<u32, ProcEntry>>,
+    pub(super) files: Mutex<HashMap<u64, OpenEntry>>,
+    pub(super) next_fh: AtomicU64,
+    pub(super) procs: Mutex<HashMap<u32, ProcEntry>>,
     pub(crate) render_rdevs: Vec<u64>,
     /// The kernel module's control device, when our devices are served through it (taken out
     /// at shutdown, which removes the proxies).
-    bridge: Mutex<Option<Arc<Bridge>>>,
-    stop_rx: UnixStream,
-    max_threads: usize,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    pub(super) bridge: Mutex<Option<Arc<Bridge>>>,
+    pub(super) stop_rx: UnixStream,
+    pub(super) max_threads: usize,
+    pub(super) threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 /// A running CUSE server: `/dev/kfd` and one render node per GPU, until [`shutdown`] or drop.
@@ -188,7 +142,7 @@ impl CuseServer {
     ///
     /// When the kernel module's control device exists ([`ServeConfig::bridge_path`]), the CUSE
     /// devices get private names and the module's proxies the public ones (see
-    /// [`bridge`](super::bridge)); [`wait_ready`] makes the proxies.
+    /// the `bridge` module); [`wait_ready`] makes the proxies.
     ///
     /// [`wait_ready`]: CuseServer::wait_ready
     pub fn start(topology: Topology, cfg: &ServeConfig) -> Result<Self, CuseError> {
@@ -431,548 +385,6 @@ fn is_char_device(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.file_type().is_char_device())
 }
 
-/// Opens /dev/cuse (non-blocking: readers poll it with the shutdown socket).
-fn open_cuse(cfg: &ServeConfig) -> Result<File, CuseError> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(&cfg.cuse_path)
-        .map_err(|source| {
-            if source.kind() == io::ErrorKind::NotFound {
-                CuseError::NoCuse {
-                    path: cfg.cuse_path.clone(),
-                }
-            } else {
-                CuseError::Open {
-                    path: cfg.cuse_path.clone(),
-                    source,
-                }
-            }
-        })
-}
-
-/// Answers the CUSE_INIT of one new connection: registers `devname` with the numbers of `role`
-/// (dynamic ones behind the bridge, whose proxies take the real numbers).
-fn register(file: File, role: DeviceRole, devname: &str, bridged: bool) -> Result<File, CuseError> {
-    let reg = |what: String| CuseError::Register {
-        devname: devname.to_owned(),
-        what,
-    };
-    let mut buf = vec![0u8; READ_BUF];
-    let deadline = Instant::now() + INIT_TIMEOUT;
-    let n = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(reg("no CUSE_INIT from the kernel".into()));
-        }
-        match os::poll(&[file.as_fd()], Some(left)) {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(reg(format!("poll: {e}"))),
-        }
-        match (&file).read(&mut buf) {
-            Ok(n) => break n,
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EINTR)) => {}
-            Err(e) => return Err(reg(format!("reading CUSE_INIT: {e}"))),
-        }
-    };
-    let (h, body) = proto::parse_request(&buf[..n]).map_err(|e| reg(e.to_string()))?;
-    if h.opcode != Opcode::CuseInit {
-        return Err(reg(format!("expected CUSE_INIT, got {:?}", h.opcode)));
-    }
-    let init = proto::CuseInitIn::parse(body).map_err(|e| reg(e.to_string()))?;
-    let minor = proto::negotiate_minor(&init).ok_or_else(|| {
-        reg(format!(
-            "the kernel speaks FUSE {}.{}, we need 7.{}+",
-            init.major,
-            init.minor,
-            proto::CUSE_MIN_MINOR
-        ))
-    })?;
-    if init.flags & proto::CUSE_UNRESTRICTED_IOCTL == 0 {
-        return Err(reg("the kernel does not offer unrestricted ioctls".into()));
-    }
-    let (dev_major, dev_minor) = match role {
-        DeviceRole::Render { minor, .. } if !bridged => (DRM_MAJOR, minor),
-        _ => (0, 0),
-    };
-    let out = proto::CuseInitOut {
-        minor,
-        flags: proto::CUSE_UNRESTRICTED_IOCTL,
-        max_read: MAX_IO,
-        max_write: MAX_IO,
-        dev_major,
-        dev_minor,
-    };
-    let reply = proto::cuse_init_reply(h.unique, &out, devname).map_err(|e| reg(e.to_string()))?;
-    (&file)
-        .write_all(&reply)
-        .map_err(|e| reg(format!("answering CUSE_INIT: {e}")))?;
-    log::info!("kfd-simd: registered {devname} (FUSE 7.{minor}, unrestricted ioctl)");
-    Ok(file)
-}
-
-fn spawn_reader(shared: &Arc<Shared>, dev: &Arc<Device>) -> io::Result<()> {
-    let name = match dev.info.role {
-        DeviceRole::Kfd => "kfd-simd:kfd".to_owned(),
-        DeviceRole::Render { minor, .. } => format!("kfd-simd:r{minor}"),
-    };
-    dev.total.fetch_add(1, Ordering::SeqCst);
-    let (s, d) = (Arc::clone(shared), Arc::clone(dev));
-    match std::thread::Builder::new()
-        .name(name)
-        .spawn(move || reader(&s, &d))
-    {
-        Ok(h) => {
-            let mut threads = lock(&shared.threads);
-            threads.retain(|t| !t.is_finished());
-            threads.push(h);
-            Ok(())
-        }
-        Err(e) => {
-            dev.total.fetch_sub(1, Ordering::SeqCst);
-            Err(e)
-        }
-    }
-}
-
-/// One reader thread of one device.
-fn reader(shared: &Arc<Shared>, dev: &Arc<Device>) {
-    let mut buf = vec![0u8; READ_BUF];
-    loop {
-        dev.idle.fetch_add(1, Ordering::SeqCst);
-        let ready = os::poll(&[dev.cuse.as_fd(), shared.stop_rx.as_fd()], None);
-        dev.idle.fetch_sub(1, Ordering::SeqCst);
-        let ready = match ready {
-            Ok(r) => r,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                log::error!("kfd-simd: {}: poll: {e}", dev.info.devname);
-                break;
-            }
-        };
-        if ready.get(1).is_some_and(|r| r.readable || r.error) {
-            break;
-        }
-        let n = match (&dev.cuse).read(&mut buf) {
-            Ok(0) => {
-                dead(dev, "end of file");
-                break;
-            }
-            Ok(n) => n,
-            // Another reader took the request, or it was interrupted before we got it.
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EAGAIN | libc::EINTR | libc::ENOENT)
-                ) =>
-            {
-                continue
-            }
-            Err(e) => {
-                dead(dev, &e.to_string());
-                break;
-            }
-        };
-        if dev.idle.load(Ordering::SeqCst) == 0
-            && dev.total.load(Ordering::SeqCst) < shared.max_threads
-        {
-            if let Err(e) = spawn_reader(shared, dev) {
-                log::warn!(
-                    "kfd-simd: {}: no extra reader thread: {e}",
-                    dev.info.devname
-                );
-            }
-        }
-        if let Some(reply) = shared.handle(dev, &buf[..n]) {
-            match (&dev.cuse).write(&reply) {
-                Ok(_) => {}
-                // The caller is gone or the request was interrupted: nobody waits for it.
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                    log::debug!(
-                        "kfd-simd: {}: reply to a request that is gone",
-                        dev.info.devname
-                    );
-                }
-                Err(e) => log::warn!("kfd-simd: {}: writing a reply: {e}", dev.info.devname),
-            }
-        }
-        if dev.idle.load(Ordering::SeqCst) >= MAX_IDLE {
-            break;
-        }
-    }
-    dev.total.fetch_sub(1, Ordering::SeqCst);
-}
-
-fn dead(dev: &Device, why: &str) {
-    if !dev.dead.swap(true, Ordering::SeqCst) {
-        log::error!(
-            "kfd-simd: {}: the CUSE connection is gone ({why}); the device is no longer served",
-            dev.info.devname
-        );
-    }
-}
-
-/// Drops the records of exited processes, every second until shutdown.
-fn reaper(shared: &Shared) {
-    loop {
-        match os::poll(&[shared.stop_rx.as_fd()], Some(Duration::from_secs(1))) {
-            Ok(r) if r.first().is_some_and(|r| r.readable || r.error) => return,
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                log::error!("kfd-simd: reaper: poll: {e}");
-                return;
-            }
-        }
-        shared.reap();
-    }
-}
-
-fn entry_exited(e: &ProcEntry) -> bool {
-    e.pidfd.as_ref().is_none_or(|p| os::pidfd_exited(p.as_fd()))
-}
-
-impl Shared {
-    /// Handles one request; `None` when the kernel wants no reply.
-    fn handle(&self, dev: &Device, req: &[u8]) -> Option<Vec<u8>> {
-        let (h, body) = match proto::parse_request(req) {
-            Ok(r) => r,
-            Err(e) => {
-                log::warn!("kfd-simd: {}: malformed request: {e}", dev.info.devname);
-                // Answer it if the header at least names it, so that the caller is not stuck.
-                let unique = req.get(8..16)?.try_into().ok().map(u64::from_ne_bytes)?;
-                return Some(proto::error_reply(unique, Errno::EIO));
-            }
-        };
-        let reply = match h.opcode {
-            Opcode::Open => self.open(dev, &h, body),
-            Opcode::Ioctl => {
-                let signal = Arc::new(AtomicBool::new(false));
-                lock(&dev.inflight).insert(h.unique, Arc::clone(&signal));
-                let reply = self.ioctl(dev, &h, body, &signal);
-                lock(&dev.inflight).remove(&h.unique);
-                reply
-            }
-            Opcode::Release => {
-                if let Ok(fh) = proto::fh_of(body) {
-                    self.release(fh);
-                }
-                proto::empty_reply(h.unique)
-            }
-            // Neither /dev/kfd nor our render nodes can be read or written (no DRM events).
-            Opcode::Read | Opcode::Write | Opcode::Fsync => {
-                proto::error_reply(h.unique, Errno::EINVAL)
-            }
-            Opcode::Flush | Opcode::Destroy => proto::empty_reply(h.unique),
-            // ENOSYS: the kernel stops asking and reports the default mask.
-            Opcode::Poll => proto::error_reply(h.unique, Errno::ENOSYS),
-            Opcode::Interrupt => return self.interrupt(dev, &h, body),
-            Opcode::Forget => return None,
-            Opcode::CuseInit | Opcode::Unknown(_) => proto::error_reply(h.unique, Errno::ENOSYS),
-        };
-        Some(reply)
-    }
-
-    fn open(&self, dev: &Device, h: &InHeader, body: &[u8]) -> Vec<u8> {
-        if proto::OpenIn::parse(body).is_err() {
-            return proto::error_reply(h.unique, Errno::EINVAL);
-        }
-        let st = match ProcStatus::read(h.pid) {
-            Ok(st) => st,
-            Err(_) => return proto::error_reply(h.unique, Errno::ESRCH),
-        };
-        let kind = match dev.info.role {
-            DeviceRole::Kfd => match self.kfd_process_of(st.tgid, h.pid) {
-                Ok(p) => FileKind::Kfd(p),
-                Err(e) => return proto::error_reply(h.unique, e),
-            },
-            DeviceRole::Render { index, .. } => FileKind::Render(RenderFile::new(index)),
-        };
-        let fh = self.next_fh.fetch_add(1, Ordering::SeqCst);
-        let file = Arc::new(OpenFile {
-            key: cuse_file_key(fh),
-            kind,
-        });
-        self.machine.register_file(&file);
-        let render_ptr = match &file.kind {
-            FileKind::Render(r) => r as *const RenderFile,
-            FileKind::Kfd(_) => std::ptr::null(),
-        };
-        lock(&self.files).insert(fh, OpenEntry { file });
-        log::debug!(
-            "kfd-simd: {} opened by pid {} tid {} (fh {fh}, render file {:p})",
-            dev.info.devname,
-            st.tgid,
-            h.pid,
-            render_ptr
-        );
-        proto::open_reply(h.unique, fh)
-    }
-
-    fn release(&self, fh: u64) {
-        let gone = lock(&self.files).remove(&fh);
-        log::debug!("kfd-simd: release of fh {fh} ({})", gone.is_some());
-        drop(gone);
-    }
-
-    /// FUSE_INTERRUPT: the caller of request `unique` has a signal pending (criu freezing it,
-    /// a handler, SIGKILL). Only WAIT_EVENTS sleeps long enough to care; it is woken and answers
-    /// `EINTR` (the driver's `-ERESTARTSYS`, which FUSE cannot carry; libhsakmt retries on
-    /// `EINTR`). An interrupt for a request we have not started yet is answered `EAGAIN`, and the
-    /// kernel sends it again; one for a request already answered needs nothing.
-    fn interrupt(&self, dev: &Device, h: &InHeader, body: &[u8]) -> Option<Vec<u8>> {
-        let Ok(unique) = proto::interrupted_unique(body) else {
-            log::warn!("kfd-simd: {}: malformed interrupt", dev.info.devname);
-            return None;
-        };
-        let Some(signal) = lock(&dev.inflight).get(&unique).cloned() else {
-            log::debug!(
-                "kfd-simd: {}: interrupt of request {unique}, not being served",
-                dev.info.devname
-            );
-            return Some(proto::error_reply(h.unique, Errno::EAGAIN));
-        };
-        log::debug!(
-            "kfd-simd: {}: interrupt of request {unique}",
-            dev.info.devname
-        );
-        signal.store(true, Ordering::SeqCst);
-        self.wake_event_waiters();
-        None
-    }
-
-    /// Wakes every event waiter; the interrupted ones see their flag, the others sleep again.
-    /// Taking each process's lock first orders the wake-up after a waiter's flag check.
-    fn wake_event_waiters(&self) {
-        let procs: Vec<Arc<KfdProcess>> = lock(&self.procs)
-            .values()
-            .filter_map(|e| e.kfd.clone())
-            .collect();
-        for p in procs {
-            let _state = p.lock();
-            p.events_cv.notify_all();
-        }
-    }
-
-    fn ioctl(&self, dev: &Device, h: &InHeader, body: &[u8], signal: &AtomicBool) -> Vec<u8> {
-        let Ok(io) = proto::IoctlIn::parse(body) else {
-            return proto::error_reply(h.unique, Errno::EINVAL);
-        };
-        let file = match lock(&self.files).get(&io.fh) {
-            Some(e) => Arc::clone(&e.file),
-            None => return proto::ioctl_reply(h.unique, Err(Errno::EBADF)),
-        };
-        let st = match ProcStatus::read(h.pid) {
-            Ok(st) => st,
-            Err(_) => return proto::ioctl_reply(h.unique, Err(Errno::ESRCH)),
-        };
-        let bridge = lock(&self.bridge).clone();
-        let handovers = bridge.as_ref().map(|_| HandOvers::default());
-        let client = CuseClient {
-            shared: self,
-            tid: h.pid,
-            status: st,
-            may_probe: dev.info.role == DeviceRole::Kfd,
-            signal,
-            arg: io.arg,
-            handovers: handovers.as_ref(),
-        };
-        log::trace!(
-            "kfd-simd: {} {} on fh {} by tid {} (tgid {})",
-            dev.info.devname,
-            kfd_abi::ioctl::name(io.cmd),
-            io.fh,
-            h.pid,
-            client.status.tgid
-        );
-        let r = match io.cmd {
-            kfd_abi::cuse::SIM_DAEMON_PID => {
-                use crate::client::Client;
-                client
-                    .write_user(io.arg, &self.own_pid.to_ne_bytes())
-                    .map(|()| 0)
-            }
-            kfd_abi::cuse::SIM_CLOSE_FD => client.close_installed(io.arg),
-            SIM_PROBE if st.tgid == self.own_pid => i32::try_from(io.fh).map_err(|_| Errno::EBADF),
-            bridge::proto::SIM_MMAP if bridge.is_some() => {
-                let caller = self.kfd_process_if_any(st.tgid);
-                bridge.as_ref().map_or(Err(Errno::EINVAL), |b| {
-                    b.answer_mmap(&self.machine, &file, caller.as_ref(), h.pid, io.arg)
-                })
-            }
-            cmd => match &file.kind {
-                FileKind::Kfd(p) => crate::kfd::kfd_ioctl(&self.machine, p, &client, cmd, io.arg),
-                FileKind::Render(r) => {
-                    crate::render::dispatch(&self.machine, r, &client, cmd, io.arg)
-                }
-            },
-        };
-        // The fds this call installs reach the caller through the module, before our answer.
-        let r = match (r, bridge, handovers) {
-            (Ok(v), Some(b), Some(fds)) => b.deliver(h.pid, fds.into_inner()).map(|()| v),
-            (r, ..) => r,
-        };
-        proto::ioctl_reply(h.unique, r)
-    }
-
-    /// The KFD process of live process `tgid`, if it has opened /dev/kfd (`kfd_get_process`).
-    fn kfd_process_if_any(&self, tgid: u32) -> Option<Arc<KfdProcess>> {
-        lock(&self.procs)
-            .get(&tgid)
-            .filter(|e| !entry_exited(e))
-            .and_then(|e| e.kfd.clone())
-    }
-
-    /// The KFD process of `tgid`, created on its first open of /dev/kfd (by thread `tid`) and
-    /// kept until the process exits (the kernel keeps it for the life of the mm).
-    fn kfd_process_of(&self, tgid: u32, tid: u32) -> Result<Arc<KfdProcess>, Errno> {
-        let mut stale = None;
-        let r = {
-            let mut procs = lock(&self.procs);
-            let entry = self.live_entry(&mut procs, tgid, &mut stale)?;
-            match &entry.kfd {
-                Some(p) => Ok(Arc::clone(p)),
-                None => {
-                    // This process's first /dev/kfd: a KFD process of its own, whatever an
-                    // earlier holder of the pid left behind.
-                    // Records only for the GPUs whose render node the caller's device cgroup
-                    // allows, as amdkfd's process creation. Plain CUSE cannot see it; behind
-                    // the bridge the module evaluated it in the caller's context when the open
-                    // went through /dev/kfd's proxy.
-                    let bridge = lock(&self.bridge).clone();
-                    let access = bridge.and_then(|b| b.open_access(tid));
-                    match &access {
-                        Some(a) if !a.refused_renders().is_empty() => log::info!(
-                            "kfd-simd: pid {tgid}: its device cgroup refuses render minors \
-                             {:?}: no per-device records for those GPUs",
-                            a.refused_renders()
-                        ),
-                        Some(a) => log::info!(
-                            "kfd-simd: pid {tgid}: its device cgroup allows every GPU ({a:?})"
-                        ),
-                        None => log::info!(
-                            "kfd-simd: pid {tgid}: no device cgroup verdicts (not through a \
-                             kfd_bridge v2 proxy): every GPU"
-                        ),
-                    }
-                    let p = self.machine.new_kfd_process(tgid, &|minor| {
-                        access.as_ref().is_none_or(|a| a.allows_render(minor))
-                    })?;
-                    entry.kfd = Some(Arc::clone(&p));
-                    Ok(p)
-                }
-            }
-        };
-        drop(stale);
-        r
-    }
-
-    /// The record of live process `tgid` (a record of an exited process with the same pid is
-    /// moved to `stale`, to be dropped after the lock).
-    fn live_entry<'a>(
-        &self,
-        procs: &'a mut HashMap<u32, ProcEntry>,
-        tgid: u32,
-        stale: &mut Option<ProcEntry>,
-    ) -> Result<&'a mut ProcEntry, Errno> {
-        if procs.get(&tgid).is_some_and(entry_exited) {
-            *stale = procs.remove(&tgid);
-        }
-        match procs.entry(tgid) {
-            std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
-            std::collections::hash_map::Entry::Vacant(v) => {
-                let pidfd = kfd_abi::cuse::pidfd_open(tgid).map_err(|e| {
-                    log::debug!("kfd-simd: pidfd_open({tgid}): {e}");
-                    Errno::ESRCH
-                })?;
-                Ok(v.insert(ProcEntry {
-                    pidfd: Some(Arc::new(pidfd)),
-                    ..ProcEntry::default()
-                }))
-            }
-        }
-    }
-
-    /// A pidfd of live process `tgid`.
-    pub(crate) fn pidfd_of(&self, tgid: u32) -> Result<Arc<OwnedFd>, Errno> {
-        let mut stale = None;
-        let r = {
-            let mut procs = lock(&self.procs);
-            self.live_entry(&mut procs, tgid, &mut stale)
-                .and_then(|e| e.pidfd.clone().ok_or(Errno::ESRCH))
-        };
-        drop(stale);
-        r
-    }
-
-    /// Keeps `fd` for process `tgid` until it fetches it and asks us to close it.
-    pub(crate) fn install(&self, tgid: u32, fd: OwnedFd) -> Result<i32, Errno> {
-        use std::os::fd::AsRawFd;
-        let mut stale = None;
-        let r = {
-            let mut procs = lock(&self.procs);
-            self.live_entry(&mut procs, tgid, &mut stale).map(|e| {
-                let raw = fd.as_raw_fd();
-                e.installed.insert(raw, fd);
-                raw
-            })
-        };
-        drop(stale);
-        r
-    }
-
-    /// Closes our copy of an fd installed for `tgid`; `false` when there is none.
-    pub(crate) fn uninstall(&self, tgid: u32, raw: RawFd) -> bool {
-        let fd = lock(&self.procs)
-            .get_mut(&tgid)
-            .and_then(|e| e.installed.remove(&raw));
-        fd.is_some()
-    }
-
-    /// How many fds installed for `tgid` wait to be fetched.
-    #[cfg(test)]
-    pub(crate) fn installed_count(&self, tgid: u32) -> usize {
-        lock(&self.procs)
-            .get(&tgid)
-            .map_or(0, |e| e.installed.len())
-    }
-
-    /// Whether `fh` is an open file of ours.
-    pub(crate) fn has_file(&self, fh: u64) -> bool {
-        lock(&self.files).contains_key(&fh)
-    }
-
-    fn reap(&self) {
-        let gone: Vec<(u32, ProcEntry)> = {
-            let mut procs = lock(&self.procs);
-            let dead: Vec<u32> = procs
-                .iter()
-                .filter(|(_, e)| entry_exited(e))
-                .map(|(&pid, _)| pid)
-                .collect();
-            dead.into_iter()
-                .filter_map(|pid| procs.remove(&pid).map(|e| (pid, e)))
-                .collect()
-        };
-        for (pid, e) in gone {
-            log::debug!(
-                "kfd-simd: pid {pid} exited ({} undelivered fds closed)",
-                e.installed.len()
-            );
-        }
-    }
-}
-
-/// The key under which the simulated open file of CUSE handle `fh` is registered.
-pub(crate) fn cuse_file_key(fh: u64) -> FileKey {
-    FileKey {
-        dev: CUSE_FILE_DEV,
-        ino: fh,
-    }
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     //! The server against a fake kernel: a `SOCK_SEQPACKET` socket plays `/dev/cuse` (one message
@@ -982,8 +394,12 @@ pub(crate) mod tests {
     use std::io::{Read, Write};
     use std::os::unix::net::UnixStream;
 
+    use std::os::fd::{AsFd, OwnedFd};
+
     use super::*;
+    use crate::cuse::os;
     use crate::cuse::proto::{request, FUSE_IOCTL_UNRESTRICTED};
+    use crate::cuse::SIM_PROBE;
     use kfd_abi::ioctl::kfd;
 
     pub(crate) struct FakeKernel {

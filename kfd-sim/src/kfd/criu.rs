@@ -17,16 +17,18 @@ use kfd_abi::mmap_offset as mo;
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
+use super::apertures::{bind_vm, xnack_supported};
 use super::events::{create_event_locked, kmap_event_page};
 use super::memory::{map_bo_on, new_bo};
-use super::process::{bind_vm, xnack_supported};
+use super::process::ProcState;
+use super::queue::{Queue, QueueKind};
 use super::queues::{create_queue_locked, QueueRestore};
 use super::svm::svm_apply;
+use super::svm_range::SvmAccess;
 use super::{kmalloc_check, KfdCall};
 use crate::client::{Client, FdSlot};
 use crate::host::Pod;
-use crate::process::limits::*;
-use crate::process::{ProcState, Queue, QueueKind, SvmAccess};
+use crate::limits::*;
 use crate::uaccess::{
     copy_from_user, copy_to_user, fd_from_field, fd_to_field, get_u32, get_u64, put_u32, put_u64,
     struct_bytes, IoctlResult,
@@ -62,37 +64,37 @@ const BO_BUCKET_SIZE: usize = size_of::<sys::kfd_criu_bo_bucket>();
 
 /// Offsets in a queue record header.
 mod q {
-    pub const OBJECT_TYPE: usize = 0;
-    pub const Q_ADDRESS: usize = 8;
-    pub const Q_SIZE: usize = 16;
-    pub const READ_PTR: usize = 24;
-    pub const WRITE_PTR: usize = 32;
-    pub const DOORBELL_OFF: usize = 40;
-    pub const EOP_ADDRESS: usize = 48;
-    pub const CTX_ADDRESS: usize = 56;
-    pub const GPU_ID: usize = 64;
-    pub const TYPE: usize = 68;
-    pub const FORMAT: usize = 72;
-    pub const Q_ID: usize = 76;
-    pub const PRIORITY: usize = 80;
-    pub const Q_PERCENT: usize = 84;
-    pub const DOORBELL_ID: usize = 88;
-    pub const GWS: usize = 92;
-    pub const SDMA_ID: usize = 96;
-    pub const EOP_SIZE: usize = 100;
-    pub const CTX_SIZE: usize = 104;
-    pub const CTL_STACK_SIZE: usize = 108;
-    pub const MQD_SIZE: usize = 112;
+    pub(super) const OBJECT_TYPE: usize = 0;
+    pub(super) const Q_ADDRESS: usize = 8;
+    pub(super) const Q_SIZE: usize = 16;
+    pub(super) const READ_PTR: usize = 24;
+    pub(super) const WRITE_PTR: usize = 32;
+    pub(super) const DOORBELL_OFF: usize = 40;
+    pub(super) const EOP_ADDRESS: usize = 48;
+    pub(super) const CTX_ADDRESS: usize = 56;
+    pub(super) const GPU_ID: usize = 64;
+    pub(super) const TYPE: usize = 68;
+    pub(super) const FORMAT: usize = 72;
+    pub(super) const Q_ID: usize = 76;
+    pub(super) const PRIORITY: usize = 80;
+    pub(super) const Q_PERCENT: usize = 84;
+    pub(super) const DOORBELL_ID: usize = 88;
+    pub(super) const GWS: usize = 92;
+    pub(super) const SDMA_ID: usize = 96;
+    pub(super) const EOP_SIZE: usize = 100;
+    pub(super) const CTX_SIZE: usize = 104;
+    pub(super) const CTL_STACK_SIZE: usize = 108;
+    pub(super) const MQD_SIZE: usize = 112;
 }
 
 /// Offsets in an event record.
 mod ev {
-    pub const USER_HANDLE: usize = 8;
-    pub const EVENT_ID: usize = 16;
-    pub const AUTO_RESET: usize = 20;
-    pub const TYPE: usize = 24;
-    pub const SIGNALED: usize = 28;
-    pub const EXCEPTION: usize = 32;
+    pub(super) const USER_HANDLE: usize = 8;
+    pub(super) const EVENT_ID: usize = 16;
+    pub(super) const AUTO_RESET: usize = 20;
+    pub(super) const TYPE: usize = 24;
+    pub(super) const SIGNALED: usize = 28;
+    pub(super) const EXCEPTION: usize = 32;
 }
 
 /// `kfd_ioctl_criu_args`, decoded field by field (the struct has tail padding, so it is not
@@ -216,7 +218,7 @@ fn process_info(call: &KfdCall<'_>, a: &mut CriuArgs) -> IoctlResult {
     a.priv_data_size = info.priv_size;
     drop(st);
     // The queues are preempted: the engine finishes the packet it is running, if any.
-    super::umq::wait_idle(call.process);
+    crate::hw::scheduler::wait_idle(call.process);
     Ok(0)
 }
 
@@ -357,7 +359,13 @@ fn checkpoint(call: &KfdCall<'_>, a: &CriuArgs) -> IoctlResult {
         return Err(Errno::EINVAL);
     }
     // The MQDs hold the ring pointers: what was submitted through a doorbell is latched first.
-    super::umq::latch_doorbells(call.machine, call.process, &mut st);
+    crate::hw::scheduler::latch_doorbells(
+        call.process.pid,
+        &mut super::runlist::ProcessQueues {
+            process: call.process,
+            st: &mut st,
+        },
+    );
     for (&qid, qu) in st.queues.iter_mut() {
         if qu.kind != QueueKind::Compute {
             qu.refresh_mqd(qid);
@@ -724,7 +732,7 @@ fn restore_queue(
         mqd: Vec::new(),
         ctl_stack: Vec::new(),
         cu_mask: Vec::new(),
-        ring_state: crate::process::RingState::default(),
+        ring_state: crate::hw::queue::RingState::default(),
     };
     let gws = queue.gws;
     let restore = QueueRestore {

@@ -8,12 +8,13 @@ use kfd_abi::mmap_offset as mo;
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
+use super::process::{domain_of, vm_unmap_bo, Bo, ProcState};
 use super::{kmalloc_check, KfdCall};
-use crate::machine::lock;
-use crate::memory::{Backing, Domain};
-use crate::process::limits::*;
-use crate::process::{align_up, domain_of, vm_unmap_bo, Bo, ProcState};
-use crate::render::{VmMapping, VmTarget};
+use crate::host::lock;
+use crate::hw::backing::{Backing, Domain};
+use crate::hw::vm::{VmMapping, VmTarget};
+use crate::limits::align_up;
+use crate::limits::*;
 use crate::uaccess::{
     check_user_range, copy_from_user, fd_from_field, get_u32, with_args, IoctlResult,
 };

@@ -1,80 +1,24 @@
-//! `kfd_mmap`: the `/dev/kfd` half of [`crate::mmap`], and the pages that back it.
+//! `kfd_mmap`: the `/dev/kfd` half of [`crate::vma`]: what the mmap offsets of `/dev/kfd`
+//! (doorbells, events page, CWSR area, MMIO page) map.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 
 use kfd_abi::mmap_offset as mo;
 use kfd_abi::Errno;
 
-use crate::machine::{lock, MachineInner};
-use crate::memory::Backing;
-use crate::mmap::{page, proc_state, MmapRequest, Target};
-use crate::mmap::{VMA_DONTCOPY, VMA_DONTDUMP, VMA_IO, VMA_NORESERVE};
-use crate::process::limits::{DOORBELL_SLICE, PAGE_SIZE, SIGNAL_EVENT_LIMIT};
-use crate::process::{KfdProcess, ProcState, SignalPage};
+use super::event::SignalPage;
+use super::process::{KfdProcess, ProcState};
+use crate::hw::backing::{device_page, Backing};
+use crate::limits::{DOORBELL_SLICE, PAGE_SIZE, SIGNAL_EVENT_LIMIT};
+use crate::machine::MachineInner;
+use crate::vma::{proc_state, MmapRequest, Target};
+use crate::vma::{VMA_DONTCOPY, VMA_DONTDUMP, VMA_IO, VMA_NORESERVE};
 
 /// `KFD_CWSR_TBA_TMA_SIZE`: the reserved-memory (CWSR) area of one process on one GPU.
 pub(crate) const CWSR_SIZE: u64 = 2 * PAGE_SIZE;
 
 /// Flags of the KFD mappings.
 pub(crate) const KFD_VMA: u32 = VMA_IO | VMA_DONTCOPY | VMA_NORESERVE | VMA_DONTDUMP;
-
-/// A doorbell page of one process on one GPU.
-#[derive(Debug)]
-struct DoorbellPage {
-    process: Weak<KfdProcess>,
-    dev: usize,
-    page: Arc<Backing>,
-}
-
-/// The doorbell and MMIO pages of the machine's GPUs: what a KFD mapping of them shows.
-#[derive(Debug, Default)]
-pub(crate) struct DevicePages {
-    doorbells: Mutex<Vec<DoorbellPage>>,
-    mmio: Mutex<Vec<(usize, Arc<Backing>)>>,
-}
-
-impl DevicePages {
-    /// The doorbell slice of `process` on device `dev` (the same pages for every mapping).
-    fn doorbell(&self, process: &Arc<KfdProcess>, dev: usize) -> Result<Arc<Backing>, Errno> {
-        let mut all = lock(&self.doorbells);
-        all.retain(|d| d.process.strong_count() > 0);
-        if let Some(d) = all.iter().find(|d| {
-            d.dev == dev
-                && d.process
-                    .upgrade()
-                    .is_some_and(|p| Arc::ptr_eq(&p, process))
-        }) {
-            return Ok(Arc::clone(&d.page));
-        }
-        let page = page(DOORBELL_SLICE, dev)?;
-        all.push(DoorbellPage {
-            process: Arc::downgrade(process),
-            dev,
-            page: Arc::clone(&page),
-        });
-        Ok(page)
-    }
-
-    /// The doorbell slice of `process` on device `dev` if it was ever mapped (what the
-    /// simulated GPU reads when a doorbell is rung).
-    pub(crate) fn mapped_doorbell(&self, process: &KfdProcess, dev: usize) -> Option<Arc<Backing>> {
-        lock(&self.doorbells)
-            .iter()
-            .find(|d| d.dev == dev && std::ptr::eq(d.process.as_ptr(), process))
-            .map(|d| Arc::clone(&d.page))
-    }
-
-    /// The MMIO remap (HDP flush) page of device `dev`, shared by every process.
-    fn mmio(&self, dev: usize) -> Result<Arc<Backing>, Errno> {
-        let mut all = lock(&self.mmio);
-        if let Some((_, p)) = all.iter().find(|(d, _)| *d == dev) {
-            return Ok(Arc::clone(p));
-        }
-        let p = page(PAGE_SIZE, dev)?;
-        all.push((dev, Arc::clone(&p)));
-        Ok(p)
-    }
-}
 
 /// The kernel's `get_order`: log2 of the number of pages, rounded up.
 fn order(bytes: u64) -> u32 {
@@ -111,13 +55,13 @@ pub(crate) fn kfd_mmap(
             if !has_pdd(&*proc_state(p)?, dev) {
                 return Err(Errno::EINVAL);
             }
-            let page = m.device_pages.doorbell(p, dev)?;
+            let page = p.doorbell_page(dev)?;
             log::debug!(
                 "kfd-sim: pid {}: doorbell slice of device {dev} mapped",
                 p.pid
             );
             // The process can ring its SDMA queues from now on.
-            super::umq::ensure_engine(&p.machine);
+            p.machine.scheduler.start(&p.machine);
             Ok(target(page, KFD_VMA))
         }
         mo::TYPE_EVENTS => {
@@ -141,7 +85,7 @@ pub(crate) fn kfd_mmap(
             if !has_pdd(&*proc_state(p)?, dev) {
                 return Err(Errno::EINVAL);
             }
-            Ok(target(page(CWSR_SIZE, dev)?, KFD_VMA))
+            Ok(target(device_page(CWSR_SIZE, dev)?, KFD_VMA))
         }
         // TYPE_MMIO (the two bits leave no other value).
         _ => {
@@ -149,7 +93,8 @@ pub(crate) fn kfd_mmap(
             if q.length != PAGE_SIZE {
                 return Err(Errno::EINVAL);
             }
-            Ok(target(m.device_pages.mmio(dev)?, KFD_VMA))
+            let device = m.devices.get(dev).ok_or(Errno::ENODEV)?;
+            Ok(target(device.mmio_page(dev)?, KFD_VMA))
         }
     }
 }
@@ -161,7 +106,7 @@ fn signal_page(signal: &mut SignalPage) -> Result<Arc<Backing>, Errno> {
         return Ok(Arc::clone(b));
     }
     let size = u64::from(SIGNAL_EVENT_LIMIT) * 8;
-    let b = page(size, 0)?;
+    let b = device_page(size, 0)?;
     let unsignaled = vec![0xffu8; usize::try_from(size).map_err(|_| Errno::ENOMEM)?];
     if !b.write(0, &unsignaled) {
         return Err(Errno::ENOMEM);

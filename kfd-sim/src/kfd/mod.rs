@@ -4,40 +4,47 @@
 //!
 //! The handlers live with their subsystem, as the driver's do:
 //!
-//! - [`process`]: the version, apertures, memory policy, clock counters, tile config, scratch
+//! - [`apertures`]: the version, apertures, memory policy, clock counters, tile config, scratch
 //!   and trap handler, `ACQUIRE_VM` and the XNACK mode (`kfd_chardev.c`, `kfd_process.c`);
 //! - [`memory`]: allocation, freeing, mapping and unmapping of BOs, dma-buf info and import,
 //!   available memory (`amdgpu_amdkfd_gpuvm.c`);
 //! - [`queues`]: user queues, CU masks, wave state, GWS (`kfd_process_queue_manager.c`);
 //! - [`events`]: events and waiting on them (`kfd_events.c`), SMI event fds;
 //! - [`svm`]: shared virtual memory ranges and their attributes (`kfd_svm.c`);
-//! - [`criu`]: checkpoint and restore, `CRIU_OP` (`kfd_chardev.c`).
+//! - [`criu`]: checkpoint and restore, `CRIU_OP` (`kfd_chardev.c`);
+//! - [`mmap`]: what the mmap offsets of `/dev/kfd` map (`kfd_mmap`);
+//! - [`runlist`]: what the driver hands the hardware scheduler, and the interrupt handler.
 //!
-//! The render node and its SDMA engine are [`render`](crate::render) and
-//! [`sdma`](crate::sdma); every user access goes through [`uaccess`](crate::uaccess).
+//! What the driver keeps sits beside its code, in the state layer: [`process`] (the KFD process,
+//! its pdds and BOs), [`queue`], [`event`], [`svm_range`]. The render node is
+//! [`render`](crate::render), the GPU's engines are [`hw`](crate::hw); every user access goes
+//! through [`uaccess`](crate::uaccess).
 //!
 //! Client-controlled values are never indexed or unwrapped: every lookup is checked and every
 //! user access goes through the [`Client`], so no input can panic the simulator.
 
-mod aql;
+mod apertures;
 pub mod criu;
+pub(crate) mod event;
 mod events;
 mod memory;
 pub(crate) mod mmap;
-mod process;
+pub(crate) mod process;
+pub(crate) mod queue;
 mod queues;
+mod runlist;
 mod svm;
-pub(crate) mod umq;
+pub(crate) mod svm_range;
 
 use std::sync::Arc;
 
 use kfd_abi::ioctl::{self, kfd};
 use kfd_abi::Errno;
 
+use self::process::KfdProcess;
 use crate::client::Client;
+use crate::limits::KMALLOC_MAX;
 use crate::machine::MachineInner;
-use crate::process::limits::KMALLOC_MAX;
-use crate::process::KfdProcess;
 use crate::uaccess::{copy_in_kdata, copy_to_user, IoctlResult};
 
 /// What one `/dev/kfd` ioctl sees: the machine, the file's KFD process, and the caller.
@@ -54,27 +61,27 @@ type Handler = fn(&KfdCall<'_>, &mut [u8]) -> IoctlResult;
 
 /// The dispatch table, indexed by `_IOC_NR - 1`, in the order of `kfd_abi::ioctl::kfd::TABLE`.
 const HANDLERS: [Handler; 35] = [
-    process::get_version,
+    apertures::get_version,
     queues::create_queue,
     queues::destroy_queue,
-    process::set_memory_policy,
-    process::get_clock_counters,
-    process::get_process_apertures,
+    apertures::set_memory_policy,
+    apertures::get_clock_counters,
+    apertures::get_process_apertures,
     queues::update_queue,
     events::create_event,
     events::destroy_event,
     events::set_event,
     events::reset_event,
     events::wait_events,
-    process::dbg_deprecated,
-    process::dbg_deprecated,
-    process::dbg_deprecated,
-    process::dbg_deprecated,
-    process::set_scratch_backing_va,
-    process::get_tile_config,
-    process::set_trap_handler,
-    process::get_process_apertures_new,
-    process::acquire_vm,
+    apertures::dbg_deprecated,
+    apertures::dbg_deprecated,
+    apertures::dbg_deprecated,
+    apertures::dbg_deprecated,
+    apertures::set_scratch_backing_va,
+    apertures::get_tile_config,
+    apertures::set_trap_handler,
+    apertures::get_process_apertures_new,
+    apertures::acquire_vm,
     memory::alloc_memory_of_gpu,
     memory::free_memory_of_gpu,
     memory::map_memory_to_gpu,
@@ -86,7 +93,7 @@ const HANDLERS: [Handler; 35] = [
     queues::alloc_queue_gws,
     events::smi_events,
     svm::svm,
-    process::set_xnack_mode,
+    apertures::set_xnack_mode,
     criu::criu_op,
     memory::available_memory,
 ];
@@ -129,7 +136,7 @@ pub(crate) fn kfd_ioctl(
                 &format!("{name}, nr {nr:#x}: not a KFD 1.11 ioctl, ENOTTY as 6.1.y answers"),
             ),
             None => {
-                let code = crate::machine::spell_request(cmd);
+                let code = crate::uaccess::spell_request(cmd);
                 machine.log_once(
                     &format!("/dev/kfd {code}"),
                     &format!("/dev/kfd {code}: no such KFD ioctl, ENOTTY as 6.1.y answers"),

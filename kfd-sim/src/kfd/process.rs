@@ -1,275 +1,341 @@
-//! Ioctls on the KFD process and its per-device data (`kfd_chardev.c`, `kfd_process.c`): the
-//! interface version, the GPU apertures, memory policy, clock counters, tile config, scratch
-//! backing and trap handler addresses, `ACQUIRE_VM` (the compute VM taken from a render node) and
-//! the XNACK mode.
+//! The KFD process as amdkfd keeps it (`struct kfd_process`, `kfd_process.c`): one per
+//! simulated mm, with its per-device records (pdds) and their IDR of buffer objects, its queues
+//! ([`queue`](super::queue)), events ([`event`](super::event)), SVM ranges
+//! ([`svm_range`](super::svm_range)) and the CRIU state.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use kfd_abi::Errno;
-use kfd_sys as sys;
 
-use super::{kmalloc_check, KfdCall};
-use crate::host::{clock_ns, FileKey, Pod};
-use crate::machine::{lock, FileKind, MachineInner};
-use crate::process::limits::*;
-use crate::process::{DrmBinding, ProcState};
-use crate::uaccess::{copy_to_user, fd_from_field, with_args, IoctlResult};
+use super::event::{Event, SignalPage};
+use super::queue::{doorbell_reserved, Queue, QueueKind};
+use super::svm_range::{RestoredSvm, SvmRange};
+use crate::host::{lock, FileKey};
+use crate::hw::backing::{device_page, Backing, Domain};
+use crate::hw::vm::Vm;
+use crate::limits::*;
+use crate::machine::MachineInner;
 
-pub(super) fn get_version(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
-    let v = call.machine.kfd_version();
-    with_args(kdata, |a: &mut sys::kfd_ioctl_get_version_args| {
-        a.major_version = v.major;
-        a.minor_version = v.minor;
-        Ok(0)
-    })
+/// One buffer object.
+#[derive(Debug)]
+pub(crate) struct Bo {
+    /// GPU virtual address.
+    pub va: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// `KFD_IOC_ALLOC_MEM_FLAGS_*`.
+    pub flags: u32,
+    /// Render-node fake mmap offset.
+    pub mmap_offset: u64,
+    /// CPU address of a userptr BO.
+    pub user_addr: u64,
+    /// Whose memory `user_addr` is in (the allocating process), for a userptr BO.
+    pub user_mem: Option<crate::hw::backing::ProcessMemory>,
+    /// VRAM/GTT memory.
+    pub backing: Option<Arc<Backing>>,
+    /// Whether it counts against the device/system limits (not for imports).
+    pub accounted: bool,
+    /// Devices (indices) on whose VM it is mapped.
+    pub mapped: Vec<usize>,
 }
 
-pub(super) fn set_memory_policy(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
-    with_args(kdata, |a: &mut sys::kfd_ioctl_set_memory_policy_args| {
-        let ok = |p| {
-            p == sys::KFD_IOC_CACHE_POLICY_COHERENT || p == sys::KFD_IOC_CACHE_POLICY_NONCOHERENT
-        };
-        if !ok(a.default_policy) || !ok(a.alternate_policy) {
-            return Err(Errno::EINVAL);
+/// The DRM file (and its VM) a pdd acquired.
+#[derive(Debug, Clone)]
+pub(crate) struct DrmBinding {
+    /// Identity of the render-node open file.
+    pub key: FileKey,
+    /// Its VM.
+    pub vm: Arc<Mutex<Vm>>,
+}
+
+/// A per-device record of a process.
+#[derive(Debug)]
+pub(crate) struct Pdd {
+    /// Index of the device in the machine.
+    pub dev: usize,
+    /// The gpu_id userspace uses (the old one after a restore).
+    pub user_gpu_id: u32,
+    /// ACQUIRE_VM state.
+    pub drm: Option<DrmBinding>,
+    /// The IDR of BOs.
+    pub bos: BTreeMap<u32, Bo>,
+    /// Index of the process's doorbell slice on the device.
+    pub doorbell_index: u32,
+    /// Doorbell ids in use (reserved SDMA ids included).
+    pub doorbells: Vec<bool>,
+    /// Queues on this device.
+    pub queue_count: u32,
+    /// Whether a queue holds the GWS.
+    pub gws_taken: bool,
+    /// SET_SCRATCH_BACKING_VA.
+    pub scratch_va: u64,
+    /// SET_TRAP_HANDLER (tba, tma).
+    pub trap: (u64, u64),
+}
+
+impl Pdd {
+    /// Lowest free IDR handle.
+    pub(crate) fn free_idr(&self) -> Option<u32> {
+        (0..=u32::MAX).find(|i| !self.bos.contains_key(i))
+    }
+}
+
+/// All state of a KFD process.
+#[derive(Debug)]
+pub(crate) struct ProcState {
+    /// Per-device records, in device order.
+    pub pdds: Vec<Pdd>,
+    /// Queues by id.
+    pub queues: BTreeMap<u32, Queue>,
+    /// Events by id.
+    pub events: BTreeMap<u32, Event>,
+    /// The signal page.
+    pub signal: Option<SignalPage>,
+    /// Signal events in use.
+    pub signal_event_count: u32,
+    /// SVM ranges, sorted, non-overlapping.
+    pub svm: Vec<SvmRange>,
+    /// XNACK mode.
+    pub xnack: bool,
+    /// Queue eviction count (queues run when zero).
+    pub evictions: u32,
+    /// Paused by CRIU PROCESS_INFO.
+    pub queues_paused: bool,
+    /// Restored; MMU notifications blocked until RESUME.
+    pub restore_pending: bool,
+    /// SVM ranges read at RESTORE, applied at RESUME: (start, size, attributes).
+    pub svm_restored: Vec<RestoredSvm>,
+    /// The simulator's ends of the SMI event fds handed out (`kfd_smi_events.c`'s clients): kept
+    /// open so that the caller's end reads empty rather than at its end.
+    pub smi_clients: Vec<std::os::unix::net::UnixStream>,
+}
+
+impl ProcState {
+    /// The pdd index whose user gpu_id is `id` (`kfd_process_device_data_by_id`).
+    pub(crate) fn pdd_by_user_id(&self, id: u32) -> Option<usize> {
+        if id == 0 {
+            return None;
         }
-        let st = call.process.lock();
-        let pi = st.pdd_by_user_id(a.gpu_id).ok_or(Errno::EINVAL)?;
-        st.bind(pi).map_err(|_| Errno::ESRCH)?;
-        Ok(0)
-    })
-}
+        self.pdds.iter().position(|p| p.user_gpu_id == id)
+    }
 
-pub(super) fn get_clock_counters(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
-    with_args(kdata, |a: &mut sys::kfd_ioctl_get_clock_counters_args| {
-        let raw = clock_ns(libc::CLOCK_MONOTONIC_RAW);
-        let known = call.process.lock().pdd_by_user_id(a.gpu_id).is_some();
-        // The gfx9 GPU timestamp counter runs at 100 MHz.
-        a.gpu_clock_counter = if known { raw / 10 } else { 0 };
-        a.cpu_clock_counter = raw;
-        a.system_clock_counter = clock_ns(libc::CLOCK_BOOTTIME);
-        a.system_clock_freq = 1_000_000_000;
-        Ok(0)
-    })
-}
+    /// `kfd_bind_process_to_device`: ENODEV without an acquired VM.
+    pub(crate) fn bind(&self, pi: usize) -> Result<&DrmBinding, Errno> {
+        self.pdds
+            .get(pi)
+            .and_then(|p| p.drm.as_ref())
+            .ok_or(Errno::ENODEV)
+    }
 
-fn apertures_of(gpu_id: u32) -> sys::kfd_process_device_apertures {
-    sys::kfd_process_device_apertures {
-        lds_base: LDS_BASE,
-        lds_limit: LDS_BASE | 0xffff_ffff,
-        scratch_base: SCRATCH_BASE,
-        scratch_limit: SCRATCH_BASE | 0xffff_ffff,
-        gpuvm_base: GPUVM_BASE,
-        gpuvm_limit: GPUVM_LIMIT,
-        gpu_id,
-        pad: 0,
+    /// BOs that CRIU saves (VA above the GPUVM base).
+    pub(crate) fn criu_bo_count(&self) -> usize {
+        self.pdds
+            .iter()
+            .map(|p| p.bos.values().filter(|b| b.va > GPUVM_BASE).count())
+            .sum()
     }
 }
 
-/// The id the apertures report for a pdd: the device's own (`pdd->dev->id`), also after a
-/// restore onto other GPUs, where every other ioctl takes the id the process knew before.
-fn actual_gpu_id(call: &KfdCall<'_>, dev: usize) -> u32 {
-    call.machine.devices.get(dev).map_or(0, |d| d.gpu_id)
+/// A KFD process: one per simulated mm.
+#[derive(Debug)]
+pub(crate) struct KfdProcess {
+    /// Simulated pid of the owner.
+    pub pid: u32,
+    pub(crate) machine: Arc<MachineInner>,
+    pub(crate) state: Mutex<ProcState>,
+    /// Signalled on SET_EVENT and DESTROY_EVENT.
+    pub(crate) events_cv: Condvar,
+    /// Held by the simulated SDMA engine while it runs this process's queues: taken once after
+    /// the queues are evicted, it waits for the packet in flight (a queue preemption).
+    pub(crate) engine: Mutex<()>,
+    /// Its doorbell slices that were mapped, by device index: the same pages for every mapping,
+    /// and what the GPU reads when a doorbell rings.
+    doorbells: Mutex<Vec<(usize, Arc<Backing>)>>,
 }
 
-pub(super) fn get_process_apertures(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
-    with_args(
-        kdata,
-        |a: &mut sys::kfd_ioctl_get_process_apertures_args| {
-            let st = call.process.lock();
-            a.num_of_nodes = 0;
-            for (slot, pdd) in a.process_apertures.iter_mut().zip(&st.pdds) {
-                *slot = apertures_of(actual_gpu_id(call, pdd.dev));
-                a.num_of_nodes += 1;
+impl KfdProcess {
+    pub(crate) fn new(machine: Arc<MachineInner>, pid: u32, may_use: &dyn Fn(u32) -> bool) -> Self {
+        let mut pdds = Vec::new();
+        for (i, dev) in machine.devices.iter().enumerate() {
+            if !may_use(dev.render_minor) {
+                continue;
             }
-            Ok(0)
-        },
-    )
-}
-
-pub(super) fn get_process_apertures_new(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
-    with_args(
-        kdata,
-        |a: &mut sys::kfd_ioctl_get_process_apertures_new_args| {
-            if a.num_of_nodes == 0 {
-                a.num_of_nodes = u32::try_from(call.process.lock().pdds.len()).unwrap_or(u32::MAX);
-                return Ok(0);
-            }
-            const APU: usize = std::mem::size_of::<sys::kfd_process_device_apertures>();
-            const AP: u64 = APU as u64;
-            kmalloc_check(AP * u64::from(a.num_of_nodes))?;
-            let mut bytes = Vec::new();
-            let st = call.process.lock();
-            let mut n = 0u32;
-            for pdd in st.pdds.iter().take(a.num_of_nodes as usize) {
-                let mut rec = [0u8; APU];
-                apertures_of(actual_gpu_id(call, pdd.dev)).write_to(&mut rec);
-                bytes.extend_from_slice(&rec);
-                n += 1;
-            }
-            drop(st);
-            a.num_of_nodes = n;
-            copy_to_user(call.client, a.kfd_process_device_apertures_ptr, &bytes)?;
-            Ok(0)
-        },
-    )
-}
-
-pub(super) fn set_scratch_backing_va(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
-    with_args(
-        kdata,
-        |a: &mut sys::kfd_ioctl_set_scratch_backing_va_args| {
-            let mut st = call.process.lock();
-            let pi = st.pdd_by_user_id(a.gpu_id).ok_or(Errno::EINVAL)?;
-            st.bind(pi)?;
-            if let Some(p) = st.pdds.get_mut(pi) {
-                p.scratch_va = a.va_addr;
-            }
-            Ok(0)
-        },
-    )
-}
-
-/// `GB_ADDR_CONFIG` of the gfx9 parts.
-fn gb_addr_config(gfx: u32) -> u32 {
-    match gfx {
-        90006 => 0x2a11_4042,
-        90008 => 0x2a11_4042,
-        _ => 0x2a11_0042,
-    }
-}
-
-pub(super) fn get_tile_config(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
-    with_args(kdata, |a: &mut sys::kfd_ioctl_get_tile_config_args| {
-        let dev = {
-            let st = call.process.lock();
-            let pi = st.pdd_by_user_id(a.gpu_id).ok_or(Errno::EINVAL)?;
-            st.pdds.get(pi).map(|p| p.dev).ok_or(Errno::EINVAL)?
+            let doorbell_index = dev.alloc_doorbell_slice();
+            let doorbells = (0..DOORBELLS_PER_PROCESS).map(doorbell_reserved).collect();
+            pdds.push(Pdd {
+                dev: i,
+                user_gpu_id: dev.gpu_id,
+                drm: None,
+                bos: BTreeMap::new(),
+                doorbell_index,
+                doorbells,
+                queue_count: 0,
+                gws_taken: false,
+                scratch_va: 0,
+                trap: (0, 0),
+            });
+        }
+        let state = ProcState {
+            pdds,
+            queues: BTreeMap::new(),
+            events: BTreeMap::new(),
+            signal: None,
+            signal_event_count: 0,
+            svm: Vec::new(),
+            xnack: false,
+            evictions: 0,
+            queues_paused: false,
+            restore_pending: false,
+            svm_restored: Vec::new(),
+            smi_clients: Vec::new(),
         };
-        let gfx = call
-            .machine
-            .devices
-            .get(dev)
-            .map_or(0, |d| d.gfx_target_version);
-        a.gb_addr_config = gb_addr_config(gfx);
-        a.num_banks = 0;
-        a.num_ranks = 0;
-        // gfx9 keeps 32 tile modes and 16 macro tile modes, all zero.
-        a.num_tile_configs = a.num_tile_configs.min(32);
-        if copy_to_user(
-            call.client,
-            a.tile_config_ptr,
-            &vec![0u8; a.num_tile_configs as usize * 4],
-        )
-        .is_err()
+        Self {
+            pid,
+            machine,
+            state: Mutex::new(state),
+            events_cv: Condvar::new(),
+            engine: Mutex::new(()),
+            doorbells: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The doorbell slice of this process on device `dev`, made on its first mapping.
+    pub(crate) fn doorbell_page(&self, dev: usize) -> Result<Arc<Backing>, Errno> {
+        let mut all = lock(&self.doorbells);
+        if let Some((_, page)) = all.iter().find(|(d, _)| *d == dev) {
+            return Ok(Arc::clone(page));
+        }
+        let page = device_page(DOORBELL_SLICE, dev)?;
+        all.push((dev, Arc::clone(&page)));
+        Ok(page)
+    }
+
+    /// The doorbell slice of this process on device `dev`, if it was ever mapped.
+    pub(crate) fn mapped_doorbell(&self, dev: usize) -> Option<Arc<Backing>> {
+        lock(&self.doorbells)
+            .iter()
+            .find(|(d, _)| *d == dev)
+            .map(|(_, page)| Arc::clone(page))
+    }
+
+    /// Locks the process.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, ProcState> {
+        lock(&self.state)
+    }
+
+    /// Releases the device resources of one BO (accounting).
+    pub(crate) fn release_bo(&self, dev: usize, bo: &Bo) {
+        if !bo.accounted {
+            return;
+        }
+        let aligned = align_up(bo.size);
+        if bo.flags & kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_VRAM != 0 {
+            if let Some(d) = self.machine.devices.get(dev) {
+                let mut s = lock(&d.state);
+                s.vram_used = s.vram_used.saturating_sub(aligned);
+            }
+        } else if bo.flags
+            & (kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_GTT | kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_USERPTR)
+            != 0
         {
-            a.num_tile_configs = 0;
-            return Err(Errno::EFAULT);
+            self.machine.release_system(aligned);
         }
-        a.num_macro_tile_configs = a.num_macro_tile_configs.min(16);
-        let macro_bytes = vec![0u8; a.num_macro_tile_configs as usize * 4];
-        if copy_to_user(call.client, a.macro_tile_config_ptr, &macro_bytes).is_err() {
-            a.num_macro_tile_configs = 0;
-            return Err(Errno::EFAULT);
-        }
-        Ok(0)
-    })
-}
-
-pub(super) fn set_trap_handler(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
-    with_args(kdata, |a: &mut sys::kfd_ioctl_set_trap_handler_args| {
-        let mut st = call.process.lock();
-        let pi = st.pdd_by_user_id(a.gpu_id).ok_or(Errno::EINVAL)?;
-        st.bind(pi).map_err(|_| Errno::ESRCH)?;
-        if let Some(p) = st.pdds.get_mut(pi) {
-            p.trap = (a.tba_addr, a.tma_addr);
-        }
-        Ok(0)
-    })
-}
-
-pub(super) fn dbg_deprecated(_call: &KfdCall<'_>, _k: &mut [u8]) -> IoctlResult {
-    Err(Errno::EPERM)
-}
-
-pub(super) fn acquire_vm(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
-    with_args(kdata, |a: &mut sys::kfd_ioctl_acquire_vm_args| {
-        let key = call
-            .client
-            .resolve_fd(fd_from_field(a.drm_fd))
-            .map_err(|_| Errno::EINVAL)?;
-        let mut st = call.process.lock();
-        let pi = st.pdd_by_user_id(a.gpu_id).ok_or(Errno::EINVAL)?;
-        bind_vm(call, &mut st, pi, key, call.process.pid)
-    })
-}
-
-/// `kfd_process_device_init_vm`: adopts the render file's VM as the pdd's compute VM.
-///
-/// As in 6.1 (`amdgpu_amdkfd_gpuvm_acquire_process_vm`), the file must be an amdgpu render file
-/// whose VM is not a compute VM yet (`EINVAL` otherwise, also when this process took it for
-/// another GPU); nothing checks that it belongs to the pdd's GPU, so another GPU's render node
-/// is accepted and its VM becomes this GPU's compute VM (with a warning: on hardware the page
-/// tables would then live on the wrong device; the simulator's VMs are plain address maps).
-pub(super) fn bind_vm(
-    call: &KfdCall<'_>,
-    st: &mut ProcState,
-    pi: usize,
-    key: FileKey,
-    pid: u32,
-) -> IoctlResult {
-    let pdd = st.pdds.get_mut(pi).ok_or(Errno::EINVAL)?;
-    if let Some(drm) = &pdd.drm {
-        return if drm.key == key {
-            Ok(0)
-        } else {
-            Err(Errno::EBUSY)
-        };
     }
-    let file = call.machine.file(key).ok_or(Errno::EINVAL)?;
-    let FileKind::Render(render) = &file.kind else {
-        return Err(Errno::EINVAL);
-    };
+
+    /// Releases a queue's device resources.
+    pub(crate) fn release_queue(&self, st: &mut ProcState, q: &Queue) {
+        if let Some(p) = st.pdds.get_mut(q.pdd) {
+            p.queue_count = p.queue_count.saturating_sub(1);
+            if q.gws {
+                p.gws_taken = false;
+            }
+            if q.kind == QueueKind::Compute {
+                if let Some(b) = p.doorbells.get_mut(q.doorbell_id as usize) {
+                    *b = false;
+                }
+            }
+            if q.kind != QueueKind::Compute {
+                if let Some(d) = self.machine.devices.get(p.dev) {
+                    d.free_sdma(q.kind, q.sdma_id);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for KfdProcess {
+    fn drop(&mut self) {
+        let st = self
+            .state
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let pdds = std::mem::take(&mut st.pdds);
+        let queues = std::mem::take(&mut st.queues);
+        for q in queues.values() {
+            if q.kind == QueueKind::Compute {
+                continue;
+            }
+            if let Some(d) = pdds
+                .get(q.pdd)
+                .and_then(|p| self.machine.devices.get(p.dev))
+            {
+                d.free_sdma(q.kind, q.sdma_id);
+            }
+        }
+        for p in &pdds {
+            for bo in p.bos.values() {
+                self.release_bo(p.dev, bo);
+                for &d in &bo.mapped {
+                    vm_unmap_bo(&pdds, bo, d);
+                }
+            }
+            if let Some(drm) = &p.drm {
+                lock(&drm.vm).owner = None;
+            }
+            if let Some(d) = self.machine.devices.get(p.dev) {
+                d.free_doorbell_slice(p.doorbell_index);
+            }
+        }
+        self.machine.forget_process(self.pid);
+        if log::log_enabled!(log::Level::Info) {
+            let used: Vec<String> = self
+                .machine
+                .devices
+                .iter()
+                .map(|d| format!("{:#x}: {}", d.gpu_id, lock(&d.state).vram_used))
+                .collect();
+            log::info!(
+                "kfd-sim: pid {}: KFD process released; VRAM in use: {}",
+                self.pid,
+                used.join(", ")
+            );
+        }
+    }
+}
+
+/// Removes a BO's mapping(s) from the VM of device index `dev` (the pdd of that device).
+pub(crate) fn vm_unmap_bo(pdds: &[Pdd], bo: &Bo, dev: usize) {
+    if let Some(drm) = pdds
+        .iter()
+        .find(|p| p.dev == dev)
+        .and_then(|p| p.drm.as_ref())
     {
-        let mut vm = lock(&render.vm);
-        if vm.owner.is_some() {
-            return Err(Errno::EINVAL);
+        let mut vm = lock(&drm.vm);
+        vm.unmap(bo.va);
+        if bo.flags & kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_AQL_QUEUE_MEM != 0 {
+            vm.unmap(bo.va.saturating_add(bo.size));
         }
-        vm.owner = Some(pid);
     }
-    if render.device != pdd.dev {
-        let id = |d: usize| call.machine.devices.get(d).map_or(0, |d| d.gpu_id);
-        let (mine, theirs) = (id(pdd.dev), id(render.device));
-        log::warn!(
-            "kfd-sim: pid {pid}: the VM of GPU {mine:#x} is taken from a render node of GPU \
-             {theirs:#x}: accepted, as 6.1 checks only that the file is amdgpu's"
-        );
-    }
-    pdd.drm = Some(DrmBinding {
-        key,
-        vm: Arc::clone(&render.vm),
-    });
-    Ok(0)
 }
 
-/// XNACK can be enabled per process only if every GPU supports it (gfx90a).
-pub(super) fn xnack_supported(m: &MachineInner) -> bool {
-    m.devices.iter().all(|d| d.gfx_target_version == 90010)
-}
-
-pub(super) fn set_xnack_mode(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
-    with_args(kdata, |a: &mut sys::kfd_ioctl_set_xnack_mode_args| {
-        let mut st = call.process.lock();
-        if a.xnack_enabled >= 0 {
-            if !st.queues.is_empty() {
-                return Err(Errno::EBUSY);
-            }
-            if a.xnack_enabled != 0 && !xnack_supported(call.machine) {
-                return Err(Errno::EPERM);
-            }
-            st.xnack = a.xnack_enabled != 0;
-        } else {
-            a.xnack_enabled = i32::from(st.xnack);
-        }
-        Ok(0)
-    })
+/// Memory domain of a VRAM/GTT BO from its flags (VRAM wins, as in the driver).
+pub(crate) fn domain_of(flags: u32) -> Option<Domain> {
+    if flags & kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_VRAM != 0 {
+        Some(Domain::Vram)
+    } else if flags & kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_GTT != 0 {
+        Some(Domain::Gtt)
+    } else {
+        None
+    }
 }

@@ -6,11 +6,12 @@ use kfd_abi::mmap_offset as mo;
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
+use super::process::ProcState;
+use super::queue::{mqd_layout, sdma_doorbell_id, Queue, QueueKind};
 use super::KfdCall;
 use crate::host::access_ok;
+use crate::limits::*;
 use crate::machine::MachineInner;
-use crate::process::limits::*;
-use crate::process::{mqd_layout, sdma_doorbell_id, ProcState, Queue, QueueKind};
 use crate::uaccess::{copy_from_user, copy_to_user, get_u32, with_args, IoctlResult};
 
 /// `set_queue_properties_from_user`: checks and the queue type.
@@ -194,7 +195,7 @@ pub(super) fn create_queue(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult 
             mqd: Vec::new(),
             ctl_stack: Vec::new(),
             cu_mask: Vec::new(),
-            ring_state: crate::process::RingState::default(),
+            ring_state: crate::hw::queue::RingState::default(),
         };
         let ctl = if kind == QueueKind::Compute {
             a.ctl_stack_size
@@ -270,8 +271,8 @@ pub(super) fn set_cu_mask(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
 }
 
 /// Whether a queue is running (not evicted and with a ring).
-pub(super) fn queue_active(st: &ProcState, q: &Queue) -> bool {
-    st.evictions == 0 && q.ring_size > 0 && q.ring != 0 && q.percent > 0
+fn queue_active(st: &ProcState, q: &Queue) -> bool {
+    st.evictions == 0 && q.runnable()
 }
 
 pub(super) fn get_queue_wave_state(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {

@@ -6,10 +6,11 @@ use std::mem::{offset_of, size_of};
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
+use super::process::ProcState;
+use super::svm_range::{SvmAccess, SvmRange};
 use super::KfdCall;
 use crate::host::access_ok;
-use crate::machine::lock;
-use crate::process::{ProcState, SvmAccess, SvmRange};
+use crate::host::lock;
 use crate::uaccess::{check_user_range, get_u32, get_u64, put_u32, IoctlResult};
 
 /// Byte offsets in `kfd_ioctl_svm_args`, whose attributes follow it in the ioctl buffer.

@@ -36,17 +36,17 @@ pub(super) const RENDER_ALLOW: u32 = 1 << 5;
 const NONE: u32 = 0;
 
 /// The amdgpu driver's major version (`KMS_DRIVER_MAJOR`).
-pub const DRIVER_MAJOR: i32 = 3;
+pub(super) const DRIVER_MAJOR: i32 = 3;
 /// The amdgpu driver's minor version in 6.1 (`KMS_DRIVER_MINOR`).
-pub const DRIVER_MINOR: i32 = 49;
+pub(super) const DRIVER_MINOR: i32 = 49;
 /// `KMS_DRIVER_PATCHLEVEL`.
-pub const DRIVER_PATCHLEVEL: i32 = 0;
+pub(super) const DRIVER_PATCHLEVEL: i32 = 0;
 /// `DRIVER_NAME`.
-pub const DRIVER_NAME: &str = "amdgpu";
+pub(super) const DRIVER_NAME: &str = "amdgpu";
 /// `DRIVER_DATE`.
-pub const DRIVER_DATE: &str = "20150101";
+pub(super) const DRIVER_DATE: &str = "20150101";
 /// `DRIVER_DESC`.
-pub const DRIVER_DESC: &str = "AMD GPU";
+pub(super) const DRIVER_DESC: &str = "AMD GPU";
 
 /// One ioctl of the kernel's tables.
 #[derive(Clone, Copy)]
@@ -112,7 +112,7 @@ pub(super) const CORE: &[Row] = &[
         Dir::Write,
         8,
         RENDER_ALLOW,
-        Some(super::gem_close),
+        Some(super::gem::gem_close),
     ),
     row(0x0a, "GEM_FLINK", Dir::ReadWrite, 8, AUTH, None),
     row(0x0b, "GEM_OPEN", Dir::ReadWrite, 16, AUTH, None),
@@ -258,7 +258,7 @@ pub(super) const CORE: &[Row] = &[
         Dir::ReadWrite,
         12,
         RENDER_ALLOW,
-        Some(super::prime_handle_to_fd),
+        Some(super::prime::prime_handle_to_fd),
     ),
     row(
         0x2e,
@@ -266,7 +266,7 @@ pub(super) const CORE: &[Row] = &[
         Dir::ReadWrite,
         12,
         RENDER_ALLOW,
-        Some(super::prime_fd_to_handle),
+        Some(super::prime::prime_fd_to_handle),
     ),
     row(
         0x30,
@@ -501,7 +501,7 @@ pub(super) const AMDGPU: &[Row] = &[
         Dir::ReadWrite,
         32,
         AUTH | RENDER_ALLOW,
-        Some(super::gem_create),
+        Some(super::gem::gem_create),
     ),
     row(
         0x41,
@@ -509,7 +509,7 @@ pub(super) const AMDGPU: &[Row] = &[
         Dir::ReadWrite,
         8,
         AUTH | RENDER_ALLOW,
-        Some(super::gem_mmap),
+        Some(super::gem::gem_mmap),
     ),
     row(
         0x42,
@@ -517,7 +517,7 @@ pub(super) const AMDGPU: &[Row] = &[
         Dir::ReadWrite,
         16,
         AUTH | RENDER_ALLOW,
-        Some(super::ctx),
+        Some(super::ctx::ctx),
     ),
     row(
         0x43,
@@ -525,7 +525,7 @@ pub(super) const AMDGPU: &[Row] = &[
         Dir::ReadWrite,
         24,
         AUTH | RENDER_ALLOW,
-        Some(super::bo_list),
+        Some(super::bo_list::bo_list),
     ),
     row(
         0x44,
@@ -533,7 +533,7 @@ pub(super) const AMDGPU: &[Row] = &[
         Dir::ReadWrite,
         24,
         AUTH | RENDER_ALLOW,
-        Some(super::cs),
+        Some(super::cs::cs),
     ),
     row(
         0x45,
@@ -565,7 +565,7 @@ pub(super) const AMDGPU: &[Row] = &[
         Dir::Write,
         40,
         AUTH | RENDER_ALLOW,
-        Some(super::gem_va),
+        Some(super::vm::gem_va),
     ),
     row(
         0x49,
@@ -573,7 +573,7 @@ pub(super) const AMDGPU: &[Row] = &[
         Dir::ReadWrite,
         32,
         AUTH | RENDER_ALLOW,
-        Some(super::wait_cs),
+        Some(super::cs::wait_cs),
     ),
     row(
         0x50,
@@ -581,7 +581,7 @@ pub(super) const AMDGPU: &[Row] = &[
         Dir::ReadWrite,
         16,
         AUTH | RENDER_ALLOW,
-        Some(super::gem_op),
+        Some(super::gem::gem_op),
     ),
     row(
         0x51,
@@ -589,7 +589,7 @@ pub(super) const AMDGPU: &[Row] = &[
         Dir::ReadWrite,
         24,
         AUTH | RENDER_ALLOW,
-        Some(super::gem_userptr),
+        Some(super::gem::gem_userptr),
     ),
     row(
         0x52,

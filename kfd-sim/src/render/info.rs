@@ -16,11 +16,12 @@ use std::mem::{offset_of, size_of};
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use super::{va, RenderCall};
+use super::vm::va;
+use super::RenderCall;
 use crate::asic::{self, Asic};
 use crate::host::clock_ns;
-use crate::machine::lock;
-use crate::process::limits::PAGE_SIZE;
+use crate::host::lock;
+use crate::limits::PAGE_SIZE;
 use crate::uaccess::{copy_to_user, get_u32, get_u64, put_u32, put_u64, IoctlResult};
 
 /// `AMDGPU_VM_RESERVED_VRAM`: VRAM the driver keeps for its page tables.
@@ -33,7 +34,7 @@ const CTX_NUM_ENTITIES: [u32; 9] = [1, 4, 2, 1, 1, 1, 1, 1, 1];
 /// Compute rings the driver brings up (`amdgpu_num_kcq`, default 8).
 const COMPUTE_RINGS: u32 = 8;
 /// `mmGB_ADDR_CONFIG` as userspace addresses it (GC segment 0 base 0x2000 + 0x63e).
-pub const MM_GB_ADDR_CONFIG: u32 = 0x263e;
+pub(super) const MM_GB_ADDR_CONFIG: u32 = 0x263e;
 /// The other registers of `soc15_allowed_read_registers` (GC segment 0 base 0x2000; SDMA0 and
 /// SDMA1 `STATUS_REG` at their blocks' bases): their values depend on what the GPU is doing.
 const STATUS_REGS: &[u32] = &[

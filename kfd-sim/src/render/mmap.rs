@@ -1,15 +1,15 @@
-//! `drm_gem_mmap` on a render node: the render half of [`crate::mmap`].
+//! `drm_gem_mmap` on a render node: the render half of [`crate::vma`].
 
 use std::sync::Arc;
 
 use kfd_abi::Errno;
 
+use super::file::RenderFile;
+use crate::hw::backing::Backing;
 use crate::machine::{FileKind, MachineInner, OpenFile};
-use crate::memory::Backing;
-use crate::mmap::{proc_state, MmapRequest, Target, LOCK_WAIT};
-use crate::mmap::{MAP_EXEC, MAP_MAYWRITE, MAP_READ, MAP_SHARED, MAP_WRITE};
-use crate::mmap::{VMA_ACCESS, VMA_DONTDUMP, VMA_IO, VMA_NO_MAYWRITE};
-use crate::render::RenderFile;
+use crate::vma::{proc_state, MmapRequest, Target, LOCK_WAIT};
+use crate::vma::{MAP_EXEC, MAP_MAYWRITE, MAP_READ, MAP_SHARED, MAP_WRITE};
+use crate::vma::{VMA_ACCESS, VMA_DONTDUMP, VMA_IO, VMA_NO_MAYWRITE};
 
 /// Flags of render-node mappings.
 pub(crate) const RENDER_VMA: u32 = VMA_IO | VMA_DONTDUMP | VMA_ACCESS;
@@ -39,7 +39,7 @@ pub(crate) fn gem_mmap(
     };
     // The offset manager finds a node only where the whole range fits in it.
     let found = found
-        .filter(|f| q.length <= crate::process::align_up(f.size))
+        .filter(|f| q.length <= crate::limits::align_up(f.size))
         .ok_or(Errno::EINVAL)?;
     if !found.allowed {
         return Err(Errno::EACCES);

@@ -8,7 +8,7 @@
 //! - A proxy forwards open, ioctl, poll, read, write and release to the CUSE device in the
 //!   caller's context, so requests arrive as before, with the caller's pid.
 //! - mmap: the module sends [`proto::SIM_MMAP`] with a query id through the CUSE device; we read
-//!   the query from the control device, decide what backs it (the driver model's `mmap` module:
+//!   the query from the control device, decide what backs it (the driver model's `vma` module:
 //!   the drivers' rules and errno, as for in-process mappings) and answer with one of our memfds;
 //!   the ioctl's result is the mmap's.
 //! - Fds the driver installs (CRIU_OP's dma-bufs, the SMI event fd, PRIME exports): the dispatcher
@@ -23,7 +23,7 @@
 //!   records only for the GPUs whose render node (226:minor) it may use, as amdkfd does when it
 //!   creates a process. With a version 1 module every GPU gets a record (and a warning).
 
-pub mod proto;
+pub(super) mod proto;
 mod sys;
 
 use std::fs::{File, OpenOptions};
@@ -36,14 +36,15 @@ use std::sync::{Arc, Mutex};
 
 use kfd_abi::Errno;
 
-use crate::machine::{lock, MachineInner, OpenFile};
-use crate::process::KfdProcess;
+use crate::host::lock;
+use crate::kfd::process::KfdProcess;
+use crate::machine::{MachineInner, OpenFile};
 
 /// Where the module's control device appears.
 pub const DEFAULT_PATH: &str = "/dev/kfd-bridge";
 
 /// Directory under the dev root of the private CUSE names.
-pub const PRIVATE_DIR: &str = "kfd-sim";
+pub(super) const PRIVATE_DIR: &str = "kfd-sim";
 
 /// Why the bridge could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -93,19 +94,19 @@ pub enum BridgeError {
 
 /// The CUSE devname of the device served publicly as `public` (`dri/renderD128` ->
 /// `kfd-sim/dri-renderD128`).
-pub fn backend_devname(public: &str) -> String {
+pub(super) fn backend_devname(public: &str) -> String {
     format!("{PRIVATE_DIR}/{}", public.replace('/', "-"))
 }
 
 /// The proxy device's name for `public` (`dri/renderD128` -> `dri!renderD128`: the driver core
 /// turns `!` into `/` under /dev).
-pub fn proxy_name(public: &str) -> String {
+pub(super) fn proxy_name(public: &str) -> String {
     public.replace('/', "!")
 }
 
 /// An open control device of the module; its proxies exist while it is open.
 #[derive(Debug)]
-pub struct Bridge {
+pub(super) struct Bridge {
     ctl: File,
     path: PathBuf,
     /// The module's protocol version.
@@ -117,16 +118,16 @@ pub struct Bridge {
 /// What a client's device cgroup allowed on the proxies when it opened one, as the module
 /// evaluated it in the client's context (`devcgroup_check_permission` of read and write).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct OpenAccess(Vec<proto::DevAccess>);
+pub(super) struct OpenAccess(Vec<proto::DevAccess>);
 
 impl OpenAccess {
     /// From the module's entries.
-    pub fn new(devs: Vec<proto::DevAccess>) -> Self {
+    pub(super) fn new(devs: Vec<proto::DevAccess>) -> Self {
         Self(devs)
     }
 
     /// The render minors (226:minor) the client's device cgroup refused.
-    pub fn refused_renders(&self) -> Vec<u32> {
+    pub(super) fn refused_renders(&self) -> Vec<u32> {
         self.0
             .iter()
             .filter(|d| d.major == super::DRM_MAJOR && d.result != 0)
@@ -138,7 +139,7 @@ impl OpenAccess {
     /// which GPUs a new process gets (it checks the render node's numbers whether or not that
     /// node exists). No verdict for those numbers (we made no such proxy): allowed, as without
     /// the module.
-    pub fn allows_render(&self, minor: u32) -> bool {
+    pub(super) fn allows_render(&self, minor: u32) -> bool {
         self.0
             .iter()
             .find(|d| d.major == super::DRM_MAJOR && d.minor == minor)
@@ -195,7 +196,7 @@ impl HandOvers {
 
 impl Bridge {
     /// Opens the control device at `path` and checks the protocol version.
-    pub fn open(path: &Path) -> Result<Self, BridgeError> {
+    pub(super) fn open(path: &Path) -> Result<Self, BridgeError> {
         let ctl = OpenOptions::new()
             .read(true)
             .write(true)
@@ -229,16 +230,11 @@ impl Bridge {
         })
     }
 
-    /// The module's protocol version.
-    pub fn version(&self) -> u32 {
-        self.version
-    }
-
     /// The device cgroup's verdicts of the open through a proxy that thread `tid` is making
     /// (asked while serving its FUSE_OPEN). `None` when there are none: a version 1 module, or
     /// an open of our CUSE node that did not come through a proxy (root opening
     /// `/dev/kfd-sim/kfd` directly: no container's view to apply).
-    pub fn open_access(&self, tid: u32) -> Option<OpenAccess> {
+    pub(super) fn open_access(&self, tid: u32) -> Option<OpenAccess> {
         if self.version < 2 {
             if !self.warned_no_cgroup.swap(true, Ordering::Relaxed) {
                 log::warn!(
@@ -267,13 +263,13 @@ impl Bridge {
     }
 
     /// The control device's path.
-    pub fn path(&self) -> &Path {
+    pub(super) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Creates the proxy `name` (see [`proxy_name`]) in front of the CUSE node `backend`, with
     /// the numbers `major:minor` (major 0: a dynamic one). Returns the numbers it got.
-    pub fn create(
+    pub(super) fn create(
         &self,
         backend: &Path,
         name: &str,
@@ -332,12 +328,12 @@ impl Bridge {
             );
             return Err(Errno::EINVAL);
         }
-        let req = crate::mmap::MmapRequest {
+        let req = crate::vma::MmapRequest {
             offset: q.offset,
             length: q.length,
-            flags: map_flags(q.flags),
+            flags: q.flags,
         };
-        let target = crate::mmap::resolve(machine, file, caller, &req).inspect_err(|e| {
+        let target = crate::vma::resolve(machine, file, caller, &req).inspect_err(|e| {
             log::debug!(
                 "kfd-simd: tid {tid}: mmap of {:#x}+{:#x} (flags {:#x}): {e}",
                 q.offset,
@@ -353,7 +349,7 @@ impl Bridge {
         let a = proto::MmapAnswer {
             id,
             fd: fd_num,
-            flags: vma_flags(target.vma),
+            flags: target.vma,
             offset: target.offset,
         };
         sys::mmap_answer(self.ctl.as_fd(), &a).map_err(|e| {
@@ -400,48 +396,9 @@ impl Bridge {
     }
 }
 
-/// The module's `MAP_*` bits as the driver model's.
-fn map_flags(module: u32) -> u32 {
-    use crate::mmap as m;
-    [
-        (proto::MAP_SHARED, m::MAP_SHARED),
-        (proto::MAP_READ, m::MAP_READ),
-        (proto::MAP_WRITE, m::MAP_WRITE),
-        (proto::MAP_EXEC, m::MAP_EXEC),
-        (proto::MAP_MAYWRITE, m::MAP_MAYWRITE),
-    ]
-    .into_iter()
-    .filter(|(p, _)| module & p != 0)
-    .fold(0, |acc, (_, ours)| acc | ours)
-}
-
-/// The driver model's `VMA_*` bits as the module's.
-fn vma_flags(ours: u32) -> u32 {
-    use crate::mmap as m;
-    [
-        (m::VMA_IO, proto::VMA_IO),
-        (m::VMA_DONTCOPY, proto::VMA_DONTCOPY),
-        (m::VMA_NORESERVE, proto::VMA_NORESERVE),
-        (m::VMA_DONTDUMP, proto::VMA_DONTDUMP),
-        (m::VMA_ACCESS, proto::VMA_ACCESS),
-        (m::VMA_NO_MAYWRITE, proto::VMA_NO_MAYWRITE),
-    ]
-    .into_iter()
-    .filter(|(o, _)| ours & o != 0)
-    .fold(0, |acc, (_, p)| acc | p)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_flag_crosses_the_module_boundary() {
-        assert_eq!(map_flags(0x1f), 0x1f);
-        assert_eq!(map_flags(proto::MAP_MAYWRITE), crate::mmap::MAP_MAYWRITE);
-        assert_eq!(vma_flags(0x3f), 0x3f);
-        assert_eq!(vma_flags(crate::mmap::VMA_DONTCOPY), proto::VMA_DONTCOPY);
-    }
 
     fn verdict(major: u32, minor: u32, result: i32) -> proto::DevAccess {
         proto::DevAccess {

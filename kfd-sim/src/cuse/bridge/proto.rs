@@ -7,37 +7,37 @@ use std::mem::size_of;
 use kfd_abi::ioctl::{encode, Dir};
 
 /// `KFD_BRIDGE_VERSION`: the protocol version this daemon speaks.
-pub const VERSION: u32 = 2;
+pub(crate) const VERSION: u32 = 2;
 
 /// The oldest module version this daemon still works with: 1 lacks [`IOC_OPEN_ACCESS`], so the
 /// caller's device cgroup is not applied (every GPU gets a per-device record).
-pub const OLDEST_VERSION: u32 = 1;
+pub(crate) const OLDEST_VERSION: u32 = 1;
 
 const TYPE: u8 = 0xB7;
 
 /// `KFD_BRIDGE_IOC_VERSION`: the module's protocol version.
-pub const IOC_VERSION: u32 = encode(Dir::Read, TYPE, 0, size_of::<u32>());
+pub(crate) const IOC_VERSION: u32 = encode(Dir::Read, TYPE, 0, size_of::<u32>());
 /// `KFD_BRIDGE_IOC_CREATE`: a proxy device in front of one of our CUSE devices.
-pub const IOC_CREATE: u32 = encode(Dir::ReadWrite, TYPE, 1, size_of::<Create>());
+pub(crate) const IOC_CREATE: u32 = encode(Dir::ReadWrite, TYPE, 1, size_of::<Create>());
 /// `KFD_BRIDGE_IOC_MMAP_QUERY`: what a pending mmap asks for.
-pub const IOC_MMAP_QUERY: u32 = encode(Dir::ReadWrite, TYPE, 2, size_of::<MmapQuery>());
+pub(crate) const IOC_MMAP_QUERY: u32 = encode(Dir::ReadWrite, TYPE, 2, size_of::<MmapQuery>());
 /// `KFD_BRIDGE_IOC_MMAP_ANSWER`: the memory that backs it.
-pub const IOC_MMAP_ANSWER: u32 = encode(Dir::Write, TYPE, 3, size_of::<MmapAnswer>());
+pub(crate) const IOC_MMAP_ANSWER: u32 = encode(Dir::Write, TYPE, 3, size_of::<MmapAnswer>());
 /// `KFD_BRIDGE_IOC_PUSH_FDS`: fds to install into the caller of the ioctl being served.
-pub const IOC_PUSH_FDS: u32 = encode(Dir::Write, TYPE, 4, size_of::<PushFds>());
+pub(crate) const IOC_PUSH_FDS: u32 = encode(Dir::Write, TYPE, 4, size_of::<PushFds>());
 
 /// `KFD_BRIDGE_IOC_OPEN_ACCESS` (version 2): the device cgroup's verdicts of an open in flight.
-pub const IOC_OPEN_ACCESS: u32 = encode(Dir::ReadWrite, TYPE, 5, size_of::<OpenAccess>());
+pub(crate) const IOC_OPEN_ACCESS: u32 = encode(Dir::ReadWrite, TYPE, 5, size_of::<OpenAccess>());
 
 /// `KFD_BRIDGE_SIM_MMAP` (`_IO('K', 0x7c)`): the module asks the device to answer mmap query
 /// `arg`. Outside amdkfd's table (0x01..0x24) and amdgpu's driver ioctls, like the other
 /// simulator-only codes; the proxies refuse it from userspace.
-pub const SIM_MMAP: u32 = encode(Dir::None, b'K', 0x7c, 0);
+pub(crate) const SIM_MMAP: u32 = encode(Dir::None, b'K', 0x7c, 0);
 
 /// `struct kfd_bridge_create`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct Create {
+pub(crate) struct Create {
     /// Path of the CUSE node, NUL-terminated.
     pub backend: [u8; 128],
     /// Device name (`!` for `/`), NUL-terminated.
@@ -51,61 +51,39 @@ pub struct Create {
 /// `struct kfd_bridge_mmap_query`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MmapQuery {
+pub(crate) struct MmapQuery {
     /// The query (the SIM_MMAP argument).
     pub id: u64,
     /// Byte offset of the mapping in the device (`vm_pgoff << PAGE_SHIFT`).
     pub offset: u64,
     /// Bytes.
     pub length: u64,
-    /// `MAP_*` bits below.
+    /// `KFD_BRIDGE_MAP_*`: the driver model's `MAP_*` bits (`crate::vma`), which the header
+    /// defines alike.
     pub flags: u32,
     /// The mapping thread (our pid namespace).
     pub tid: u32,
 }
 
-/// `KFD_BRIDGE_MAP_SHARED`.
-pub const MAP_SHARED: u32 = 1 << 0;
-/// `KFD_BRIDGE_MAP_READ`.
-pub const MAP_READ: u32 = 1 << 1;
-/// `KFD_BRIDGE_MAP_WRITE`.
-pub const MAP_WRITE: u32 = 1 << 2;
-/// `KFD_BRIDGE_MAP_EXEC`.
-pub const MAP_EXEC: u32 = 1 << 3;
-/// `KFD_BRIDGE_MAP_MAYWRITE`: the mapping may become writable (`VM_MAYWRITE`).
-pub const MAP_MAYWRITE: u32 = 1 << 4;
-
 /// `struct kfd_bridge_mmap_answer`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MmapAnswer {
+pub(crate) struct MmapAnswer {
     /// The query.
     pub id: u64,
     /// Our memfd.
     pub fd: i32,
-    /// `VMA_*` bits below.
+    /// `KFD_BRIDGE_VMA_*`: the driver model's `VMA_*` bits (`crate::vma`), which the header
+    /// defines alike.
     pub flags: u32,
     /// Byte offset in the memfd of the mapping's first page.
     pub offset: u64,
 }
 
-/// `KFD_BRIDGE_VMA_IO`: `VM_IO`.
-pub const VMA_IO: u32 = 1 << 0;
-/// `KFD_BRIDGE_VMA_DONTCOPY`: `VM_DONTCOPY`, not inherited by fork.
-pub const VMA_DONTCOPY: u32 = 1 << 1;
-/// `KFD_BRIDGE_VMA_NORESERVE`: `VM_NORESERVE`.
-pub const VMA_NORESERVE: u32 = 1 << 2;
-/// `KFD_BRIDGE_VMA_DONTDUMP`: `VM_DONTDUMP`, not in core dumps.
-pub const VMA_DONTDUMP: u32 = 1 << 3;
-/// `KFD_BRIDGE_VMA_ACCESS`: readable through ptrace and `/proc/PID/mem`.
-pub const VMA_ACCESS: u32 = 1 << 4;
-/// `KFD_BRIDGE_VMA_NO_MAYWRITE`: clear `VM_MAYWRITE`.
-pub const VMA_NO_MAYWRITE: u32 = 1 << 5;
-
 /// `struct kfd_bridge_fd`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PushFd {
+pub(crate) struct PushFd {
     /// Our fd of the file to install.
     pub fd: i32,
     /// 0 or `O_CLOEXEC`.
@@ -117,7 +95,7 @@ pub struct PushFd {
 /// `struct kfd_bridge_push_fds`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PushFds {
+pub(crate) struct PushFds {
     /// The calling thread (the pid of the FUSE request).
     pub tid: u32,
     /// Entries.
@@ -129,7 +107,7 @@ pub struct PushFds {
 /// `struct kfd_bridge_dev_access`: what the opener's device cgroup says of one proxy.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DevAccess {
+pub(crate) struct DevAccess {
     /// The proxy's major.
     pub major: u32,
     /// The proxy's minor.
@@ -144,7 +122,7 @@ pub struct DevAccess {
 /// `struct kfd_bridge_open_access`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OpenAccess {
+pub(crate) struct OpenAccess {
     /// In: the opening thread (the pid of the FUSE_OPEN request).
     pub tid: u32,
     /// In: room at `devs`; out: the number of proxies (entries written: the smaller).
@@ -167,6 +145,24 @@ mod tests {
         assert_eq!(IOC_PUSH_FDS, 0x4010_b704);
         assert_eq!(IOC_OPEN_ACCESS, 0xc010_b705);
         assert_eq!(SIM_MMAP, 0x0000_4b7c);
+    }
+
+    /// `KFD_BRIDGE_MAP_*` and `KFD_BRIDGE_VMA_*` of the header: the driver model's bits cross
+    /// the module boundary unchanged.
+    #[test]
+    fn flag_bits_match_the_header() {
+        use crate::vma::*;
+        let map = [MAP_SHARED, MAP_READ, MAP_WRITE, MAP_EXEC, MAP_MAYWRITE];
+        assert_eq!(map, [1, 2, 4, 8, 16]);
+        let vma = [
+            VMA_IO,
+            VMA_DONTCOPY,
+            VMA_NORESERVE,
+            VMA_DONTDUMP,
+            VMA_ACCESS,
+            VMA_NO_MAYWRITE,
+        ];
+        assert_eq!(vma, [1, 2, 4, 8, 16, 32]);
     }
 
     #[test]

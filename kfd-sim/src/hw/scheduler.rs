@@ -5,6 +5,9 @@
 //! from its read pointer up to that write pointer against the process's GPU VM and writes the
 //! read pointer back.
 //!
+//! - **What it knows.** Only what the driver maps for it: the runlist of processes
+//!   ([`Runlist`]), each process's queues as their registers ([`MappedQueue`]), the process's
+//!   doorbell slice and GPU VM on each queue's GPU. It never sees the driver's state.
 //! - **When it runs.** One thread per machine, started when a doorbell slice is first mapped
 //!   (a queue cannot be rung before). A CPU store into a mapping wakes nobody, so the thread
 //!   polls the mapped doorbells of every active SDMA queue: every [`POLL_MIN`] while there is
@@ -28,59 +31,116 @@
 //!   at the packet; the engine polls it again on its next round (ROCr makes a copy wait for its
 //!   dependency signals so).
 //! - **Signals.** FENCE writes a dword anywhere in the VM (the event's slot in the signal page,
-//!   as ROCr does); ATOMIC ADD64 decrements a completion signal's value; TRAP delivers the event interrupt with its 28-bit context, which the
-//!   driver's handler turns into SET_EVENT of the event whose slot was written
-//!   ([`signal_event_interrupt`]).
+//!   as ROCr does); ATOMIC ADD64 decrements a completion signal's value; TRAP raises the event
+//!   interrupt with its context ([`Queues::interrupt`]), which the driver's handler turns into
+//!   SET_EVENT of the event whose slot was written.
 //! - **Checkpoint.** The executed and latched pointers are part of the queue's MQD image, which
 //!   CRIU's private data carries; a restored queue resumes the packets that were submitted but
 //!   not executed ([`latch_doorbells`] runs before the MQDs are saved).
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, Once, Weak};
 use std::time::Duration;
 
 use kfd_abi::sdma::{DecodeError, Decoder};
 
-use super::events::signal_event_interrupt;
-use crate::machine::{lock, MachineInner};
-use crate::process::{KfdProcess, ProcState, QueueKind};
-use crate::render::Vm;
-use crate::sdma::{read_va, run_packet, write_va, Fault, Ran};
+use super::aql;
+use super::queue::{Engine, MappedQueue, RingState};
+use super::sdma::{read_va, run_packet, write_va, Fault, Ran};
+use super::vm::Vm;
+use crate::host::lock;
 
 /// The poll interval while queues have work.
 pub(crate) const POLL_MIN: Duration = Duration::from_micros(100);
 /// The longest poll interval of an idle engine.
 pub(crate) const POLL_MAX: Duration = Duration::from_millis(10);
-/// Bits of an SDMA TRAP's context that carry the event id (`kfd_int_process_v9`).
-const TRAP_ID_BITS: u32 = 28;
 
-/// Starts the machine's engine thread if it is not running yet.
-pub(crate) fn ensure_engine(m: &Arc<MachineInner>) {
-    let weak = Arc::downgrade(m);
-    m.engine_started.call_once(move || {
-        let spawned = std::thread::Builder::new()
-            .name("kfd-sim-sdma".into())
-            .spawn(move || run(&weak));
-        if let Err(e) = spawned {
-            log::error!(
-                "kfd-sim: cannot start the SDMA engine thread: {e}; user queues will not run"
-            );
+/// The processes whose queues the driver has mapped: the scheduler's runlist.
+pub(crate) trait Runlist: Send + Sync + 'static {
+    /// One process of the runlist.
+    type Process: MappedProcess;
+
+    /// Every process, in any order.
+    fn processes(&self) -> Vec<Arc<Self::Process>>;
+
+    /// Notes something the GPU met and does not do: a warning the first time `key` is seen,
+    /// debug level later.
+    fn log_once(&self, key: &str, message: &str);
+}
+
+/// One process of the runlist: its queues, and the lock that preemption waits on.
+pub(crate) trait MappedProcess {
+    /// Its pid, for the log.
+    fn pid(&self) -> u32;
+
+    /// Held by the engine while it runs packets of this process: the driver takes it once after
+    /// evicting the queues, to wait for the packet in flight (a queue preemption).
+    fn preemption(&self) -> &Mutex<()>;
+
+    /// Runs `f` on the process's queues, under the lock the driver keeps them under.
+    fn with_queues<R>(&self, f: impl FnOnce(&mut dyn Queues) -> R) -> R;
+}
+
+/// The queues of one process, under its lock.
+pub(crate) trait Queues {
+    /// Whether the driver has evicted (preempted) the process's queues.
+    fn evicted(&self) -> bool;
+
+    /// Every queue of the process, as the GPU sees it.
+    fn mapped(&mut self) -> Vec<MappedQueue<'_>>;
+
+    /// The ring registers of queue `qid` (if it still has ring `ring`, when given: a queue
+    /// destroyed or replaced under the engine is left alone).
+    fn ring_state(&mut self, qid: u32, ring: Option<u64>) -> Option<&mut RingState>;
+
+    /// An interrupt the engine raised on queue `qid`: a TRAP with its context. The driver's
+    /// interrupt handler runs on it.
+    fn interrupt(&mut self, qid: u32, context: u32);
+}
+
+/// The queue scheduler of one machine: its engine thread, started once.
+#[derive(Debug)]
+pub(crate) struct Scheduler {
+    started: Once,
+}
+
+impl Default for Scheduler {
+    fn default() -> Self {
+        Self {
+            started: Once::new(),
         }
-    });
+    }
+}
+
+impl Scheduler {
+    /// Starts the engine thread over `runlist` if it is not running yet.
+    pub(crate) fn start<R: Runlist>(&self, runlist: &Arc<R>) {
+        let weak = Arc::downgrade(runlist);
+        self.started.call_once(move || {
+            let spawned = std::thread::Builder::new()
+                .name("kfd-sim-sdma".into())
+                .spawn(move || run(&weak));
+            if let Err(e) = spawned {
+                log::error!(
+                    "kfd-sim: cannot start the SDMA engine thread: {e}; user queues will not run"
+                );
+            }
+        });
+    }
 }
 
 /// The engine thread: polls until the machine is gone.
-fn run(machine: &Weak<MachineInner>) {
+fn run<R: Runlist>(runlist: &Weak<R>) {
     let mut wait = POLL_MIN;
     loop {
-        let Some(m) = machine.upgrade() else {
+        let Some(r) = runlist.upgrade() else {
             return;
         };
         let mut worked = false;
-        for p in m.processes() {
+        for p in r.processes() {
             // Every process gets its turn, whatever the others did.
-            worked |= service(&m, &p);
+            worked |= service(&*r, &*p);
         }
-        drop(m);
+        drop(r);
         wait = if worked {
             POLL_MIN
         } else {
@@ -91,39 +151,29 @@ fn run(machine: &Weak<MachineInner>) {
 }
 
 /// Waits until the engine is not running a packet of `p` (call after evicting its queues).
-pub(crate) fn wait_idle(p: &KfdProcess) {
-    drop(lock(&p.engine));
+pub(crate) fn wait_idle(p: &impl MappedProcess) {
+    drop(lock(p.preemption()));
 }
 
-/// Latches every mapped SDMA doorbell of `st` into its queue's write pointer.
-pub(crate) fn latch_doorbells(m: &MachineInner, p: &KfdProcess, st: &mut ProcState) {
-    let devices: Vec<usize> = st.pdds.iter().map(|d| d.dev).collect();
-    for q in st.queues.values_mut() {
-        if q.kind == QueueKind::Compute {
+/// Latches every mapped SDMA doorbell of process `pid` into its queue's write pointer.
+pub(crate) fn latch_doorbells(pid: u32, queues: &mut dyn Queues) {
+    for q in queues.mapped() {
+        if q.engine != Engine::Sdma {
             continue;
         }
-        let Some(&dev) = devices.get(q.pdd) else {
+        let Some(value) = q.doorbell() else {
             continue;
         };
-        let Some(page) = m.device_pages.mapped_doorbell(p, dev) else {
-            continue;
-        };
-        let mut b = [0u8; 8];
-        if !page.read(u64::from(q.doorbell_id) * 8, &mut b) {
-            continue;
-        }
-        let value = u64::from_le_bytes(b);
-        if value != q.ring_state.doorbell {
+        if value != q.state.doorbell {
             log::debug!(
-                "kfd-sim: pid {}: SDMA queue doorbell {} latched: {:#x} -> {:#x} (rptr {:#x})",
-                p.pid,
+                "kfd-sim: pid {pid}: SDMA queue doorbell {} latched: {:#x} -> {:#x} (rptr {:#x})",
                 q.doorbell_id,
-                q.ring_state.doorbell,
+                q.state.doorbell,
                 value,
-                q.ring_state.rptr
+                q.state.rptr
             );
-            q.ring_state.doorbell = value;
-            q.ring_state.wptr = value;
+            q.state.doorbell = value;
+            q.state.wptr = value;
         }
     }
 }
@@ -140,46 +190,47 @@ struct Work {
 }
 
 /// Runs the pending packets of `p`'s queues; whether any ran.
-fn service(m: &MachineInner, p: &KfdProcess) -> bool {
-    let _running = lock(&p.engine);
-    let (work, aql): (Vec<Work>, _) = {
-        let mut st = p.lock();
-        latch_doorbells(m, p, &mut st);
-        if st.evictions > 0 {
-            return false;
+fn service<R: Runlist>(runlist: &R, p: &R::Process) -> bool {
+    let _running = lock(p.preemption());
+    let pid = p.pid();
+    let pending = p.with_queues(|qs| {
+        latch_doorbells(pid, qs);
+        if qs.evicted() {
+            return None;
         }
-        let aql = super::aql::rung(m, p, &st);
-        let work = st
-            .queues
-            .iter()
-            .filter(|(_, q)| {
-                q.kind != QueueKind::Compute
-                    && super::queues::queue_active(&st, q)
-                    && !q.ring_state.hung
-                    && q.ring_state.rptr != q.ring_state.wptr
+        let aql = aql::rung(qs);
+        let work: Vec<Work> = qs
+            .mapped()
+            .into_iter()
+            .filter(|q| {
+                q.engine == Engine::Sdma
+                    && q.active
+                    && !q.state.hung
+                    && q.state.rptr != q.state.wptr
             })
-            .filter_map(|(&qid, q)| {
-                let vm = st.pdds.get(q.pdd)?.drm.as_ref()?.vm.clone();
+            .filter_map(|q| {
                 Some(Work {
-                    qid,
-                    vm,
+                    qid: q.qid,
+                    vm: q.vm?,
                     ring: q.ring,
                     ring_size: q.ring_size,
-                    rptr_addr: q.rptr,
-                    from: q.ring_state.rptr,
-                    to: q.ring_state.wptr,
+                    rptr_addr: q.rptr_addr,
+                    from: q.state.rptr,
+                    to: q.state.wptr,
                 })
             })
             .collect();
-        (work, aql)
+        Some((work, aql))
+    });
+    let Some((work, aql)) = pending else {
+        return false;
     };
     // The AQL queues' packets are only looked at (and reported): no work for the engine.
-    super::aql::report(m, p, aql);
+    aql::report(runlist, p, aql);
     let mut ran = false;
     for w in work {
         log::debug!(
-            "kfd-sim: pid {}: SDMA queue {} runs {:#x}..{:#x}",
-            p.pid,
+            "kfd-sim: pid {pid}: SDMA queue {} runs {:#x}..{:#x}",
             w.qid,
             w.from,
             w.to
@@ -214,7 +265,7 @@ fn fetch(w: &Work, len: u64) -> Result<Vec<u32>, Fault> {
 
 /// Executes `w`'s packets one at a time, publishing the read pointer after each; stops at an
 /// eviction, an incomplete packet, or a fault (which hangs the queue). Whether any packet ran.
-fn run_queue(p: &KfdProcess, w: &Work) -> bool {
+fn run_queue(p: &impl MappedProcess, w: &Work) -> bool {
     let len = w.to.wrapping_sub(w.from);
     let result = (|| -> Result<bool, Hang> {
         if len % 4 != 0 || len > w.ring_size || w.ring_size % 4 != 0 {
@@ -242,33 +293,24 @@ fn run_queue(p: &KfdProcess, w: &Work) -> bool {
             }
             ran = true;
             let rptr = w.from.wrapping_add(decoder.position() as u64 * 4);
-            let evicted = {
-                let mut st = p.lock();
-                let Some(q) = st.queues.get_mut(&w.qid).filter(|q| q.ring == w.ring) else {
-                    // Destroyed under the engine.
-                    return Ok(ran);
-                };
-                q.ring_state.rptr = rptr;
-                st.evictions > 0
+            let published = p.with_queues(|qs| {
+                let state = qs.ring_state(w.qid, Some(w.ring))?;
+                state.rptr = rptr;
+                Some(qs.evicted())
+            });
+            let Some(evicted) = published else {
+                // Destroyed under the engine.
+                return Ok(ran);
             };
             // The read pointer is in memory before the packet's interrupt wakes anyone: a waiter
             // woken by the event sees the packet consumed.
             write_va(&w.vm, w.rptr_addr, &rptr.to_le_bytes())?;
             if !traps.is_empty() {
-                let mut st = p.lock();
-                let mut woke = 0;
-                for ctx in traps {
-                    let set = signal_event_interrupt(&mut st, ctx, TRAP_ID_BITS);
-                    log::debug!(
-                        "kfd-sim: pid {}: SDMA queue {} TRAP {ctx:#x}: {set} event(s) set",
-                        p.pid,
-                        w.qid
-                    );
-                    woke += set;
-                }
-                if woke > 0 {
-                    p.events_cv.notify_all();
-                }
+                p.with_queues(|qs| {
+                    for ctx in traps {
+                        qs.interrupt(w.qid, ctx);
+                    }
+                });
             }
             if evicted {
                 return Ok(ran);
@@ -278,10 +320,12 @@ fn run_queue(p: &KfdProcess, w: &Work) -> bool {
     match result {
         Ok(ran) => ran,
         Err(e) => {
-            log::warn!("kfd-sim: pid {}: SDMA queue {} hung: {e}", p.pid, w.qid);
-            if let Some(q) = p.lock().queues.get_mut(&w.qid) {
-                q.ring_state.hung = true;
-            }
+            log::warn!("kfd-sim: pid {}: SDMA queue {} hung: {e}", p.pid(), w.qid);
+            p.with_queues(|qs| {
+                if let Some(state) = qs.ring_state(w.qid, None) {
+                    state.hung = true;
+                }
+            });
             true
         }
     }

@@ -1,8 +1,9 @@
 //! What the simulated GPU makes of the packets a client rings on its AQL compute queues: it runs
-//! none of them (no command processor, no shader execution), but the engine thread looks at the
-//! packet each doorbell names, so that the daemon's log says where a client stops and on what:
-//! the first packet of each type rung on the machine is logged once (a warning), with its
-//! process, queue and index; later ones at debug level.
+//! none of them yet (no command processor, no shader execution; the command processor that will
+//! run them belongs beside the SDMA engine, as `hw/cp.rs`, and takes the AQL queues off this
+//! reader), but the engine thread looks at the packet each doorbell names, so that the daemon's
+//! log says where a client stops and on what: the first packet of each type rung on the machine
+//! is logged once (a warning), with its process, queue and index; later ones at debug level.
 //!
 //! An AQL queue's doorbell is its slot in the process's doorbell slice, as an SDMA queue's; the
 //! client writes the index of the packet it has just made valid (HSA's doorbell signal). The
@@ -13,10 +14,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::machine::MachineInner;
-use crate::process::{KfdProcess, ProcState, QueueKind};
-use crate::render::Vm;
-use crate::sdma::read_va;
+use super::queue::Engine;
+use super::scheduler::{MappedProcess, Queues, Runlist};
+use super::sdma::read_va;
+use super::vm::Vm;
 
 /// Bytes of an AQL packet.
 const PACKET_BYTES: u64 = 64;
@@ -45,32 +46,22 @@ pub(crate) struct Rung {
     at: u64,
 }
 
-/// The AQL queues of `st` (a process that is not evicted) whose doorbell names a packet the
-/// engine has not reported yet. Call with the doorbells of `st` latched, under its lock.
-pub(crate) fn rung(m: &MachineInner, p: &KfdProcess, st: &ProcState) -> Vec<Rung> {
-    st.queues
-        .iter()
-        .filter(|(_, q)| {
-            q.kind == QueueKind::Compute
-                && q.aql
-                && super::queues::queue_active(st, q)
-                && q.ring_size >= PACKET_BYTES
-        })
-        .filter_map(|(&qid, q)| {
-            let pdd = st.pdds.get(q.pdd)?;
-            let page = m.device_pages.mapped_doorbell(p, pdd.dev)?;
-            let mut b = [0u8; 8];
-            if !page.read(u64::from(q.doorbell_id) * 8, &mut b) {
-                return None;
-            }
-            let index = u64::from_le_bytes(b);
-            if q.ring_state.aql_reported == Some(index) {
+/// The AQL queues of a process that is not evicted whose doorbell names a packet the engine has
+/// not reported yet. Call with the process's doorbells latched, under its lock.
+pub(crate) fn rung(queues: &mut dyn Queues) -> Vec<Rung> {
+    queues
+        .mapped()
+        .into_iter()
+        .filter(|q| q.engine == Engine::Aql && q.active && q.ring_size >= PACKET_BYTES)
+        .filter_map(|q| {
+            let index = q.doorbell()?;
+            if q.state.aql_reported == Some(index) {
                 return None;
             }
             let slots = q.ring_size / PACKET_BYTES;
             Some(Rung {
-                qid,
-                vm: pdd.drm.as_ref()?.vm.clone(),
+                qid: q.qid,
+                vm: q.vm?,
                 ring: q.ring,
                 index,
                 at: q.ring.checked_add((index % slots) * PACKET_BYTES)?,
@@ -81,7 +72,7 @@ pub(crate) fn rung(m: &MachineInner, p: &KfdProcess, st: &ProcState) -> Vec<Rung
 
 /// Reads the header of each rung packet (outside the process lock, as the engine reads rings)
 /// and reports the written ones, each once.
-pub(crate) fn report(m: &MachineInner, p: &KfdProcess, rung: Vec<Rung>) {
+pub(crate) fn report<R: Runlist>(runlist: &R, p: &R::Process, rung: Vec<Rung>) {
     for r in rung {
         let Ok(header) = read_va(&r.vm, r.at, 2) else {
             continue;
@@ -90,20 +81,23 @@ pub(crate) fn report(m: &MachineInner, p: &KfdProcess, rung: Vec<Rung>) {
         if ty == TYPE_INVALID {
             continue;
         }
-        {
-            let mut st = p.lock();
-            let Some(q) = st.queues.get_mut(&r.qid).filter(|q| q.ring == r.ring) else {
-                continue;
-            };
-            q.ring_state.aql_reported = Some(r.index);
+        let noted = p.with_queues(|qs| {
+            let state = qs.ring_state(r.qid, Some(r.ring))?;
+            state.aql_reported = Some(r.index);
+            Some(())
+        });
+        if noted.is_none() {
+            continue;
         }
         let name = type_name(ty);
-        m.log_once(
+        runlist.log_once(
             &format!("AQL {name} packet"),
             &format!(
                 "pid {}: AQL queue {} rung for a {name} packet (index {}): not executed, there is \
                  no command processor",
-                p.pid, r.qid, r.index
+                p.pid(),
+                r.qid,
+                r.index
             ),
         );
     }

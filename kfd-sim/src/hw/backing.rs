@@ -1,10 +1,14 @@
-//! Simulated device memory: VRAM and GTT buffer objects are memfds, mapped shared.
+//! The memory the simulated GPUs read and write: VRAM and GTT buffer objects are memfds, mapped
+//! shared; userptr memory is the process's own ([`ProcessMemory`]).
 //!
 //! A BO's exported dma-buf is a dup of its memfd, so the simulator recognises it again by inode
 //! ([`Backing::key`]) when it comes back (IMPORT_DMABUF, GET_DMABUF_INFO, later PRIME import).
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+
+use kfd_abi::Errno;
 
 use crate::host::{self, FileKey, SharedMap};
 
@@ -13,7 +17,7 @@ const DATA_STEP: u64 = 1 << 20;
 
 /// Where a BO's memory lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Domain {
+pub(crate) enum Domain {
     /// Device memory.
     Vram,
     /// System memory in the GART.
@@ -27,19 +31,19 @@ pub struct Backing {
     map: SharedMap,
     key: FileKey,
     /// Size in bytes.
-    pub size: u64,
+    pub(crate) size: u64,
     /// VRAM or GTT.
-    pub domain: Domain,
+    pub(crate) domain: Domain,
     /// Index of the GPU it belongs to.
-    pub device: usize,
+    pub(crate) device: usize,
     /// Created with `AMDGPU_GEM_CREATE_CPU_ACCESS_REQUIRED` (KFD: VRAM allocated PUBLIC; GEM: the
     /// flag itself): what GET_DMABUF_INFO reports as `KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC`.
-    pub cpu_access_required: bool,
+    pub(crate) cpu_access_required: bool,
 }
 
 impl Backing {
     /// A zero-filled (sparse) memfd of `size` bytes, mapped shared.
-    pub fn new(
+    pub(crate) fn new(
         size: u64,
         domain: Domain,
         device: usize,
@@ -64,7 +68,7 @@ impl Backing {
     }
 
     /// The inode identity shared by the memfd and every dma-buf exported from it.
-    pub fn key(&self) -> FileKey {
+    pub(crate) fn key(&self) -> FileKey {
         self.key
     }
 
@@ -81,18 +85,18 @@ impl Backing {
     }
 
     /// Reads bytes at `offset`; `false` if out of range.
-    pub fn read(&self, offset: u64, buf: &mut [u8]) -> bool {
+    pub(crate) fn read(&self, offset: u64, buf: &mut [u8]) -> bool {
         self.map.read(offset, buf)
     }
 
     /// Writes bytes at `offset`; `false` if out of range.
-    pub fn write(&self, offset: u64, buf: &[u8]) -> bool {
+    pub(crate) fn write(&self, offset: u64, buf: &[u8]) -> bool {
         self.map.write(offset, buf)
     }
 
     /// Fills `len` bytes at `offset` from process `pid`'s memory at `remote` (see
     /// [`SharedMap::read_from_process`]); `EFAULT` when out of range or on a failed transfer.
-    pub fn read_from_process(
+    pub(crate) fn read_from_process(
         &self,
         offset: u64,
         len: u64,
@@ -107,8 +111,8 @@ impl Backing {
     /// out of range. A fill with zeros punches the whole pages of the range out of the memfd
     /// (they read as zeros and hold no memory, as a fresh BO's) and writes only the partial pages
     /// at its ends; where punching is refused, it writes every byte.
-    pub fn fill(&self, offset: u64, len: u64, pattern: [u8; 4], phase: usize) -> bool {
-        let page = crate::process::limits::PAGE_SIZE;
+    pub(crate) fn fill(&self, offset: u64, len: u64, pattern: [u8; 4], phase: usize) -> bool {
+        let page = crate::limits::PAGE_SIZE;
         let Some(end) = offset.checked_add(len).filter(|&e| e <= self.size) else {
             return false;
         };
@@ -128,7 +132,7 @@ impl Backing {
     /// are sent as zeros without being read: a read of a hole through the shared mapping would
     /// allocate and clear memory for it, which VRAM that nobody wrote does not cost on hardware.
     /// `EFAULT` when out of range or on a failed transfer.
-    pub fn write_to_process(
+    pub(crate) fn write_to_process(
         &self,
         offset: u64,
         len: u64,
@@ -162,8 +166,54 @@ impl Backing {
     }
 
     /// The shared mapping (what the SDMA engine copies into and out of).
-    pub fn map(&self) -> &SharedMap {
+    pub(crate) fn map(&self) -> &SharedMap {
         &self.map
+    }
+}
+
+/// A device page of `size` bytes (doorbells, MMIO, signal page), zero-filled; `ENOMEM` when no
+/// memfd can back it.
+pub(crate) fn device_page(size: u64, dev: usize) -> Result<Arc<Backing>, Errno> {
+    Backing::new(size, Domain::Gtt, dev, false)
+        .map(Arc::new)
+        .map_err(|e| {
+            log::warn!("kfd-sim: cannot back a {size}-byte device page: {e}");
+            Errno::ENOMEM
+        })
+}
+
+/// User memory of a real OS process, through `process_vm_readv` / `process_vm_writev`.
+#[derive(Clone, Copy, Debug)]
+pub struct ProcessMemory {
+    pid: libc::pid_t,
+}
+
+impl ProcessMemory {
+    /// The memory of OS process `pid`.
+    pub fn of_pid(pid: libc::pid_t) -> Self {
+        Self { pid }
+    }
+
+    /// Our own memory (the in-process front end).
+    pub fn own() -> Self {
+        Self {
+            pid: host::own_pid(),
+        }
+    }
+
+    /// The OS pid whose memory this is.
+    pub fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+
+    /// `copy_from_user`.
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
+        host::process_vm_read(self.pid, addr, buf)
+    }
+
+    /// `copy_to_user`.
+    pub fn write(&self, addr: u64, buf: &[u8]) -> Result<(), Errno> {
+        host::process_vm_write(self.pid, addr, buf)
     }
 }
 

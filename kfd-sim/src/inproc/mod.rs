@@ -13,24 +13,35 @@ use std::ffi::c_void;
 use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use kfd_abi::{Errno, Transport};
 use topology::Topology;
 
-use crate::client::{InProcessClient, ProcessMemory};
-use crate::host;
-use crate::machine::{lock, FileKind, MachineError, MachineInner, OpenFile};
+pub(crate) mod client;
+mod platform;
+mod vmas;
+
+pub use platform::SimPlatform;
+pub use vmas::DeviceVma;
+
+use self::client::InProcessClient;
+use self::vmas::{DeviceVmas, VmaRecord};
+use crate::host::{self, lock};
+use crate::hw::backing::ProcessMemory;
+use crate::kfd::process::KfdProcess;
+use crate::machine::{FileKind, MachineError, MachineInner, OpenFile};
 use crate::preset::Preset;
-use crate::process::KfdProcess;
-use crate::render::RenderFile;
+use crate::render::file::RenderFile;
 
 /// A simulated machine: GPUs from a topology, and the simulated processes using them.
 #[derive(Clone, Debug)]
 pub struct Machine {
     inner: Arc<MachineInner>,
+    /// The device mappings its processes made (see [`SimProcess::device_vmas`]).
+    vmas: Arc<DeviceVmas>,
 }
 
 impl Machine {
@@ -43,6 +54,7 @@ impl Machine {
     pub fn from_topology(topology: Topology) -> Result<Self, MachineError> {
         Ok(Self {
             inner: Arc::new(MachineInner::new(topology)?),
+            vmas: Arc::default(),
         })
     }
 
@@ -155,7 +167,7 @@ impl Machine {
     pub fn doorbell(&self, pid: u32, gpu_id: u32, offset: u64) -> Option<u64> {
         let p = self.inner.find_process(pid)?;
         let dev = self.inner.device_by_gpu_id(gpu_id)?;
-        let page = self.inner.device_pages.mapped_doorbell(&p, dev)?;
+        let page = p.mapped_doorbell(dev)?;
         let mut b = [0u8; 8];
         page.read(offset, &mut b).then(|| u64::from_le_bytes(b))
     }
@@ -253,7 +265,7 @@ impl SimProcess {
     /// device memory in this OS process (all simulated processes share its address space), so
     /// what was unmapped or replaced is gone.
     pub fn device_vmas(&self) -> Vec<DeviceVma> {
-        self.inner.machine.inner.device_vmas(self.pid())
+        self.inner.machine.vmas.of(self.pid())
     }
 
     /// Ends a ptrace relation started with [`ptrace_attach`](Self::ptrace_attach).
@@ -372,7 +384,7 @@ impl SimFile {
     }
 
     /// The GPU VM of a render-node file (what ACQUIRE_VM adopts), for inspection.
-    pub fn vm(&self) -> Option<Arc<Mutex<crate::render::Vm>>> {
+    pub fn vm(&self) -> Option<Arc<Mutex<crate::hw::vm::Vm>>> {
         match &self.file.kind {
             FileKind::Render(r) => Some(Arc::clone(&r.vm)),
             FileKind::Kfd(_) => None,
@@ -429,7 +441,7 @@ impl Transport for SimFile {
         })
     }
 
-    /// The driver model decides what backs the offset (the simulator's `mmap` module); the
+    /// The driver model decides what backs the offset (the simulator's `vma` module); the
     /// mapping is of that memory itself, shared with the simulated GPU both ways.
     fn mmap(
         &self,
@@ -458,21 +470,8 @@ impl Transport for SimFile {
 /// 511; what a process would see in `/proc/PID/maps` and `stat`.
 pub const SIM_KFD_MAJOR: u32 = 511;
 
-/// A device mapping of a simulated process, as criu reads it from `/proc/PID/maps` and
-/// `/proc/PID/map_files`: address range, file offset, path and device number of the file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeviceVma {
-    /// Start address.
-    pub start: u64,
-    /// End address (exclusive).
-    pub end: u64,
-    /// The file offset of `start` in bytes (`vm_pgoff << PAGE_SHIFT`).
-    pub pgoff: u64,
-    /// `/dev/kfd` or `/dev/dri/renderD<minor>`.
-    pub path: PathBuf,
-    /// `st_rdev` of the file.
-    pub rdev: u64,
-}
+/// The DRM character-device major, as render nodes report it in `st_rdev`.
+const DRM_MAJOR: u32 = 226;
 
 impl SimFile {
     /// The path and device number of this file, as `stat` of it would show.
@@ -495,7 +494,7 @@ impl SimFile {
     }
 
     /// mmap as the driver does it, in process: the driver model decides what backs the offset
-    /// ([`crate::mmap`]) and the mapping is of that memory itself. The VMA flags that userspace
+    /// ([`crate::vma`]) and the mapping is of that memory itself. The VMA flags that userspace
     /// can express are applied: KFD pages are not inherited by fork (`VM_DONTCOPY`), no device
     /// mapping is in a core dump (`VM_DONTDUMP`), and a private `PROT_NONE` render mapping that
     /// lost `VM_MAYWRITE` is made from a read-only file, so it can never become writable. The
@@ -508,14 +507,14 @@ impl SimFile {
         prot: kfd_abi::Prot,
         share: kfd_abi::Share,
     ) -> Result<kfd_abi::Mapping, Errno> {
-        use crate::mmap as m;
+        use crate::vma as m;
         use kfd_abi::{Advice, Mapping, Prot, Share};
         // The kernel refuses these before any driver sees them.
-        if len == 0 || offset % crate::process::limits::PAGE_SIZE != 0 {
+        if len == 0 || offset % crate::limits::PAGE_SIZE != 0 {
             return Err(Errno::EINVAL);
         }
         let length = u64::try_from(len).map_err(|_| Errno::ENOMEM)?;
-        let length = crate::process::align_up(length);
+        let length = crate::limits::align_up(length);
         let mut flags = m::MAP_MAYWRITE;
         for (p, f) in [
             (Prot::READ, m::MAP_READ),
@@ -551,7 +550,7 @@ impl SimFile {
             dont_dump: target.vma & m::VMA_DONTDUMP != 0,
         })?;
         let (path, rdev) = self.dev_path();
-        self.machine.inner.record_vma(crate::machine::VmaRecord {
+        self.machine.vmas.record(VmaRecord {
             pid: self.caller.pid,
             vma: DeviceVma {
                 start: mapping.addr(),
@@ -564,195 +563,5 @@ impl SimFile {
             backing_offset: target.offset,
         });
         Ok(mapping)
-    }
-}
-
-/// The platform of the in-process simulator: opens its device files as one simulated process
-/// (the "calling process" of `kfd_abi::Platform`) and gives the directory of its sysfs tree.
-#[derive(Debug)]
-pub struct SimPlatform {
-    machine: Machine,
-    process: SimProcess,
-    topology_root: PathBuf,
-}
-
-impl SimPlatform {
-    /// Writes the machine's topology tree under `topology_root` and returns the platform of a
-    /// new simulated process.
-    pub fn new(machine: Machine, topology_root: &Path) -> Result<Self, topology::WriteError> {
-        topology::write(machine.topology(), topology_root)?;
-        let process = machine.spawn_process();
-        Ok(Self {
-            machine,
-            process,
-            topology_root: topology_root.to_owned(),
-        })
-    }
-
-    /// The same machine and tree, seen from another simulated process.
-    pub fn for_process(&self, process: &SimProcess) -> Self {
-        Self {
-            machine: self.machine.clone(),
-            process: process.clone(),
-            topology_root: self.topology_root.clone(),
-        }
-    }
-
-    /// The machine.
-    pub fn machine(&self) -> &Machine {
-        &self.machine
-    }
-
-    /// The simulated process this platform acts as.
-    pub fn process(&self) -> &SimProcess {
-        &self.process
-    }
-
-    /// `/dev/kfd` opened by `process`.
-    pub fn open_kfd_as(&self, process: &SimProcess) -> io::Result<SimFile> {
-        process.open_kfd()
-    }
-
-    /// `/dev/dri/renderD<minor>` opened by `process`.
-    pub fn open_render_as(&self, process: &SimProcess, minor: u32) -> io::Result<SimFile> {
-        process.open_render(minor)
-    }
-
-    /// The directory that plays `/sys/class/kfd/kfd/topology`.
-    pub fn topology_root(&self) -> &Path {
-        &self.topology_root
-    }
-}
-
-/// The DRM character-device major, as render nodes report it in `st_rdev`.
-const DRM_MAJOR: u32 = 226;
-
-fn open_error(path: String, e: io::Error) -> kfd_abi::IoctlError {
-    kfd_abi::IoctlError::Open {
-        path: PathBuf::from(path),
-        source: e,
-    }
-}
-
-impl kfd_abi::Platform for SimPlatform {
-    type Device = SimFile;
-
-    fn open_kfd(&self) -> Result<kfd_abi::Kfd<SimFile>, kfd_abi::IoctlError> {
-        let f = self
-            .process
-            .open_kfd()
-            .map_err(|e| open_error("/dev/kfd".into(), e))?;
-        Ok(kfd_abi::Kfd::new(f, "/dev/kfd (simulated)"))
-    }
-
-    fn open_render(&self, minor: u32) -> Result<kfd_abi::RenderNode<SimFile>, kfd_abi::IoctlError> {
-        let path = format!("/dev/dri/renderD{minor}");
-        let f = self
-            .process
-            .open_render(minor)
-            .map_err(|e| open_error(path.clone(), e))?;
-        Ok(kfd_abi::RenderNode::new(f, format!("{path} (simulated)")))
-    }
-
-    fn kfd_from_fd(&self, fd: OwnedFd) -> Result<kfd_abi::Kfd<SimFile>, kfd_abi::IoctlError> {
-        let not_kfd = || {
-            open_error(
-                "/dev/kfd".into(),
-                io::Error::from_raw_os_error(libc::ENODEV),
-            )
-        };
-        let file = self.machine.file_of(fd.as_fd()).ok_or_else(not_kfd)?;
-        if !matches!(file.kind, FileKind::Kfd(_)) {
-            return Err(not_kfd());
-        }
-        let f = SimFile {
-            machine: self.machine.clone(),
-            file,
-            fd,
-            caller: Arc::clone(&self.process.inner.caller),
-        };
-        Ok(kfd_abi::Kfd::new(f, "/dev/kfd (simulated)"))
-    }
-
-    fn render_from_fd(
-        &self,
-        fd: OwnedFd,
-    ) -> Result<kfd_abi::RenderNode<SimFile>, kfd_abi::IoctlError> {
-        let file = self
-            .machine
-            .file_of(fd.as_fd())
-            .filter(|f| matches!(f.kind, FileKind::Render(_)))
-            .ok_or_else(|| {
-                open_error(
-                    "render node".into(),
-                    io::Error::from_raw_os_error(libc::ENODEV),
-                )
-            })?;
-        let label = match &file.kind {
-            FileKind::Render(r) => self.machine.inner.devices.get(r.device).map_or_else(
-                || "render node (simulated)".to_owned(),
-                |d| format!("/dev/dri/renderD{} (simulated)", d.render_minor),
-            ),
-            FileKind::Kfd(_) => String::new(),
-        };
-        let f = SimFile {
-            machine: self.machine.clone(),
-            file,
-            fd,
-            caller: Arc::clone(&self.process.inner.caller),
-        };
-        Ok(kfd_abi::RenderNode::new(f, label))
-    }
-
-    fn identify(&self, fd: BorrowedFd<'_>) -> io::Result<kfd_abi::DeviceKind> {
-        host::file_key(fd)?;
-        Ok(match self.machine.file_of(fd).as_deref().map(|f| &f.kind) {
-            Some(FileKind::Kfd(_)) => kfd_abi::DeviceKind::Kfd,
-            Some(FileKind::Render(r)) => {
-                self.machine
-                    .inner
-                    .devices
-                    .get(r.device)
-                    .map_or(kfd_abi::DeviceKind::Other, |d| {
-                        kfd_abi::DeviceKind::Render {
-                            minor: d.render_minor,
-                        }
-                    })
-            }
-            None => kfd_abi::DeviceKind::Other,
-        })
-    }
-
-    fn identify_rdev(&self, rdev: u64) -> kfd_abi::DeviceKind {
-        let (major, minor) = (libc::major(rdev), libc::minor(rdev));
-        if major == DRM_MAJOR && self.machine.render_minors().contains(&minor) {
-            kfd_abi::DeviceKind::Render { minor }
-        } else if major == SIM_KFD_MAJOR && minor == 0 {
-            kfd_abi::DeviceKind::Kfd
-        } else {
-            kfd_abi::DeviceKind::Other
-        }
-    }
-
-    fn topology_root(&self) -> PathBuf {
-        self.topology_root.clone()
-    }
-
-    fn process_id(&self) -> u32 {
-        self.process.pid()
-    }
-
-    /// The simulated processes share this process's fd table: fd `raw` of any of them is our fd
-    /// `raw`, when it is a file of this machine (`EBADF` otherwise, as `pidfd_getfd` answers for a
-    /// number the target has not open).
-    fn fd_of_process(&self, _pid: u32, raw: RawFd) -> io::Result<OwnedFd> {
-        let known = host::raw_file_key(raw)
-            .ok()
-            .and_then(|key| self.machine.inner.file(key))
-            .is_some();
-        if !known {
-            return Err(io::Error::from_raw_os_error(libc::EBADF));
-        }
-        host::dup_raw(raw)
     }
 }

@@ -21,9 +21,9 @@
 //!   instead (amdgpu's workaround for the thunk). Flags: `VM_IO | VM_DONTEXPAND | VM_DONTDUMP`,
 //!   readable through ptrace (TTM's `access`), inherited by fork.
 //!
-//! What backs the KFD pages ([`DevicePages`](crate::kfd::mmap::DevicePages), kept by the
-//! machine): a doorbell page per (process, GPU), an MMIO page per GPU, and the kernel's own
-//! signal page (made when first mapped: all slots unsignaled, as the kernel fills it).
+//! What backs the KFD pages: a doorbell page per (process, GPU), kept by the KFD process; an
+//! MMIO page per GPU, kept by the device; and the kernel's own signal page (made when first
+//! mapped: all slots unsignaled, as the kernel fills it).
 //!
 //! Over CUSE the caller's mmap lock is held while the daemon answers, so nothing here touches the
 //! caller's memory, and the simulator's locks are taken with a bound ([`LOCK_WAIT`]): a daemon
@@ -34,12 +34,17 @@ use std::time::Duration;
 
 use kfd_abi::Errno;
 
-use crate::machine::{lock_within, FileKind, MachineInner, OpenFile};
-use crate::memory::{Backing, Domain};
-use crate::process::{KfdProcess, ProcState};
+use crate::host::lock_within;
+use crate::hw::backing::Backing;
+use crate::kfd::process::{KfdProcess, ProcState};
+use crate::machine::{FileKind, MachineInner, OpenFile};
 
 /// How long an mmap waits for a lock of the simulator's state before it gives up (`EAGAIN`).
 pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(2);
+
+// The bits of a mapping request (`MAP_*`) and of the VMA that answers it (`VMA_*`). The
+// kfd_bridge module's protocol carries them as they are (`KFD_BRIDGE_MAP_*` and
+// `KFD_BRIDGE_VMA_*` of `ci/kmod/kfd_bridge/kfd_bridge.h`, checked in `cuse::bridge::proto`).
 
 /// `MAP_SHARED`.
 pub(crate) const MAP_SHARED: u32 = 1 << 0;
@@ -87,16 +92,6 @@ pub(crate) struct Target {
     pub vma: u32,
 }
 
-/// A device page of `size` bytes (doorbells, MMIO, signal page), zero-filled.
-pub(crate) fn page(size: u64, dev: usize) -> Result<Arc<Backing>, Errno> {
-    Backing::new(size, Domain::Gtt, dev, false)
-        .map(Arc::new)
-        .map_err(|e| {
-            log::warn!("kfd-sim: cannot back a {size}-byte device page: {e}");
-            Errno::ENOMEM
-        })
-}
-
 /// The state of `p`, waiting at most [`LOCK_WAIT`] (`EAGAIN`).
 pub(crate) fn proc_state(p: &KfdProcess) -> Result<std::sync::MutexGuard<'_, ProcState>, Errno> {
     lock_within(&p.state, LOCK_WAIT).ok_or_else(|| {
@@ -134,7 +129,7 @@ mod tests {
 
     use super::*;
     use crate::kfd::mmap::{CWSR_SIZE, KFD_VMA};
-    use crate::process::limits::{DOORBELL_SLICE, PAGE_SIZE, SIGNAL_EVENT_LIMIT};
+    use crate::limits::{DOORBELL_SLICE, PAGE_SIZE, SIGNAL_EVENT_LIMIT};
     use crate::render::mmap::RENDER_VMA;
     use crate::{Machine, SimFile, SimProcess};
     use kfd_abi::mmap_offset as mo;

@@ -46,22 +46,21 @@ use std::time::{Duration, Instant};
 use kfd_abi::sdma::{DecodeError, Decoder, Packet};
 use kfd_abi::Errno;
 
-use crate::client::ProcessMemory;
+use super::backing::{Backing, ProcessMemory};
+use super::vm::{Vm, VmTarget};
+use crate::host::lock;
 use crate::host::{self, pattern_chunk};
-use crate::machine::lock;
-use crate::memory::Backing;
-use crate::render::{Vm, VmTarget};
 
 /// CPU time the engine has used, summed over every thread that ran a submission.
 #[derive(Debug, Default)]
-pub struct EngineTime {
+pub(crate) struct EngineTime {
     cpu_ns: AtomicU64,
 }
 
 impl EngineTime {
     /// Runs `f` (a submission's execution) and adds the CPU time the calling thread spent in it
     /// (`CLOCK_THREAD_CPUTIME_ID`).
-    pub fn run<R>(&self, f: impl FnOnce() -> R) -> R {
+    pub(crate) fn run<R>(&self, f: impl FnOnce() -> R) -> R {
         let start = host::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
         let out = f();
         let spent = host::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).saturating_sub(start);
@@ -70,7 +69,7 @@ impl EngineTime {
     }
 
     /// The total so far.
-    pub fn cpu_time(&self) -> Duration {
+    pub(crate) fn cpu_time(&self) -> Duration {
         Duration::from_nanos(self.cpu_ns.load(Ordering::Relaxed))
     }
 }
@@ -81,14 +80,14 @@ impl EngineTime {
 /// busy engine, `drm_sched_pick_best`). Execution is synchronous in the submitting thread: the
 /// engine a job runs on is that thread while it holds the engine.
 #[derive(Debug)]
-pub struct Engines {
+pub(crate) struct Engines {
     busy: Vec<Mutex<()>>,
     next: std::sync::atomic::AtomicUsize,
 }
 
 impl Engines {
     /// `count` engines (at least one).
-    pub fn new(count: u32) -> Self {
+    pub(crate) fn new(count: u32) -> Self {
         let count = usize::try_from(count).unwrap_or(1).max(1);
         Self {
             busy: (0..count).map(|_| Mutex::new(())).collect(),
@@ -97,12 +96,13 @@ impl Engines {
     }
 
     /// How many engines there are.
-    pub fn count(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn count(&self) -> usize {
         self.busy.len()
     }
 
     /// Runs `job` on an engine: the first idle one, else the next one in turn once it is free.
-    pub fn run<R>(&self, job: impl FnOnce() -> R) -> R {
+    pub(crate) fn run<R>(&self, job: impl FnOnce() -> R) -> R {
         for e in &self.busy {
             match e.try_lock() {
                 Ok(_held) => return job(),
@@ -120,16 +120,16 @@ impl Engines {
 }
 
 /// The largest IB the engine fetches (the simulator's bound).
-pub const MAX_IB_BYTES: u64 = 4 << 20;
+pub(crate) const MAX_IB_BYTES: u64 = 4 << 20;
 /// amdgpu's default job timeout for non-compute rings (`lockup_timeout`, 10 s): a submission
 /// still running then is treated as hung.
-pub const JOB_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const JOB_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bytes of the bounce buffer for userptr <-> userptr moves.
 const BOUNCE: usize = 64 << 10;
 
 /// Why a submission failed on the engine (the kernel log's "VM fault" or "ring timeout").
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// An address with no mapping.
     #[error("GPU VM fault at {va:#x} (not mapped)")]
     Unmapped {
@@ -188,7 +188,7 @@ pub enum Fault {
 impl Fault {
     /// What the fence of the failed submission reports: `ETIME`, as amdgpu sets on the finished
     /// fence of a job that hung and was reset (`amdgpu_job_timedout`).
-    pub fn errno(&self) -> Errno {
+    pub(crate) fn errno(&self) -> Errno {
         Errno::ETIME
     }
 }
@@ -522,8 +522,8 @@ pub(crate) fn execute(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::Domain;
-    use crate::render::VmMapping;
+    use crate::hw::backing::Domain;
+    use crate::hw::vm::VmMapping;
     use kfd_abi::sdma::IbBuilder;
 
     fn mem(size: u64) -> Arc<Backing> {
@@ -593,7 +593,7 @@ mod tests {
 
     #[test]
     fn copies_span_mappings_and_count_is_bytes_minus_one() {
-        let vm = Mutex::new(Vm::new(0));
+        let vm = Mutex::new(Vm::new());
         let (a, b) = (mem(8192), mem(8192));
         let data: Vec<u8> = (0..8192u32).map(|i| (i * 7).to_le_bytes()[0]).collect();
         assert!(a.write(0, &data));
@@ -621,7 +621,7 @@ mod tests {
 
     #[test]
     fn a_faulting_packet_moves_nothing_but_earlier_ones_ran() {
-        let vm = Mutex::new(Vm::new(0));
+        let vm = Mutex::new(Vm::new());
         let a = mem(4096);
         map(&vm, 0x10_0000, &a, 0, 4096, true);
         let mut ib = IbBuilder::new();
@@ -638,7 +638,7 @@ mod tests {
 
     #[test]
     fn a_zero_fill_reads_back_as_zeros_around_unaligned_edges() {
-        let vm = Mutex::new(Vm::new(0));
+        let vm = Mutex::new(Vm::new());
         let a = mem(4 * 4096);
         assert!(a.write(0, &[0xff; 4 * 4096]));
         map(&vm, 0x10_0000, &a, 0, 4 * 4096, true);
@@ -661,7 +661,7 @@ mod tests {
 
     #[test]
     fn writes_to_read_only_mappings_and_doorbells_fault() {
-        let vm = Mutex::new(Vm::new(0));
+        let vm = Mutex::new(Vm::new());
         let a = mem(4096);
         map(&vm, 0x10_0000, &a, 0, 4096, false);
         lock(&vm)

@@ -1,0 +1,379 @@
+//! Vector compares (VOPC, and their VOP3 forms): a lane mask to VCC or an SGPR pair, and for
+//! `v_cmpx_*` to EXEC as well.
+
+use crate::decode::Inst;
+use crate::exec::Ctx;
+use crate::float;
+use crate::table::{row, Encoding, OpDef, Ty};
+use crate::valu::{den32, den64, R};
+use crate::wave::{Lanes, LANES};
+
+/// The 16 float conditions: f, lt, eq, le, gt, lg, ge, o, u, nge, nlg, ngt, nle, neq, nlt, tru.
+/// The negated ones are true for unordered (NaN) operands: written as negations on purpose.
+#[inline(always)]
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
+fn fcond<const C: u8>(a: f64, b: f64) -> bool {
+    match C {
+        0 => false,
+        1 => a < b,
+        2 => a == b,
+        3 => a <= b,
+        4 => a > b,
+        5 => a.partial_cmp(&b).is_some_and(|o| o.is_ne()),
+        6 => a >= b,
+        7 => !a.is_nan() && !b.is_nan(),
+        8 => a.is_nan() || b.is_nan(),
+        9 => !(a >= b),
+        10 => a.partial_cmp(&b).is_none_or(|o| o.is_eq()),
+        11 => !(a > b),
+        12 => !(a <= b),
+        13 => a != b,
+        14 => !(a < b),
+        _ => true,
+    }
+}
+
+/// The 8 integer conditions: f, lt, eq, le, gt, ne, ge, t.
+#[inline(always)]
+fn icond<const C: u8, T: Ord>(a: T, b: T) -> bool {
+    match C {
+        0 => false,
+        1 => a < b,
+        2 => a == b,
+        3 => a <= b,
+        4 => a > b,
+        5 => a != b,
+        6 => a >= b,
+        _ => true,
+    }
+}
+
+/// Writes a compare's lane mask: to SDST, and to EXEC for cmpx.
+fn finish(c: &mut Ctx<'_>, i: &Inst, m: u64, cmpx: bool) -> R {
+    let m = m & c.wmask;
+    c.set_s64(i.sdst, m);
+    if cmpx {
+        c.w.set_exec(m);
+    }
+    Ok(())
+}
+
+#[inline(always)]
+fn lanes_mask(f: impl Fn(usize) -> bool) -> u64 {
+    let mut m = 0u64;
+    for l in 0..LANES {
+        m |= u64::from(f(l)) << l;
+    }
+    m
+}
+
+fn flush_lanes32(c: &Ctx<'_>, v: &mut Lanes) {
+    if den32(c).flush_in {
+        for x in v.iter_mut() {
+            *x = float::flush32(*x);
+        }
+    }
+}
+
+fn cmp_f32<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let mut a = c.src32(i, 0);
+    let mut b = c.src32(i, 1);
+    flush_lanes32(c, &mut a);
+    flush_lanes32(c, &mut b);
+    let m = lanes_mask(|l| {
+        fcond::<C>(
+            f64::from(f32::from_bits(a[l])),
+            f64::from(f32::from_bits(b[l])),
+        )
+    });
+    finish(c, i, m, X)
+}
+
+fn cmp_f16<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let a = c.src32(i, 0);
+    let b = c.src32(i, 1);
+    let m = lanes_mask(|l| fcond::<C>(f64::from(float::h2f(a[l])), f64::from(float::h2f(b[l]))));
+    finish(c, i, m, X)
+}
+
+fn cmp_f64<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let mut a = c.src64(i, 0);
+    let mut b = c.src64(i, 1);
+    if den64(c).flush_in {
+        for x in a.iter_mut().chain(b.iter_mut()) {
+            *x = float::flush64(*x);
+        }
+    }
+    let m = lanes_mask(|l| fcond::<C>(f64::from_bits(a[l]), f64::from_bits(b[l])));
+    finish(c, i, m, X)
+}
+
+fn cmp_i32<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let a = c.src32(i, 0);
+    let b = c.src32(i, 1);
+    let m = lanes_mask(|l| icond::<C, i32>(a[l] as i32, b[l] as i32));
+    finish(c, i, m, X)
+}
+
+fn cmp_u32<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let a = c.src32(i, 0);
+    let b = c.src32(i, 1);
+    let m = lanes_mask(|l| icond::<C, u32>(a[l], b[l]));
+    finish(c, i, m, X)
+}
+
+fn cmp_i16<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let a = c.src32(i, 0);
+    let b = c.src32(i, 1);
+    let m = lanes_mask(|l| icond::<C, i16>(a[l] as u16 as i16, b[l] as u16 as i16));
+    finish(c, i, m, X)
+}
+
+fn cmp_u16<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let a = c.src32(i, 0);
+    let b = c.src32(i, 1);
+    let m = lanes_mask(|l| icond::<C, u16>(a[l] as u16, b[l] as u16));
+    finish(c, i, m, X)
+}
+
+fn cmp_i64<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let a = c.src64(i, 0);
+    let b = c.src64(i, 1);
+    let m = lanes_mask(|l| icond::<C, i64>(a[l] as i64, b[l] as i64));
+    finish(c, i, m, X)
+}
+
+fn cmp_u64<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let a = c.src64(i, 0);
+    let b = c.src64(i, 1);
+    let m = lanes_mask(|l| icond::<C, u64>(a[l], b[l]));
+    finish(c, i, m, X)
+}
+
+fn class_f32<const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let a = c.src32(i, 0);
+    let b = c.src32(i, 1);
+    let m = lanes_mask(|l| {
+        let x = f32::from_bits(a[l]);
+        float::class64(f64::from(x), a[l] & 0x0040_0000 != 0, b[l])
+    });
+    finish(c, i, m, X)
+}
+
+fn class_f64<const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let a = c.src64(i, 0);
+    let b = c.src32(i, 1);
+    let m = lanes_mask(|l| float::class64(f64::from_bits(a[l]), a[l] & (1 << 51) != 0, b[l]));
+    finish(c, i, m, X)
+}
+
+fn class_f16<const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let a = c.src32(i, 0);
+    let b = c.src32(i, 1);
+    let m = lanes_mask(|l| {
+        let h = a[l] & 0xffff;
+        let sub = h & 0x7c00 == 0 && h & 0x3ff != 0;
+        // A half denormal is a normal f32: classify it by its half bits.
+        let cls = if sub {
+            if h & 0x8000 != 0 {
+                4
+            } else {
+                7
+            }
+        } else {
+            let x = f64::from(float::h2f(h));
+            (0..10)
+                .find(|k| float::class64(x, h & 0x200 != 0, 1 << k))
+                .unwrap_or(0)
+        };
+        b[l] >> cls & 1 != 0
+    });
+    finish(c, i, m, X)
+}
+
+const T32: [Ty; 4] = [Ty::B64, Ty::F32, Ty::F32, Ty::B32];
+const T16: [Ty; 4] = [Ty::B64, Ty::F16, Ty::F16, Ty::B32];
+const T64: [Ty; 4] = [Ty::B64, Ty::F64, Ty::F64, Ty::B32];
+const TI32: [Ty; 4] = [Ty::B64, Ty::B32, Ty::B32, Ty::B32];
+const TI16: [Ty; 4] = [Ty::B64, Ty::B16, Ty::B16, Ty::B32];
+const TI64: [Ty; 4] = [Ty::B64, Ty::I64, Ty::I64, Ty::B32];
+const TU64: [Ty; 4] = [Ty::B64, Ty::B64, Ty::B64, Ty::B32];
+const TC32: [Ty; 4] = [Ty::B64, Ty::F32, Ty::B32, Ty::B32];
+const TC16: [Ty; 4] = [Ty::B64, Ty::F16, Ty::B32, Ty::B32];
+const TC64: [Ty; 4] = [Ty::B64, Ty::F64, Ty::B32, Ty::B32];
+
+use Encoding::Vopc as VC;
+
+/// The 16 float compares of one type at `base`.
+macro_rules! fcmps {
+    ($base:expr, $f:ident, $t:expr, $x:expr, $p:expr, $ty:expr) => {
+        [
+            row(VC, $base, concat!($p, "f_", $ty), $f::<0, $x>, $t, 0),
+            row(VC, $base + 1, concat!($p, "lt_", $ty), $f::<1, $x>, $t, 0),
+            row(VC, $base + 2, concat!($p, "eq_", $ty), $f::<2, $x>, $t, 0),
+            row(VC, $base + 3, concat!($p, "le_", $ty), $f::<3, $x>, $t, 0),
+            row(VC, $base + 4, concat!($p, "gt_", $ty), $f::<4, $x>, $t, 0),
+            row(VC, $base + 5, concat!($p, "lg_", $ty), $f::<5, $x>, $t, 0),
+            row(VC, $base + 6, concat!($p, "ge_", $ty), $f::<6, $x>, $t, 0),
+            row(VC, $base + 7, concat!($p, "o_", $ty), $f::<7, $x>, $t, 0),
+            row(VC, $base + 8, concat!($p, "u_", $ty), $f::<8, $x>, $t, 0),
+            row(VC, $base + 9, concat!($p, "nge_", $ty), $f::<9, $x>, $t, 0),
+            row(
+                VC,
+                $base + 10,
+                concat!($p, "nlg_", $ty),
+                $f::<10, $x>,
+                $t,
+                0,
+            ),
+            row(
+                VC,
+                $base + 11,
+                concat!($p, "ngt_", $ty),
+                $f::<11, $x>,
+                $t,
+                0,
+            ),
+            row(
+                VC,
+                $base + 12,
+                concat!($p, "nle_", $ty),
+                $f::<12, $x>,
+                $t,
+                0,
+            ),
+            row(
+                VC,
+                $base + 13,
+                concat!($p, "neq_", $ty),
+                $f::<13, $x>,
+                $t,
+                0,
+            ),
+            row(
+                VC,
+                $base + 14,
+                concat!($p, "nlt_", $ty),
+                $f::<14, $x>,
+                $t,
+                0,
+            ),
+            row(
+                VC,
+                $base + 15,
+                concat!($p, "tru_", $ty),
+                $f::<15, $x>,
+                $t,
+                0,
+            ),
+        ]
+    };
+}
+
+/// The 8 integer compares of one type at `base`.
+macro_rules! icmps {
+    ($base:expr, $f:ident, $ty:ident, $t:expr, $x:expr, $p:expr) => {
+        [
+            row(
+                VC,
+                $base,
+                concat!($p, "f_", stringify!($ty)),
+                $f::<0, $x>,
+                $t,
+                0,
+            ),
+            row(
+                VC,
+                $base + 1,
+                concat!($p, "lt_", stringify!($ty)),
+                $f::<1, $x>,
+                $t,
+                0,
+            ),
+            row(
+                VC,
+                $base + 2,
+                concat!($p, "eq_", stringify!($ty)),
+                $f::<2, $x>,
+                $t,
+                0,
+            ),
+            row(
+                VC,
+                $base + 3,
+                concat!($p, "le_", stringify!($ty)),
+                $f::<3, $x>,
+                $t,
+                0,
+            ),
+            row(
+                VC,
+                $base + 4,
+                concat!($p, "gt_", stringify!($ty)),
+                $f::<4, $x>,
+                $t,
+                0,
+            ),
+            row(
+                VC,
+                $base + 5,
+                concat!($p, "ne_", stringify!($ty)),
+                $f::<5, $x>,
+                $t,
+                0,
+            ),
+            row(
+                VC,
+                $base + 6,
+                concat!($p, "ge_", stringify!($ty)),
+                $f::<6, $x>,
+                $t,
+                0,
+            ),
+            row(
+                VC,
+                $base + 7,
+                concat!($p, "t_", stringify!($ty)),
+                $f::<7, $x>,
+                $t,
+                0,
+            ),
+        ]
+    };
+}
+
+const CLASS: [OpDef; 6] = [
+    row(VC, 0x10, "v_cmp_class_f32", class_f32::<false>, TC32, 0),
+    row(VC, 0x11, "v_cmpx_class_f32", class_f32::<true>, TC32, 0),
+    row(VC, 0x12, "v_cmp_class_f64", class_f64::<false>, TC64, 0),
+    row(VC, 0x13, "v_cmpx_class_f64", class_f64::<true>, TC64, 0),
+    row(VC, 0x14, "v_cmp_class_f16", class_f16::<false>, TC16, 0),
+    row(VC, 0x15, "v_cmpx_class_f16", class_f16::<true>, TC16, 0),
+];
+
+const F16C: [OpDef; 16] = fcmps!(0x20, cmp_f16, T16, false, "v_cmp_", "f16");
+const F16X: [OpDef; 16] = fcmps!(0x30, cmp_f16, T16, true, "v_cmpx_", "f16");
+const F32C: [OpDef; 16] = fcmps!(0x40, cmp_f32, T32, false, "v_cmp_", "f32");
+const F32X: [OpDef; 16] = fcmps!(0x50, cmp_f32, T32, true, "v_cmpx_", "f32");
+const F64C: [OpDef; 16] = fcmps!(0x60, cmp_f64, T64, false, "v_cmp_", "f64");
+const F64X: [OpDef; 16] = fcmps!(0x70, cmp_f64, T64, true, "v_cmpx_", "f64");
+const I16C: [OpDef; 8] = icmps!(0xa0, cmp_i16, i16, TI16, false, "v_cmp_");
+const U16C: [OpDef; 8] = icmps!(0xa8, cmp_u16, u16, TI16, false, "v_cmp_");
+const I16X: [OpDef; 8] = icmps!(0xb0, cmp_i16, i16, TI16, true, "v_cmpx_");
+const U16X: [OpDef; 8] = icmps!(0xb8, cmp_u16, u16, TI16, true, "v_cmpx_");
+const I32C: [OpDef; 8] = icmps!(0xc0, cmp_i32, i32, TI32, false, "v_cmp_");
+const U32C: [OpDef; 8] = icmps!(0xc8, cmp_u32, u32, TI32, false, "v_cmp_");
+const I32X: [OpDef; 8] = icmps!(0xd0, cmp_i32, i32, TI32, true, "v_cmpx_");
+const U32X: [OpDef; 8] = icmps!(0xd8, cmp_u32, u32, TI32, true, "v_cmpx_");
+const I64C: [OpDef; 8] = icmps!(0xe0, cmp_i64, i64, TI64, false, "v_cmp_");
+const U64C: [OpDef; 8] = icmps!(0xe8, cmp_u64, u64, TU64, false, "v_cmp_");
+const I64X: [OpDef; 8] = icmps!(0xf0, cmp_i64, i64, TI64, true, "v_cmpx_");
+const U64X: [OpDef; 8] = icmps!(0xf8, cmp_u64, u64, TU64, true, "v_cmpx_");
+
+static ALL: [OpDef; 198] = crate::table::concat(&[
+    &CLASS, &F16C, &F16X, &F32C, &F32X, &F64C, &F64X, &I16C, &U16C, &I16X, &U16X, &I32C, &U32C,
+    &I32X, &U32X, &I64C, &U64C, &I64X, &U64X,
+]);
+
+/// VOPC opcodes (also VOP3 opcodes 0x00..0xff).
+pub(crate) static VOPC: &[OpDef] = &ALL;

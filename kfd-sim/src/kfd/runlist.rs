@@ -1,0 +1,104 @@
+//! What the driver gives the hardware scheduler (the HWS runlist of amdkfd's device queue
+//! manager): every KFD process with its queues as the GPU reads them, and the interrupt handler
+//! for what the engines raise on them (`kfd_int_process_v9`).
+
+use std::sync::{Arc, Mutex};
+
+use super::events::signal_event_interrupt;
+use super::process::{KfdProcess, ProcState};
+use super::queue::QueueKind;
+use crate::hw::queue::{Engine, MappedQueue, RingState};
+use crate::hw::scheduler::{MappedProcess, Queues, Runlist};
+use crate::machine::MachineInner;
+
+/// Bits of an SDMA TRAP's context that carry the event id (`kfd_int_process_v9`).
+const TRAP_ID_BITS: u32 = 28;
+
+impl Runlist for MachineInner {
+    type Process = KfdProcess;
+
+    fn processes(&self) -> Vec<Arc<KfdProcess>> {
+        MachineInner::processes(self)
+    }
+
+    fn log_once(&self, key: &str, message: &str) {
+        MachineInner::log_once(self, key, message);
+    }
+}
+
+impl MappedProcess for KfdProcess {
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    fn preemption(&self) -> &Mutex<()> {
+        &self.engine
+    }
+
+    fn with_queues<R>(&self, f: impl FnOnce(&mut dyn Queues) -> R) -> R {
+        let mut st = self.lock();
+        f(&mut ProcessQueues {
+            process: self,
+            st: &mut st,
+        })
+    }
+}
+
+/// The queues of a locked KFD process, as the scheduler reads them.
+pub(crate) struct ProcessQueues<'a> {
+    /// The process.
+    pub process: &'a KfdProcess,
+    /// Its state, locked.
+    pub st: &'a mut ProcState,
+}
+
+impl Queues for ProcessQueues<'_> {
+    fn evicted(&self) -> bool {
+        self.st.evictions > 0
+    }
+
+    fn mapped(&mut self) -> Vec<MappedQueue<'_>> {
+        let ProcState { pdds, queues, .. } = &mut *self.st;
+        queues
+            .iter_mut()
+            .filter_map(|(&qid, q)| {
+                let pdd = pdds.get(q.pdd)?;
+                Some(MappedQueue {
+                    qid,
+                    engine: match (q.kind, q.aql) {
+                        (QueueKind::Compute, true) => Engine::Aql,
+                        (QueueKind::Compute, false) => Engine::Pm4,
+                        _ => Engine::Sdma,
+                    },
+                    active: q.runnable(),
+                    ring: q.ring,
+                    ring_size: q.ring_size,
+                    rptr_addr: q.rptr,
+                    doorbell_id: q.doorbell_id,
+                    state: &mut q.ring_state,
+                    doorbells: self.process.mapped_doorbell(pdd.dev),
+                    vm: pdd.drm.as_ref().map(|d| Arc::clone(&d.vm)),
+                })
+            })
+            .collect()
+    }
+
+    fn ring_state(&mut self, qid: u32, ring: Option<u64>) -> Option<&mut RingState> {
+        self.st
+            .queues
+            .get_mut(&qid)
+            .filter(|q| ring.is_none_or(|r| q.ring == r))
+            .map(|q| &mut q.ring_state)
+    }
+
+    fn interrupt(&mut self, qid: u32, context: u32) {
+        let set = signal_event_interrupt(self.st, context, TRAP_ID_BITS);
+        log::debug!(
+            "kfd-sim: pid {}: SDMA queue {qid} TRAP {context:#x}: {set} event(s) set",
+            self.process.pid
+        );
+        if set > 0 {
+            self.process.events_cv.notify_all();
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! GEM objects (`amdgpu_gem.c`, `drm_gem.c`): creating them in VRAM or GTT, registering user
+//! memory, their fake mmap offsets, their creation info and placement, and closing handles.
+
+use std::mem::offset_of;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use kfd_abi::Errno;
+use kfd_sys as sys;
+
+use super::file::{Charge, Gem, GemMemory, Handle};
+use super::RenderCall;
+use crate::host::lock;
+use crate::hw::backing::{Backing, Domain};
+use crate::hw::vm::Vm;
+use crate::limits::PAGE_SIZE;
+use crate::uaccess::{
+    check_user_range, copy_to_user, get_u32, get_u64, put_u32, put_u64, IoctlResult,
+};
+
+/// `AMDGPU_GEM_CREATE_DISCARDABLE` (6.1 uapi, newer than the pinned header).
+const GEM_CREATE_DISCARDABLE: u64 = 1 << 12;
+
+/// Removes the VA mappings of `h` from `vm` (`amdgpu_vm_bo_del` at handle close).
+fn unmap_all(vm: &Mutex<Vm>, h: &Handle) {
+    let mut vm = lock(vm);
+    for &(va, size) in &h.vas {
+        let ours = vm
+            .lookup(va)
+            .is_some_and(|(s, m)| s == va && m.size == size && h.gem.is_target(&m.target));
+        if ours {
+            vm.unmap(va);
+        }
+    }
+}
+
+/// `drm_gem_close_ioctl`: unknown handle `EINVAL`.
+pub(super) fn gem_close(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    let handle = get_u32(kdata, offset_of!(sys::drm_gem_close, handle));
+    let h = lock(&call.file.state)
+        .handles
+        .remove(&handle)
+        .ok_or(Errno::EINVAL)?;
+    unmap_all(&call.file.vm, &h);
+    Ok(0)
+}
+
+/// `amdgpu_gem_create_ioctl`: unknown flags or domain bits, or `ENCRYPTED` without TMZ, `EINVAL`;
+/// out of memory `ENOMEM`. VRAM that does not fit falls back to GTT, as the driver retries.
+pub(super) fn gem_create(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    use sys::drm_amdgpu_gem_create_in as In;
+    let size = get_u64(kdata, offset_of!(In, bo_size));
+    let alignment = get_u64(kdata, offset_of!(In, alignment));
+    let domains = get_u64(kdata, offset_of!(In, domains));
+    let flags = get_u64(kdata, offset_of!(In, domain_flags));
+    let valid = u64::from(
+        sys::AMDGPU_GEM_CREATE_CPU_ACCESS_REQUIRED
+            | sys::AMDGPU_GEM_CREATE_NO_CPU_ACCESS
+            | sys::AMDGPU_GEM_CREATE_CPU_GTT_USWC
+            | sys::AMDGPU_GEM_CREATE_VRAM_CLEARED
+            | sys::AMDGPU_GEM_CREATE_VM_ALWAYS_VALID
+            | sys::AMDGPU_GEM_CREATE_EXPLICIT_SYNC
+            | sys::AMDGPU_GEM_CREATE_ENCRYPTED,
+    ) | GEM_CREATE_DISCARDABLE;
+    if flags & !valid != 0 || domains & !u64::from(sys::AMDGPU_GEM_DOMAIN_MASK) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    // gfx9 MI parts run without TMZ.
+    if flags & u64::from(sys::AMDGPU_GEM_CREATE_ENCRYPTED) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let special = u64::from(
+        sys::AMDGPU_GEM_DOMAIN_GDS | sys::AMDGPU_GEM_DOMAIN_GWS | sys::AMDGPU_GEM_DOMAIN_OA,
+    );
+    let memory = u64::from(
+        sys::AMDGPU_GEM_DOMAIN_VRAM | sys::AMDGPU_GEM_DOMAIN_GTT | sys::AMDGPU_GEM_DOMAIN_CPU,
+    );
+    if domains & special != 0 || domains & memory == 0 || size == 0 {
+        return Err(Errno::EINVAL);
+    }
+    let dev_index = call.file.device;
+    let dev = call.machine.devices.get(dev_index).ok_or(Errno::EINVAL)?;
+    let aligned = crate::limits::align_up(size);
+    let mut vram = domains & u64::from(sys::AMDGPU_GEM_DOMAIN_VRAM) != 0;
+    if vram {
+        let mut s = lock(&dev.state);
+        match s.vram_used.checked_add(aligned) {
+            Some(total) if total <= dev.vram_size => s.vram_used = total,
+            _ => vram = false,
+        }
+    }
+    if !vram {
+        call.machine.reserve_system(aligned)?;
+    }
+    let charge = Charge {
+        machine: Arc::clone(call.machine),
+        device: dev_index,
+        vram,
+        bytes: aligned,
+    };
+    let domain = if vram { Domain::Vram } else { Domain::Gtt };
+    let access_required = flags & u64::from(sys::AMDGPU_GEM_CREATE_CPU_ACCESS_REQUIRED) != 0;
+    let backing = match Backing::new(aligned, domain, dev_index, access_required) {
+        Ok(b) => Arc::new(b),
+        Err(e) => {
+            log::warn!("kfd-sim: cannot back a {aligned}-byte GEM object: {e}");
+            return Err(Errno::ENOMEM);
+        }
+    };
+    call.machine.register_dmabuf(&backing);
+    let gem = Gem {
+        memory: GemMemory::Backing(backing),
+        size: aligned,
+        alignment,
+        domains: AtomicU64::new(domains),
+        flags,
+        mmap_offset: dev.alloc_mmap_offset(aligned),
+        _charge: Some(charge),
+    };
+    let id = lock(&call.file.state).add_handle(gem)?;
+    kdata.fill(0);
+    put_u32(
+        kdata,
+        offset_of!(sys::drm_amdgpu_gem_create_out, handle),
+        id,
+    );
+    Ok(0)
+}
+
+/// `amdgpu_gem_userptr_ioctl`: address or size not page-aligned, or unknown flags, `EINVAL`;
+/// writable without `REGISTER` `EACCES`; `VALIDATE` of memory that is not there `EFAULT`.
+pub(super) fn gem_userptr(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    use sys::drm_amdgpu_gem_userptr as A;
+    let addr = get_u64(kdata, offset_of!(A, addr));
+    let size = get_u64(kdata, offset_of!(A, size));
+    let flags = get_u32(kdata, offset_of!(A, flags));
+    if (addr | size) & (PAGE_SIZE - 1) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let known = sys::AMDGPU_GEM_USERPTR_READONLY
+        | sys::AMDGPU_GEM_USERPTR_ANONONLY
+        | sys::AMDGPU_GEM_USERPTR_VALIDATE
+        | sys::AMDGPU_GEM_USERPTR_REGISTER;
+    if flags & !known != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let readonly = flags & sys::AMDGPU_GEM_USERPTR_READONLY != 0;
+    if !readonly && flags & sys::AMDGPU_GEM_USERPTR_REGISTER == 0 {
+        return Err(Errno::EACCES);
+    }
+    if size == 0 {
+        return Err(Errno::EINVAL);
+    }
+    if flags & sys::AMDGPU_GEM_USERPTR_VALIDATE != 0 {
+        let last = addr.checked_add(size - 1).ok_or(Errno::EFAULT)?;
+        check_user_range(call.client, addr, last)?;
+    }
+    let dev = call
+        .machine
+        .devices
+        .get(call.file.device)
+        .ok_or(Errno::EINVAL)?;
+    let gem = Gem {
+        memory: GemMemory::User {
+            addr,
+            mem: call.client.process_memory(),
+            readonly,
+        },
+        size,
+        alignment: 0,
+        domains: AtomicU64::new(u64::from(sys::AMDGPU_GEM_DOMAIN_CPU)),
+        flags: 0,
+        mmap_offset: dev.alloc_mmap_offset(size),
+        _charge: None,
+    };
+    let id = lock(&call.file.state).add_handle(gem)?;
+    put_u32(kdata, offset_of!(A, handle), id);
+    Ok(0)
+}
+
+/// `amdgpu_mode_dumb_mmap`: unknown handle `ENOENT`; userptr or `NO_CPU_ACCESS` `EPERM`.
+pub(super) fn gem_mmap(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    let handle = get_u32(kdata, offset_of!(sys::drm_amdgpu_gem_mmap_in, handle));
+    let st = lock(&call.file.state);
+    let gem = &st.handles.get(&handle).ok_or(Errno::ENOENT)?.gem;
+    if matches!(gem.memory, GemMemory::User { .. })
+        || gem.flags & u64::from(sys::AMDGPU_GEM_CREATE_NO_CPU_ACCESS) != 0
+    {
+        return Err(Errno::EPERM);
+    }
+    put_u64(
+        kdata,
+        offset_of!(sys::drm_amdgpu_gem_mmap_out, addr_ptr),
+        gem.mmap_offset,
+    );
+    Ok(0)
+}
+
+/// `amdgpu_gem_op_ioctl`: unknown handle `ENOENT`; GET_GEM_CREATE_INFO writes the creation
+/// parameters (`EFAULT`); SET_PLACEMENT of a userptr `EPERM`, of VRAM for an import `EINVAL`;
+/// unknown op `EINVAL`.
+pub(super) fn gem_op(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    use sys::drm_amdgpu_gem_op as A;
+    let handle = get_u32(kdata, offset_of!(A, handle));
+    let op = get_u32(kdata, offset_of!(A, op));
+    let value = get_u64(kdata, offset_of!(A, value));
+    let gem = lock(&call.file.state)
+        .handles
+        .get(&handle)
+        .map(|h| Arc::clone(&h.gem))
+        .ok_or(Errno::ENOENT)?;
+    match op {
+        sys::AMDGPU_GEM_OP_GET_GEM_CREATE_INFO => {
+            use sys::drm_amdgpu_gem_create_in as In;
+            let mut out = vec![0u8; size_of::<In>()];
+            put_u64(&mut out, offset_of!(In, bo_size), gem.size);
+            put_u64(&mut out, offset_of!(In, alignment), gem.alignment);
+            put_u64(
+                &mut out,
+                offset_of!(In, domains),
+                gem.domains.load(Ordering::Relaxed),
+            );
+            put_u64(&mut out, offset_of!(In, domain_flags), gem.flags);
+            copy_to_user(call.client, value, &out)?;
+            Ok(0)
+        }
+        sys::AMDGPU_GEM_OP_SET_PLACEMENT => {
+            if matches!(gem.memory, GemMemory::User { .. }) {
+                return Err(Errno::EPERM);
+            }
+            if gem._charge.is_none() && value & u64::from(sys::AMDGPU_GEM_DOMAIN_VRAM) != 0 {
+                return Err(Errno::EINVAL);
+            }
+            let keep = u64::from(
+                sys::AMDGPU_GEM_DOMAIN_VRAM
+                    | sys::AMDGPU_GEM_DOMAIN_GTT
+                    | sys::AMDGPU_GEM_DOMAIN_CPU,
+            );
+            gem.domains.store(value & keep, Ordering::Relaxed);
+            Ok(0)
+        }
+        _ => Err(Errno::EINVAL),
+    }
+}

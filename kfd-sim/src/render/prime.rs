@@ -1,0 +1,94 @@
+//! PRIME (`drm_prime.c`, `amdgpu_dma_buf.c`): a GEM object exported as a dma-buf fd, and a
+//! dma-buf of this machine imported as a GEM handle.
+
+use std::mem::offset_of;
+use std::os::fd::AsFd;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use kfd_abi::Errno;
+use kfd_sys as sys;
+
+use super::file::{Gem, GemMemory};
+use super::RenderCall;
+use crate::host::lock;
+use crate::hw::backing::Domain;
+use crate::limits::PAGE_SIZE;
+use crate::uaccess::{fd_from_field, get_u32, put_u32, IoctlResult};
+
+/// `drm_prime_handle_to_fd_ioctl` + `amdgpu_gem_prime_export`: flags other than `DRM_CLOEXEC |
+/// DRM_RDWR` `EINVAL`; unknown handle `ENOENT`; userptr or VM-always-valid BO `EPERM`.
+pub(super) fn prime_handle_to_fd(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    let handle = get_u32(kdata, offset_of!(sys::drm_prime_handle, handle));
+    let flags = get_u32(kdata, offset_of!(sys::drm_prime_handle, flags));
+    let cloexec = libc::O_CLOEXEC.unsigned_abs();
+    let rdwr = libc::O_RDWR.unsigned_abs();
+    if flags & !(cloexec | rdwr) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let gem = lock(&call.file.state)
+        .handles
+        .get(&handle)
+        .map(|h| Arc::clone(&h.gem))
+        .ok_or(Errno::ENOENT)?;
+    let GemMemory::Backing(b) = &gem.memory else {
+        return Err(Errno::EPERM);
+    };
+    if gem.flags & u64::from(sys::AMDGPU_GEM_CREATE_VM_ALWAYS_VALID) != 0 {
+        return Err(Errno::EPERM);
+    }
+    let fd = b
+        .export(flags & rdwr != 0)
+        .and_then(|fd| crate::host::set_cloexec(fd.as_fd(), flags & cloexec != 0).map(|()| fd))
+        .map_err(|e| Errno::from_io(&e))?;
+    let slot = crate::client::FdSlot::ArgField(offset_of!(sys::drm_prime_handle, fd));
+    let raw = call.client.install_fd_at(fd, slot)?;
+    put_u32(
+        kdata,
+        offset_of!(sys::drm_prime_handle, fd),
+        raw.unsigned_abs(),
+    );
+    Ok(0)
+}
+
+/// `drm_gem_prime_fd_to_handle` + `amdgpu_gem_prime_import`: a closed fd `EBADF`
+/// (`dma_buf_get`), an fd that is not a dma-buf of this machine `EINVAL`; a dma-buf already
+/// imported into this file gives its existing handle.
+pub(super) fn prime_fd_to_handle(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    let fd = get_u32(kdata, offset_of!(sys::drm_prime_handle, fd));
+    let key = call.client.resolve_fd(fd_from_field(fd))?;
+    let b = call.machine.dmabuf(key).ok_or(Errno::EINVAL)?;
+    let mut st = lock(&call.file.state);
+    let existing = st.handles.iter().find_map(|(&id, h)| match &h.gem.memory {
+        GemMemory::Backing(g) if Arc::ptr_eq(g, &b) => Some(id),
+        _ => None,
+    });
+    let id = match existing {
+        Some(id) => id,
+        None => {
+            let dev = call
+                .machine
+                .devices
+                .get(call.file.device)
+                .ok_or(Errno::EINVAL)?;
+            // A foreign device's memory is attached through the GART, as amdgpu imports it.
+            let domain = if b.device == call.file.device && b.domain == Domain::Vram {
+                sys::AMDGPU_GEM_DOMAIN_VRAM
+            } else {
+                sys::AMDGPU_GEM_DOMAIN_GTT
+            };
+            let gem = Gem {
+                size: b.size,
+                alignment: PAGE_SIZE,
+                domains: AtomicU64::new(u64::from(domain)),
+                flags: 0,
+                mmap_offset: dev.alloc_mmap_offset(b.size),
+                memory: GemMemory::Backing(b),
+                _charge: None,
+            };
+            st.add_handle(gem)?
+        }
+    };
+    put_u32(kdata, offset_of!(sys::drm_prime_handle, handle), id);
+    Ok(0)
+}
