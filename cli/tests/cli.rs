@@ -1096,3 +1096,32 @@ fn binary_inspect_and_check_agree_on_incomplete_directories(#[case] what: &str) 
     assert_eq!(code, 1, "check: {out}");
     assert!(out.contains("Result: NOT restorable here"), "{out}");
 }
+
+/// The reproduction: four bytes of the KFD image overwritten where the message still
+/// decodes. inspect --verify and check both refuse it, naming the file (before: "Result: ok",
+/// and check blamed the VRAM size and suggested KFD_VRAM_SIZE_CHECK=0).
+#[test]
+fn binary_inspect_and_check_refuse_a_damaged_kfd_image_naming_it() {
+    use std::os::unix::fs::FileExt;
+    let t = mi100x4(None, 65);
+    let dir = image_dir(&t, true);
+    let topo = tree(&t);
+    let kfd = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join("amdgpu-kfd-7.img"))
+        .unwrap();
+    kfd.write_all_at(&[0xde, 0xad, 0xbe, 0xef], 200).unwrap();
+    let (code, out, _) = amdgpu_cr(&["inspect", p(&dir), "--verify"], &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("image file amdgpu-kfd-7.img is damaged"),
+        "{out}"
+    );
+    let (code, out, _) = amdgpu_cr(&["check", p(&dir), "--topology", p(&topo)], &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("image file amdgpu-kfd-7.img is damaged"),
+        "{out}"
+    );
+    assert!(!out.contains("KFD_VRAM_SIZE_CHECK=0"), "{out}");
+}

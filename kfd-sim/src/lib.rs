@@ -46,7 +46,8 @@
 //!   `scheduler` (doorbells to engines), `aql` (what the AQL queues ring; the command processor
 //!   that will run them belongs beside the SDMA engine). It knows no driver: the driver hands
 //!   it memory, VM mappings and a runlist of queue registers, and takes its interrupts.
-//! - **Base**: `host.rs` (the host OS), `limits.rs` (the gfx9 numbers) and the description of the
+//! - **Base**: `host.rs` (the host OS), `scratch.rs` (temporary directories named for their
+//!   process), `limits.rs` (the gfx9 numbers) and the description of the
 //!   machine (`preset.rs`, `asic.rs`, `sysfs.rs`).
 //!
 //! The state sits above the hardware, not below: the kernel's records point into what the
