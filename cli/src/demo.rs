@@ -363,29 +363,15 @@ pub enum DemoError {
 /// temporary one removed when the demo ends or is interrupted.
 enum ImageDir {
     Kept(PathBuf),
-    Temporary {
-        /// Removed when dropped, first.
-        dir: tempfile::TempDir,
-        /// Then unregistered.
-        _interrupt: crate::interrupt::Registration,
-    },
+    Temporary(crate::interrupt::ScratchDir),
 }
 
 impl ImageDir {
     fn new(dir: Option<&Path>) -> Result<Self, DemoError> {
         let Some(d) = dir else {
-            let tmp = std::env::temp_dir();
-            let prefix = kfd_sim::scratch::owned_prefix("amdgpu-cr-demo-");
-            // Registered before it exists, so that no interrupt finds it unregistered.
-            let registration = crate::interrupt::remove_prefixed_on_interrupt(&tmp, &prefix);
-            let temp = tempfile::Builder::new()
-                .prefix(&prefix)
-                .tempdir_in(&tmp)
+            let temp = crate::interrupt::ScratchDir::new(&std::env::temp_dir(), "amdgpu-cr-demo-")
                 .map_err(io_err("creating a temporary image directory"))?;
-            return Ok(Self::Temporary {
-                dir: temp,
-                _interrupt: registration,
-            });
+            return Ok(Self::Temporary(temp));
         };
         match std::fs::metadata(d) {
             Ok(m) if !m.is_dir() => Err(DemoError::Usage(format!(
@@ -404,7 +390,7 @@ impl ImageDir {
     fn path(&self) -> &Path {
         match self {
             Self::Kept(p) => p,
-            Self::Temporary { dir, .. } => dir.path(),
+            Self::Temporary(dir) => dir.path(),
         }
     }
 }

@@ -96,6 +96,42 @@ pub struct Cleaned {
     pub failed: Vec<(PathBuf, std::io::Error)>,
 }
 
+/// A temporary directory in `parent` named for this process (`{base}{pid}-{start}-…`, see
+/// `kfd_sim::scratch`): removed when dropped and, while it lives, on an interrupt. Registered
+/// before it exists, so that no interrupt finds it unregistered.
+#[derive(Debug)]
+pub struct ScratchDir {
+    /// Removed when dropped, first.
+    dir: tempfile::TempDir,
+    /// Then unregistered.
+    _interrupt: Registration,
+}
+
+impl ScratchDir {
+    /// Makes the directory.
+    ///
+    /// # Errors
+    ///
+    /// The directory's creation error.
+    pub fn new(parent: &Path, base: &str) -> std::io::Result<Self> {
+        let prefix = kfd_sim::scratch::owned_prefix(base);
+        let interrupt = remove_prefixed_on_interrupt(parent, &prefix);
+        let dir = tempfile::Builder::new()
+            .prefix(&prefix)
+            .tempdir_in(parent)?;
+        Ok(Self {
+            dir,
+            _interrupt: interrupt,
+        })
+    }
+
+    /// Its path.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
 /// Removes what is registered. For the binary's signal thread, just before it exits.
 pub fn cleanup() -> Cleaned {
     let entries: Vec<Entry> = ENTRIES

@@ -133,30 +133,19 @@ impl Plan {
 /// The bench's directory: ours (images and raw files), and upstream's pages files apart from
 /// ours (same names) in a directory inside it.
 struct BenchDir {
-    /// Removed when dropped, first.
-    temp: tempfile::TempDir,
+    temp: crate::interrupt::ScratchDir,
     up_dir: PathBuf,
-    /// Then unregistered.
-    _interrupt: crate::interrupt::Registration,
 }
 
 impl BenchDir {
     fn new(at: Option<&Path>) -> Result<Self, BenchError> {
         let parent = at.map_or_else(std::env::temp_dir, Path::to_path_buf);
-        let prefix = kfd_sim::scratch::owned_prefix("amdgpu-cr-bench-");
-        // Registered before it exists: an interrupt removes it with all the bench wrote.
-        let interrupt = crate::interrupt::remove_prefixed_on_interrupt(&parent, &prefix);
-        let temp = tempfile::Builder::new()
-            .prefix(&prefix)
-            .tempdir_in(&parent)
+        // An interrupt removes it with all the bench wrote.
+        let temp = crate::interrupt::ScratchDir::new(&parent, "amdgpu-cr-bench-")
             .map_err(io_err("creating a directory for the bench"))?;
         let up_dir = temp.path().join("upstream");
         std::fs::create_dir(&up_dir).map_err(io_err("creating a directory for the bench"))?;
-        Ok(Self {
-            temp,
-            up_dir,
-            _interrupt: interrupt,
-        })
+        Ok(Self { temp, up_dir })
     }
 
     fn ours(&self) -> &Path {
