@@ -374,6 +374,8 @@ pub struct InspectReport {
     /// Number of problems found (no images, undecodable images, missing, bad or orphan pages
     /// files, render-node images of no KFD image's GPU).
     pub problems: usize,
+    /// Which plugin wrote the images, and what each plugin can restore of them.
+    pub provenance: super::provenance::Provenance,
 }
 
 fn bo_groups<'a>(bos: impl Iterator<Item = &'a KfdBoEntry>) -> Vec<BoGroup> {
@@ -729,6 +731,7 @@ pub fn inspect(dir: &Path, shown: &str, verify: bool) -> Result<InspectReport, C
         pages_files,
         has_images,
         problems,
+        provenance: super::provenance::provenance(dir, &d),
     })
 }
 
@@ -946,6 +949,7 @@ impl Report for InspectReport {
                 }
             }
         }
+        self.provenance.render(out)?;
         if self.problems == 0 {
             writeln!(
                 out,

@@ -32,6 +32,7 @@ pub mod inspect;
 pub mod interrupt;
 pub mod json;
 pub mod probe;
+pub mod provenance;
 mod table;
 pub mod topo;
 mod upstream;

@@ -321,11 +321,13 @@ fn inspect_json_is_one_document_with_the_summary() {
             "kfd",
             "pages_files",
             "problems",
+            "provenance",
             "render_nodes",
             "schema_version",
             "verify",
         ]
     );
+    assert_eq!(v["provenance"]["writer"], "ours");
     let kfd = &v["kfd"][0];
     assert_eq!(kfd["file"], "amdgpu-kfd-7.img");
     let c = &kfd["content"];

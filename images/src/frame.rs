@@ -500,19 +500,6 @@ pub(crate) fn decode_payload<M: Message + Default>(
     })
 }
 
-fn read_varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
-    let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
-        let b = *buf.get(*pos)?;
-        *pos += 1;
-        v |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            return Some(v);
-        }
-    }
-    None
-}
-
 /// One top-level field of a payload, found by its key and length alone (not decoded).
 #[derive(Clone, Copy, Debug)]
 struct RawField {
@@ -534,14 +521,14 @@ impl RawField {
     /// the payload.
     fn at(payload: &[u8], start: usize) -> Result<Self, Option<u32>> {
         let mut pos = start;
-        let key = read_varint(payload, &mut pos).ok_or(None)?;
+        let key = crate::wire::read_varint(payload, &mut pos).ok_or(None)?;
         let number = u32::try_from(key >> 3).ok();
         let wire_type = (key & 7) as u8;
         let mut value = pos;
         let end = match wire_type {
-            0 => read_varint(payload, &mut pos).map(|_| pos),
+            0 => crate::wire::read_varint(payload, &mut pos).map(|_| pos),
             1 => pos.checked_add(8),
-            2 => read_varint(payload, &mut pos)
+            2 => crate::wire::read_varint(payload, &mut pos)
                 .and_then(|n| usize::try_from(n).ok())
                 .and_then(|n| {
                     value = pos;

@@ -25,6 +25,7 @@ pub mod names;
 pub mod pages;
 pub mod proto;
 mod sparse;
+pub mod wire;
 
 pub use checksum::{ChecksumAlgorithm, DEFAULT_CHUNK_SIZE};
 pub use frame::{
