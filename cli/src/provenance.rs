@@ -88,6 +88,8 @@ pub struct Provenance {
 struct Marks {
     images: usize,
     checksum_lists: usize,
+    /// KFD images ending with our own image checksum (field 101), verified.
+    image_checksums: usize,
     /// BO entries with / without field 6.
     bos_with_handle: usize,
     bos_without_handle: usize,
@@ -112,10 +114,11 @@ fn collect(dir: &Path, d: &ImageDir) -> Marks {
     for e in &d.entries {
         match e.name {
             ImageName::Kfd { id } => {
-                let Ok(msg) = KfdImage::read(d.fd(), id) else {
+                let Ok((msg, integrity)) = KfdImage::read_with_integrity(d.fd(), id) else {
                     continue;
                 };
                 m.images += 1;
+                m.image_checksums += usize::from(integrity == images::Integrity::Verified);
                 m.checksum_lists += msg.pages_checksums.len();
                 let with_contents = msg
                     .device_entries
@@ -179,12 +182,13 @@ fn judge(m: &Marks) -> Provenance {
     let dev_marks = m.bos_with_handle + m.renders_dev + m.dmabufs + m.drm_pages;
     let (writer, evidence) = if m.images == 0 {
         (Writer::Unknown, "no decodable image".to_owned())
-    } else if m.checksum_lists > 0 {
+    } else if m.checksum_lists > 0 || m.image_checksums > 0 {
         (
             Writer::Ours,
             format!(
-                "{} checksum lists of pages files (field 100)",
-                m.checksum_lists
+                "{} checksum lists of pages files (field 100), {} KFD images with their own \
+                 checksum (field 101)",
+                m.checksum_lists, m.image_checksums
             ),
         )
     } else if dev_marks > 0 {

@@ -30,4 +30,6 @@ pub use criu::{
     checkpoint, checkpoint_files, checkpoint_new, checkpoint_restored, restore, restore_with,
     ImageIds, RestoredTarget,
 };
-pub use node::{remapped_variant, start_target, start_target_in, NodeError, SimNode, Target};
+pub use node::{
+    remapped_variant, start_target, start_target_in, NodeError, SimNode, Target, TOPOLOGY_DIR_BASE,
+};

@@ -26,6 +26,9 @@ mod sparse;
 pub mod wire;
 
 pub use checksum::{ChecksumAlgorithm, DEFAULT_CHUNK_SIZE};
-pub use frame::{DmabufImage, FrameError, HeaderFault, ImageFile, KfdImage, RenderNodeImage};
+pub use frame::{
+    DmabufImage, FrameError, HeaderFault, ImageChecksumFault, ImageFile, Integrity, KfdImage,
+    RenderNodeImage,
+};
 pub use names::PagesFile;
 pub use pages::{PagesError, PagesReader, PagesWriter};

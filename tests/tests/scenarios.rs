@@ -465,3 +465,73 @@ fn a_restored_task_needs_no_topology_of_its_own(#[case] hidden_at_init: bool) {
     }
     engine.fini(Stage::Restore, 0);
 }
+
+/// The first file of `dir` whose name starts with `prefix`.
+fn image_file(dir: &std::path::Path, prefix: &str) -> std::path::PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .unwrap()
+}
+
+/// Four bytes of the KFD image overwritten where the message still decodes (the GPU's device
+/// entry): the restore refuses the image, naming it, before it restores anything.
+#[test]
+fn a_damaged_kfd_image_is_refused_naming_the_file() {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let (dir, ids, _) = dump_only(&p, &settings());
+    let kfd = image_file(dir.path(), "amdgpu-kfd-");
+    let mut bytes = std::fs::read(&kfd).unwrap();
+    bytes[200..204].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+    std::fs::write(&kfd, bytes).unwrap();
+    let dst = SimNode::new(&p).unwrap();
+    let err = harness::restore(&dst, dir.path(), &ids, &settings())
+        .unwrap_err()
+        .to_string();
+    let name = kfd.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        err.contains(&format!("image file {name} is damaged")),
+        "{err}"
+    );
+    for &gpu in &dst.machine.gpu_ids() {
+        assert_eq!(
+            dst.machine.vram_used(gpu),
+            Some(0),
+            "nothing restored: {err}"
+        );
+    }
+}
+
+/// Images as upstream's plugin writes them (no page checksums, no image checksum at the end of
+/// the message images) restore, unverified.
+#[test]
+fn images_without_an_image_checksum_restore_like_upstreams() {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let s = Settings {
+        checksums: false,
+        ..settings()
+    };
+    let (dir, ids, manifest) = dump_only(&p, &s);
+    let mut stripped = 0;
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !(name.starts_with("amdgpu-kfd-") || name.starts_with("amdgpu-renderD-")) {
+            continue;
+        }
+        // The message image ends with field 101: key 0xaa 0x06, length 11.
+        let mut bytes = std::fs::read(&path).unwrap();
+        let seal = bytes.len() - 14;
+        assert_eq!(bytes[seal..seal + 3], [0xaa, 0x06, 11], "{name}");
+        bytes.truncate(seal);
+        let len = (seal - 8) as u64;
+        bytes[..8].copy_from_slice(&len.to_ne_bytes());
+        std::fs::write(&path, bytes).unwrap();
+        stripped += 1;
+    }
+    assert_eq!(stripped, 1 + ids.renders.len());
+    let dst = SimNode::new(&remapped_variant(&p)).unwrap();
+    let (restored, _) = harness::restore(&dst, dir.path(), &ids, &s).unwrap();
+    restored.verify(&manifest).unwrap();
+}
