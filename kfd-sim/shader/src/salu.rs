@@ -38,6 +38,15 @@ fn sop64(c: &mut Ctx<'_>, i: &Inst, f: impl Fn(u64, u64, bool) -> (u64, Option<b
 
 /// SCC from a 32-bit compare.
 #[inline(always)]
+/// `s_lshlN_add_u32`: `(a << N) + b`, SCC the carry out of bit 31.
+fn lshl_add<const N: u32>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    sop32(c, i, |a, b, _| {
+        let t = (u64::from(a) << N) + u64::from(b);
+        #[allow(clippy::cast_possible_truncation)]
+        (t as u32, Some(t >> 32 != 0))
+    })
+}
+
 fn cmp32(c: &mut Ctx<'_>, i: &Inst, f: impl Fn(u32, u32) -> bool) -> R {
     c.w.scc = f(c.s32(i.src[0]), c.s32(i.src[1]));
     Ok(())
@@ -638,50 +647,10 @@ pub(crate) static SOP2: &[OpDef] = &[
         S32,
         0,
     ),
-    row(
-        S2,
-        0x2e,
-        "s_lshl1_add_u32",
-        ex!(|c, i| sop32(c, i, |a, b, _| {
-            let t = (u64::from(a) << 1) + u64::from(b);
-            (t as u32, Some(t >> 32 != 0))
-        })),
-        S32,
-        0,
-    ),
-    row(
-        S2,
-        0x2f,
-        "s_lshl2_add_u32",
-        ex!(|c, i| sop32(c, i, |a, b, _| {
-            let t = (u64::from(a) << 2) + u64::from(b);
-            (t as u32, Some(t >> 32 != 0))
-        })),
-        S32,
-        0,
-    ),
-    row(
-        S2,
-        0x30,
-        "s_lshl3_add_u32",
-        ex!(|c, i| sop32(c, i, |a, b, _| {
-            let t = (u64::from(a) << 3) + u64::from(b);
-            (t as u32, Some(t >> 32 != 0))
-        })),
-        S32,
-        0,
-    ),
-    row(
-        S2,
-        0x31,
-        "s_lshl4_add_u32",
-        ex!(|c, i| sop32(c, i, |a, b, _| {
-            let t = (u64::from(a) << 4) + u64::from(b);
-            (t as u32, Some(t >> 32 != 0))
-        })),
-        S32,
-        0,
-    ),
+    row(S2, 0x2e, "s_lshl1_add_u32", lshl_add::<1>, S32, 0),
+    row(S2, 0x2f, "s_lshl2_add_u32", lshl_add::<2>, S32, 0),
+    row(S2, 0x30, "s_lshl3_add_u32", lshl_add::<3>, S32, 0),
+    row(S2, 0x31, "s_lshl4_add_u32", lshl_add::<4>, S32, 0),
     row(
         S2,
         0x32,
