@@ -47,6 +47,23 @@ fn lshl_add<const N: u32>(c: &mut Ctx<'_>, i: &Inst) -> R {
     })
 }
 
+/// s_ff1 (`LEADING` false: the lowest set bit) and s_flbit (true: zeros above the highest set
+/// bit) of a `W`-bit source; -1 when it is zero.
+fn bitscan<const W: u32, const LEADING: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let a = if W == 64 {
+        c.s64(i.src[0])
+    } else {
+        u64::from(c.s32(i.src[0]))
+    };
+    let r = match (a, LEADING) {
+        (0, _) => u32::MAX,
+        (_, false) => a.trailing_zeros(),
+        (_, true) => a.leading_zeros() - (64 - W),
+    };
+    c.set_s32(i.dst, r);
+    Ok(())
+}
+
 fn cmp32(c: &mut Ctx<'_>, i: &Inst, f: impl Fn(u32, u32) -> bool) -> R {
     c.w.scc = f(c.s32(i.src[0]), c.s32(i.src[1]));
     Ok(())
@@ -1078,52 +1095,10 @@ pub(crate) static SOP1: &[OpDef] = &[
         S32_64,
         0,
     ),
-    row(
-        S1,
-        0x10,
-        "s_ff1_i32_b32",
-        ex!(|c, i| sop32(c, i, |a, _, _| (
-            if a == 0 { u32::MAX } else { a.trailing_zeros() },
-            None
-        ))),
-        S32,
-        0,
-    ),
-    row(
-        S1,
-        0x11,
-        "s_ff1_i32_b64",
-        ex!(|c, i| {
-            let a = c.s64(i.src[0]);
-            c.set_s32(i.dst, if a == 0 { u32::MAX } else { a.trailing_zeros() });
-            Ok(())
-        }),
-        S32_64,
-        0,
-    ),
-    row(
-        S1,
-        0x12,
-        "s_flbit_i32_b32",
-        ex!(|c, i| sop32(c, i, |a, _, _| (
-            if a == 0 { u32::MAX } else { a.leading_zeros() },
-            None
-        ))),
-        S32,
-        0,
-    ),
-    row(
-        S1,
-        0x13,
-        "s_flbit_i32_b64",
-        ex!(|c, i| {
-            let a = c.s64(i.src[0]);
-            c.set_s32(i.dst, if a == 0 { u32::MAX } else { a.leading_zeros() });
-            Ok(())
-        }),
-        S32_64,
-        0,
-    ),
+    row(S1, 0x10, "s_ff1_i32_b32", bitscan::<32, false>, S32, 0),
+    row(S1, 0x11, "s_ff1_i32_b64", bitscan::<64, false>, S32_64, 0),
+    row(S1, 0x12, "s_flbit_i32_b32", bitscan::<32, true>, S32, 0),
+    row(S1, 0x13, "s_flbit_i32_b64", bitscan::<64, true>, S32_64, 0),
     row(
         S1,
         0x14,

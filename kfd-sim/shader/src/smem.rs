@@ -64,6 +64,17 @@ fn store<const N: usize>(c: &mut Ctx<'_>, i: &Inst) -> R {
     Ok(())
 }
 
+/// s_memtime (the GPU's clock) and s_memrealtime (the constant-rate clock) into an SGPR pair.
+fn time<const REAL: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let t = if REAL {
+        c.clock.memrealtime()
+    } else {
+        c.clock.memtime()
+    };
+    c.set_s64(i.dst, t);
+    Ok(())
+}
+
 const T: [Ty; 4] = [Ty::B32; 4];
 use Encoding::Smem as S;
 
@@ -86,30 +97,8 @@ pub(crate) static SMEM: &[OpDef] = &[
     row(S, 0x21, "s_dcache_wb", ex!(|_c, _i| Ok(())), T, 0),
     row(S, 0x22, "s_dcache_inv_vol", ex!(|_c, _i| Ok(())), T, 0),
     row(S, 0x23, "s_dcache_wb_vol", ex!(|_c, _i| Ok(())), T, 0),
-    row(
-        S,
-        0x24,
-        "s_memtime",
-        ex!(|c, i| {
-            let t = c.clock.memtime();
-            c.set_s64(i.dst, t);
-            Ok(())
-        }),
-        T,
-        0,
-    ),
-    row(
-        S,
-        0x25,
-        "s_memrealtime",
-        ex!(|c, i| {
-            let t = c.clock.memrealtime();
-            c.set_s64(i.dst, t);
-            Ok(())
-        }),
-        T,
-        0,
-    ),
+    row(S, 0x24, "s_memtime", time::<false>, T, 0),
+    row(S, 0x25, "s_memrealtime", time::<true>, T, 0),
     row(S, 0x26, "s_atc_probe", ex!(|_c, _i| Ok(())), T, 0),
     row(S, 0x27, "s_atc_probe_buffer", ex!(|_c, _i| Ok(())), T, 0),
 ];

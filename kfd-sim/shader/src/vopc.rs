@@ -108,47 +108,26 @@ fn cmp_f64<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
     finish(c, i, m, X)
 }
 
-fn cmp_i32<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
-    let a = c.src32(i, 0);
-    let b = c.src32(i, 1);
-    let m = lanes_mask(|l| icond::<C, i32>(a[l] as i32, b[l] as i32));
-    finish(c, i, m, X)
+/// An integer compare: its name, the width of the sources read, the type compared, and how a
+/// source's bits become that type.
+macro_rules! int_cmp {
+    ($name:ident, $src:ident, $t:ty, $conv:expr) => {
+        fn $name<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
+            let a = c.$src(i, 0);
+            let b = c.$src(i, 1);
+            let conv = $conv;
+            let m = lanes_mask(|l| icond::<C, $t>(conv(a[l]), conv(b[l])));
+            finish(c, i, m, X)
+        }
+    };
 }
 
-fn cmp_u32<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
-    let a = c.src32(i, 0);
-    let b = c.src32(i, 1);
-    let m = lanes_mask(|l| icond::<C, u32>(a[l], b[l]));
-    finish(c, i, m, X)
-}
-
-fn cmp_i16<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
-    let a = c.src32(i, 0);
-    let b = c.src32(i, 1);
-    let m = lanes_mask(|l| icond::<C, i16>(a[l] as u16 as i16, b[l] as u16 as i16));
-    finish(c, i, m, X)
-}
-
-fn cmp_u16<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
-    let a = c.src32(i, 0);
-    let b = c.src32(i, 1);
-    let m = lanes_mask(|l| icond::<C, u16>(a[l] as u16, b[l] as u16));
-    finish(c, i, m, X)
-}
-
-fn cmp_i64<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
-    let a = c.src64(i, 0);
-    let b = c.src64(i, 1);
-    let m = lanes_mask(|l| icond::<C, i64>(a[l] as i64, b[l] as i64));
-    finish(c, i, m, X)
-}
-
-fn cmp_u64<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
-    let a = c.src64(i, 0);
-    let b = c.src64(i, 1);
-    let m = lanes_mask(|l| icond::<C, u64>(a[l], b[l]));
-    finish(c, i, m, X)
-}
+int_cmp!(cmp_i32, src32, i32, |x: u32| x as i32);
+int_cmp!(cmp_u32, src32, u32, |x: u32| x);
+int_cmp!(cmp_i16, src32, i16, |x: u32| x as u16 as i16);
+int_cmp!(cmp_u16, src32, u16, |x: u32| x as u16);
+int_cmp!(cmp_i64, src64, i64, |x: u64| x as i64);
+int_cmp!(cmp_u64, src64, u64, |x: u64| x);
 
 fn class_f32<const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
     let a = c.src32(i, 0);
