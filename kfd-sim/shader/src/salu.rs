@@ -239,6 +239,29 @@ fn branch(c: &mut Ctx<'_>, i: &Inst, taken: bool) -> R {
     Ok(())
 }
 
+// The conditions of s_branch and s_cbranch_*.
+const ALWAYS: u8 = 0;
+const SCC0: u8 = 1;
+const SCC1: u8 = 2;
+const VCCZ: u8 = 3;
+const VCCNZ: u8 = 4;
+const EXECZ: u8 = 5;
+const EXECNZ: u8 = 6;
+
+/// s_branch and s_cbranch_*: the relative branch, taken when `COND` holds.
+fn cbranch<const COND: u8>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let taken = match COND {
+        SCC0 => !c.w.scc,
+        SCC1 => c.w.scc,
+        VCCZ => c.w.vcc() == 0,
+        VCCNZ => c.w.vcc() != 0,
+        EXECZ => c.w.exec() == 0,
+        EXECNZ => c.w.exec() != 0,
+        _ => true,
+    };
+    branch(c, i, taken)
+}
+
 fn movrel_src(c: &Ctx<'_>, i: &Inst) -> Option<u8> {
     match i.src[0] {
         Operand::Sgpr(r) => {
@@ -1616,74 +1639,14 @@ fn nop(_c: &mut Ctx<'_>, _i: &Inst) -> R {
 pub(crate) static SOPP: &[OpDef] = &[
     row(SP, 0x00, "s_nop", nop, S32, 0),
     row(SP, 0x01, "s_endpgm", ex!(|_c, _i| Err(Exit::End)), S32, 0),
-    row(SP, 0x02, "s_branch", ex!(|c, i| branch(c, i, true)), S32, 0),
+    row(SP, 0x02, "s_branch", cbranch::<ALWAYS>, S32, 0),
     row(SP, 0x03, "s_wakeup", nop, S32, 0),
-    row(
-        SP,
-        0x04,
-        "s_cbranch_scc0",
-        ex!(|c, i| {
-            let t = !c.w.scc;
-            branch(c, i, t)
-        }),
-        S32,
-        0,
-    ),
-    row(
-        SP,
-        0x05,
-        "s_cbranch_scc1",
-        ex!(|c, i| {
-            let t = c.w.scc;
-            branch(c, i, t)
-        }),
-        S32,
-        0,
-    ),
-    row(
-        SP,
-        0x06,
-        "s_cbranch_vccz",
-        ex!(|c, i| {
-            let t = c.w.vcc() == 0;
-            branch(c, i, t)
-        }),
-        S32,
-        0,
-    ),
-    row(
-        SP,
-        0x07,
-        "s_cbranch_vccnz",
-        ex!(|c, i| {
-            let t = c.w.vcc() != 0;
-            branch(c, i, t)
-        }),
-        S32,
-        0,
-    ),
-    row(
-        SP,
-        0x08,
-        "s_cbranch_execz",
-        ex!(|c, i| {
-            let t = c.w.exec() == 0;
-            branch(c, i, t)
-        }),
-        S32,
-        0,
-    ),
-    row(
-        SP,
-        0x09,
-        "s_cbranch_execnz",
-        ex!(|c, i| {
-            let t = c.w.exec() != 0;
-            branch(c, i, t)
-        }),
-        S32,
-        0,
-    ),
+    row(SP, 0x04, "s_cbranch_scc0", cbranch::<SCC0>, S32, 0),
+    row(SP, 0x05, "s_cbranch_scc1", cbranch::<SCC1>, S32, 0),
+    row(SP, 0x06, "s_cbranch_vccz", cbranch::<VCCZ>, S32, 0),
+    row(SP, 0x07, "s_cbranch_vccnz", cbranch::<VCCNZ>, S32, 0),
+    row(SP, 0x08, "s_cbranch_execz", cbranch::<EXECZ>, S32, 0),
+    row(SP, 0x09, "s_cbranch_execnz", cbranch::<EXECNZ>, S32, 0),
     row(
         SP,
         0x0a,
