@@ -17,7 +17,11 @@
 #                       leaves there on one guest is there on the others (see wait_for_guest)
 #   VM_LANE_KMOD_DIR    where the lane put the kfd_bridge module it built for this guest's kernel
 #                       (see need_kmod)
+#   VM_LANE_UPSTREAM    what the lane says of upstream's criu builds for this guest (upstream.inc's
+#                       need_upstream reads it)
 #   KFD_*               passed through from the host's environment
+# A scenario may set CRIU_BIN (default `criu`, the guest's own) to run another criu build through
+# the criu_* helpers (upstream.inc does).
 # Helpers: note, pass, fail, skip, start_detached, wait_for, criu_run, criu_dump, criu_restore,
 # need_bin, need_kmod, need_guest, need_criu, criu_at_least, wait_for_guest (each described where
 # it is defined). A scenario that exits 0 without calling pass
@@ -88,8 +92,8 @@ criu_run() {
     mkdir -p "$dir" "$VM_LANE_OUT/criu"
     # Every criu call loads the plugins of --plugin-dir, when the lane was given one.
     [[ -z ${VM_LANE_PLUGIN_DIR:-} ]] || common=(-L "$VM_LANE_PLUGIN_DIR")
-    note "criu $action -D $dir ${common[*]} $*"
-    criu "$action" -D "$dir" -o "$action.log" -v4 "${common[@]}" "$@" || rc=$?
+    note "${CRIU_BIN:-criu} $action -D $dir ${common[*]} $*"
+    "${CRIU_BIN:-criu}" "$action" -D "$dir" -o "$action.log" -v4 "${common[@]}" "$@" || rc=$?
     cp "$dir/$action.log" "$VM_LANE_OUT/criu/$(basename "$dir")-$action.log" 2>/dev/null || true
     note "criu $action: status $rc"
     return "$rc"

@@ -23,8 +23,6 @@
 //!   order ([`checkpoint`], [`restore`]), and the checkpoint's file ids ([`ImageIds`]); of a
 //!   tree of processes that share buffers ([`checkpoint_tree`], [`restore_tree`]).
 
-#![warn(unreachable_pub)]
-
 pub mod criu;
 pub mod node;
 pub mod workload;
@@ -34,4 +32,6 @@ pub use criu::{
     restore_tree, restore_with, ImageIds, RestoredFile, RestoredTarget, RestoredTask, TaskFiles,
     TaskIds,
 };
-pub use node::{remapped_variant, start_target, start_target_in, NodeError, SimNode, Target};
+pub use node::{
+    remapped_variant, start_target, start_target_in, NodeError, SimNode, Target, TOPOLOGY_DIR_BASE,
+};

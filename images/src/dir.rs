@@ -56,13 +56,65 @@ pub(crate) fn create_at(dir: BorrowedFd<'_>, name: &str) -> io::Result<File> {
     )
 }
 
-/// Opens `name` in `dir` read-only, close-on-exec.
+/// A file of the image directory that is not a regular file (after symlinks): a FIFO or a
+/// device can block a reader forever or never end, a directory has no content.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("it is {kind}, not a regular file; an image file must be a regular file")]
+pub struct NotRegularFile {
+    /// What it is instead ("a FIFO", "a character device", ...).
+    pub kind: &'static str,
+}
+
+impl NotRegularFile {
+    /// `Err` when `meta` is not that of a regular file.
+    ///
+    /// # Errors
+    /// [`NotRegularFile`] naming what the file is.
+    pub fn check(meta: &std::fs::Metadata) -> Result<(), Self> {
+        use std::os::unix::fs::FileTypeExt;
+        let t = meta.file_type();
+        let kind = if t.is_file() {
+            return Ok(());
+        } else if t.is_fifo() {
+            "a FIFO"
+        } else if t.is_char_device() {
+            "a character device"
+        } else if t.is_block_device() {
+            "a block device"
+        } else if t.is_dir() {
+            "a directory"
+        } else if t.is_socket() {
+            "a socket"
+        } else {
+            "not a file"
+        };
+        Err(Self { kind })
+    }
+}
+
+impl From<NotRegularFile> for io::Error {
+    fn from(e: NotRegularFile) -> Self {
+        io::Error::new(io::ErrorKind::InvalidInput, e)
+    }
+}
+
+/// Opens `name` in `dir` read-only, close-on-exec, and refuses anything but a regular file.
+///
+/// The open is non-blocking (`O_NONBLOCK`): opening a FIFO for reading would otherwise wait for
+/// a writer forever. On a regular file the flag changes nothing (reads, `mmap`, `lseek`).
 ///
 /// # Errors
-/// The `openat(2)` error (`NotFound` when there is no such image), or `InvalidInput` when `name`
-/// is not a plain file name.
+/// The `openat(2)` error (`NotFound` when there is no such image), `InvalidInput` when `name`
+/// is not a plain file name, or `InvalidInput` holding a [`NotRegularFile`] when it is a FIFO,
+/// a device, a directory or a socket.
 pub fn open_read_at(dir: BorrowedFd<'_>, name: &str) -> io::Result<File> {
-    open_at(dir, name, libc::O_RDONLY | libc::O_CLOEXEC)
+    let file = open_at(
+        dir,
+        name,
+        libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK,
+    )?;
+    NotRegularFile::check(&file.metadata()?)?;
+    Ok(file)
 }
 
 /// Drops the page cache of `file` (`posix_fadvise(POSIX_FADV_DONTNEED)` over the whole file),
@@ -214,6 +266,28 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    /// A FIFO with no writer: a blocking open would wait for one forever.
+    #[test]
+    fn a_fifo_without_a_writer_is_refused_not_waited_for() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = File::open(tmp.path()).unwrap();
+        let path = CString::new(
+            tmp.path()
+                .join("a.img")
+                .into_os_string()
+                .into_encoded_bytes(),
+        )
+        .unwrap();
+        // SAFETY: `path` is a NUL-terminated string that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+        let e = open_read_at(dir.as_fd(), "a.img").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(
+            e.to_string(),
+            "it is a FIFO, not a regular file; an image file must be a regular file"
+        );
     }
 
     #[test]

@@ -16,8 +16,6 @@
 //!
 //! See `images/README.md` for the format and the checksum extension.
 
-#![warn(unreachable_pub)]
-
 pub mod checksum;
 pub mod dir;
 pub mod frame;
@@ -25,8 +23,12 @@ pub mod names;
 pub mod pages;
 pub mod proto;
 mod sparse;
+pub mod wire;
 
 pub use checksum::{ChecksumAlgorithm, DEFAULT_CHUNK_SIZE};
-pub use frame::{DmabufImage, FrameError, HeaderFault, ImageFile, KfdImage, RenderNodeImage};
+pub use frame::{
+    DmabufImage, FrameError, HeaderFault, ImageChecksumFault, ImageFile, Integrity, KfdImage,
+    RenderNodeImage,
+};
 pub use names::PagesFile;
 pub use pages::{PagesError, PagesReader, PagesWriter};

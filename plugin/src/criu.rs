@@ -473,6 +473,7 @@ impl<P: Platform> Engine<P> {
         if let Some(msg) =
             RenderNodeImage::try_read(dir, id).map_err(|e| failed(Errno::EINVAL, e))?
         {
+            check_render_counts(id, &msg)?;
             return self.restore_render(id, &msg);
         }
         let settings = self.settings();
@@ -1190,6 +1191,41 @@ fn host_has_dump_devices_late() -> bool {
 /// criu's image directory fd.
 fn criu_image_dir() -> Option<RawFd> {
     crate::shim::criu_image_dir()
+}
+
+/// Refuses a render-node image whose counts contradict its lists (`num_of_bos` against
+/// `bo_entries`, each buffer's `num_of_vms` against its `vm_entries`) before anything of it is
+/// restored: its buffers would be restored short.
+fn check_render_counts(id: u32, msg: &CriuRenderNode) -> HookResult<()> {
+    let listed = msg.bo_entries.len() as u64;
+    let what = if msg.num_of_bos != listed {
+        format!(
+            "num_of_bos says {} but it lists {listed} buffer(s)",
+            msg.num_of_bos
+        )
+    } else if let Some((i, b)) = msg
+        .bo_entries
+        .iter()
+        .enumerate()
+        .find(|(_, b)| b.num_of_vms as usize != b.vm_entries.len())
+    {
+        format!(
+            "buffer {i} (GEM handle {}): num_of_vms says {} but it lists {} mapping(s)",
+            b.handle,
+            b.num_of_vms,
+            b.vm_entries.len()
+        )
+    } else {
+        return Ok(());
+    };
+    Err(HookError::failed(
+        Errno::EINVAL,
+        format!(
+            "{}: the image of render node renderD{} contradicts itself: {what}: refused",
+            RenderNodeImage::file_name(id),
+            msg.drm_render_minor
+        ),
+    ))
 }
 
 #[cfg(test)]
