@@ -235,14 +235,18 @@ mod tests {
         // The reads run in the background: wait for them (one call for the whole range, as the
         // kernel clamps it, leaves most of the range unread however long one waits).
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        // The page cache is the machine's: memory pressure or another process dropping caches
+        // may evict a few pages meanwhile, so all but 5% must be there; a clamped read-ahead
+        // leaves most of the range out.
+        let want = pages - pages / 20;
         let mut got = resident(&file, len);
-        while got < pages && std::time::Instant::now() < deadline {
+        while got < want && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(20));
             got = resident(&file, len);
         }
-        assert_eq!(
-            got, pages,
-            "pages of the 32 MiB in the page cache after read_ahead"
+        assert!(
+            got >= want,
+            "{got} of the 32 MiB's {pages} pages in the page cache after read_ahead"
         );
     }
 
