@@ -517,16 +517,27 @@ impl PagesReader {
                 expected: expected_len,
             });
         }
+        Ok(Self::at_payload(file, name, expected_len, None))
+    }
+
+    /// A reader of `file` (named `name`), positioned after its header, with `total` payload
+    /// bytes and `verify`'s chunker and checksums if any; the kernel is told it reads on.
+    fn at_payload(
+        file: File,
+        name: String,
+        total: u64,
+        verify: Option<(Chunker, PagesChecksums)>,
+    ) -> Self {
         dir::advise_sequential(&file);
-        Ok(Self {
+        Self {
             file,
             name,
-            total: expected_len,
+            total,
             pos: 0,
             ahead_to: HEADER_LEN,
-            verify: None,
+            verify,
             extents: Extents::default(),
-        })
+        }
     }
 
     /// Like [`PagesReader::open`], for a file the caller opened, positioned at its start.
@@ -567,16 +578,7 @@ impl PagesReader {
                 ))
             }
         };
-        dir::advise_sequential(&file);
-        Ok(Self {
-            file,
-            name,
-            total: header,
-            pos: 0,
-            ahead_to: HEADER_LEN,
-            verify,
-            extents: Extents::default(),
-        })
+        Ok(Self::at_payload(file, name, header, verify))
     }
 
     /// The file's name in the image directory.
