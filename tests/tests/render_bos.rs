@@ -572,3 +572,77 @@ fn a_shared_buffer_at_other_handle_numbers_in_the_two_processes_is_refused_at_du
         "{err}"
     );
 }
+
+/// A KFD buffer exported as a dma-buf (KFD 1.12's EXPORT_DMABUF, in 6.18's KFD 1.18) and
+/// imported into a child's render node stays one buffer: the KFD restore creates it, the child's
+/// import and its dma-buf fd are of it.
+#[test]
+fn a_kfd_buffer_imported_into_a_childs_render_node_stays_one_buffer() {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let src = node(&p, Kernel::Linux6_18);
+    let minor = src.machine.render_minors()[0];
+    let gpu = GpuId::new(src.machine.gpu_ids()[0]).unwrap();
+    let parent = src.machine.spawn_process();
+    let pp = src.platform_of(&parent);
+    let kfd = pp.open_kfd().unwrap();
+    let render = pp.open_render(minor).unwrap();
+    kfd.acquire_vm(gpu, render.as_fd()).unwrap();
+    let flags = AllocFlags::GTT | AllocFlags::WRITABLE;
+    let a = kfd.alloc_memory(VA, 2 * MIB, gpu, flags).unwrap();
+    kfd.map_memory_to_gpu(a.handle, &[gpu]).unwrap();
+    let dmabuf = kfd.export_dmabuf(a.handle).unwrap();
+    let child = src.machine.spawn_process();
+    let child_render = src.platform_of(&child).open_render(minor).unwrap();
+    let side = SharedSide::import(&child_render, dmabuf.as_fd(), 2 * MIB, SHARED_VA).unwrap();
+    let written = pattern(13, 1 << 20);
+    side.write(&child_render, 0, &written).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = [
+        harness::TaskFiles {
+            process: &parent,
+            files: vec![kfd.as_fd(), render.as_fd()],
+        },
+        harness::TaskFiles {
+            process: &child,
+            files: vec![child_render.as_fd(), dmabuf.as_fd()],
+        },
+    ];
+    let ids = harness::checkpoint_tree(&src, &tasks, dir.path(), &settings()).unwrap();
+    let dirf = std::fs::File::open(dir.path()).unwrap();
+    // The KFD BO is named by the child's handle; the child's entry imports it.
+    let k = images::KfdImage::read(dirf.as_fd(), 1).unwrap();
+    assert_eq!(k.bo_entries[0].handle, side.handle().get());
+    let r = RenderNodeImage::read(dirf.as_fd(), 3).unwrap();
+    let entries: Vec<_> = r
+        .bo_entries
+        .iter()
+        .map(|b| (b.handle, b.is_import))
+        .collect();
+    assert_eq!(entries, [(side.handle().get(), 1)]);
+    assert_eq!(
+        DmabufImage::read(dirf.as_fd(), 4).unwrap().gem_handle,
+        side.handle().get()
+    );
+
+    let dst = node(&remapped_variant(&p), Kernel::Linux6_18);
+    let mut tasks = harness::restore_tree(&dst, dir.path(), &ids, &settings()).unwrap();
+    let c = tasks.pop().unwrap();
+    let mut cfiles = c.files.into_iter();
+    let child_render = cfiles.next().unwrap().into_render().unwrap();
+    let child_dmabuf = cfiles.next().unwrap().into_other().unwrap();
+    assert!(side.read(&child_render, 0, 1 << 20).unwrap() == written);
+    // The parent's buffer, through its own render node, is what the child reads and writes.
+    let t = tasks.pop().unwrap();
+    let mut files = t.files.into_iter();
+    let _kfd = files.next().unwrap().into_kfd().unwrap();
+    let parent_render = files.next().unwrap().into_render().unwrap();
+    let again = parent_render
+        .prime_fd_to_handle(child_dmabuf.as_fd())
+        .unwrap();
+    let parent_side = SharedSide::at(again, 2 * MIB);
+    assert!(parent_side.read(&parent_render, 0, 1 << 20).unwrap() == written);
+    let reply = pattern(14, 4096);
+    parent_side.write(&parent_render, MIB, &reply).unwrap();
+    assert!(side.read(&child_render, MIB, 4096).unwrap() == reply);
+}
