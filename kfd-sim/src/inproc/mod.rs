@@ -64,8 +64,8 @@ impl Machine {
         self.inner.set_kfd_version(version);
     }
 
-    /// Makes the simulated drivers behave as `kernel` (Linux 6.1 by default; see [`Kernel`]),
-    /// GET_VERSION included.
+    /// Makes the simulated drivers behave as `kernel` (Linux 6.1 by default; see
+    /// [`Kernel`](crate::Kernel)), GET_VERSION included.
     pub fn set_kernel(&self, kernel: crate::machine::Kernel) {
         self.inner.set_kernel(kernel);
     }
