@@ -401,7 +401,8 @@ pub(crate) fn render_minor_for(
             Ok(Some(plan)) => {
                 if let Some(m) = plan.mapping.gpu(gpu_id) {
                     log::info!(
-                        "GPU {gpu_id:#x} is not on this machine; /dev/kfd image {other} maps it                          to renderD{}",
+                        "GPU {gpu_id:#x} is not on this machine; /dev/kfd image {other} maps it \
+                         to renderD{}",
                         m.destination_render_minor
                     );
                     return Ok(Some(m.destination_render_minor));
