@@ -527,7 +527,10 @@ impl GemRemap {
     /// The new offset of a mapping that had `old_pgoff` (bytes), if it is this buffer's.
     pub(crate) fn answer(&self, old_pgoff: u64) -> Option<u64> {
         let delta = old_pgoff.checked_sub(self.old_offset)?;
-        (delta < self.size.max(1)).then(|| self.new_offset + delta)
+        // The size is the image's: an offset past what the kernel can give is no answer.
+        (delta < self.size.max(1))
+            .then(|| self.new_offset.checked_add(delta))
+            .flatten()
     }
 }
 
@@ -559,7 +562,8 @@ pub(crate) struct RestoreGemOptions<'a> {
 
 /// Recreates the buffers of render image `id` (`msg`) in `render` (the process's restored file,
 /// on render node `minor` now), fills them from their pages files and returns their offsets
-/// and the dma-bufs of the ones it created.
+/// and the dma-bufs of the ones it created. If anything fails, the handles it added to the file
+/// are closed again: a failed restore leaves the file's buffers as they were.
 pub(crate) fn restore<P: Platform>(
     platform: &P,
     render: &RenderNode<P::Device>,
@@ -571,8 +575,8 @@ pub(crate) fn restore<P: Platform>(
 ) -> Result<RestoredGem, GemError> {
     let file = images::RenderNodeImage::file_name(id);
     let old_minor = msg.drm_render_minor;
-    match render.gem_list_handles() {
-        Ok(_) => {}
+    let before: BTreeSet<u32> = match render.gem_list_handles() {
+        Ok(listed) => listed.iter().map(|h| h.handle.get()).collect(),
         Err(e) if e.errno() == Some(Errno::EINVAL) => {
             return Err(GemError::NeedsLinux618 {
                 file,
@@ -581,13 +585,76 @@ pub(crate) fn restore<P: Platform>(
             })
         }
         Err(e) => return Err(ioctl(format!("{file}: listing renderD{minor}"))(e)),
+    };
+    let mut made = Made {
+        before,
+        handles: Vec::new(),
+    };
+    let restored = recreate(
+        platform, render, minor, id, msg, dir, opts, &file, &mut made,
+    );
+    if restored.is_err() {
+        made.undo(render, &file);
     }
+    restored
+}
+
+/// The handles a failing restore of a render node created in the process's file, to close.
+struct Made {
+    /// The file's handles before the restore (an import may give back one of them).
+    before: BTreeSet<u32>,
+    /// What this restore added, as the handle is now.
+    handles: Vec<BoHandle>,
+}
+
+impl Made {
+    /// `handle` is in the file now; it was `was` (moved) or is new.
+    fn record(&mut self, was: Option<BoHandle>, handle: BoHandle) {
+        if let Some(w) = was {
+            self.handles.retain(|&h| h != w);
+        }
+        if !self.before.contains(&handle.get()) && !self.handles.contains(&handle) {
+            self.handles.push(handle);
+        }
+    }
+
+    /// Closes what the restore added: the file is left as it was (closing a handle unmaps the
+    /// buffer from the file's VM; a buffer nothing else holds is freed).
+    fn undo<T: Transport>(&self, render: &RenderNode<T>, file: &str) {
+        for &h in self.handles.iter().rev() {
+            if let Err(e) = render.gem_close(h) {
+                log::warn!("{file}: closing GEM handle {h} of the failed restore: {e}");
+            }
+        }
+        if !self.handles.is_empty() {
+            log::info!(
+                "{file}: the failed restore's {} buffer(s) closed",
+                self.handles.len()
+            );
+        }
+    }
+}
+
+/// [`restore`] once the kernel is known to list handles; what it adds to the file is in `made`.
+#[allow(clippy::too_many_arguments)]
+fn recreate<P: Platform>(
+    platform: &P,
+    render: &RenderNode<P::Device>,
+    minor: u32,
+    id: u32,
+    msg: &CriuRenderNode,
+    dir: BorrowedFd<'_>,
+    opts: &RestoreGemOptions<'_>,
+    file: &str,
+    made: &mut Made,
+) -> Result<RestoredGem, GemError> {
+    let old_minor = msg.drm_render_minor;
     let mut out = RestoredGem::default();
     // Buffers to fill: (entry index, dma-buf).
     let mut fill: Vec<(usize, OwnedFd)> = Vec::new();
     for (i, b) in msg.bo_entries.iter().enumerate() {
         let bad = |what: &str| GemError::Inconsistent {
-            file: file.clone(),
+            file: file.to_owned(),
             what: format!("entry {i}: {what}"),
         };
         let target = BoHandle::new(b.handle).ok_or_else(|| bad("GEM handle 0"))?;
@@ -608,10 +675,12 @@ pub(crate) fn restore<P: Platform>(
                 )
                 .map_err(ioctl(format!("{what}: creating {} bytes", b.size)))?
         };
+        made.record(None, handle);
         if handle != target {
             render
                 .gem_change_handle(handle, target)
                 .map_err(ioctl(format!("{what}: moving it from handle {handle}")))?;
+            made.record(Some(handle), target);
         }
         // The listing gives the newest mapping first: the oldest is made first again.
         for m in b.vm_entries.iter().rev() {
@@ -782,5 +851,13 @@ mod tests {
         assert_eq!(r.answer(0x1010_0000), Some(0x5010_0000));
         assert_eq!(r.answer(0x1020_0000), None);
         assert_eq!(r.answer(0xfff_f000), None);
+        // An image's size that reaches past the offsets the kernel gives: no answer, no panic.
+        let huge = GemRemap {
+            old_offset: 0,
+            size: u64::MAX,
+            new_offset: 0x5000_0000,
+        };
+        assert_eq!(huge.answer(u64::MAX - 1), None);
+        assert_eq!(huge.answer(0x1000), Some(0x5000_1000));
     }
 }

@@ -244,6 +244,47 @@ fn linux_6_1_shows_no_buffers_and_refuses_an_image_that_has_some() {
     e.fini(Stage::Restore, -1);
 }
 
+/// VRAM in use on every GPU of `n`, as the render nodes report it.
+fn vram_in_use(n: &SimNode) -> Vec<u64> {
+    let p = n.machine.spawn_process();
+    let plat = n.platform_of(&p);
+    n.machine
+        .render_minors()
+        .into_iter()
+        .map(|m| plat.open_render(m).unwrap().vram_usage().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_render_restore_that_fails_midway_closes_the_buffers_it_made() {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let src = node(&p, Kernel::Linux6_18);
+    let s = source(&src);
+    let dir = tempfile::tempdir().unwrap();
+    dump(
+        &src,
+        &s.process,
+        &[(&fd_of(&s.kfd), 1), (&fd_of(&s.render), 2)],
+        dir.path(),
+    );
+    // The last buffer's contents are lost: the first two are created and filled before that
+    // shows.
+    let lost = format!("amdgpu-drm-pages-2-{}-0002.img", s.minor);
+    std::fs::remove_file(dir.path().join(&lost)).unwrap();
+    let dirf = std::fs::File::open(dir.path()).unwrap();
+    let dst = node(&p, Kernel::Linux6_18);
+    let restored = dst.machine.spawn_process_as(s.process.pid());
+    let e = dst.engine(&|p| p, &restored, &dirf, &settings());
+    e.init(Stage::Restore).unwrap();
+    // The render node is the restored /dev/kfd's VM: it stays open after the failure.
+    let _kfd = e.restore_file(1).unwrap().unwrap();
+    let before = vram_in_use(&dst);
+    let err = e.restore_file(2).unwrap_err().to_string();
+    assert!(err.contains(&lost), "{err}");
+    assert_eq!(vram_in_use(&dst), before, "the buffers made are freed");
+    e.fini(Stage::Restore, -1);
+}
+
 #[test]
 fn upstreams_render_images_restore_without_checksums_and_with_an_unset_length_header() {
     let p = Preset::by_name("mi210x2").unwrap();
