@@ -121,6 +121,8 @@ struct State<P: Platform> {
     kept: Vec<OwnedFd>,
     /// At restore: the keys of buffers some file imports or holds as a dma-buf (read once).
     needed: Option<std::sync::Arc<std::collections::BTreeSet<u32>>>,
+    /// At dump: the render minors whose buffers the kernel could not list (before Linux 6.18).
+    unlisted: std::collections::BTreeSet<u32>,
 }
 
 impl<P: Platform> Default for State<P> {
@@ -140,6 +142,7 @@ impl<P: Platform> Default for State<P> {
             gem_remaps: Vec::new(),
             kept: Vec::new(),
             needed: None,
+            unlisted: std::collections::BTreeSet::new(),
         }
     }
 }
@@ -349,10 +352,13 @@ impl<P: Platform> Engine<P> {
         };
         let mut patches = Vec::new();
         match gem::list(&render, minor).map_err(gem_failed)? {
-            None => log::debug!(
-                "renderD{minor}: the kernel cannot list its buffers (AMDGPU_GEM_LIST_HANDLES, \
-                 Linux 6.18): none saved"
-            ),
+            None => {
+                log::debug!(
+                    "renderD{minor}: the kernel cannot list its buffers (AMDGPU_GEM_LIST_HANDLES, \
+                     Linux 6.18): none saved"
+                );
+                lock(&self.state).unlisted.insert(minor);
+            }
             Some(mut listed) => {
                 {
                     let mut state = lock(&self.state);
@@ -986,6 +992,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
         state.gem_remaps.clear();
         state.kept.clear();
         state.needed = None;
+        state.unlisted.clear();
         log::debug!("exit {stage:?} ({ret})");
     }
 
@@ -1156,13 +1163,26 @@ impl<P: Platform> CriuHooks for Engine<P> {
     fn dump_devices_late(&self, _id: u32) -> HookResult<()> {
         let had = !lock(&self.state).paused.is_empty();
         self.unpause_all();
-        let lost = lock(&self.state).ledger.unresolved();
+        let (lost, unlisted) = {
+            let state = lock(&self.state);
+            (state.ledger.unresolved(), state.unlisted.clone())
+        };
         if !lost.is_empty() {
+            let why = if unlisted.is_empty() {
+                String::new()
+            } else {
+                let minors: Vec<String> = unlisted.iter().map(|m| format!("renderD{m}")).collect();
+                format!(
+                    "; the buffers of {} could not be listed: that needs Linux 6.18 \
+                     (AMDGPU_GEM_LIST_HANDLES), which this kernel does not have",
+                    minors.join(", ")
+                )
+            };
             return Err(failed(
                 Errno::EINVAL,
                 format!(
                     "dma-buf images {lost:?}: their buffers are in no dumped file (no render \
-                     node or /dev/kfd of the tree holds them)"
+                     node or /dev/kfd of the tree holds them){why}"
                 ),
             ));
         }

@@ -425,6 +425,35 @@ fn a_buffer_shared_through_a_dma_buf_stays_one_buffer_across_processes() {
     }
 }
 
+#[test]
+fn on_linux_6_1_a_dma_buf_of_a_render_node_buffer_fails_the_dump_and_says_why() {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let src = node(&p, Kernel::Linux6_1);
+    let minor = src.machine.render_minors()[0];
+    let a = src.machine.spawn_process();
+    let ra = src.platform_of(&a).open_render(minor).unwrap();
+    let h = ra.gem_create(2 * MIB, 0, GemDomain::VRAM, CPU).unwrap();
+    let dmabuf = ra.prime_handle_to_fd(h).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dirf = std::fs::File::open(dir.path()).unwrap();
+    let criu = src.machine.spawn_process();
+    criu.ptrace_attach(&a);
+    let e = src.engine(&|p| p, &criu, &dirf, &settings());
+    e.init(Stage::Dump).unwrap();
+    e.dump_ext_file(ra.as_fd(), 10).unwrap();
+    e.dump_ext_file(dmabuf.as_fd(), 11).unwrap();
+    let err = e.dump_devices_late(a.pid()).unwrap_err().to_string();
+    assert!(
+        err.contains("dma-buf images [11]")
+            && err.contains(&format!(
+                "the buffers of renderD{minor} could not be listed"
+            ))
+            && err.contains("needs Linux 6.18"),
+        "{err}"
+    );
+    e.fini(Stage::Dump, -1);
+}
+
 /// The model workload with two render-node buffers per GPU besides its KFD buffers.
 fn render_spec() -> harness::workload::Spec {
     harness::workload::Spec {
