@@ -121,6 +121,9 @@ struct State<P: Platform> {
     kept: Vec<OwnedFd>,
     /// At restore: the keys of buffers some file imports or holds as a dma-buf (read once).
     needed: Option<std::sync::Arc<std::collections::BTreeSet<u32>>>,
+    /// At restore: the keys of buffers some file of the checkpoint creates (read once, when a
+    /// file first imports one).
+    created: Option<std::sync::Arc<std::collections::BTreeSet<u32>>>,
     /// At dump: the render minors whose buffers the kernel could not list (before Linux 6.18).
     unlisted: std::collections::BTreeSet<u32>,
 }
@@ -142,6 +145,7 @@ impl<P: Platform> Default for State<P> {
             gem_remaps: Vec::new(),
             kept: Vec::new(),
             needed: None,
+            created: None,
             unlisted: std::collections::BTreeSet::new(),
         }
     }
@@ -525,6 +529,25 @@ impl<P: Platform> Engine<P> {
         if let Some(n) = &lock(&self.state).needed {
             return std::sync::Arc::clone(n);
         }
+        let keys = std::sync::Arc::new(self.scan_keys(false));
+        lock(&self.state).needed = Some(std::sync::Arc::clone(&keys));
+        keys
+    }
+
+    /// The keys of the buffers that some file of the checkpoint creates: render-node buffers
+    /// that are not imports, and `/dev/kfd` BOs named by a handle (read once).
+    fn created_keys(&self) -> std::sync::Arc<std::collections::BTreeSet<u32>> {
+        if let Some(c) = &lock(&self.state).created {
+            return std::sync::Arc::clone(c);
+        }
+        let keys = std::sync::Arc::new(self.scan_keys(true));
+        lock(&self.state).created = Some(std::sync::Arc::clone(&keys));
+        keys
+    }
+
+    /// The keys the images of the directory import and hold as dma-bufs (`created` false), or
+    /// create (`created` true). An image that cannot be read adds none: its own restore says why.
+    fn scan_keys(&self, created: bool) -> std::collections::BTreeSet<u32> {
         let mut keys = std::collections::BTreeSet::new();
         if let Ok(dir) = self.dir() {
             let path = format!("/proc/self/fd/{}", dir.as_raw_fd());
@@ -546,19 +569,26 @@ impl<P: Platform> Engine<P> {
                         keys.extend(
                             m.bo_entries
                                 .iter()
-                                .filter(|b| b.is_import != 0)
+                                .filter(|b| (b.is_import == 0) == created)
                                 .map(|b| b.handle),
                         );
                     }
-                } else if let Some(id) = id("amdgpu-dmabuf_") {
+                } else if let Some(id) = id("amdgpu-dmabuf_").filter(|_| !created) {
                     if let Ok(m) = DmabufImage::read(dir, id) {
                         keys.insert(m.gem_handle);
+                    }
+                } else if let Some(id) = id("amdgpu-kfd-").filter(|_| created) {
+                    if let Ok(m) = KfdImage::read(dir, id) {
+                        keys.extend(
+                            m.bo_entries
+                                .iter()
+                                .map(|b| b.handle)
+                                .filter(|&h| h != u32::MAX),
+                        );
                     }
                 }
             }
         }
-        let keys = std::sync::Arc::new(keys);
-        lock(&self.state).needed = Some(std::sync::Arc::clone(&keys));
         keys
     }
 
@@ -616,6 +646,16 @@ impl<P: Platform> Engine<P> {
             key,
             secs,
         };
+        if !self.created_keys().contains(&key) {
+            return Err(GemError::Inconsistent {
+                file: what.to_owned(),
+                what: format!(
+                    "no image of the checkpoint creates the buffer shared as GEM handle {key} (no \
+                     render-node buffer of that handle that is not an import, no /dev/kfd buffer \
+                     shared under it)"
+                ),
+            });
+        }
         let Some(shared) = lock(&self.state).shared.clone() else {
             return Err(not_published(0));
         };
@@ -992,6 +1032,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
         state.gem_remaps.clear();
         state.kept.clear();
         state.needed = None;
+        state.created = None;
         state.unlisted.clear();
         log::debug!("exit {stage:?} ({ret})");
     }

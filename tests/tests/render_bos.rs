@@ -286,6 +286,33 @@ fn a_render_restore_that_fails_midway_closes_the_buffers_it_made() {
 }
 
 #[test]
+fn a_dma_buf_image_of_a_buffer_no_image_creates_is_refused_at_once() {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let src = node(&p, Kernel::Linux6_18);
+    let s = source(&src);
+    let dir = tempfile::tempdir().unwrap();
+    dump(&src, &s.process, &[(&fd_of(&s.render), 2)], dir.path());
+    let dirf = std::fs::File::open(dir.path()).unwrap();
+    // Handles 1 to 3 exist; nothing creates 99.
+    let bogus = images::proto::CriuDmabufNode { gem_handle: 99 };
+    DmabufImage::write(dirf.as_fd(), 5, &bogus).unwrap();
+    let dst = node(&p, Kernel::Linux6_18);
+    let restored = dst.machine.spawn_process_as(s.process.pid());
+    let e = dst.engine(&|p| p, &restored, &dirf, &settings());
+    e.init(Stage::Restore).unwrap();
+    let _render = e.restore_file(2).unwrap().unwrap();
+    let err = e.restore_file(5).unwrap_err().to_string();
+    assert!(
+        err.starts_with(
+            "amdgpu-dmabuf_5.img: no image of the checkpoint creates the buffer shared \
+             as GEM handle 99"
+        ),
+        "{err}"
+    );
+    e.fini(Stage::Restore, -1);
+}
+
+#[test]
 fn upstreams_render_images_restore_without_checksums_and_with_an_unset_length_header() {
     let p = Preset::by_name("mi210x2").unwrap();
     let src = node(&p, Kernel::Linux6_18);
