@@ -186,7 +186,7 @@ fn judge(m: &Marks) -> Provenance {
         (
             Writer::Ours,
             format!(
-                "{} checksum lists of pages files (field 100), {} KFD images with their own \
+                "{} checksum lists of pages files (field 100), {} KFD image(s) with their own \
                  checksum (field 101)",
                 m.checksum_lists, m.image_checksums
             ),

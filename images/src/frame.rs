@@ -733,41 +733,34 @@ pub trait ImageFile {
     }
 }
 
-/// `amdgpu-kfd-<id>.img`: [`CriuKfd`]. Default cap 1 GiB (priv_data grows with BOs and queues).
-#[derive(Debug, Clone, Copy)]
-pub struct KfdImage;
+/// An [`ImageFile`] type: its doc, name, message, the message's proto name, its default cap and
+/// the function of [`names`] that names its file.
+macro_rules! image_file {
+    ($(#[$doc:meta])* $ty:ident, $msg:ty, $proto:literal, $limit:expr, $name:path) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy)]
+        pub struct $ty;
 
-impl ImageFile for KfdImage {
-    type Message = CriuKfd;
-    const MESSAGE_NAME: &'static str = "criu_kfd";
-    const DEFAULT_LIMIT: u64 = 1 << 30;
-    fn file_name(id: u32) -> String {
-        names::kfd_image(id)
-    }
+        impl ImageFile for $ty {
+            type Message = $msg;
+            const MESSAGE_NAME: &'static str = $proto;
+            const DEFAULT_LIMIT: u64 = $limit;
+            fn file_name(id: u32) -> String {
+                $name(id)
+            }
+        }
+    };
 }
 
-/// `amdgpu-renderD-<id>.img`: [`CriuRenderNode`]. Default cap 256 MiB.
-#[derive(Debug, Clone, Copy)]
-pub struct RenderNodeImage;
-
-impl ImageFile for RenderNodeImage {
-    type Message = CriuRenderNode;
-    const MESSAGE_NAME: &'static str = "criu_render_node";
-    const DEFAULT_LIMIT: u64 = 256 << 20;
-    fn file_name(id: u32) -> String {
-        names::render_node_image(id)
-    }
-}
-
-/// `amdgpu-dmabuf_<id>.img`: [`CriuDmabufNode`]. Default cap 4 KiB (one small message).
-#[derive(Debug, Clone, Copy)]
-pub struct DmabufImage;
-
-impl ImageFile for DmabufImage {
-    type Message = CriuDmabufNode;
-    const MESSAGE_NAME: &'static str = "criu_dmabuf_node";
-    const DEFAULT_LIMIT: u64 = 4 << 10;
-    fn file_name(id: u32) -> String {
-        names::dmabuf_image(id)
-    }
-}
+image_file!(
+    /// `amdgpu-kfd-<id>.img`: [`CriuKfd`]. Default cap 1 GiB (priv_data grows with BOs and queues).
+    KfdImage, CriuKfd, "criu_kfd", 1 << 30, names::kfd_image
+);
+image_file!(
+    /// `amdgpu-renderD-<id>.img`: [`CriuRenderNode`]. Default cap 256 MiB.
+    RenderNodeImage, CriuRenderNode, "criu_render_node", 256 << 20, names::render_node_image
+);
+image_file!(
+    /// `amdgpu-dmabuf_<id>.img`: [`CriuDmabufNode`]. Default cap 4 KiB (one small message).
+    DmabufImage, CriuDmabufNode, "criu_dmabuf_node", 4 << 10, names::dmabuf_image
+);

@@ -378,16 +378,20 @@ mod tests {
             at += plan.step;
         }
         s.advance_and_ask(&file, len as u64);
-        // The reads run in the background: wait for them.
+        // The reads run in the background: wait for them. The page cache is the machine's:
+        // memory pressure or another process dropping caches may evict a few pages meanwhile,
+        // so all but 5% must be there; pieces larger than the kernel reads per call leave a
+        // third of the range out or more.
+        let want = pages - pages / 20;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         let mut got = resident(&file, len);
-        while got < pages && std::time::Instant::now() < deadline {
+        while got < want && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(20));
             got = resident(&file, len);
         }
-        assert_eq!(
-            got, pages,
-            "pages of the 48 MiB in the page cache ({plan:?})"
+        assert!(
+            got >= want,
+            "{got} of the 48 MiB's {pages} pages in the page cache ({plan:?})"
         );
     }
 }
