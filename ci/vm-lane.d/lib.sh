@@ -70,7 +70,30 @@ start_detached() {
     local pid
     pid=$(cat "$pidfile")
     echo "$pid" >>"$VM_LANE_WORK/pids"
+    echo "$name $pid" >>"$VM_LANE_WORK/named-pids"
     echo "$pid"
+}
+
+# stacks: the threads' stacks of every process start_detached started that still runs, each in
+# $VM_LANE_OUT/NAME-PID.stacks (gdb's backtraces where gdb is installed, else the kernel's wait
+# channel per thread), for a scenario that timed out waiting on one of them. A restored process
+# keeps its pid, so the workload criu restored is among them.
+stacks() {
+    local name pid t
+    [[ -s $VM_LANE_WORK/named-pids ]] || return 0
+    while read -r name pid; do
+        kill -0 "$pid" 2>/dev/null || continue
+        {
+            for t in /proc/"$pid"/task/*; do
+                printf '%s %s: %s in %s\n' "${t##*/}" "$(cat "$t/comm" 2>/dev/null)" \
+                    "$(awk '/^State/ {print $2}' "$t/status" 2>/dev/null)" "$(cat "$t/wchan" 2>/dev/null)"
+            done
+            if command -v gdb >/dev/null; then
+                timeout -k 5 120 gdb -nx -batch -p "$pid" -ex 'thread apply all bt 10' 2>&1 |
+                    grep -E '^(Thread|#)' || true
+            fi
+        } >"$VM_LANE_OUT/$name-$pid.stacks" 2>&1
+    done < <(sort -u "$VM_LANE_WORK/named-pids")
 }
 
 # wait_for WHAT SECONDS CMD [ARGS...]: polls CMD every 0.1 s until it succeeds; fails after SECONDS.
@@ -81,6 +104,7 @@ wait_for() {
         "$@" && return 0
         sleep 0.1
     done
+    stacks
     fail "timed out after ${limit}s waiting for $what"
 }
 
