@@ -32,6 +32,16 @@ fn sop32(c: &mut Ctx<'_>, i: &Inst, f: impl Fn(u32, u32, bool) -> (u32, Option<b
     Ok(())
 }
 
+/// A 32-bit result of a 64-bit source (bit counts and scans), with its SCC (None: unchanged).
+fn sop64_32(c: &mut Ctx<'_>, i: &Inst, f: impl Fn(u64) -> (u32, Option<bool>)) -> R {
+    let (r, scc) = f(c.s64(i.src[0]));
+    c.set_s32(i.dst, r);
+    if let Some(s) = scc {
+        c.w.scc = s;
+    }
+    Ok(())
+}
+
 /// A 64-bit result; `b` is read 64 bits wide only if `wide_b`.
 #[inline(always)]
 fn sop64(c: &mut Ctx<'_>, i: &Inst, f: impl Fn(u64, u64, bool) -> (u64, Option<bool>)) -> R {
@@ -58,6 +68,21 @@ fn lshl_add<const N: u32>(c: &mut Ctx<'_>, i: &Inst) -> R {
         #[allow(clippy::cast_possible_truncation)]
         (t as u32, Some(t >> 32 != 0))
     })
+}
+
+/// s_mov (`COND` false) and s_cmov (true: only while SCC is set) of a `W`-bit source.
+fn mov<const W: u32, const COND: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    if COND && !c.w.scc {
+        return Ok(());
+    }
+    if W == 64 {
+        let v = c.s64(i.src[0]);
+        c.set_s64(i.dst, v);
+    } else {
+        let v = c.s32(i.src[0]);
+        c.set_s32(i.dst, v);
+    }
+    Ok(())
 }
 
 /// s_ff1 (`LEADING` false: the lowest set bit) and s_flbit (true: zeros above the highest set

@@ -2,8 +2,8 @@
 //! handling, relative moves, VGPR indexing) with their executors.
 
 use super::{
-    bitscan, movrel_src, nz32, nz64, quadmask, saveexec, sop32, sop64, wqm, wrexec, S32, S32_64,
-    S64,
+    bitscan, mov, movrel_src, nz32, nz64, quadmask, saveexec, sop32, sop64, sop64_32, wqm, wrexec,
+    S32, S32_64, S64,
 };
 use crate::decode::Operand;
 use crate::table::Encoding::Sop1 as S1;
@@ -13,58 +13,10 @@ use crate::wave::reg;
 
 /// SOP1 opcodes.
 pub(crate) static SOP1: &[OpDef] = &[
-    row(
-        S1,
-        0x00,
-        "s_mov_b32",
-        ex!(|c, i| {
-            let v = c.s32(i.src[0]);
-            c.set_s32(i.dst, v);
-            Ok(())
-        }),
-        S32,
-        0,
-    ),
-    row(
-        S1,
-        0x01,
-        "s_mov_b64",
-        ex!(|c, i| {
-            let v = c.s64(i.src[0]);
-            c.set_s64(i.dst, v);
-            Ok(())
-        }),
-        S64,
-        0,
-    ),
-    row(
-        S1,
-        0x02,
-        "s_cmov_b32",
-        ex!(|c, i| {
-            if c.w.scc {
-                let v = c.s32(i.src[0]);
-                c.set_s32(i.dst, v);
-            }
-            Ok(())
-        }),
-        S32,
-        0,
-    ),
-    row(
-        S1,
-        0x03,
-        "s_cmov_b64",
-        ex!(|c, i| {
-            if c.w.scc {
-                let v = c.s64(i.src[0]);
-                c.set_s64(i.dst, v);
-            }
-            Ok(())
-        }),
-        S64,
-        0,
-    ),
+    row(S1, 0x00, "s_mov_b32", mov::<32, false>, S32, 0),
+    row(S1, 0x01, "s_mov_b64", mov::<64, false>, S64, 0),
+    row(S1, 0x02, "s_cmov_b32", mov::<32, true>, S32, 0),
+    row(S1, 0x03, "s_cmov_b64", mov::<64, true>, S64, 0),
     row(
         S1,
         0x04,
@@ -125,13 +77,7 @@ pub(crate) static SOP1: &[OpDef] = &[
         S1,
         0x0b,
         "s_bcnt0_i32_b64",
-        ex!(|c, i| {
-            let a = c.s64(i.src[0]);
-            let r = a.count_zeros();
-            c.set_s32(i.dst, r);
-            c.w.scc = r != 0;
-            Ok(())
-        }),
+        ex!(|c, i| sop64_32(c, i, |a| nz32(a.count_zeros()))),
         S32_64,
         0,
     ),
@@ -147,13 +93,7 @@ pub(crate) static SOP1: &[OpDef] = &[
         S1,
         0x0d,
         "s_bcnt1_i32_b64",
-        ex!(|c, i| {
-            let a = c.s64(i.src[0]);
-            let r = a.count_ones();
-            c.set_s32(i.dst, r);
-            c.w.scc = r != 0;
-            Ok(())
-        }),
+        ex!(|c, i| sop64_32(c, i, |a| nz32(a.count_ones()))),
         S32_64,
         0,
     ),
@@ -176,18 +116,14 @@ pub(crate) static SOP1: &[OpDef] = &[
         S1,
         0x0f,
         "s_ff0_i32_b64",
-        ex!(|c, i| {
-            let a = c.s64(i.src[0]);
-            c.set_s32(
-                i.dst,
-                if a == u64::MAX {
-                    u32::MAX
-                } else {
-                    a.trailing_ones()
-                },
-            );
-            Ok(())
-        }),
+        ex!(|c, i| sop64_32(c, i, |a| (
+            if a == u64::MAX {
+                u32::MAX
+            } else {
+                a.trailing_ones()
+            },
+            None
+        ))),
         S32_64,
         0,
     ),

@@ -105,6 +105,27 @@ pub(crate) fn u32_2(c: &mut Ctx<'_>, i: &Inst, f: impl Fn(u32, u32) -> u32) -> R
     Ok(())
 }
 
+/// A 32-bit add, or a subtract (`SUB`) of the sources in order or reversed (`REV`: b - a), of
+/// unsigned or `SIGNED` integers: wrapping, or saturating when the instruction clamps.
+#[allow(clippy::cast_possible_wrap, clippy::cast_sign_loss)]
+pub(crate) fn add_sub32<const SUB: bool, const REV: bool, const SIGNED: bool>(
+    c: &mut Ctx<'_>,
+    i: &Inst,
+) -> R {
+    let clamp = i.clamp;
+    u32_2(c, i, |a, b| {
+        let (a, b) = if REV { (b, a) } else { (a, b) };
+        match (clamp, SIGNED, SUB) {
+            (false, _, false) => a.wrapping_add(b),
+            (false, _, true) => a.wrapping_sub(b),
+            (true, false, false) => a.saturating_add(b),
+            (true, false, true) => a.saturating_sub(b),
+            (true, true, false) => (a as i32).saturating_add(b as i32) as u32,
+            (true, true, true) => (a as i32).saturating_sub(b as i32) as u32,
+        }
+    })
+}
+
 #[inline(always)]
 pub(crate) fn u32_3(c: &mut Ctx<'_>, i: &Inst, f: impl Fn(u32, u32, u32) -> u32) -> R {
     let r = with_srcs(c, i, |[a, b, d]: [&Lanes; 3]| {

@@ -2,8 +2,8 @@
 //! 0x100 + opcode) with their executors.
 
 use super::{
-    carry, den32, ex, f16_bits, f16_n, f32_n, f64_n, post32, sext16, sext24, u16_n, u32_2, u32_3,
-    B16, B32, F16, F32, F64, T_F16_I, T_PK_F16,
+    add_sub32, carry, den32, ex, f16_bits, f16_n, f32_n, f64_n, post32, sext16, sext24, u16_n,
+    u32_2, u32_3, B16, B32, F16, F32, F64, T_F16_I, T_PK_F16,
 };
 use crate::float;
 use crate::table::Encoding::Vop2 as V2;
@@ -466,13 +466,7 @@ pub(crate) static VOP2: &[OpDef] = &[
         V2,
         0x34,
         "v_add_u32",
-        ex!(|c, i| {
-            if i.clamp {
-                u32_2(c, i, |a, b| a.saturating_add(b))
-            } else {
-                u32_2(c, i, |a, b| a.wrapping_add(b))
-            }
-        }),
+        add_sub32::<false, false, false>,
         B32,
         0,
     ),
@@ -480,13 +474,7 @@ pub(crate) static VOP2: &[OpDef] = &[
         V2,
         0x35,
         "v_sub_u32",
-        ex!(|c, i| {
-            if i.clamp {
-                u32_2(c, i, |a, b| a.saturating_sub(b))
-            } else {
-                u32_2(c, i, |a, b| a.wrapping_sub(b))
-            }
-        }),
+        add_sub32::<true, false, false>,
         B32,
         0,
     ),
@@ -494,13 +482,7 @@ pub(crate) static VOP2: &[OpDef] = &[
         V2,
         0x36,
         "v_subrev_u32",
-        ex!(|c, i| {
-            if i.clamp {
-                u32_2(c, i, |a, b| b.saturating_sub(a))
-            } else {
-                u32_2(c, i, |a, b| b.wrapping_sub(a))
-            }
-        }),
+        add_sub32::<true, true, false>,
         B32,
         0,
     ),

@@ -2,9 +2,9 @@
 //! up: three-source arithmetic, 64-bit shifts and multiplies, lane reads and writes, packing).
 
 use super::{
-    bfe_i, bfe_u, den32, div_fmas_f32, div_fmas_f64, div_scale_f32, div_scale_f64, ex, f16_bits,
-    f16_n, f32_n, f64_n, ldexp_f64, mad_64_32, mbcnt, med3, mul_legacy, perm, post32, rtz_f16,
-    sad_u8, sext16, sext24, shift64, snorm16, u16_n, u32_2, u32_3, unorm16, v_readlane,
+    add_sub32, bfe_i, bfe_u, den32, div_fmas_f32, div_fmas_f64, div_scale_f32, div_scale_f64, ex,
+    f16_bits, f16_n, f32_n, f64_n, ldexp_f64, mad_64_32, mbcnt, med3, mul_legacy, perm, post32,
+    rtz_f16, sad_u8, sext16, sext24, shift64, snorm16, u16_n, u32_2, u32_3, unorm16, v_readlane,
     v_writelane, B16, B32, F16, F32, F64, T_CVT_PK, T_F32_I, T_F64_I32, T_MAD16, T_MAD64, T_PK_F16,
     T_SHIFT64,
 };
@@ -745,13 +745,7 @@ pub(crate) static VOP3: &[OpDef] = &[
         V3,
         0x29c,
         "v_add_i32",
-        ex!(|c, i| {
-            if i.clamp {
-                u32_2(c, i, |a, b| (a as i32).saturating_add(b as i32) as u32)
-            } else {
-                u32_2(c, i, u32::wrapping_add)
-            }
-        }),
+        add_sub32::<false, false, true>,
         B32,
         0,
     ),
@@ -759,13 +753,7 @@ pub(crate) static VOP3: &[OpDef] = &[
         V3,
         0x29d,
         "v_sub_i32",
-        ex!(|c, i| {
-            if i.clamp {
-                u32_2(c, i, |a, b| (a as i32).saturating_sub(b as i32) as u32)
-            } else {
-                u32_2(c, i, u32::wrapping_sub)
-            }
-        }),
+        add_sub32::<true, false, true>,
         B32,
         0,
     ),
