@@ -19,6 +19,10 @@
 //! generation stamp and every event's slot; 0 with `--dma cs`).
 //! `rebuilds=` in the VERIFY line counts the tick steps that were checkpointed mid-step and had
 //! to run again on new render-node objects (`--dma cs` only; see `Workload::tick`).
+//! While the file given with `--hold-trigger` exists it does not tick (it still verifies when
+//! asked), and says so once with a `HOLD <generation>` line: a checkpoint taken after that line
+//! holds no submission in flight, so a restore whose GPU state is known to be wrong can be
+//! verified before any tick runs into it.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -70,6 +74,9 @@ struct Args {
     /// Verify (and print a VERIFY line) when this file exists; it is removed afterwards.
     #[arg(long)]
     verify_trigger: Option<PathBuf>,
+    /// Do not tick while this file exists (print `HOLD <generation>` once when holding starts).
+    #[arg(long)]
+    hold_trigger: Option<PathBuf>,
     /// Verify once right after start and exit (a smoke test of the device).
     #[arg(long)]
     once: bool,
@@ -331,6 +338,7 @@ fn main() -> ExitCode {
         }
     };
     let mut ticks = 0u64;
+    let mut holding = false;
     loop {
         std::thread::sleep(Duration::from_millis(args.tick_ms));
         if let Some(trigger) = &args.verify_trigger {
@@ -340,6 +348,14 @@ fn main() -> ExitCode {
                 let _ = std::fs::remove_file(trigger);
             }
         }
+        if args.hold_trigger.as_ref().is_some_and(|f| f.exists()) {
+            if !holding {
+                println!("HOLD {}", w.manifest().generation);
+                holding = true;
+            }
+            continue;
+        }
+        holding = false;
         let rebuilds = w.rebuilds();
         match w.tick() {
             Ok(g) => {
