@@ -60,8 +60,10 @@ pub(crate) fn kfd_mmap(
                 "kfd-sim: pid {}: doorbell slice of device {dev} mapped",
                 p.pid
             );
-            // The process can ring its SDMA queues from now on.
+            // The process can ring its queues from now on: SDMA queues on the engines, AQL
+            // queues on the GPU's command processor.
             p.machine.scheduler.start(&p.machine);
+            p.machine.cp.start(&p.machine, dev);
             Ok(target(page, KFD_VMA))
         }
         mo::TYPE_EVENTS => {
@@ -75,6 +77,12 @@ pub(crate) fn kfd_mmap(
             if q.length > backing.size {
                 return Err(Errno::EINVAL);
             }
+            // kfd_event_mmap: the mapped length becomes the slot limit (up to 4096 slots: the
+            // order check above), whatever it was (256 for the kernel's own page, the BO's size
+            // for a page userspace gave).
+            signal.slots = u32::try_from(q.length / 8)
+                .unwrap_or(SIGNAL_EVENT_LIMIT)
+                .min(SIGNAL_EVENT_LIMIT);
             Ok(target(backing, KFD_VMA))
         }
         mo::TYPE_RESERVED_MEM => {

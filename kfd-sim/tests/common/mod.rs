@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub(crate) mod aql;
 pub(crate) mod criu;
 
 use std::os::fd::AsFd;
