@@ -654,3 +654,30 @@ fn userptr_memory_is_read_and_written_by_kernels() {
         rig.e.kfd.free_memory(bo.handle).unwrap();
     }
 }
+
+/// A queue that was never rung is not fetched from, so a ring the GPU cannot reach yet is no
+/// fault: mapped later, the queue runs its first packet. (Before, the command processor read
+/// slot 0 of every new queue and stopped the queue at the VM fault, with a warning.)
+#[test]
+fn a_queue_never_rung_is_not_fetched_from_until_its_doorbell_rings() {
+    let rig = rig();
+    let q = Queue::new(&rig, 16, None);
+    rig.e
+        .kfd
+        .unmap_memory_from_gpu(q.ring.handle, &[rig.g])
+        .unwrap();
+    // Another queue's dispatch completes: the command processor has passed over the first one
+    // with its ring unmapped.
+    let other = Queue::new(&rig, 16, None);
+    let out = rig.buf(4096, GTT_W);
+    let args = Args::default().u64(out.va).u32(4);
+    run(&rig, &other, "grid2d", [4, 1, 1], [4, 1, 1], &args);
+    rig.e
+        .kfd
+        .map_memory_to_gpu(q.ring.handle, &[rig.g])
+        .unwrap();
+    out.put_u32s(0, &[0; 4]);
+    run(&rig, &q, "grid2d", [4, 1, 1], [4, 1, 1], &args);
+    assert_eq!(out.u32s(0, 4), [0, 1000, 2000, 3000]);
+    assert_eq!(rig.value(&q.inactive), 0, "no queue error");
+}

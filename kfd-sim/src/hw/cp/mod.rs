@@ -326,6 +326,12 @@ impl<R: Runlist> QueueRun<'_, R> {
         let at = self.packet_va();
         let pkt = match read_va(self.vm(), at, PACKET) {
             Ok(b) => b,
+            // A queue never rung (its doorbell and read pointer still at 0, as the driver made
+            // it) has given the hardware nothing to fetch: a ring the GPU cannot reach yet is not
+            // a fault before the queue is used (kfd-workload's compute queues are never rung,
+            // their rings never GPU-mapped). The cost: a first packet rung on an unmapped ring
+            // waits instead of faulting.
+            Err(_) if self.st.rptr == 0 && self.w.doorbell == 0 => return Step::Wait,
             Err(e) => {
                 self.log_once(
                     "AQL ring unreadable",
