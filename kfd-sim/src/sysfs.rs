@@ -45,7 +45,7 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
 use topology::model::{keys, Node};
-use topology::Topology;
+use topology::{create_dir_below, Topology};
 
 use crate::asic::Asic;
 
@@ -338,15 +338,15 @@ pub fn write(topology: &Topology, root: &Path, opts: SysfsOptions) -> Result<(),
     };
     fs::create_dir_all(root).map_err(err(root))?;
     let kfd = Path::new("devices/virtual/kfd/kfd/topology");
-    make_below(root, kfd).map_err(err(&root.join(kfd)))?;
+    create_dir_below(root, kfd).map_err(err(&root.join(kfd)))?;
     topology::write(topology, &root.join(kfd))?;
     for e in entries(topology, opts) {
         let path = root.join(e.path());
         if let Some(parent) = e.path().parent() {
-            make_below(root, parent).map_err(err(&root.join(parent)))?;
+            create_dir_below(root, parent).map_err(err(&root.join(parent)))?;
         }
         match &e {
-            Entry::Dir(rel) => make_below(root, rel).map_err(err(&path))?,
+            Entry::Dir(rel) => create_dir_below(root, rel).map_err(err(&path))?,
             Entry::File(_, bytes) => fs::write(&path, bytes).map_err(err(&path))?,
             Entry::Link(_, target) => {
                 if fs::symlink_metadata(&path).is_ok() {
@@ -354,21 +354,6 @@ pub fn write(topology: &Topology, root: &Path, opts: SysfsOptions) -> Result<(),
                 }
                 symlink(target, &path).map_err(err(&path))?;
             }
-        }
-    }
-    Ok(())
-}
-
-/// Makes `rel` and its parents below `root`, one directory at a time, never `root` itself: a
-/// root removed while the tree is written (an interrupted process cleaning up its temporary
-/// directories) is not made again, the write fails instead.
-fn make_below(root: &Path, rel: &Path) -> io::Result<()> {
-    let mut dir = root.to_path_buf();
-    for part in rel.components() {
-        dir.push(part);
-        match fs::create_dir(&dir) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
-            _ => {}
         }
     }
     Ok(())
@@ -384,7 +369,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("gone");
         let t = Preset::mi210x2().to_topology().unwrap();
-        let e = make_below(&root, Path::new("class/drm")).unwrap_err();
+        let e = create_dir_below(&root, Path::new("class/drm")).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
         std::fs::create_dir(&root).unwrap();
         write(&t, &root, SysfsOptions::default()).unwrap();
@@ -392,7 +377,7 @@ mod tests {
         std::fs::remove_dir_all(&root).unwrap();
         for e in entries(&t, SysfsOptions::default()) {
             if let Some(parent) = e.path().parent() {
-                assert!(make_below(&root, parent).is_err() || parent.as_os_str().is_empty());
+                assert!(create_dir_below(&root, parent).is_err() || parent.as_os_str().is_empty());
             }
         }
         assert!(!root.exists());
