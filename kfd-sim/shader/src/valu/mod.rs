@@ -112,16 +112,25 @@ pub(crate) fn add_sub32<const SUB: bool, const REV: bool, const SIGNED: bool>(
     c: &mut Ctx<'_>,
     i: &Inst,
 ) -> R {
-    let clamp = i.clamp;
+    // The clamp is the instruction's, so it is decided once, outside the lane loop.
+    let order = |a: u32, b: u32| if REV { (b, a) } else { (a, b) };
+    if !i.clamp {
+        return u32_2(c, i, |a, b| {
+            let (a, b) = order(a, b);
+            if SUB {
+                a.wrapping_sub(b)
+            } else {
+                a.wrapping_add(b)
+            }
+        });
+    }
     u32_2(c, i, |a, b| {
-        let (a, b) = if REV { (b, a) } else { (a, b) };
-        match (clamp, SIGNED, SUB) {
-            (false, _, false) => a.wrapping_add(b),
-            (false, _, true) => a.wrapping_sub(b),
-            (true, false, false) => a.saturating_add(b),
-            (true, false, true) => a.saturating_sub(b),
-            (true, true, false) => (a as i32).saturating_add(b as i32) as u32,
-            (true, true, true) => (a as i32).saturating_sub(b as i32) as u32,
+        let (a, b) = order(a, b);
+        match (SIGNED, SUB) {
+            (false, false) => a.saturating_add(b),
+            (false, true) => a.saturating_sub(b),
+            (true, false) => (a as i32).saturating_add(b as i32) as u32,
+            (true, true) => (a as i32).saturating_sub(b as i32) as u32,
         }
     })
 }
