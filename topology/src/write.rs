@@ -103,15 +103,26 @@ pub(crate) fn files(topology: &Topology) -> Vec<(PathBuf, String)> {
 ///
 /// The first `mkdir(2)` error other than `EEXIST` (`ENOENT` when `root` is gone).
 pub fn create_dir_below(root: &Path, rel: &Path) -> io::Result<()> {
-    let mut dir = root.to_path_buf();
-    for part in rel.components() {
-        dir.push(part);
-        match fs::create_dir(&dir) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
-            _ => {}
-        }
+    if rel.as_os_str().is_empty() {
+        return Ok(());
     }
-    Ok(())
+    let mkdir = |dir: &Path| match fs::create_dir(dir) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        done => done,
+    };
+    let dir = root.join(rel);
+    // One call when the parent is there (the common case: a tree written parents first);
+    // otherwise the parents below `root` first.
+    match mkdir(&dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => match rel.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => {
+                create_dir_below(root, parent)?;
+                mkdir(&dir)
+            }
+            _ => Err(e),
+        },
+        done => done,
+    }
 }
 
 /// Writes `topology` under `root` (created if needed) in the kernel's sysfs format: files
