@@ -42,9 +42,9 @@ use kfd_abi::sdma::IbBuilder;
 use kfd_abi::{
     AllocFlags, BoHandle, GpuId, IoctlError, Platform, RenderNode, SdmaQueue, UserptrBuffer,
 };
-use kfd_sim::{SimFile, SimPlatform};
+use kfd_sim::{SimFile, SimPlatform, SimProcess};
 
-use harness::{ImageIds, RestoredTarget, SimNode, Target};
+use harness::{ImageIds, RestoredTarget, SimNode};
 
 /// Bytes per COPY_LINEAR packet upstream emits on gfx9 (`SDMA_LINEAR_COPY_MAX_SIZE`).
 pub(crate) const PACKET_BYTES: u64 = 2 << 20;
@@ -257,24 +257,21 @@ where
     })
 }
 
-/// Checkpoints `target` on `node` the upstream way into pages files in `dir` (image id `id`), as
-/// criu's tracer. Returns the time from PROCESS_INFO to UNPAUSE.
+/// Checkpoints `process` on `node` the upstream way, through its `/dev/kfd` file `kfd_fd`, into
+/// pages files in `dir` (image id `id`), as criu's tracer. Returns the time from PROCESS_INFO to UNPAUSE.
 pub(crate) fn dump(
     node: &SimNode,
-    target: &Target,
+    (process, kfd_fd): (&SimProcess, BorrowedFd<'_>),
     dir: &Path,
     id: u32,
     max_buffer: Option<u64>,
 ) -> Result<Duration, UpstreamError> {
     let criu = node.machine.spawn_process();
-    criu.ptrace_attach(&target.process);
+    criu.ptrace_attach(process);
     let platform = node.platform_of(&criu);
     let result = (|| {
         let start = Instant::now();
-        let fd = target
-            .workload
-            .kfd()
-            .as_fd()
+        let fd = kfd_fd
             .try_clone_to_owned()
             .map_err(|source| UpstreamError::Io {
                 what: "duplicating",
@@ -316,7 +313,7 @@ pub(crate) fn dump(
         unpaused?;
         Ok(start.elapsed())
     })();
-    criu.ptrace_detach(&target.process);
+    criu.ptrace_detach(process);
     result
 }
 

@@ -3,12 +3,13 @@
 //! and restore; each phase from the same memory state.
 
 use std::io;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use amdgpu_plugin::criu::Settings;
 use harness::workload::{Manifest, Spec};
-use harness::{ImageIds, SimNode, Target};
+use harness::{ImageIds, RestoredTarget, SimNode, Target};
 use kfd_sim::Preset;
 
 use super::files::{drop_caches, files, image_files, on_disk, remove, settle, settle_and_drop};
@@ -236,18 +237,23 @@ fn write_side(
 }
 
 /// Raw read, restore, raw read (of the second raw write's files, `raw2`); the restored
-/// workload verified. Returns the restore's time and cost and the raw reads'.
+/// workload verified. Returns the restore's time and cost, the raw reads', and the restored
+/// node with its workload.
 fn read_side(
     plan: &Plan,
     d: &BenchDir,
     w: &Written,
+    source: (SimNode, Target),
     raw2: &[PathBuf],
     manifest: &Manifest,
-) -> Result<(Duration, Cost, [Timed; 2]), BenchError> {
+) -> Result<ReadSide, BenchError> {
     d.prepare(plan.sync, raw2, &[])
         .map_err(io_err("preparing the raw read"))?;
     let (raw_r1, cpu_r1) = with_cpu(|| raw_read(raw2));
     let raw_r1 = raw_r1.map_err(io_err("measuring the raw read"))?;
+    // The source's VRAM is freed just before the restore allocates its own, as the restored
+    // node's is before upstream's restore: both restores start with the same memory freed.
+    drop(source);
     let dst = SimNode::new(&plan.preset)?;
     d.prepare(plan.sync, &w.images, raw2)
         .map_err(io_err("preparing the restore"))?;
@@ -260,16 +266,29 @@ fn read_side(
     let (raw_r2, cpu_r2) = with_cpu(|| raw_read(raw2));
     let raw_r2 = raw_r2.map_err(io_err("measuring the raw read"))?;
     target_back.verify(manifest)?;
-    Ok((restore_time, restore, [(raw_r1, cpu_r1), (raw_r2, cpu_r2)]))
+    Ok(ReadSide {
+        time: restore_time,
+        cost: restore,
+        raw: [(raw_r1, cpu_r1), (raw_r2, cpu_r2)],
+        restored: (dst, target_back),
+    })
 }
 
-/// Upstream's dump and restore of the same process, after the raw files and our pages files are
-/// gone (its restore reads our KFD image, which names the same buffers); the restored workload
-/// verified.
+/// What the read side measured, and the restored workload (upstream dumps that one).
+struct ReadSide {
+    time: Duration,
+    cost: Cost,
+    raw: [Timed; 2],
+    restored: (SimNode, RestoredTarget),
+}
+
+/// Upstream's dump and restore of the same process (as our restore left it, verified), after
+/// the raw files and our pages files are gone (its restore reads our KFD image, which names the
+/// same buffers); the restored workload verified.
 fn upstream_side(
     plan: &Plan,
     d: &BenchDir,
-    (src, target): (SimNode, Target),
+    (src, target): (SimNode, RestoredTarget),
     w: &Written,
     raw2: &[PathBuf],
     manifest: &Manifest,
@@ -289,7 +308,13 @@ fn upstream_side(
     d.settle_both()
         .map_err(io_err("syncing the bench directory"))?;
     let (dumped, dump) = measure(&src.machine, || -> Result<_, BenchError> {
-        let mut took = upstream::dump(&src, &target, &d.up_dir, w.ids.kfd, plan.max_buffer)?;
+        let mut took = upstream::dump(
+            &src,
+            (&target.process, target.kfd.as_fd()),
+            &d.up_dir,
+            w.ids.kfd,
+            plan.max_buffer,
+        )?;
         if plan.sync {
             let start = Instant::now();
             settle(&d.up_dir).map_err(io_err("syncing upstream's files"))?;
@@ -348,25 +373,23 @@ pub(crate) fn run_bench(args: &BenchArgs) -> Result<BenchReport, BenchError> {
     phase.set_message(format!("dump and raw writes of {}", HumanSize(bytes)));
     let w = write_side(&plan, &d, (&src, &target), bytes, &raw2)?;
     let upstream_skipped = plan.upstream_skipped(args.no_upstream);
-    // The source stays for upstream's dump, which comes last (so that the disk holds two sets
-    // of files at most).
-    let source = match upstream_skipped {
-        Some(_) => {
-            drop(target);
-            drop(src);
-            None
-        }
-        None => Some((src, target)),
-    };
     phase.set_message(format!(
         "restore, verification and raw reads of {}",
         HumanSize(bytes)
     ));
-    let (restore_time, restore_cost, raw_r) = read_side(&plan, &d, &w, &raw2, &manifest)?;
+    let ReadSide {
+        time: restore_time,
+        cost: restore_cost,
+        raw: raw_r,
+        restored,
+    } = read_side(&plan, &d, &w, (src, target), &raw2, &manifest)?;
+    // Upstream's dump, which comes last (so that the disk holds two sets of files at most),
+    // dumps the workload our restore brought back.
     phase.set_message("upstream's data path: dump, restore, verification");
-    let upstream_run = source
-        .map(|source| upstream_side(&plan, &d, source, &w, &raw2, &manifest))
-        .transpose()?;
+    let upstream_run = match upstream_skipped {
+        Some(_) => None,
+        None => Some(upstream_side(&plan, &d, restored, &w, &raw2, &manifest)?),
+    };
     phase.finish_and_clear();
     drop(d);
 
@@ -575,7 +598,13 @@ mod tests {
         });
         let (ids, _) = dumped.unwrap();
         let (dumped, theirs) = measure(&src.machine, || {
-            upstream::dump(&src, &target, up_dir.path(), ids.kfd, None)
+            upstream::dump(
+                &src,
+                (&target.process, target.workload.kfd().as_fd()),
+                up_dir.path(),
+                ids.kfd,
+                None,
+            )
         });
         dumped.unwrap();
         let bound = (2 << 20) + (3 << 20);
@@ -622,7 +651,14 @@ mod tests {
         let target = harness::start_target(&src, &spec).unwrap();
         let manifest = target.workload.manifest().clone();
         let (ids, _) = harness::checkpoint(&src, &target, dir.path(), &settings).unwrap();
-        upstream::dump(&src, &target, up_dir.path(), ids.kfd, Some(2 << 20)).unwrap();
+        upstream::dump(
+            &src,
+            (&target.process, target.workload.kfd().as_fd()),
+            up_dir.path(),
+            ids.kfd,
+            Some(2 << 20),
+        )
+        .unwrap();
         drop(target);
         for g in &manifest.gpus {
             let name = PagesFile::Kfd {
