@@ -32,16 +32,7 @@ log=$VM_LANE_OUT/criu/images-restore.log
 grep -q "amdgpu_plugin: .*checksum.*${pages##*/}\|amdgpu_plugin: .*${pages##*/}.*checksum" "$log" ||
     fail "the plugin's reason (checksum of ${pages##*/}) is not in criu's log"
 note "$(grep -m 1 "amdgpu_plugin: .*${pages##*/}" "$log")"
-released() {
-    tail -n +"$((seen + 1))" "$VM_LANE_OUT/simd.err" |
-        grep -q "kfd-sim: pid $WORKLOAD_PID: KFD process released"
-}
-wait_for "kfd-simd to release the half-restored process" 15 released
-line=$(tail -n +"$((seen + 1))" "$VM_LANE_OUT/simd.err" |
-    grep "kfd-sim: pid $WORKLOAD_PID: KFD process released" | tail -n 1)
-note "kfd-simd: $line"
-in_use=${line##*VRAM in use: }
-[[ -z $(tr ',' '\n' <<<"$in_use" | awk -F': ' '$2 != 0') ]] || fail "VRAM still in use: $in_use"
+released_since "$seen" "$WORKLOAD_PID"
 
 # The pages file mended, the KFD image damaged: four bytes at offset 200, inside the first GPU's
 # device entry (the message still decodes: before the image checksum, such an image restored

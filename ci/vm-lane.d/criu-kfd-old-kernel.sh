@@ -36,10 +36,5 @@ criu_run restore "$IMAGES" -d || rc=$?
 log=$VM_LANE_OUT/criu/images-restore.log
 grep -q "$refusal" "$log" || fail "upstream's refusal line is not in criu's restore log"
 note "$(grep -m 1 "$refusal" "$log")"
-wait_for "kfd-simd to release the refused process" 15 \
-    grep -q "kfd-sim: pid $WORKLOAD_PID: KFD process released" "$VM_LANE_OUT/simd.err"
-line=$(grep "kfd-sim: pid $WORKLOAD_PID: KFD process released" "$VM_LANE_OUT/simd.err" | tail -n 1)
-note "kfd-simd: $line"
-in_use=${line##*VRAM in use: }
-[[ -z $(tr ',' '\n' <<<"$in_use" | awk -F': ' '$2 != 0') ]] || fail "VRAM in use: $in_use"
+released_since 0 "$WORKLOAD_PID"
 pass

@@ -59,12 +59,5 @@ grep -q 'does not exist' "$VM_LANE_OUT/nocuse.err" || fail "no clear error witho
 
 # 3. The CUSE test suite, for real (each test starts its own daemon).
 note "running the CUSE tests"
-rc=0
-KFD_SIMD_LOG=warn "$tests" --test-threads=1 --nocapture >"$VM_LANE_OUT/tests.out" 2>&1 || rc=$?
-tail -n 20 "$VM_LANE_OUT/tests.out"
-((rc == 0)) || fail "the CUSE tests failed (status $rc, tests.out)"
-! grep -q '^SKIPPED' "$VM_LANE_OUT/tests.out" || fail "the CUSE tests were skipped in the guest"
-# Every test of the binary ran and passed (the count comes from the binary itself).
-want=$("$tests" --list 2>/dev/null | grep -c ': test$')
-grep -q "test result: ok. $want passed" "$VM_LANE_OUT/tests.out" || fail "not all $want CUSE tests ran"
+run_tests CUSE "$tests"
 pass

@@ -58,13 +58,7 @@ stop_simd
 
 # 2. The bridge test suite, for real (each test starts its own daemon).
 note "running the bridge tests: $tests"
-rc=0
-KFD_SIMD_LOG=warn "$tests" --test-threads=1 --nocapture >"$VM_LANE_OUT/tests.out" 2>&1 || rc=$?
-tail -n 20 "$VM_LANE_OUT/tests.out"
-((rc == 0)) || fail "the bridge tests failed (status $rc, tests.out)"
-! grep -q '^SKIPPED' "$VM_LANE_OUT/tests.out" || fail "the bridge tests were skipped in the guest"
-want=$("$tests" --list 2>/dev/null | grep -c ': test$')
-grep -q "test result: ok. $want passed" "$VM_LANE_OUT/tests.out" || fail "not all $want bridge tests ran"
+run_tests bridge "$tests"
 check_kernel_log "during the tests"
 
 # 3. criu sees the mappings as device VMAs and hands them to the plugin.

@@ -110,6 +110,31 @@ wait_for() {
     fail "timed out after ${limit}s waiting for $what ($((SECONDS - t0))s of wall time)"
 }
 
+# released_since LINE PID: kfd-simd released the KFD process of PID after line LINE of its log
+# (0: anywhere in it), with all VRAM free again.
+released_since() {
+    local seen=$1 pid=$2 line
+    _released() { tail -n +"$((seen + 1))" "$VM_LANE_OUT/simd.err" | grep -q "kfd-sim: pid $pid: KFD process released"; }
+    wait_for "kfd-simd to release pid $pid" 30 _released
+    line=$(tail -n +"$((seen + 1))" "$VM_LANE_OUT/simd.err" | grep "kfd-sim: pid $pid: KFD process released" | tail -n 1)
+    note "kfd-simd: $line"
+    local in_use=${line##*VRAM in use: }
+    [[ -z $(tr ',' '\n' <<<"$in_use" | awk -F': ' '$2 != 0') ]] || fail "VRAM still in use: $in_use"
+}
+
+# run_tests NAME BINARY: runs a test binary of the workspace in the guest, one test at a time
+# (each starts its own daemon); fails unless every test the binary lists ran and passed, none
+# skipped for want of what the guest has.
+run_tests() {
+    local name=$1 bin=$2 rc=0 want
+    KFD_SIMD_LOG=warn "$bin" --test-threads=1 --nocapture >"$VM_LANE_OUT/tests.out" 2>&1 || rc=$?
+    tail -n 20 "$VM_LANE_OUT/tests.out"
+    ((rc == 0)) || fail "the $name tests failed (status $rc, tests.out)"
+    ! grep -q '^SKIPPED' "$VM_LANE_OUT/tests.out" || fail "the $name tests were skipped in the guest"
+    want=$("$bin" --list 2>/dev/null | grep -c ': test$')
+    grep -q "test result: ok. $want passed" "$VM_LANE_OUT/tests.out" || fail "not all $want $name tests ran"
+}
+
 # criu_run ACTION DIR [ARGS...]: runs `criu ACTION -D DIR` with a verbose log, copies the log to
 # $VM_LANE_OUT/criu/ and returns criu's status (for scenarios where criu is expected to fail).
 criu_run() {
