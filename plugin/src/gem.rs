@@ -599,6 +599,14 @@ pub(crate) fn restore<P: Platform>(
     restored
 }
 
+/// The size of a dma-buf (`lseek(SEEK_END)`, which dma-bufs answer with their size); `None`
+/// when it cannot be told.
+fn dmabuf_size(dmabuf: &OwnedFd) -> Option<u64> {
+    use std::io::{Seek, SeekFrom};
+    let mut file = std::fs::File::from(dmabuf.try_clone().ok()?);
+    file.seek(SeekFrom::End(0)).ok()
+}
+
 /// The handles a failing restore of a render node created in the process's file, to close.
 struct Made {
     /// The file's handles before the restore (an import may give back one of them).
@@ -659,11 +667,36 @@ fn recreate<P: Platform>(
         };
         let target = BoHandle::new(b.handle).ok_or_else(|| bad("GEM handle 0"))?;
         let what = format!("{file}: GEM handle {}", b.handle);
-        let handle = if b.is_import != 0 {
+        let import = if b.is_import != 0 {
             let dmabuf = (opts.lookup)(b.handle, &what)?;
-            render
-                .prime_fd_to_handle(dmabuf.as_fd())
-                .map_err(ioctl(format!("{what}: importing its buffer")))?
+            match dmabuf_size(&dmabuf) {
+                Some(size) if size != b.size => {
+                    // criu-dev writes, for each /dev/kfd buffer, its handle in the plugin's own
+                    // render-node file, and marks every buffer of the process's file whose
+                    // handle has the same number as an import of it: two numberings, one
+                    // namespace. A buffer of another size is not the one this entry names.
+                    log::warn!(
+                        "{what}: marked as an import of the buffer shared as {}, which has {size} \
+                         bytes, not its {} (criu-dev numbers /dev/kfd buffers by their handles \
+                         in its own render-node file, which a handle of this file can repeat): \
+                         restored as a buffer of its own, from its pages file",
+                        b.handle,
+                        b.size
+                    );
+                    None
+                }
+                _ => Some(
+                    render
+                        .prime_fd_to_handle(dmabuf.as_fd())
+                        .map_err(ioctl(format!("{what}: importing its buffer")))?,
+                ),
+            }
+        } else {
+            None
+        };
+        let own = import.is_none();
+        let handle = if let Some(imported) = import {
+            imported
         } else {
             let alignment = b.alignment.saturating_mul(PAGE);
             render
@@ -701,7 +734,7 @@ fn recreate<P: Platform>(
                 new_offset,
             });
         }
-        if b.is_import == 0 {
+        if own {
             let dmabuf = render
                 .prime_handle_to_fd(target)
                 .map_err(ioctl(format!("{what}: exporting it")))?;
@@ -711,7 +744,11 @@ fn recreate<P: Platform>(
                     .map_err(|e| GemError::Unshareable(format!("{what}: {e}")))?;
                 fill.push((i, copy));
             }
-            out.created.push((b.handle, dmabuf));
+            // A buffer that was wrongly marked an import is not the one others share under
+            // its number.
+            if b.is_import == 0 {
+                out.created.push((b.handle, dmabuf));
+            }
         }
     }
     if !fill.is_empty() {

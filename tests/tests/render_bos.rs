@@ -346,6 +346,55 @@ fn upstreams_render_images_restore_without_checksums_and_with_an_unset_length_he
     e.fini(Stage::Restore, 0);
 }
 
+/// criu-dev writes each /dev/kfd buffer's handle as a number in its own render-node file and
+/// marks every buffer of the process's file whose handle repeats such a number as an import of
+/// that /dev/kfd buffer. A buffer so marked whose exporter has another size is restored as the
+/// buffer it is, from its own pages file.
+#[test]
+fn a_render_buffer_marked_an_import_of_a_kfd_buffer_of_another_size_is_restored_as_its_own() {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let src = node(&p, Kernel::Linux6_18);
+    let s = source(&src);
+    let dir = tempfile::tempdir().unwrap();
+    dump(
+        &src,
+        &s.process,
+        &[(&fd_of(&s.kfd), 1), (&fd_of(&s.render), 2)],
+        dir.path(),
+    );
+    let dirf = std::fs::File::open(dir.path()).unwrap();
+    // The 2 MiB /dev/kfd buffer numbered 1, as criu-dev numbers it; the process's 3 MiB render
+    // buffer at handle 1 marked as its import.
+    let mut kfd = images::KfdImage::read(dirf.as_fd(), 1).unwrap();
+    assert_eq!(kfd.bo_entries[0].size, 2 * MIB);
+    kfd.bo_entries[0].handle = 1;
+    images::KfdImage::write(dirf.as_fd(), 1, &kfd).unwrap();
+    let mut img = RenderNodeImage::read(dirf.as_fd(), 2).unwrap();
+    assert_eq!(
+        (img.bo_entries[0].handle, img.bo_entries[0].size),
+        (1, 3 * MIB)
+    );
+    img.bo_entries[0].is_import = 1;
+    RenderNodeImage::write(dirf.as_fd(), 2, &img).unwrap();
+
+    let dst = node(&p, Kernel::Linux6_18);
+    let restored = dst.machine.spawn_process_as(s.process.pid());
+    let e = dst.engine(&|p| p, &restored, &dirf, &settings());
+    e.init(Stage::Restore).unwrap();
+    let _kfd = e.restore_file(1).unwrap().unwrap();
+    let render = dst
+        .platform_of(&restored)
+        .render_from_fd(e.restore_file(2).unwrap().unwrap())
+        .unwrap();
+    let listed = listing(&render);
+    assert_eq!(listed[0].0, 1);
+    assert_eq!(listed[0].1, 3 * MIB, "handle 1 is a buffer of its own size");
+    for (h, want) in (1..).zip(&s.contents) {
+        assert!(read_bo(&render, bo(h), want.len()) == *want, "buffer {h}");
+    }
+    e.fini(Stage::Restore, 0);
+}
+
 /// Engines of two restored tasks forked from one criu process after its `init`.
 fn restore_engines(
     n: &SimNode,
