@@ -17,7 +17,7 @@ use amdgpu_cr::check::{
 use amdgpu_cr::inspect::{inspect, PagesStatus};
 use amdgpu_cr::topo::TopologyReport;
 use amdgpu_cr::{Format, Outcome, Report};
-use images::proto::{CriuDmabufNode, CriuKfd, CriuRenderNode, KfdBoEntry};
+use images::proto::{CriuDmabufNode, CriuKfd, CriuRenderNode, DrmBoEntry, KfdBoEntry};
 use images::{DmabufImage, ImageFile, KfdImage, PagesFile, PagesWriter, RenderNodeImage};
 use kfd_abi::AllocFlags;
 use tempfile::TempDir;
@@ -220,6 +220,56 @@ fn inspect_summarises_every_image() {
     let report = inspect(dir.path(), "DIR", false).unwrap();
     assert_eq!(report.outcome(), Outcome::Success);
     insta::assert_snapshot!("inspect_text", text(&report));
+}
+
+/// criu-dev's plugin writes its render-node pages files without checksums and with whatever its
+/// stack holds where the length header goes; inspect checks them as the restore reads them.
+#[test]
+fn inspect_reads_upstreams_render_pages_files_past_their_unset_length_header() {
+    let t = mi100x2(65);
+    let dir = image_dir(&t, false);
+    let d = File::open(dir.path()).unwrap();
+    let first = t.gpus().next().unwrap();
+    let render = CriuRenderNode {
+        gpu_id: first.gpu_id,
+        id: 8,
+        drm_render_minor: first.render_minor(),
+        num_of_bos: 1,
+        bo_entries: vec![DrmBoEntry {
+            size: 64 * KIB,
+            handle: 1,
+            preferred_domains: 4, // VRAM
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    RenderNodeImage::write(d.as_fd(), 8, &render).unwrap();
+    let file = PagesFile::Drm {
+        id: 8,
+        minor: first.render_minor(),
+        index: 0,
+    }
+    .file_name();
+    let mut bytes = 0x7ffd_1234_5678u64.to_ne_bytes().to_vec();
+    bytes.resize(8 + 64 * 1024, 0x5a);
+    std::fs::write(dir.path().join(&file), &bytes).unwrap();
+
+    for verify in [false, true] {
+        let report = inspect(dir.path(), "DIR", verify).unwrap();
+        let summary = report.pages_files.iter().find(|p| p.file == file).unwrap();
+        assert_eq!(summary.status, PagesStatus::HeaderUnset { read: verify });
+        assert_eq!(report.outcome(), Outcome::Success, "{}", text(&report));
+    }
+    // A short file is still wrong.
+    bytes.truncate(8 + 1024);
+    std::fs::write(dir.path().join(&file), &bytes).unwrap();
+    let report = inspect(dir.path(), "DIR", true).unwrap();
+    let summary = report.pages_files.iter().find(|p| p.file == file).unwrap();
+    assert!(
+        matches!(summary.status, PagesStatus::Bad { .. }),
+        "{:?}",
+        summary.status
+    );
 }
 
 #[test]

@@ -293,6 +293,12 @@ pub enum PagesStatus {
         /// Its checksums were verified.
         verified: bool,
     },
+    /// A render-node pages file without checksums, whose length header is not checked: criu-dev's
+    /// plugin never sets it (the restore ignores it too); sound as far as checked.
+    HeaderUnset {
+        /// Read to the end (`--verify`).
+        read: bool,
+    },
     /// Expected but absent.
     Missing,
     /// Present but wrong.
@@ -326,6 +332,12 @@ impl PagesStatus {
                 read: true,
                 verified: false,
             } => "ok (read; no checksums)".to_owned(),
+            Self::HeaderUnset { read: false } => {
+                "ok (length header not checked: criu-dev leaves it unset)".to_owned()
+            }
+            Self::HeaderUnset { read: true } => {
+                "ok (read; no checksums; length header not checked)".to_owned()
+            }
             Self::Missing => "MISSING".to_owned(),
             Self::Bad {
                 chunk: Some(c),
