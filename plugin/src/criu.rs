@@ -529,7 +529,7 @@ impl<P: Platform> Engine<P> {
         if let Some(n) = &lock(&self.state).needed {
             return std::sync::Arc::clone(n);
         }
-        let keys = std::sync::Arc::new(self.scan_keys(false));
+        let keys = std::sync::Arc::new(self.scan_keys(Keys::Imported));
         lock(&self.state).needed = Some(std::sync::Arc::clone(&keys));
         keys
     }
@@ -540,14 +540,15 @@ impl<P: Platform> Engine<P> {
         if let Some(c) = &lock(&self.state).created {
             return std::sync::Arc::clone(c);
         }
-        let keys = std::sync::Arc::new(self.scan_keys(true));
+        let keys = std::sync::Arc::new(self.scan_keys(Keys::Created));
         lock(&self.state).created = Some(std::sync::Arc::clone(&keys));
         keys
     }
 
-    /// The keys the images of the directory import and hold as dma-bufs (`created` false), or
-    /// create (`created` true). An image that cannot be read adds none: its own restore says why.
-    fn scan_keys(&self, created: bool) -> std::collections::BTreeSet<u32> {
+    /// The keys of `which` buffers of the directory's images. An image that cannot be read adds
+    /// none: its own restore says why.
+    fn scan_keys(&self, which: Keys) -> std::collections::BTreeSet<u32> {
+        let created = which != Keys::Imported;
         let mut keys = std::collections::BTreeSet::new();
         if let Ok(dir) = self.dir() {
             let path = format!("/proc/self/fd/{}", dir.as_raw_fd());
@@ -577,7 +578,7 @@ impl<P: Platform> Engine<P> {
                     if let Ok(m) = DmabufImage::read(dir, id) {
                         keys.insert(m.gem_handle);
                     }
-                } else if let Some(id) = id("amdgpu-kfd-").filter(|_| created) {
+                } else if let Some(id) = id("amdgpu-kfd-").filter(|_| which == Keys::Created) {
                     if let Ok(m) = KfdImage::read(dir, id) {
                         keys.extend(
                             m.bo_entries
@@ -714,11 +715,16 @@ impl<P: Platform> Engine<P> {
         };
         let settings = self.settings();
         let lookup = |key: u32, what: &str| self.lookup_shared(key, what);
+        let kfd_only = |key: u32| {
+            self.created_keys().contains(&key)
+                && !self.scan_keys(Keys::RenderCreated).contains(&key)
+        };
         let opts = gem::RestoreGemOptions {
             staging: settings.staging,
             map_pages: settings.map_pages,
             progress: &settings.progress,
             lookup: &lookup,
+            kfd_only: &kfd_only,
         };
         let restored = gem::restore(&self.platform, render, minor, id, msg, self.dir()?, &opts)
             .map_err(gem_failed)?;
@@ -1242,6 +1248,17 @@ pub(crate) fn hooks() -> &'static dyn CriuHooks {
         Engine::new(HostPlatform::from_env(), criu_image_dir)
             .with_inventory(crate::shim::HostInventory)
     })
+}
+
+/// Which keys of the images [`Engine::scan_keys`] collects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Keys {
+    /// Of buffers that render-node and dma-buf images import.
+    Imported,
+    /// Of buffers that render-node or /dev/kfd images create.
+    Created,
+    /// Of buffers that render-node images create.
+    RenderCreated,
 }
 
 /// Whether the host criu calls DUMP_DEVICES_LATE (measured by the shim when criu loaded us).

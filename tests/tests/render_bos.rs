@@ -348,13 +348,26 @@ fn upstreams_render_images_restore_without_checksums_and_with_an_unset_length_he
 
 /// criu-dev writes each /dev/kfd buffer's handle as a number in its own render-node file and
 /// marks every buffer of the process's file whose handle repeats such a number as an import of
-/// that /dev/kfd buffer. A buffer so marked whose exporter has another size is restored as the
-/// buffer it is, from its own pages file.
-#[test]
-fn a_render_buffer_marked_an_import_of_a_kfd_buffer_of_another_size_is_restored_as_its_own() {
+/// that /dev/kfd buffer. Such a buffer is restored as the buffer it is, from its own pages file:
+/// when its "exporter" has another size, and, in an image without checksums (criu-dev's), when
+/// only a /dev/kfd image names the number, whatever the sizes.
+#[rstest::rstest]
+#[case::another_size(2 * MIB, false)]
+#[case::same_size_without_checksums(3 * MIB, true)]
+fn a_render_buffer_marked_an_import_of_a_kfd_buffer_by_number_is_restored_as_its_own(
+    #[case] kfd_size: u64,
+    #[case] upstream: bool,
+) {
     let p = Preset::by_name("mi210x2").unwrap();
     let src = node(&p, Kernel::Linux6_18);
     let s = source(&src);
+    if kfd_size != 2 * MIB {
+        let gpu = GpuId::new(src.machine.gpu_ids()[0]).unwrap();
+        let flags = AllocFlags::VRAM | AllocFlags::WRITABLE;
+        s.kfd
+            .alloc_memory(0x7f10_0000_0000, kfd_size, gpu, flags)
+            .unwrap();
+    }
     let dir = tempfile::tempdir().unwrap();
     dump(
         &src,
@@ -363,11 +376,18 @@ fn a_render_buffer_marked_an_import_of_a_kfd_buffer_of_another_size_is_restored_
         dir.path(),
     );
     let dirf = std::fs::File::open(dir.path()).unwrap();
-    // The 2 MiB /dev/kfd buffer numbered 1, as criu-dev numbers it; the process's 3 MiB render
-    // buffer at handle 1 marked as its import.
+    // A /dev/kfd buffer numbered 1, as criu-dev numbers it; the process's 3 MiB render buffer at
+    // handle 1 marked as its import.
     let mut kfd = images::KfdImage::read(dirf.as_fd(), 1).unwrap();
-    assert_eq!(kfd.bo_entries[0].size, 2 * MIB);
-    kfd.bo_entries[0].handle = 1;
+    let k = kfd
+        .bo_entries
+        .iter()
+        .position(|b| b.size == kfd_size)
+        .unwrap();
+    kfd.bo_entries[k].handle = 1;
+    if upstream {
+        kfd.pages_checksums.clear();
+    }
     images::KfdImage::write(dirf.as_fd(), 1, &kfd).unwrap();
     let mut img = RenderNodeImage::read(dirf.as_fd(), 2).unwrap();
     assert_eq!(
@@ -375,6 +395,9 @@ fn a_render_buffer_marked_an_import_of_a_kfd_buffer_of_another_size_is_restored_
         (1, 3 * MIB)
     );
     img.bo_entries[0].is_import = 1;
+    if upstream {
+        img.pages_checksums.clear();
+    }
     RenderNodeImage::write(dirf.as_fd(), 2, &img).unwrap();
 
     let dst = node(&p, Kernel::Linux6_18);
@@ -387,8 +410,7 @@ fn a_render_buffer_marked_an_import_of_a_kfd_buffer_of_another_size_is_restored_
         .render_from_fd(e.restore_file(2).unwrap().unwrap())
         .unwrap();
     let listed = listing(&render);
-    assert_eq!(listed[0].0, 1);
-    assert_eq!(listed[0].1, 3 * MIB, "handle 1 is a buffer of its own size");
+    assert_eq!((listed[0].0, listed[0].1), (1, 3 * MIB));
     for (h, want) in (1..).zip(&s.contents) {
         assert!(read_bo(&render, bo(h), want.len()) == *want, "buffer {h}");
     }
