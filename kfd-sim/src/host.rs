@@ -3,8 +3,9 @@
 //!
 //! The raw OS calls of the device model live here, each `unsafe` block with its `SAFETY`
 //! argument. The crate's other `unsafe` code: the CUSE front end's system calls (`cuse::os`),
-//! the bridge's control ioctls (`cuse::bridge::sys`) and the in-process `Transport` (an `unsafe`
-//! trait of `kfd-abi`).
+//! the bridge's control ioctls (`cuse::bridge::sys`), the in-process `Transport` (an `unsafe`
+//! trait of `kfd-abi`) and the command processor's GPU memory for the shader core
+//! (`hw::cp::memory`, kfd-shader's `unsafe` trait `Memory`).
 
 use std::ffi::CString;
 use std::io;
@@ -203,6 +204,54 @@ impl SharedMap {
             std::ptr::copy_nonoverlapping(buf.as_ptr(), self.ptr.as_ptr().add(off), buf.len())
         };
         true
+    }
+
+    /// The host address of byte `offset` and how many bytes of the mapping follow it (at least
+    /// one): what the shader core reads and writes directly. The address stays valid for as long
+    /// as this mapping lives; every access through it must be atomic or a bounds-checked copy.
+    pub(crate) fn run_at(&self, offset: u64) -> Option<(NonNull<u8>, u64)> {
+        let off = self.check(offset, 1)?;
+        // SAFETY: off < len (checked), so the result stays inside the live mapping.
+        let p = unsafe { self.ptr.as_ptr().add(off) };
+        Some((NonNull::new(p)?, (self.len - off) as u64))
+    }
+
+    /// The aligned qword at `offset` as an atomic, if it lies inside the mapping.
+    fn atomic_u64(&self, offset: u64) -> Option<&std::sync::atomic::AtomicU64> {
+        let off = self.check(offset, 8)?;
+        if off % 8 != 0 {
+            return None;
+        }
+        // SAFETY: [off, off + 8) is inside the live mapping (checked) and 8-aligned (the mapping
+        // is page aligned); the reference lives no longer than `self`, and the memory is only
+        // ever accessed atomically or by plain copies racing as the GPU's accesses do.
+        Some(unsafe { std::sync::atomic::AtomicU64::from_ptr(self.ptr.as_ptr().add(off).cast()) })
+    }
+
+    /// Atomically adds `v` to the aligned qword at `offset` (a real host atomic: the CPU of the
+    /// client and other engines see one read-modify-write); the old value, or `None` when the
+    /// qword is misaligned or out of bounds.
+    pub(crate) fn fetch_add_u64(&self, offset: u64, v: u64) -> Option<u64> {
+        Some(
+            self.atomic_u64(offset)?
+                .fetch_add(v, std::sync::atomic::Ordering::SeqCst),
+        )
+    }
+
+    /// Atomically stores `v` into the aligned qword at `offset`; `false` when misaligned or out
+    /// of bounds.
+    pub(crate) fn store_u64(&self, offset: u64, v: u64) -> bool {
+        self.atomic_u64(offset)
+            .map(|a| a.store(v, std::sync::atomic::Ordering::SeqCst))
+            .is_some()
+    }
+
+    /// Atomically loads the aligned qword at `offset`.
+    pub(crate) fn load_u64(&self, offset: u64) -> Option<u64> {
+        Some(
+            self.atomic_u64(offset)?
+                .load(std::sync::atomic::Ordering::SeqCst),
+        )
     }
 
     fn check(&self, offset: u64, len: usize) -> Option<usize> {

@@ -75,6 +75,8 @@ pub(crate) struct MachineInner {
     unanswered: Mutex<BTreeSet<String>>,
     /// The queue scheduler: its engine thread runs the user-mode queues.
     pub(crate) scheduler: crate::hw::scheduler::Scheduler,
+    /// The command processors: a thread per GPU runs the AQL queues.
+    pub(crate) cp: crate::hw::cp::CommandProcessors,
     reg: Mutex<Registry>,
 }
 
@@ -132,6 +134,7 @@ impl MachineInner {
             gtt_size,
             unanswered: Mutex::new(BTreeSet::new()),
             scheduler: crate::hw::scheduler::Scheduler::default(),
+            cp: crate::hw::cp::CommandProcessors::default(),
             kfd_version: std::sync::atomic::AtomicU64::new(
                 u64::from(kfd_sys::KFD_IOCTL_MAJOR_VERSION) << 32
                     | u64::from(kfd_sys::KFD_IOCTL_MINOR_VERSION),

@@ -11,19 +11,22 @@ use super::vm::Vm;
 /// Where the simulated SDMA engine is in a user-mode queue's ring: what the MQD's ring pointer
 /// registers hold on hardware. Pointers count bytes since the queue was created and are
 /// taken modulo the ring size to address it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+///
+/// On an AQL queue the pointers count packets: `rptr` is the index of the packet the command
+/// processor is at (`read_dispatch_id`), `wptr` the doorbell's last value.
+#[derive(Clone, Debug, Default)]
 pub(crate) struct RingState {
-    /// Bytes the engine executed (the read pointer it writes back).
+    /// Bytes the engine executed (the read pointer it writes back); packets on an AQL queue.
     pub rptr: u64,
-    /// Bytes submitted: the write pointer latched from the doorbell.
+    /// Bytes submitted: the write pointer latched from the doorbell; packets on an AQL queue.
     pub wptr: u64,
     /// The doorbell value the engine saw last (a new value is a new write pointer).
     pub doorbell: u64,
     /// The engine stopped on this queue (a bad packet or a VM fault), as a hung queue stays.
     pub hung: bool,
-    /// AQL compute queues, which nothing executes: the doorbell index whose packet the engine
-    /// has reported (`kfd::aql`).
-    pub aql_reported: Option<u64>,
+    /// AQL queues: what the command processor keeps of the queue between its passes (the
+    /// dispatch in flight with its stopped waves, a wait, an error), made on its first pass.
+    pub cp: Option<Arc<Mutex<super::cp::QueueState>>>,
 }
 
 /// The engine a user queue runs on.
@@ -42,6 +45,8 @@ pub(crate) enum Engine {
 pub(crate) struct MappedQueue<'a> {
     /// The driver's queue id.
     pub qid: u32,
+    /// The index of the GPU the queue is on.
+    pub device: usize,
     /// The engine it runs on.
     pub engine: Engine,
     /// Whether it may run: a ring and a non-zero percentage.
@@ -50,7 +55,7 @@ pub(crate) struct MappedQueue<'a> {
     pub ring: u64,
     /// Bytes of the ring.
     pub ring_size: u64,
-    /// GPU VA the read pointer is written back to.
+    /// GPU VA the read pointer is written back to (AQL: `amd_queue_t.read_dispatch_id`).
     pub rptr_addr: u64,
     /// Its doorbell in the process's slice.
     pub doorbell_id: u32,

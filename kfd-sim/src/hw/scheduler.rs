@@ -21,8 +21,8 @@
 //! - **What it skips.** A process whose queues are evicted (CRIU's PROCESS_INFO, a restore
 //!   before RESUME) runs nothing; evicting waits for the packet in flight
 //!   ([`wait_idle`]): the queue is preempted at a packet boundary. A queue without a ring, with
-//!   a zero percentage, or hung does not run. Nor does an AQL compute queue: the packet its
-//!   doorbell names is only looked at, and reported once per type ([`super::aql`]).
+//!   a zero percentage, or hung does not run. AQL compute queues are the command processor's
+//!   ([`super::cp`]), which runs on its own threads over the same runlist.
 //! - **Faults.** A packet the engine does not know, a ring pointer that is not dword aligned or
 //!   more than a ring ahead, or a VM fault hangs the queue (logged; nothing after it runs), as
 //!   a hung SDMA queue waits for a reset on hardware. An incomplete packet at the write pointer
@@ -43,11 +43,13 @@ use std::time::Duration;
 
 use kfd_abi::sdma::{DecodeError, Decoder};
 
-use super::aql;
 use super::queue::{Engine, MappedQueue, RingState};
 use super::sdma::{read_va, run_packet, write_va, Fault, Ran};
 use super::vm::Vm;
 use crate::host::lock;
+
+/// Bits of an SDMA TRAP's context that carry the event id (`kfd_int_process_v9`).
+const TRAP_ID_BITS: u32 = 28;
 
 /// The poll interval while queues have work.
 pub(crate) const POLL_MIN: Duration = Duration::from_micros(100);
@@ -76,6 +78,10 @@ pub(crate) trait MappedProcess {
     /// evicting the queues, to wait for the packet in flight (a queue preemption).
     fn preemption(&self) -> &Mutex<()>;
 
+    /// The same for the command processors: held while they run a round of this process's
+    /// AQL queues.
+    fn cp_preemption(&self) -> &Mutex<()>;
+
     /// Runs `f` on the process's queues, under the lock the driver keeps them under.
     fn with_queues<R>(&self, f: impl FnOnce(&mut dyn Queues) -> R) -> R;
 }
@@ -92,9 +98,17 @@ pub(crate) trait Queues {
     /// destroyed or replaced under the engine is left alone).
     fn ring_state(&mut self, qid: u32, ring: Option<u64>) -> Option<&mut RingState>;
 
-    /// An interrupt the engine raised on queue `qid`: a TRAP with its context. The driver's
-    /// interrupt handler runs on it.
-    fn interrupt(&mut self, qid: u32, context: u32);
+    /// An interrupt an engine raised on queue `qid` naming (the low `valid_bits` bits of) an
+    /// event id: an SDMA TRAP's context, a command processor's end-of-pipe interrupt, a wave's
+    /// `s_sendmsg`. The driver's interrupt handler runs on it.
+    fn interrupt(&mut self, qid: u32, context: u32, valid_bits: u32);
+
+    /// A GPU VM fault of a wave on queue `qid` at `va`: the driver's VM fault handler runs on
+    /// it (the process's memory events).
+    fn vm_fault(&mut self, qid: u32, va: u64, write: bool);
+
+    /// The SVM ranges GPU `device` may reach, and whose memory they are.
+    fn svm(&self, device: usize) -> crate::hw::cp::memory::SvmView;
 }
 
 /// The queue scheduler of one machine: its engine thread, started once.
@@ -138,7 +152,7 @@ fn run<R: Runlist>(runlist: &Weak<R>) {
         let mut worked = false;
         for p in r.processes() {
             // Every process gets its turn, whatever the others did.
-            worked |= service(&*r, &*p);
+            worked |= service(&*p);
         }
         drop(r);
         wait = if worked {
@@ -150,9 +164,11 @@ fn run<R: Runlist>(runlist: &Weak<R>) {
     }
 }
 
-/// Waits until the engine is not running a packet of `p` (call after evicting its queues).
+/// Waits until no engine runs a packet of `p` and no command processor a round of it (call
+/// after evicting its queues).
 pub(crate) fn wait_idle(p: &impl MappedProcess) {
     drop(lock(p.preemption()));
+    drop(lock(p.cp_preemption()));
 }
 
 /// Latches every mapped SDMA doorbell of process `pid` into its queue's write pointer.
@@ -190,7 +206,7 @@ struct Work {
 }
 
 /// Runs the pending packets of `p`'s queues; whether any ran.
-fn service<R: Runlist>(runlist: &R, p: &R::Process) -> bool {
+fn service(p: &impl MappedProcess) -> bool {
     let _running = lock(p.preemption());
     let pid = p.pid();
     let pending = p.with_queues(|qs| {
@@ -198,7 +214,6 @@ fn service<R: Runlist>(runlist: &R, p: &R::Process) -> bool {
         if qs.evicted() {
             return None;
         }
-        let aql = aql::rung(qs);
         let work: Vec<Work> = qs
             .mapped()
             .into_iter()
@@ -220,13 +235,11 @@ fn service<R: Runlist>(runlist: &R, p: &R::Process) -> bool {
                 })
             })
             .collect();
-        Some((work, aql))
+        Some(work)
     });
-    let Some((work, aql)) = pending else {
+    let Some(work) = pending else {
         return false;
     };
-    // The AQL queues' packets are only looked at (and reported): no work for the engine.
-    aql::report(runlist, p, aql);
     let mut ran = false;
     for w in work {
         log::debug!(
@@ -308,7 +321,7 @@ fn run_queue(p: &impl MappedProcess, w: &Work) -> bool {
             if !traps.is_empty() {
                 p.with_queues(|qs| {
                     for ctx in traps {
-                        qs.interrupt(w.qid, ctx);
+                        qs.interrupt(w.qid, ctx, TRAP_ID_BITS);
                     }
                 });
             }

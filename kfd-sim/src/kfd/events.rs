@@ -226,6 +226,29 @@ pub(crate) fn signal_event_interrupt(
         .count()
 }
 
+/// `kfd_signal_vm_fault_event`: a GPU VM fault of the process on GPU `gpu_id` (the id the
+/// process knows) at `va` sets every memory event with the fault's exception data
+/// (`kfd_hsa_memory_exception_data`: failure flags NotPresent, ReadOnly, NoExecute, imprecise;
+/// the faulting page's address; the GPU). Returns how many were set; the caller wakes the
+/// waiters.
+pub(crate) fn signal_vm_fault(st: &mut ProcState, gpu_id: u32, va: u64, write: bool) -> usize {
+    let mut data = [0u8; 32];
+    // Not present; read-only too for a write (the simulator does not tell the two apart).
+    data[0..4].copy_from_slice(&1u32.to_le_bytes());
+    data[4..8].copy_from_slice(&u32::from(write).to_le_bytes());
+    data[16..24].copy_from_slice(&(va & !(PAGE_SIZE - 1)).to_le_bytes());
+    data[24..28].copy_from_slice(&gpu_id.to_le_bytes());
+    let mut set = 0;
+    for ev in st.events.values_mut() {
+        if ev.ty == sys::KFD_IOC_EVENT_MEMORY {
+            ev.exception = data;
+            ev.set();
+            set += 1;
+        }
+    }
+    set
+}
+
 /// The signal event `id` that SET_EVENT and RESET_EVENT act on: `EINVAL` if there is none, or
 /// it is of another type.
 fn signal_event(st: &mut ProcState, id: u32) -> Result<&mut Event, Errno> {

@@ -60,8 +60,10 @@ pub(crate) fn kfd_mmap(
                 "kfd-sim: pid {}: doorbell slice of device {dev} mapped",
                 p.pid
             );
-            // The process can ring its SDMA queues from now on.
+            // The process can ring its queues from now on: SDMA queues on the engines, AQL
+            // queues on the GPU's command processor.
             p.machine.scheduler.start(&p.machine);
+            p.machine.cp.start(&p.machine, dev);
             Ok(target(page, KFD_VMA))
         }
         mo::TYPE_EVENTS => {

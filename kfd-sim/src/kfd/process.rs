@@ -96,6 +96,8 @@ pub(crate) struct ProcState {
     pub signal_event_count: u32,
     /// SVM ranges, sorted, non-overlapping.
     pub svm: Vec<SvmRange>,
+    /// Whose memory the SVM ranges are (the process that set their attributes).
+    pub svm_mem: Option<crate::hw::backing::ProcessMemory>,
     /// XNACK mode.
     pub xnack: bool,
     /// Queue eviction count (queues run when zero).
@@ -149,6 +151,8 @@ pub(crate) struct KfdProcess {
     /// Held by the simulated SDMA engine while it runs this process's queues: taken once after
     /// the queues are evicted, it waits for the packet in flight (a queue preemption).
     pub(crate) engine: Mutex<()>,
+    /// The same for the command processors: held while they run a round of this process.
+    pub(crate) cp: Mutex<()>,
     /// Its doorbell slices that were mapped, by device index: the same pages for every mapping,
     /// and what the GPU reads when a doorbell rings.
     doorbells: Mutex<Vec<(usize, Arc<Backing>)>>,
@@ -183,6 +187,7 @@ impl KfdProcess {
             signal: None,
             signal_event_count: 0,
             svm: Vec::new(),
+            svm_mem: None,
             xnack: false,
             evictions: 0,
             queues_paused: false,
@@ -196,6 +201,7 @@ impl KfdProcess {
             state: Mutex::new(state),
             events_cv: Condvar::new(),
             engine: Mutex::new(()),
+            cp: Mutex::new(()),
             doorbells: Mutex::new(Vec::new()),
         }
     }

@@ -134,7 +134,7 @@ impl Queue {
             wptr: u64_at(mqd_layout::WPTR),
             doorbell: 0,
             hung: false,
-            aql_reported: None,
+            cp: None,
         }
     }
 

@@ -4,15 +4,14 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::events::signal_event_interrupt;
+use super::events::{signal_event_interrupt, signal_vm_fault};
 use super::process::{KfdProcess, ProcState};
 use super::queue::QueueKind;
+use super::svm_range::SvmAccess;
+use crate::hw::cp::memory::SvmView;
 use crate::hw::queue::{Engine, MappedQueue, RingState};
 use crate::hw::scheduler::{MappedProcess, Queues, Runlist};
 use crate::machine::MachineInner;
-
-/// Bits of an SDMA TRAP's context that carry the event id (`kfd_int_process_v9`).
-const TRAP_ID_BITS: u32 = 28;
 
 impl Runlist for MachineInner {
     type Process = KfdProcess;
@@ -33,6 +32,10 @@ impl MappedProcess for KfdProcess {
 
     fn preemption(&self) -> &Mutex<()> {
         &self.engine
+    }
+
+    fn cp_preemption(&self) -> &Mutex<()> {
+        &self.cp
     }
 
     fn with_queues<R>(&self, f: impl FnOnce(&mut dyn Queues) -> R) -> R {
@@ -65,6 +68,7 @@ impl Queues for ProcessQueues<'_> {
                 let pdd = pdds.get(q.pdd)?;
                 Some(MappedQueue {
                     qid,
+                    device: pdd.dev,
                     engine: match (q.kind, q.aql) {
                         (QueueKind::Compute, true) => Engine::Aql,
                         (QueueKind::Compute, false) => Engine::Pm4,
@@ -91,14 +95,49 @@ impl Queues for ProcessQueues<'_> {
             .map(|q| &mut q.ring_state)
     }
 
-    fn interrupt(&mut self, qid: u32, context: u32) {
-        let set = signal_event_interrupt(self.st, context, TRAP_ID_BITS);
+    fn interrupt(&mut self, qid: u32, context: u32, valid_bits: u32) {
+        let set = signal_event_interrupt(self.st, context, valid_bits);
         log::debug!(
-            "kfd-sim: pid {}: SDMA queue {qid} TRAP {context:#x}: {set} event(s) set",
+            "kfd-sim: pid {}: queue {qid} interrupt {context:#x} ({valid_bits} id bits): {set} \
+             event(s) set",
             self.process.pid
         );
         if set > 0 {
             self.process.events_cv.notify_all();
+        }
+    }
+
+    fn vm_fault(&mut self, qid: u32, va: u64, write: bool) {
+        let gpu_id = self
+            .st
+            .queues
+            .get(&qid)
+            .and_then(|q| self.st.pdds.get(q.pdd))
+            .map_or(0, |pdd| pdd.user_gpu_id);
+        let set = signal_vm_fault(self.st, gpu_id, va, write);
+        log::debug!(
+            "kfd-sim: pid {}: queue {qid} GPU VM fault at {va:#x}: {set} memory event(s) set",
+            self.process.pid
+        );
+        if set > 0 {
+            self.process.events_cv.notify_all();
+        }
+    }
+
+    fn svm(&self, device: usize) -> SvmView {
+        let Some(pi) = self.st.pdds.iter().position(|p| p.dev == device) else {
+            return SvmView::default();
+        };
+        let xnack = self.st.xnack;
+        SvmView {
+            ranges: self
+                .st
+                .svm
+                .iter()
+                .filter(|r| xnack || r.access.get(pi).is_some_and(|&a| a != SvmAccess::None))
+                .map(|r| (r.start, r.end()))
+                .collect(),
+            mem: self.st.svm_mem,
         }
     }
 }

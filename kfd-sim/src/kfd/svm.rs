@@ -220,6 +220,7 @@ fn svm_op(
             }
             svm_range_valid(call, &st, start, end)?;
             svm_apply(&mut st, start, end, attrs);
+            st.svm_mem = Some(call.client.process_memory());
             Ok(0)
         }
         sys::KFD_IOCTL_SVM_OP_GET_ATTR => {

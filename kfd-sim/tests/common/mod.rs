@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod aql;
 pub mod criu;
 
 use std::os::fd::AsFd;

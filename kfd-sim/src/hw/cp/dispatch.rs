@@ -1,0 +1,267 @@
+//! A kernel dispatch in flight: its workgroups run on worker threads in time slices.
+//!
+//! A round ([`InFlight::round`]) runs workgroups on up to [`workers`] threads for about
+//! [`ROUND`] of time each: a thread takes a stopped workgroup or starts the next one, runs it
+//! [`SLICE`] instructions at a time until it ends or the round's time is up, and parks what is
+//! unfinished in the dispatch. So a kernel that never ends (a wave spinning on a flag in memory)
+//! uses its time and lets the command processor go on to other queues and processes, and an
+//! eviction waits at most one round: the waves stop at an instruction boundary and stay parked
+//! in the queue until the process runs again.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kfd_shader::{Dispatch, Executor, ShaderError, Stop, Workgroup};
+
+use super::super::vm::Vm;
+use super::memory::{GpuClock, GpuMemory, SvmView};
+use crate::host::lock;
+
+/// Instructions a workgroup runs between two looks at the clock.
+pub(crate) const SLICE: u64 = 1 << 14;
+/// How long the workers of one round run before the command processor goes on.
+pub(crate) const ROUND: Duration = Duration::from_millis(20);
+
+/// Worker threads a round uses: the host's cores.
+pub(crate) fn workers() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// A started workgroup with the scratch wave slot it owns until it ends.
+struct Live {
+    wg: Workgroup,
+    slot: u32,
+}
+
+/// Why a dispatch cannot go on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// A wave executed `s_trap`.
+    Trap {
+        /// The trap id.
+        id: u8,
+        /// Where.
+        pc: u64,
+    },
+    /// An unsupported or illegal instruction, or a memory fault.
+    Shader(ShaderError),
+    /// Client memory the waves wrote could not be written back (the client unmapped it).
+    WriteBack {
+        /// The CPU address.
+        addr: u64,
+    },
+}
+
+/// What a round ended with.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum RoundEnd {
+    /// Every workgroup has ended.
+    Done,
+    /// Workgroups are left: run another round.
+    More,
+    /// A wave failed; the dispatch is over.
+    Failed(Failure),
+}
+
+/// A KERNEL_DISPATCH the command processor has started.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    /// The packet's index in the ring.
+    pub index: u64,
+    /// The completion signal (0: none).
+    pub signal: u64,
+    /// The GPU timestamp when it started (profiling).
+    pub start_ts: u64,
+    dispatch: Dispatch,
+    next: u64,
+    total: u64,
+    parked: Vec<Live>,
+    free_slots: Vec<u32>,
+}
+
+impl std::fmt::Debug for Live {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Live")
+            .field("id", &self.wg.id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The shared part of a round.
+struct Pool {
+    parked: Vec<Live>,
+    next: u64,
+    free_slots: Vec<u32>,
+}
+
+impl InFlight {
+    /// A dispatch about to start; `slots` scratch wave slots (the first wave slot of each
+    /// workgroup that may run at once).
+    pub(crate) fn new(
+        index: u64,
+        signal: u64,
+        start_ts: u64,
+        dispatch: Dispatch,
+        slots: Vec<u32>,
+    ) -> Self {
+        let total = dispatch.workgroup_count();
+        Self {
+            index,
+            signal,
+            start_ts,
+            dispatch,
+            next: 0,
+            total,
+            parked: Vec::new(),
+            free_slots: slots,
+        }
+    }
+
+    /// Runs one round on `vm`; the M0 of every `s_sendmsg` interrupt goes to `interrupts`.
+    /// `stop` ends the round early (at the next slice).
+    pub(crate) fn round(
+        &mut self,
+        vm: &Arc<Mutex<Vm>>,
+        svm: &Arc<SvmView>,
+        interrupts: &mut Vec<u32>,
+        stop: &AtomicBool,
+    ) -> RoundEnd {
+        let left = self.total - self.next + self.parked.len() as u64;
+        let threads = usize::try_from(left)
+            .unwrap_or(usize::MAX)
+            .min(workers())
+            .max(1);
+        let pool = Mutex::new(Pool {
+            parked: std::mem::take(&mut self.parked),
+            next: self.next,
+            free_slots: std::mem::take(&mut self.free_slots),
+        });
+        let failure: Mutex<Option<Failure>> = Mutex::new(None);
+        let sent: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+        let failed = AtomicBool::new(false);
+        let deadline = Instant::now() + ROUND;
+        let dispatch = &self.dispatch;
+        let total = self.total;
+        let work = || {
+            let mut mem = GpuMemory::new(Arc::clone(vm), Arc::clone(svm));
+            let mut ex = Executor::new();
+            worker(
+                dispatch, total, &pool, &mut ex, &mem, deadline, &failed, stop, &failure, &sent,
+            );
+            if let Err(addr) = mem.flush() {
+                failed.store(true, Ordering::SeqCst);
+                lock(&failure).get_or_insert(Failure::WriteBack { addr });
+            }
+        };
+        if threads == 1 {
+            work();
+        } else {
+            std::thread::scope(|s| {
+                for _ in 0..threads {
+                    s.spawn(work);
+                }
+            });
+        }
+        interrupts.extend(sent.into_inner().unwrap_or_default());
+        let pool = pool
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.parked = pool.parked;
+        self.next = pool.next;
+        self.free_slots = pool.free_slots;
+        if let Some(f) = failure
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
+            return RoundEnd::Failed(f);
+        }
+        if self.next >= self.total && self.parked.is_empty() {
+            RoundEnd::Done
+        } else {
+            RoundEnd::More
+        }
+    }
+}
+
+/// One worker of a round.
+#[allow(clippy::too_many_arguments)]
+fn worker(
+    dispatch: &Dispatch,
+    total: u64,
+    pool: &Mutex<Pool>,
+    ex: &mut Executor,
+    mem: &GpuMemory,
+    deadline: Instant,
+    failed: &AtomicBool,
+    stop: &AtomicBool,
+    failure: &Mutex<Option<Failure>>,
+    sent: &Mutex<Vec<u32>>,
+) {
+    let clock = GpuClock;
+    loop {
+        if failed.load(Ordering::SeqCst)
+            || stop.load(Ordering::SeqCst)
+            || Instant::now() >= deadline
+        {
+            return;
+        }
+        let job = {
+            let mut p = lock(pool);
+            if let Some(l) = p.parked.pop() {
+                Some(l)
+            } else if p.next < total {
+                match p.free_slots.pop() {
+                    Some(slot) => {
+                        let k = p.next;
+                        p.next += 1;
+                        Some(Live {
+                            wg: dispatch.workgroup(k, slot),
+                            slot,
+                        })
+                    }
+                    None => None,
+                }
+            } else {
+                None
+            }
+        };
+        let Some(mut live) = job else {
+            return;
+        };
+        loop {
+            let st = ex.run(&mut live.wg, mem, &clock, SLICE);
+            match st.stop {
+                Stop::Done => {
+                    lock(pool).free_slots.push(live.slot);
+                    break;
+                }
+                Stop::Budget => {
+                    if Instant::now() >= deadline
+                        || stop.load(Ordering::SeqCst)
+                        || failed.load(Ordering::SeqCst)
+                    {
+                        lock(pool).parked.push(live);
+                        return;
+                    }
+                }
+                Stop::Interrupt { m0, .. } => lock(sent).push(m0),
+                Stop::Trap { trap_id, pc, .. } => {
+                    fail(failed, failure, Failure::Trap { id: trap_id, pc });
+                    lock(pool).parked.push(live);
+                    return;
+                }
+                Stop::Error { error, .. } => {
+                    fail(failed, failure, Failure::Shader(error));
+                    lock(pool).parked.push(live);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn fail(failed: &AtomicBool, failure: &Mutex<Option<Failure>>, f: Failure) {
+    failed.store(true, Ordering::SeqCst);
+    lock(failure).get_or_insert(f);
+}
