@@ -13,7 +13,7 @@ use std::os::fd::OwnedFd;
 
 use kfd_abi::Errno;
 
-use crate::host::FileKey;
+use crate::host::{self, FileKey, Vma};
 use crate::hw::backing::ProcessMemory;
 
 /// What the dispatcher needs of the calling task.
@@ -75,6 +75,19 @@ pub(crate) trait Client {
     /// real pid (over CUSE); the in-process client, whose pids are simulated, overrides it.
     fn process_memory(&self) -> ProcessMemory {
         ProcessMemory::of_pid(libc::pid_t::try_from(self.pid()).unwrap_or(0))
+    }
+
+    /// Whether the caller's fd `raw` is a dma-buf (`dma_buf_get` succeeds): its file system is
+    /// the dma-buf one (`statfs` of `/proc/PID/fd/N`, magic `DMA_BUF_MAGIC`).
+    fn is_dmabuf(&self, raw: i32) -> bool {
+        host::is_dmabuf(self.process_memory().pid(), raw)
+    }
+
+    /// The caller's mappings in address order, as `find_vma` walks them: those of the OS
+    /// process of [`process_memory`](Self::process_memory) (`/proc/PID/smaps`, device mappings
+    /// told by their `VmFlags`). `EFAULT` when they cannot be read.
+    fn vmas(&self) -> Result<Vec<Vma>, Errno> {
+        host::vmas_of(self.process_memory().pid()).map_err(|_| Errno::EFAULT)
     }
 }
 

@@ -623,6 +623,56 @@ pub(crate) fn process_vm_write_zeros(pid: libc::pid_t, addr: u64, len: u64) -> R
     Ok(())
 }
 
+/// `DMA_BUF_MAGIC`, the file system magic of dma-buf files.
+const DMA_BUF_MAGIC: u64 = 0x444d_4142;
+
+/// Whether fd `raw` of OS process `pid` is a dma-buf (by its file system's magic).
+pub(crate) fn is_dmabuf(pid: libc::pid_t, raw: RawFd) -> bool {
+    rustix::fs::statfs(format!("/proc/{pid}/fd/{raw}").as_str())
+        .is_ok_and(|s| u64::try_from(s.f_type).is_ok_and(|t| t == DMA_BUF_MAGIC))
+}
+
+/// One mapping of a process's address space, as `/proc/PID/smaps` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Vma {
+    /// Start address.
+    pub start: u64,
+    /// End address (exclusive).
+    pub end: u64,
+    /// A device mapping: `VM_IO`, `VM_PFNMAP` or `VM_MIXEDMAP` (`io`, `pf`, `mm` in `VmFlags`).
+    pub device: bool,
+}
+
+/// The mappings of OS process `pid`, in address order (`/proc/PID/smaps`).
+pub(crate) fn vmas_of(pid: libc::pid_t) -> io::Result<Vec<Vma>> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))?;
+    let mut out: Vec<Vma> = Vec::new();
+    for line in smaps.lines() {
+        if let Some(flags) = line.strip_prefix("VmFlags:") {
+            if let Some(last) = out.last_mut() {
+                last.device = flags
+                    .split_whitespace()
+                    .any(|f| matches!(f, "io" | "pf" | "mm"));
+            }
+            continue;
+        }
+        let Some((range, _)) = line.split_once(' ') else {
+            continue;
+        };
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        if let (Ok(start), Ok(end)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
+            out.push(Vma {
+                start,
+                end,
+                device: false,
+            });
+        }
+    }
+    Ok(out)
+}
+
 /// Nanoseconds of a clock (`CLOCK_MONOTONIC_RAW`, `CLOCK_BOOTTIME`).
 pub fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {

@@ -282,6 +282,7 @@ mod tests {
                 machine,
                 mem: ProcessMemory::own(),
                 signal: &signal,
+                device_vmas: None,
             },
             cuse: CuseClient {
                 shared,

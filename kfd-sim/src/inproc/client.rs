@@ -6,7 +6,7 @@ use std::os::fd::{IntoRawFd, OwnedFd, RawFd};
 use kfd_abi::Errno;
 
 use crate::client::Client;
-use crate::host::{self, FileKey};
+use crate::host::{self, FileKey, Vma};
 use crate::hw::backing::ProcessMemory;
 
 /// A caller inside this OS process: a simulated pid with its capabilities, sharing our fd table
@@ -21,6 +21,8 @@ pub(crate) struct InProcessClient<'a> {
     /// taken by the first interruptible sleep that sees it (its handler would run when the call
     /// returns).
     pub(crate) signal: &'a std::sync::atomic::AtomicBool,
+    /// The device mappings simulated processes made in process (none known: `None`).
+    pub(crate) device_vmas: Option<&'a super::vmas::DeviceVmas>,
 }
 
 impl Client for InProcessClient<'_> {
@@ -63,5 +65,16 @@ impl Client for InProcessClient<'_> {
 
     fn process_memory(&self) -> ProcessMemory {
         self.mem
+    }
+
+    /// This OS process's mappings, with the device mappings the simulated process made in
+    /// process (plain shared mappings of memfds here) marked as the device VMAs they are.
+    fn vmas(&self) -> Result<Vec<Vma>, Errno> {
+        let device = self.device_vmas.map(|d| d.of(self.pid)).unwrap_or_default();
+        let mut all = host::vmas_of(self.mem.pid()).map_err(|_| Errno::EFAULT)?;
+        for v in &mut all {
+            v.device |= device.iter().any(|d| d.start < v.end && v.start < d.end);
+        }
+        Ok(all)
     }
 }

@@ -400,6 +400,7 @@ impl SimFile {
             machine: &self.machine.inner,
             mem: ProcessMemory::own(),
             signal: &self.caller.signal,
+            device_vmas: Some(&self.machine.vmas),
         };
         match &self.file.kind {
             FileKind::Kfd(p) => {

@@ -357,14 +357,20 @@ pub(super) fn get_dmabuf_info(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResu
 
 pub(super) fn import_dmabuf(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     with_args(kdata, |a: &mut sys::kfd_ioctl_import_dmabuf_args| {
-        // dma_buf_get first: a file that is not a dma-buf (of ours: amdgpu's ops) is EINVAL
-        // before the GPU is looked up.
-        let key = call.client.resolve_fd(fd_from_field(a.dmabuf_fd))?;
-        let b = call.machine.dmabuf(key).ok_or(Errno::EINVAL)?;
+        // dma_buf_get first: a file that is no dma-buf at all is EINVAL before the GPU is looked
+        // up (ours are memfds the simulator exported; a real one is another exporter's).
+        let raw = fd_from_field(a.dmabuf_fd);
+        let key = call.client.resolve_fd(raw)?;
+        let ours = call.machine.dmabuf(key);
+        if ours.is_none() && !call.client.is_dmabuf(raw) {
+            return Err(Errno::EINVAL);
+        }
         let mut st = call.process.lock();
         let pi = st.pdd_by_user_id(a.gpu_id).ok_or(Errno::EINVAL)?;
         st.bind(pi)?;
         let pdd = st.pdds.get_mut(pi).ok_or(Errno::EINVAL)?;
+        // amdgpu_amdkfd_gpuvm_import_dmabuf: another exporter's dma-buf, or another GPU's BO.
+        let b = ours.ok_or(Errno::EINVAL)?;
         if b.device != pdd.dev {
             return Err(Errno::EINVAL);
         }
@@ -406,4 +412,88 @@ pub(super) fn available_memory(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlRes
         a.available = dev.vram_size.saturating_sub(used) & !(VRAM_AVAILABILITY_ALIGN - 1);
         Ok(0)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::OwnedFd;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::client::Client;
+    use crate::host::{FileKey, Pod};
+    use crate::machine::MachineInner;
+
+    /// A caller whose fd 5 is a dma-buf of another exporter (or no dma-buf at all).
+    struct Caller {
+        dmabuf: bool,
+    }
+
+    impl Client for Caller {
+        fn pid(&self) -> u32 {
+            7
+        }
+        fn can_checkpoint_restore(&self) -> bool {
+            false
+        }
+        fn is_ptrace_parent_of(&self, _pid: u32) -> bool {
+            false
+        }
+        fn read_user(&self, _addr: u64, _buf: &mut [u8]) -> Result<(), Errno> {
+            Err(Errno::EFAULT)
+        }
+        fn write_user(&self, _addr: u64, _buf: &[u8]) -> Result<(), Errno> {
+            Err(Errno::EFAULT)
+        }
+        fn resolve_fd(&self, raw: i32) -> Result<FileKey, Errno> {
+            if raw == 5 {
+                Ok(FileKey { dev: 99, ino: 5 })
+            } else {
+                Err(Errno::EBADF)
+            }
+        }
+        fn install_fd(&self, _fd: OwnedFd) -> Result<i32, Errno> {
+            Err(Errno::EBADF)
+        }
+        fn uninstall_fd(&self, _raw: i32) {}
+        fn is_dmabuf(&self, _raw: i32) -> bool {
+            self.dmabuf
+        }
+    }
+
+    fn import(dmabuf: bool, gpu_id: u32, fd: i32) -> IoctlResult {
+        let preset = crate::Preset::by_name("mi210x2").unwrap();
+        let m = Arc::new(MachineInner::new(preset.to_topology().unwrap()).unwrap());
+        let p = m.new_kfd_process(7, &|_| true).unwrap();
+        let gpu = if gpu_id == 0 {
+            m.devices[0].gpu_id
+        } else {
+            gpu_id
+        };
+        let client = Caller { dmabuf };
+        let call = KfdCall {
+            machine: &m,
+            process: &p,
+            client: &client,
+        };
+        let a = sys::kfd_ioctl_import_dmabuf_args {
+            va_addr: 1 << 40,
+            handle: 0,
+            gpu_id: gpu,
+            dmabuf_fd: u32::try_from(fd).unwrap_or(u32::MAX),
+        };
+        let mut kdata = vec![0u8; std::mem::size_of_val(&a)];
+        assert!(a.write_to(&mut kdata));
+        import_dmabuf(&call, &mut kdata)
+    }
+
+    /// 6.1's order: `dma_buf_get` (no such fd EBADF, no dma-buf EINVAL), the GPU (EINVAL), its
+    /// VM (ENODEV), and only then whether the dma-buf is amdgpu's (EINVAL).
+    #[test]
+    fn a_foreign_dmabuf_is_refused_after_the_gpu_and_vm_checks() {
+        assert_eq!(import(true, 0, 6), Err(Errno::EBADF));
+        assert_eq!(import(false, 0, 5), Err(Errno::EINVAL), "not a dma-buf");
+        assert_eq!(import(true, 0x1234, 5), Err(Errno::EINVAL), "unknown GPU");
+        assert_eq!(import(true, 0, 5), Err(Errno::ENODEV), "no VM acquired yet");
+    }
 }

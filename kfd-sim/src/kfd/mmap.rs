@@ -77,6 +77,12 @@ pub(crate) fn kfd_mmap(
             if q.length > backing.size {
                 return Err(Errno::EINVAL);
             }
+            // kfd_event_mmap: the mapped length becomes the slot limit (up to 4096 slots: the
+            // order check above), whatever it was (256 for the kernel's own page, the BO's size
+            // for a page userspace gave).
+            signal.slots = u32::try_from(q.length / 8)
+                .unwrap_or(SIGNAL_EVENT_LIMIT)
+                .min(SIGNAL_EVENT_LIMIT);
             Ok(target(backing, KFD_VMA))
         }
         mo::TYPE_RESERVED_MEM => {

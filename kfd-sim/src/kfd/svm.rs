@@ -11,7 +11,7 @@ use super::svm_range::{SvmAccess, SvmRange};
 use super::KfdCall;
 use crate::host::access_ok;
 use crate::host::lock;
-use crate::uaccess::{check_user_range, get_u32, get_u64, put_u32, IoctlResult};
+use crate::uaccess::{get_u32, get_u64, put_u32, IoctlResult};
 
 /// Byte offsets in `kfd_ioctl_svm_args`, whose attributes follow it in the ioctl buffer.
 const START: usize = offset_of!(sys::kfd_ioctl_svm_args, start_addr);
@@ -43,9 +43,20 @@ pub(super) fn svm_default(st: &ProcState, start: u64, end: u64) -> SvmRange {
     }
 }
 
-/// `svm_range_is_valid`: the range must be mapped in the caller and not overlap a BO mapping.
+/// `svm_range_is_valid`: every page of the range is in a VMA of the caller that is no device
+/// mapping (a hole or a device VMA anywhere is `EFAULT`: the walk from `find_vma` on), and no BO
+/// is mapped in a GPU VM there (`EADDRINUSE`).
 fn svm_range_valid(call: &KfdCall<'_>, st: &ProcState, start: u64, end: u64) -> Result<(), Errno> {
-    check_user_range(call.client, start, end - 1)?;
+    let vmas = call.client.vmas()?;
+    let mut at = start;
+    while at < end {
+        // find_vma: the first VMA that ends above `at`.
+        let vma = vmas.iter().find(|v| v.end > at).ok_or(Errno::EFAULT)?;
+        if at < vma.start || vma.device {
+            return Err(Errno::EFAULT);
+        }
+        at = end.min(vma.end);
+    }
     for pdd in &st.pdds {
         if let Some(drm) = &pdd.drm {
             let vm = lock(&drm.vm);

@@ -77,7 +77,13 @@ impl Mirror {
     fn read(va: u64, cpu: u64, len: u64, mem: ProcessMemory, writable: bool) -> Option<Self> {
         let n = usize::try_from(len).ok()?;
         let mut buf = vec![0u8; n];
-        mem.read(cpu, &mut buf).ok()?;
+        if let Err(e) = mem.read(cpu, &mut buf) {
+            log::debug!(
+                "kfd-sim: GPU read of {n} bytes of pid {}'s memory at {cpu:#x}: {e}",
+                mem.pid()
+            );
+            return None;
+        }
         let twin = buf.clone().into_boxed_slice();
         let raw = Box::into_raw(buf.into_boxed_slice());
         let data = NonNull::new(raw.cast::<u8>())?;
@@ -307,6 +313,32 @@ impl Clock for GpuClock {
     }
     fn memrealtime(&self) -> u64 {
         gpu_timestamp()
+    }
+}
+
+/// What the VM has at `va`, for a fault's log line.
+pub(crate) fn describe(vm: &Mutex<Vm>, va: u64) -> String {
+    let vm = lock(vm);
+    match vm.lookup(va) {
+        None => "nothing mapped there".to_owned(),
+        Some((start, m)) => {
+            let what = match &m.target {
+                VmTarget::Memory { backing, offset } => format!(
+                    "{:?} memory of {:#x} bytes from offset {offset:#x}",
+                    backing.domain, backing.size
+                ),
+                VmTarget::User { cpu_addr, mem } => {
+                    format!("userptr memory of pid {} at {cpu_addr:#x}", mem.pid())
+                }
+                VmTarget::Doorbell => "the doorbell slice".to_owned(),
+                VmTarget::Mmio => "the MMIO page".to_owned(),
+            };
+            format!(
+                "mapped at {start:#x}, {:#x} bytes{}: {what}",
+                m.size,
+                if m.writable { "" } else { ", read-only" }
+            )
+        }
     }
 }
 

@@ -649,7 +649,10 @@ impl<R: Runlist> QueueRun<'_, R> {
                 let qid = self.w.qid;
                 let (va, write) = (fault.addr, fault.write);
                 self.p.with_queues(|qs| qs.vm_fault(qid, va, write));
-                (code::MEMORY_VIOLATION, e.to_string())
+                (
+                    code::MEMORY_VIOLATION,
+                    format!("{e} (the VM: {})", memory::describe(self.vm(), va)),
+                )
             }
             Failure::Shader(e) => (code::ILLEGAL_INSTRUCTION, e.to_string()),
             Failure::WriteBack { addr } => (
@@ -717,8 +720,13 @@ impl<R: Runlist> QueueRun<'_, R> {
             .queue_va()
             .and_then(|q| read_u64(self.vm(), q + off::INACTIVE_SIGNAL as u64));
         match sig {
-            Ok(0) | Err(_) => log::warn!(
+            Ok(0) => log::warn!(
                 "kfd-sim: pid {}: AQL queue {} stopped with error {code:#x} (no queue_inactive_signal to report it in)",
+                self.p.pid(),
+                self.w.qid
+            ),
+            Err(e) => log::warn!(
+                "kfd-sim: pid {}: AQL queue {} stopped with error {code:#x} (queue_inactive_signal unreadable: {e})",
                 self.p.pid(),
                 self.w.qid
             ),
