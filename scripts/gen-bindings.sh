@@ -9,6 +9,8 @@
 # Installs libclang-dev, libdrm-dev and linux-libc-dev with apt-get, and bindgen-cli with cargo,
 # when they are missing.
 set -euo pipefail
+# shellcheck source=generated.sh
+. "$(dirname "$0")/generated.sh"
 
 BINDGEN_VERSION=0.72.1
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -68,14 +70,5 @@ bindgen "$top/kfd-sys/wrapper.h" \
     cat "$tmp.body"
 } > "$tmp"
 
-if [ "${1:-}" = "--check" ]; then
-    # The package-version line may move with Debian point releases; the content may not.
-    if ! diff -u <(grep -v '^// Header packages:' "$out") <(grep -v '^// Header packages:' "$tmp"); then
-        echo "gen-bindings: kfd-sys/src/bindings.rs is not current; run scripts/gen-bindings.sh" >&2
-        exit 1
-    fi
-    echo "gen-bindings: kfd-sys/src/bindings.rs is current"
-else
-    mv "$tmp" "$out"
-    echo "gen-bindings: wrote $out"
-fi
+# The package-version line may move with Debian point releases; the content may not.
+install_or_check gen-bindings "$out" "$tmp" '^// Header packages:' "${1:-}"

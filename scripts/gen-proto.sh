@@ -7,6 +7,8 @@
 # Generator: the small crate images/protogen (outside the workspace, prost-build pinned in its
 # Cargo.toml). Installs protobuf-compiler with apt-get when protoc is missing.
 set -euo pipefail
+# shellcheck source=generated.sh
+. "$(dirname "$0")/generated.sh"
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 out="$top/images/src/proto/criu_amdgpu.rs"
@@ -33,14 +35,5 @@ cargo run --quiet --locked --manifest-path "$gen/Cargo.toml" --target-dir "$top/
     cat "$tmp/_.rs"
 } > "$tmp/criu_amdgpu.rs"
 
-if [ "${1:-}" = "--check" ]; then
-    # The protoc version may differ between machines; the generated code may not.
-    if ! diff -u <(grep -v '^// protoc:' "$out") <(grep -v '^// protoc:' "$tmp/criu_amdgpu.rs"); then
-        echo "gen-proto: images/src/proto/criu_amdgpu.rs is not current; run scripts/gen-proto.sh" >&2
-        exit 1
-    fi
-    echo "gen-proto: images/src/proto/criu_amdgpu.rs is current"
-else
-    mv "$tmp/criu_amdgpu.rs" "$out"
-    echo "gen-proto: wrote $out"
-fi
+# The protoc version may differ between machines; the generated code may not.
+install_or_check gen-proto "$out" "$tmp/criu_amdgpu.rs" '^// protoc:' "${1:-}"

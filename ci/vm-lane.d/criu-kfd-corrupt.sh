@@ -1,7 +1,10 @@
 # criu-kfd-corrupt: one bit of a pages file is flipped after the dump; criu restore fails with the
 # plugin's reason (a checksum mismatch naming the file) in its log, and nothing of the
 # half-restored process is left on the node: kfd-simd releases its KFD process and every GPU's
-# VRAM is free again (kfd-simd logs each release at info).
+# VRAM is free again (kfd-simd logs each release at info). Then, with the pages file mended, four
+# bytes of the KFD image are overwritten where the message still decodes: criu restore fails
+# again, the plugin naming the damaged image (its own checksum, field 101), before it opens
+# /dev/kfd.
 # shellcheck source=lib.sh
 . "$VM_LANE_LIB"
 # shellcheck source=kfd.inc
@@ -39,4 +42,19 @@ line=$(tail -n +"$((seen + 1))" "$VM_LANE_OUT/simd.err" |
 note "kfd-simd: $line"
 in_use=${line##*VRAM in use: }
 [[ -z $(tr ',' '\n' <<<"$in_use" | awk -F': ' '$2 != 0') ]] || fail "VRAM still in use: $in_use"
+
+# The pages file mended, the KFD image damaged: four bytes at offset 200, inside the first GPU's
+# device entry (the message still decodes: before the image checksum, such an image restored
+# with a wrong VRAM size or firmware version).
+printf "$(printf '\\%03o' "$byte")" | dd of="$pages" bs=1 seek="$offset" conv=notrunc status=none
+kfd=$(find "$IMAGES" -name 'amdgpu-kfd-*.img' | sort | head -n 1)
+[[ -n $kfd ]] || fail "no KFD image"
+printf '\336\255\276\357' | dd of="$kfd" bs=1 seek=200 conv=notrunc status=none
+note "overwrote bytes 200-203 of ${kfd##*/}"
+rc=0
+criu_run restore "$IMAGES" -d || rc=$?
+((rc != 0)) || fail "criu restored a damaged KFD image"
+grep -q "amdgpu_plugin: .*image file ${kfd##*/} is damaged" "$log" ||
+    fail "the plugin's reason (image file ${kfd##*/} is damaged) is not in criu's log"
+note "$(grep -m 1 "amdgpu_plugin: .*${kfd##*/} is damaged" "$log")"
 pass

@@ -19,7 +19,11 @@
 #                       (see need_kmod)
 #   VM_LANE_ROCM_DIR    where the lane put the programs of ci/rocm it built for this guest's
 #                       release (see need_rocm_programs)
+#   VM_LANE_UPSTREAM    what the lane says of upstream's criu builds for this guest (upstream.inc's
+#                       need_upstream reads it)
 #   KFD_*               passed through from the host's environment
+# A scenario may set CRIU_BIN (default `criu`, the guest's own) to run another criu build through
+# the criu_* helpers (upstream.inc does).
 # Helpers: note, pass, fail, skip, start_detached, wait_for, criu_run, criu_dump, criu_restore,
 # need_bin, need_kmod, need_rocm_programs, need_guest, need_criu, criu_at_least, wait_for_guest
 # (each described where it is defined). A scenario that exits 0 without calling pass passes; any
@@ -69,7 +73,30 @@ start_detached() {
     local pid
     pid=$(cat "$pidfile")
     echo "$pid" >>"$VM_LANE_WORK/pids"
+    echo "$name $pid" >>"$VM_LANE_WORK/named-pids"
     echo "$pid"
+}
+
+# stacks: the threads' stacks of every process start_detached started that still runs, each in
+# $VM_LANE_OUT/NAME-PID.stacks (gdb's backtraces where gdb is installed, else the kernel's wait
+# channel per thread), for a scenario that timed out waiting on one of them. A restored process
+# keeps its pid, so the workload criu restored is among them.
+stacks() {
+    local name pid t
+    [[ -s $VM_LANE_WORK/named-pids ]] || return 0
+    while read -r name pid; do
+        kill -0 "$pid" 2>/dev/null || continue
+        {
+            for t in /proc/"$pid"/task/*; do
+                printf '%s %s: %s in %s\n' "${t##*/}" "$(cat "$t/comm" 2>/dev/null)" \
+                    "$(awk '/^State/ {print $2}' "$t/status" 2>/dev/null)" "$(cat "$t/wchan" 2>/dev/null)"
+            done
+            if command -v gdb >/dev/null; then
+                timeout -k 5 120 gdb -nx -batch -p "$pid" -ex 'thread apply all bt 10' 2>&1 |
+                    grep -E '^(Thread|#)' || true
+            fi
+        } >"$VM_LANE_OUT/$name-$pid.stacks" 2>&1
+    done < <(sort -u "$VM_LANE_WORK/named-pids")
 }
 
 # wait_for WHAT SECONDS CMD [ARGS...]: polls CMD every 0.1 s until it succeeds; fails after SECONDS.
@@ -80,6 +107,7 @@ wait_for() {
         "$@" && return 0
         sleep 0.1
     done
+    stacks
     fail "timed out after ${limit}s waiting for $what"
 }
 
@@ -91,8 +119,8 @@ criu_run() {
     mkdir -p "$dir" "$VM_LANE_OUT/criu"
     # Every criu call loads the plugins of --plugin-dir, when the lane was given one.
     [[ -z ${VM_LANE_PLUGIN_DIR:-} ]] || common=(-L "$VM_LANE_PLUGIN_DIR")
-    note "criu $action -D $dir ${common[*]} $*"
-    criu "$action" -D "$dir" -o "$action.log" -v4 "${common[@]}" "$@" || rc=$?
+    note "${CRIU_BIN:-criu} $action -D $dir ${common[*]} $*"
+    "${CRIU_BIN:-criu}" "$action" -D "$dir" -o "$action.log" -v4 "${common[@]}" "$@" || rc=$?
     cp "$dir/$action.log" "$VM_LANE_OUT/criu/$(basename "$dir")-$action.log" 2>/dev/null || true
     note "criu $action: status $rc"
     return "$rc"

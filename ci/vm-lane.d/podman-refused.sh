@@ -3,7 +3,7 @@
 # restore fails, criu's log (the runtime's restore.log, kept by --keep) has the plugin's reason
 # naming KFD_FW_VER_CHECK, and nothing is left behind: no container running, the device files the
 # restore opened released again. The plugin refuses at /dev/kfd's RESTORE_EXT_FILE, before it
-# opens /dev/kfd: only the render nodes were opened (measured, session 6), so kfd-simd has no KFD
+# opens /dev/kfd: only the render nodes were opened (measured 2026-12-03), so kfd-simd has no KFD
 # process of the restore to release.
 # trixie only (podman 5, crun, criu 4.1.1).
 # shellcheck shell=bash

@@ -19,7 +19,9 @@
 
 need_rocm_programs hsakmt-probe
 note "libhsakmt $(dpkg-query -W -f '${Version}' libhsakmt1 2>/dev/null)"
-probe=$ROCM_PROGRAMS/hsakmt-probe
+# What held_probe_cycle (rocm.inc) holds.
+HSAKMT_PROBE=$ROCM_PROGRAMS/hsakmt-probe
+probe=$HSAKMT_PROBE
 
 start_probe_simd
 
@@ -50,20 +52,50 @@ note "hsakmt-probe: every step, the SDMA copy through libhsakmt's queue included
 
 # 2. criu dumps the program while it holds VRAM, host-visible memory, events and the SDMA queue,
 # restores it, and the restored program checks its data through its mappings and submits a second
-# copy through the restored queue.
-# held_cycle NAME [FN]: a probe_cycle of the held probe, which copies again through its queue.
-held_cycle() {
-    local between=()
-    [[ -z ${2:-} ]] || between=(--between "$2")
-    probe_cycle "$1" 60 "${between[@]}" "$probe"
-    grep -q '^STEP hold ok: .*a second copy through the queue' "$VM_LANE_OUT/$1.out" ||
-        fail "$1 made no second copy after the restore"
+# copy through the restored queue. It is the only libhsakmt process, so (libhsakmt 5.x; 6.x keeps
+# nothing in /dev/shm) it created libhsakmt's semaphore and maps it under glibc's temporary name,
+# now deleted: criu refuses to dump that
+# without --link-remap, whatever the plugin (it decides before any plugin hook runs), and with it
+# the image restores where the link is, on this node.
+refused_without_link_remap() {
+    local pid
+    pid=$(cat "$VM_LANE_WORK/$1.pid")
+    if ! grep -q ' /dev/shm/' "/proc/$pid/maps"; then
+        note "$1 maps nothing from /dev/shm (this libhsakmt keeps no semaphore there): no link-remap needed"
+        return 0
+    fi
+    grep -q '/dev/shm/sem\..* (deleted)$' "/proc/$pid/maps" ||
+        fail "$1 does not map a deleted semaphore file: $(grep /dev/shm "/proc/$pid/maps" || true)"
+    if criu_run dump "$VM_LANE_WORK/$1-no-link-remap" -t "$pid"; then
+        fail "criu dumped the semaphore's creator without --link-remap"
+    fi
+    grep -q 'Use link-remap option' "$VM_LANE_OUT/criu/$1-no-link-remap-dump.log" ||
+        fail "criu's refusal does not ask for --link-remap"
+    note "$1 without --link-remap: $(grep -m1 'link-remap' "$VM_LANE_OUT/criu/$1-no-link-remap-dump.log" | sed 's/^([^)]*) *//')"
+    kill -0 "$pid" || fail "$1 did not survive the refused dump"
 }
-held_cycle held
+PROBE_BEFORE_DUMP=refused_without_link_remap
+held_probe_cycle held
+PROBE_BEFORE_DUMP=
 
-# 3. The same onto a node whose GPUs have other gpu ids and render minors: kfd-simd restarts
-# between dump and restore, the simulated sysfs is mounted anew, and the plugin maps the GPUs.
-held_cycle remapped probe_remap_node
+# 3. The same onto a node whose GPUs have other gpu ids and render minors, where no libhsakmt
+# process runs. The probe starts while another libhsakmt process (the keeper) holds libhsakmt's
+# files, so it maps them under their real names and criu dumps it without --link-remap. Between
+# dump and restore the keeper is killed, the files are removed, kfd-simd restarts with other gpu
+# ids and the simulated sysfs is mounted anew: the plugin maps the GPUs and recreates the files
+# (the shared memory with its recorded size and first word, the semaphore unlocked) before criu
+# maps them.
+start_shm_keeper
+PROBE_DUMP_ARGS=()
+elsewhere() {
+    stop_shm_keeper
+    shm_emptied
+    probe_remap_node
+}
+PROBE_AFTER_RESTORE=shm_recreated
+held_probe_cycle remapped elsewhere
 grep -q 'GPU mapping' "$VM_LANE_OUT/criu/remapped-images-restore.log" ||
     note "(no mapping line in the restore log)"
+[[ $HSAKMT_SHM == 0 ]] || grep -q "recreated libhsakmt's semaphore" "$VM_LANE_OUT/criu/remapped-images-restore.log" ||
+    fail "the plugin did not say it recreated libhsakmt's semaphore"
 pass

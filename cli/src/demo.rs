@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use amdgpu_plugin::copy::Progress;
 use amdgpu_plugin::criu::Settings;
-use harness::workload::{self, Spec};
+use harness::workload::Spec;
 use harness::{NodeError, SimNode};
 use kfd_sim::Preset;
 use serde::Serialize;
@@ -29,17 +29,19 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> NodeError {
 /// `amdgpu-cr demo`.
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
-    /// The simulated node (`kfd-simd presets` lists them).
-    #[arg(long, default_value = "mi210x2")]
+    /// The simulated node.
+    #[arg(long, default_value = "mi210x2", value_parser = preset_names())]
     pub preset: String,
-    /// Keep the image files in DIR (default: a temporary directory, removed afterwards).
+    /// Keep the image files in DIR (created if needed; default: a temporary directory, removed
+    /// afterwards, also when the demo is interrupted).
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// VRAM buffers per GPU, in MiB (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "24,4,1")]
+    /// VRAM buffers per GPU, in MiB (comma-separated; each at least 1, together at most the
+    /// GPU's VRAM less 64 MiB).
+    #[arg(long, value_delimiter = ',', default_value = "24,4,1", value_parser = mib)]
     pub vram_mib: Vec<u64>,
-    /// GTT buffers per GPU, in MiB (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "2")]
+    /// GTT buffers per GPU, in MiB (comma-separated; each at least 1).
+    #[arg(long, value_delimiter = ',', default_value = "2", value_parser = mib)]
     pub gtt_mib: Vec<u64>,
     /// Write images without page checksums (as the upstream plugin does).
     #[arg(long)]
@@ -48,9 +50,95 @@ pub struct DemoArgs {
     /// image does: refused with checksums, caught by verification without).
     #[arg(long, hide = true)]
     pub corrupt_pages: bool,
-    /// Print the report as JSON.
+    /// Print one JSON document (docs/json.md) instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The presets `--preset` takes, listed in `--help` and in the error for another name.
+fn preset_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(
+        kfd_sim::preset::BUILTIN
+            .iter()
+            .map(|(name, about)| clap::builder::PossibleValue::new(*name).help(*about)),
+    )
+}
+
+/// A buffer size in MiB: decimal, at least 1, at most 1 TiB (the VRAM limit is the preset's,
+/// checked once the preset is known).
+fn mib(value: &str) -> Result<u64, String> {
+    super::args::count(value, 1, 1 << 20)
+}
+
+/// The MiB a GPU's VRAM keeps free of the demo's buffers (the workload's queues, rings).
+const VRAM_RESERVE_MIB: u64 = 64;
+
+/// A GPU's buffers in the image.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct GpuEnd {
+    /// Its gpu_id (JSON: a hex string).
+    #[serde(serialize_with = "crate::json::hex32")]
+    pub(crate) gpu_id: u32,
+    /// Its render minor.
+    pub(crate) render_minor: u32,
+}
+
+/// Where an image GPU went at restore.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Mapped {
+    /// The GPU in the image.
+    pub(crate) from: GpuEnd,
+    /// The GPU it was restored onto.
+    pub(crate) to: GpuEnd,
+}
+
+/// One image file the dump wrote.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct ImageFile {
+    /// Its name.
+    pub(crate) name: String,
+    /// Its size in bytes.
+    pub(crate) size: u64,
+}
+
+/// A timed phase.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub(crate) struct Phase {
+    /// Seconds it took.
+    pub(crate) seconds: f64,
+    /// Bytes of GPU buffers it moved.
+    pub(crate) bytes: u64,
+}
+
+/// How the restored workload compared with the one dumped.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub(crate) enum Verification {
+    /// Every byte, queue and event matched.
+    Verified {
+        /// Buffers compared.
+        buffers: usize,
+        /// Bytes compared.
+        bytes: u64,
+        /// Queues that answered.
+        queues: usize,
+        /// Events whose state matched.
+        events: usize,
+        /// The workload's generation on every GPU.
+        generation: u32,
+    },
+    /// The restore ran, and something differs.
+    Mismatch {
+        /// What differs.
+        error: String,
+    },
+    /// The dump or the restore failed (a damaged image is refused).
+    Failed {
+        /// Which phase (`dump` or `restore`).
+        phase: &'static str,
+        /// Why, with its causes.
+        error: String,
+    },
 }
 
 /// What the demo did.
@@ -60,24 +148,24 @@ pub(crate) struct DemoReport {
     pub(crate) source: String,
     /// Destination preset (other gpu ids).
     pub(crate) destination: String,
-    /// The image directory.
-    pub(crate) dir: String,
-    /// GPU mapping, image id -> restored id.
-    pub(crate) mapping: Vec<(String, String)>,
-    /// Bytes of buffer contents.
-    pub(crate) bytes: u64,
-    /// Dump time (s).
-    pub(crate) dump_seconds: f64,
-    /// Restore time (s).
-    pub(crate) restore_seconds: f64,
-    /// Image files and sizes.
-    pub(crate) files: Vec<(String, u64)>,
-    /// Verification result, or what differed.
-    pub(crate) verified: Result<workload::Report, String>,
+    /// The image directory, or `null` for a temporary one (removed).
+    pub(crate) dir: Option<String>,
+    /// The dump.
+    pub(crate) dump: Option<Phase>,
+    /// The files the dump wrote.
+    pub(crate) files: Vec<ImageFile>,
+    /// Files of the directory that were there before the dump (not the demo's).
+    pub(crate) other_files: usize,
+    /// GPU mapping at restore.
+    pub(crate) mapping: Vec<Mapped>,
+    /// The restore.
+    pub(crate) restore: Option<Phase>,
+    /// The verdict.
+    pub(crate) verification: Verification,
 }
 
-fn throughput(bytes: u64, secs: f64) -> String {
-    if secs <= 0.0 {
+fn throughput(phase: Phase) -> String {
+    if phase.seconds <= 0.0 {
         return "-".into();
     }
     #[allow(
@@ -85,7 +173,7 @@ fn throughput(bytes: u64, secs: f64) -> String {
         clippy::cast_possible_truncation,
         clippy::cast_sign_loss
     )]
-    let per_sec = (bytes as f64 / secs) as u64;
+    let per_sec = (phase.bytes as f64 / phase.seconds) as u64;
     format!("{}/s", HumanSize(per_sec))
 }
 
@@ -97,45 +185,92 @@ impl Report for DemoReport {
             "destination node: {} (simulated, other gpu ids)",
             self.destination
         )?;
-        writeln!(out, "image directory:  {}", self.dir)?;
         writeln!(
             out,
-            "dump:     {} of GPU memory in {:.3}s ({})",
-            HumanSize(self.bytes),
-            self.dump_seconds,
-            throughput(self.bytes, self.dump_seconds)
+            "image directory:  {}",
+            self.dir.as_deref().unwrap_or("(temporary)")
         )?;
-        for (name, size) in &self.files {
-            writeln!(out, "  {name:<36} {}", HumanSize(*size))?;
-        }
-        writeln!(out, "GPU mapping at restore:")?;
-        for (from, to) in &self.mapping {
-            writeln!(out, "  {from} -> {to}")?;
-        }
-        writeln!(
-            out,
-            "restore:  {} in {:.3}s ({})",
-            HumanSize(self.bytes),
-            self.restore_seconds,
-            throughput(self.bytes, self.restore_seconds)
-        )?;
-        match &self.verified {
-            Ok(r) => writeln!(
+        if let Some(d) = self.dump {
+            writeln!(
                 out,
-                "verified: {} buffers ({}), {} queues, {} events, generation {}: every byte matches",
-                r.buffers,
+                "dump:     {} of GPU memory in {:.3}s ({})",
+                HumanSize(d.bytes),
+                d.seconds,
+                throughput(d)
+            )?;
+        }
+        for f in &self.files {
+            writeln!(out, "  {:<36} {}", f.name, HumanSize(f.size))?;
+        }
+        if self.other_files > 0 {
+            writeln!(
+                out,
+                "  ({} not listed: in the directory before the dump)",
+                super::count(self.other_files, "other file", "other files")
+            )?;
+        }
+        if !self.mapping.is_empty() {
+            writeln!(out, "GPU mapping at restore:")?;
+        }
+        for m in &self.mapping {
+            writeln!(
+                out,
+                "  GPU {} (renderD{}) -> GPU {} (renderD{})",
+                super::hex_id(m.from.gpu_id),
+                m.from.render_minor,
+                super::hex_id(m.to.gpu_id),
+                m.to.render_minor
+            )?;
+        }
+        if let Some(r) = self.restore {
+            writeln!(
+                out,
+                "restore:  {} in {:.3}s ({})",
                 HumanSize(r.bytes),
-                r.queues,
-                r.events,
-                r.generation
+                r.seconds,
+                throughput(r)
+            )?;
+        }
+        match &self.verification {
+            Verification::Verified {
+                buffers,
+                bytes,
+                queues,
+                events,
+                generation,
+            } => writeln!(
+                out,
+                "verified: {} ({}), {}, {}, generation {generation}: every byte matches",
+                super::count(*buffers, "buffer", "buffers"),
+                HumanSize(*bytes),
+                super::count(*queues, "queue", "queues"),
+                super::count(*events, "event", "events"),
             ),
-            Err(what) => writeln!(out, "VERIFICATION FAILED: {what}"),
+            Verification::Mismatch { error } => writeln!(out, "VERIFICATION FAILED: {error}"),
+            Verification::Failed { phase, error } => {
+                writeln!(out, "FAILED: the {phase} failed: {error}")
+            }
         }
     }
 
     fn outcome(&self) -> Outcome {
-        Outcome::from_bool(self.verified.is_ok())
+        Outcome::from_bool(matches!(self.verification, Verification::Verified { .. }))
     }
+}
+
+/// An error and its causes, each said once.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let cause = s.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+        source = s.source();
+    }
+    text
 }
 
 /// A progress bar on stderr (only when it is a terminal) fed from the engine's byte counter by a
@@ -213,9 +348,108 @@ fn corrupt_first_pages_file(dir: &Path) -> Result<(), NodeError> {
         .map_err(io_err("writing a pages file"))
 }
 
-/// Runs the demo and returns its report (`Err` for failures before verification).
-pub(crate) fn run_demo(args: &DemoArgs) -> Result<DemoReport, NodeError> {
-    let source = Preset::by_name(&args.preset)?;
+/// Why the demo could not run (exit status 2): a value it cannot take, or the machine's.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// An option's value, checked against the preset.
+    #[error("{0}")]
+    Usage(String),
+    /// Setting up the simulated nodes or the image directory failed.
+    #[error(transparent)]
+    Setup(#[from] NodeError),
+}
+
+/// The image directory: `--dir` (created, or refused when it is not a directory), or a
+/// temporary one removed when the demo ends or is interrupted.
+enum ImageDir {
+    Kept(PathBuf),
+    Temporary(crate::interrupt::ScratchDir),
+}
+
+impl ImageDir {
+    fn new(dir: Option<&Path>) -> Result<Self, DemoError> {
+        let Some(d) = dir else {
+            let temp = crate::interrupt::ScratchDir::new(&std::env::temp_dir(), "amdgpu-cr-demo-")
+                .map_err(io_err("creating a temporary image directory"))?;
+            return Ok(Self::Temporary(temp));
+        };
+        match std::fs::metadata(d) {
+            Ok(m) if !m.is_dir() => Err(DemoError::Usage(format!(
+                "--dir {}: not a directory; give a directory (created if it does not exist)",
+                d.display()
+            ))),
+            Ok(_) => Ok(Self::Kept(d.to_owned())),
+            Err(_) => {
+                std::fs::create_dir_all(d)
+                    .map_err(io_err(format!("--dir: creating {}", d.display())))?;
+                Ok(Self::Kept(d.to_owned()))
+            }
+        }
+    }
+
+    fn path(&self) -> &Path {
+        match self {
+            Self::Kept(p) => p,
+            Self::Temporary(dir) => dir.path(),
+        }
+    }
+}
+
+/// The files of `dir` with their sizes and modification times.
+fn listing(dir: &Path) -> Result<Vec<(String, u64, std::time::SystemTime)>, NodeError> {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(io_err("listing the image directory"))? {
+        let e = e.map_err(io_err("listing the image directory"))?;
+        let Ok(m) = e.metadata() else { continue };
+        if m.is_file() {
+            files.push((
+                e.file_name().to_string_lossy().into_owned(),
+                m.len(),
+                m.modified().unwrap_or(std::time::UNIX_EPOCH),
+            ));
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// A spinner on stderr (only on a terminal) while a phase without a byte count runs.
+fn phase_spinner(shown: bool, message: &'static str) -> indicatif::ProgressBar {
+    if !shown {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_message(message);
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
+}
+
+/// Checks the buffer sizes against the preset's GPUs.
+fn check_sizes(args: &DemoArgs, source: &Preset) -> Result<(), DemoError> {
+    let topology = source
+        .to_topology()
+        .map_err(|e| DemoError::Usage(e.to_string()))?;
+    let vram_mib = topology
+        .gpus()
+        .filter_map(|g| g.vram().map(|(_, size)| size >> 20))
+        .min()
+        .unwrap_or(0);
+    let asked: u64 = args.vram_mib.iter().sum();
+    let limit = vram_mib.saturating_sub(VRAM_RESERVE_MIB);
+    if asked > limit {
+        return Err(DemoError::Usage(format!(
+            "--vram-mib: {asked} MiB of buffers per GPU do not fit: {} has {vram_mib} MiB of VRAM \
+             per GPU, of which the demo's buffers may take at most {limit} MiB",
+            source.name
+        )));
+    }
+    Ok(())
+}
+
+/// Runs the demo and returns its report; `Err` when it could not run.
+pub(crate) fn run_demo(args: &DemoArgs) -> Result<DemoReport, DemoError> {
+    let source = Preset::by_name(&args.preset).map_err(NodeError::from)?;
+    check_sizes(args, &source)?;
     let destination = harness::remapped_variant(&source);
     let mib = |v: &[u64]| v.iter().map(|m| m << 20).collect::<Vec<_>>();
     let spec = Spec {
@@ -230,103 +464,123 @@ pub(crate) fn run_demo(args: &DemoArgs) -> Result<DemoReport, NodeError> {
         ..Settings::from_env(false)
     };
     let bars = !args.json;
+    // A topology directory of a node is removed with the node; an interrupt removes them too.
+    let _topologies = crate::interrupt::remove_prefixed_on_interrupt(
+        &std::env::temp_dir(),
+        &kfd_sim::scratch::owned_prefix(harness::TOPOLOGY_DIR_BASE),
+    );
 
-    let temp;
-    let dir = match &args.dir {
-        Some(d) => {
-            std::fs::create_dir_all(d).map_err(io_err(format!("creating {}", d.display())))?;
-            d.clone()
-        }
-        None => {
-            temp = tempfile::Builder::new()
-                .prefix("amdgpu-cr-demo-")
-                .tempdir()
-                .map_err(io_err("creating a temporary image directory"))?;
-            temp.path().to_owned()
-        }
+    let dir = ImageDir::new(args.dir.as_deref())?;
+    let before = listing(dir.path())?;
+    let mut report = DemoReport {
+        source: source.name.clone(),
+        destination: destination.name.clone(),
+        dir: args.dir.as_ref().map(|d| d.display().to_string()),
+        dump: None,
+        files: Vec::new(),
+        other_files: 0,
+        mapping: Vec::new(),
+        restore: None,
+        verification: Verification::Failed {
+            phase: "dump",
+            error: String::new(),
+        },
+    };
+    let failed = |phase, e: &dyn std::error::Error| Verification::Failed {
+        phase,
+        error: with_causes(e),
     };
 
+    let spinner = phase_spinner(bars, "setting up the source node and its workload");
     let src = SimNode::new(&source)?;
     let target = harness::start_target(&src, &spec)?;
     let manifest = target.workload.manifest().clone();
-    let bar = ProgressBar::start("dump", manifest.buffer_bytes(), &progress, bars);
-    let (ids, dump_time) = harness::checkpoint(&src, &target, &dir, &settings)?;
+    spinner.finish_and_clear();
+    let bytes = manifest.buffer_bytes();
+    let bar = ProgressBar::start("dump", bytes, &progress, bars);
+    let dumped = harness::checkpoint(&src, &target, dir.path(), &settings);
     drop(bar);
     drop(target);
     drop(src);
-
-    if args.corrupt_pages {
-        corrupt_first_pages_file(&dir)?;
+    let ids = match dumped {
+        Ok((ids, time)) => {
+            report.dump = Some(Phase {
+                seconds: time.as_secs_f64(),
+                bytes,
+            });
+            ids
+        }
+        Err(e) => {
+            report.verification = failed("dump", &e);
+            return Ok(report);
+        }
+    };
+    for (name, size, modified) in listing(dir.path())? {
+        let stale = before
+            .iter()
+            .any(|(n, s, m)| *n == name && *s == size && *m == modified);
+        if stale {
+            report.other_files += 1;
+        } else {
+            report.files.push(ImageFile { name, size });
+        }
     }
 
-    let dst = SimNode::new(&destination)?;
-    let bar = ProgressBar::start("restore", manifest.buffer_bytes(), &progress, bars);
-    let (restored, restore_time) = harness::restore(&dst, &dir, &ids, &settings)?;
-    drop(bar);
-    let verified = restored.verify(&manifest).map_err(|e| e.to_string());
+    if args.corrupt_pages {
+        corrupt_first_pages_file(dir.path())?;
+    }
 
-    let mut files: Vec<(String, u64)> = std::fs::read_dir(&dir)
-        .map_err(io_err("listing the image directory"))?
-        .filter_map(|e| {
-            let e = e.ok()?;
-            Some((
-                e.file_name().to_string_lossy().into_owned(),
-                e.metadata().ok()?.len(),
-            ))
-        })
-        .collect();
-    files.sort();
-    let mapping = restored
+    let spinner = phase_spinner(bars, "setting up the destination node");
+    let dst = SimNode::new(&destination)?;
+    spinner.finish_and_clear();
+    let bar = ProgressBar::start("restore", bytes, &progress, bars);
+    let restored = harness::restore(&dst, dir.path(), &ids, &settings);
+    drop(bar);
+    let (restored, restore_time) = match restored {
+        Ok(r) => r,
+        Err(e) => {
+            report.verification = failed("restore", &e);
+            return Ok(report);
+        }
+    };
+    report.restore = Some(Phase {
+        seconds: restore_time.as_secs_f64(),
+        bytes,
+    });
+    report.mapping = restored
         .mapping
         .iter()
-        .map(|m| {
-            (
-                format!(
-                    "GPU {:#06x} (renderD{})",
-                    m.source_gpu_id, m.source_render_minor
-                ),
-                format!(
-                    "GPU {:#06x} (renderD{})",
-                    m.destination_gpu_id, m.destination_render_minor
-                ),
-            )
+        .map(|m| Mapped {
+            from: GpuEnd {
+                gpu_id: m.source_gpu_id,
+                render_minor: m.source_render_minor,
+            },
+            to: GpuEnd {
+                gpu_id: m.destination_gpu_id,
+                render_minor: m.destination_render_minor,
+            },
         })
         .collect();
-    Ok(DemoReport {
-        source: source.name.clone(),
-        destination: destination.name.clone(),
-        dir: if args.dir.is_some() {
-            dir.display().to_string()
-        } else {
-            "(temporary)".into()
+    let spinner = phase_spinner(bars, "verifying every byte, queue and event");
+    report.verification = match restored.verify(&manifest) {
+        Ok(r) => Verification::Verified {
+            buffers: r.buffers,
+            bytes: r.bytes,
+            queues: r.queues,
+            events: r.events,
+            generation: r.generation,
         },
-        mapping,
-        bytes: manifest.pattern_bytes(),
-        dump_seconds: dump_time.as_secs_f64(),
-        restore_seconds: restore_time.as_secs_f64(),
-        files,
-        verified,
-    })
+        Err(e) => Verification::Mismatch {
+            error: e.to_string(),
+        },
+    };
+    spinner.finish_and_clear();
+    Ok(report)
 }
 
 impl Run for DemoArgs {
     fn run(&self, out: &mut dyn Write) -> Result<Outcome, CliError> {
-        match run_demo(self) {
-            Ok(report) => report.emit(super::Format::from_json_flag(self.json), out),
-            Err(e) => {
-                let mut told = e.to_string();
-                writeln!(out, "demo failed: {told}")?;
-                let mut source = std::error::Error::source(&e);
-                while let Some(s) = source {
-                    let text = s.to_string();
-                    if !told.contains(&text) {
-                        writeln!(out, "  caused by: {text}")?;
-                        told = text;
-                    }
-                    source = s.source();
-                }
-                Ok(Outcome::Negative)
-            }
-        }
+        let report = run_demo(self)?;
+        report.emit(super::Format::from_json_flag(self.json), out)
     }
 }

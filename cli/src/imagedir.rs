@@ -135,7 +135,12 @@ impl ImageDir {
             let Some(name) = e.file_name().to_str().and_then(ImageName::parse) else {
                 continue;
             };
-            let size = e.metadata().map_err(err)?.len();
+            // The size of what a symlink points to, as the readers see it; a dangling link
+            // keeps its own (its reader then says why it cannot be opened).
+            let size = std::fs::metadata(e.path())
+                .or_else(|_| e.metadata())
+                .map_err(err)?
+                .len();
             entries.push(Entry { name, size });
         }
         entries.sort_by_key(|e| e.name);
@@ -168,6 +173,48 @@ impl ImageDir {
             .filter_map(|e| match e.name {
                 ImageName::Render { id } => Some(id),
                 _ => None,
+            })
+            .collect()
+    }
+
+    /// Bytes of all pages files (what reading their contents reads).
+    #[must_use]
+    pub(crate) fn pages_bytes(&self) -> u64 {
+        self.entries
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e.name,
+                    ImageName::KfdPages { .. } | ImageName::DrmPages { .. }
+                )
+            })
+            .map(|e| e.size)
+            .sum()
+    }
+
+    /// Pages files whose image is not in the directory (`amdgpu-pages-<id>-*` without
+    /// `amdgpu-kfd-<id>.img`, `amdgpu-drm-pages-<id>-*` without `amdgpu-renderD-<id>.img`), with
+    /// why: the same judgement for `inspect` and `check`.
+    #[must_use]
+    pub(crate) fn orphans(&self) -> Vec<(String, String)> {
+        self.entries
+            .iter()
+            .filter_map(|e| {
+                let owner = match e.name {
+                    ImageName::KfdPages { id, .. } => ImageName::Kfd { id },
+                    ImageName::DrmPages { id, .. } => ImageName::Render { id },
+                    _ => return None,
+                };
+                self.size_of(owner).is_none().then(|| {
+                    (
+                        e.name.file_name(),
+                        format!(
+                            "its image {} is not in the directory (deleted, or not copied with \
+                             it)",
+                            owner.file_name()
+                        ),
+                    )
+                })
             })
             .collect()
     }

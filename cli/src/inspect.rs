@@ -131,16 +131,28 @@ impl ChecksumSummary {
     }
 }
 
+/// A link recorded in a KFD image.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ImageLink {
+    /// `PCIe`, `xGMI`, ... (as `amdgpu-cr topology` names them).
+    pub link_type: String,
+    /// The node it goes to.
+    pub to: u32,
+}
+
 /// A GPU recorded in a KFD image.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ImageGpu {
-    /// gpu_id (the id the process uses).
+    /// gpu_id (the id the process uses; JSON: a hex string).
+    #[serde(serialize_with = "crate::json::hex32")]
     pub gpu_id: u32,
     /// Topology node id at checkpoint.
     pub node_id: u32,
-    /// `vendor_id`.
+    /// `vendor_id` (JSON: a hex string).
+    #[serde(serialize_with = "crate::json::hex32")]
     pub vendor_id: u32,
-    /// `device_id`.
+    /// `device_id` (JSON: a hex string).
+    #[serde(serialize_with = "crate::json::hex32")]
     pub device_id: u32,
     /// Known model name of the device id.
     pub model: Option<&'static str>,
@@ -152,7 +164,8 @@ pub struct ImageGpu {
     pub render_minor: u32,
     /// PCI domain.
     pub domain: u32,
-    /// xGMI hive id (0: none).
+    /// xGMI hive id (0: none; JSON: a hex string, as it may exceed 2^53).
+    #[serde(serialize_with = "crate::json::hex64")]
     pub hive_id: u64,
     /// `fw_version`.
     pub fw_version: u32,
@@ -160,8 +173,8 @@ pub struct ImageGpu {
     pub sdma_fw_version: u32,
     /// `capability`.
     pub capability: u32,
-    /// Targets of its PCIe/xGMI links, as `(type, node)`.
-    pub links: Vec<(u32, u32)>,
+    /// Its PCIe/xGMI links.
+    pub links: Vec<ImageLink>,
     /// Its BOs by kind.
     pub bos: Vec<BoGroup>,
     /// Bytes of saved contents (VRAM and GTT BOs): the pages file's payload.
@@ -243,7 +256,10 @@ pub struct RenderSummary {
     pub id: u32,
     /// Why it does not decode.
     pub error: Option<String>,
-    /// Its GPU.
+    /// What is wrong although it decodes (its GPU is in no KFD image of the directory).
+    pub problem: Option<String>,
+    /// Its GPU (JSON: a hex string).
+    #[serde(serialize_with = "crate::json::opt_hex32")]
     pub gpu_id: Option<u32>,
     /// Render minor at checkpoint (0 in images of criu 4.2 and older).
     pub render_minor: Option<u32>,
@@ -292,7 +308,8 @@ pub enum PagesStatus {
 
 impl PagesStatus {
     fn is_problem(&self) -> bool {
-        matches!(self, Self::Missing | Self::Bad { .. })
+        // An orphan means its image is gone: the checkpoint is incomplete (as `check` says).
+        matches!(self, Self::Missing | Self::Bad { .. } | Self::Orphan)
     }
 
     fn text(&self) -> String {
@@ -315,7 +332,7 @@ impl PagesStatus {
                 message: _,
             } => format!("CORRUPT (chunk {c})"),
             Self::Bad { .. } => "BAD".to_owned(),
-            Self::Orphan => "orphan (no image refers to it)".to_owned(),
+            Self::Orphan => "ORPHAN (no image in the directory refers to it)".to_owned(),
         }
     }
 }
@@ -352,8 +369,13 @@ pub struct InspectReport {
     pub dmabufs: Vec<DmabufSummary>,
     /// Pages files, by name.
     pub pages_files: Vec<PagesFileSummary>,
-    /// Number of problems found (undecodable images, missing or bad pages files).
+    /// Whether the directory holds any of the plugin's files (none is a problem).
+    pub has_images: bool,
+    /// Number of problems found (no images, undecodable images, missing, bad or orphan pages
+    /// files, render-node images of no KFD image's GPU).
     pub problems: usize,
+    /// Which plugin wrote the images, and what each plugin can restore of them.
+    pub provenance: super::provenance::Provenance,
 }
 
 fn bo_groups<'a>(bos: impl Iterator<Item = &'a KfdBoEntry>) -> Vec<BoGroup> {
@@ -398,7 +420,14 @@ fn kfd_content(id: u32, msg: &CriuKfd) -> KfdContent {
             fw_version: d.fw_version,
             sdma_fw_version: d.sdma_fw_version,
             capability: d.capability,
-            links: d.iolinks.iter().map(|l| (l.r#type, l.node_to_id)).collect(),
+            links: d
+                .iolinks
+                .iter()
+                .map(|l| ImageLink {
+                    link_type: topology::LinkType::from_u32(l.r#type).to_string(),
+                    to: l.node_to_id,
+                })
+                .collect(),
             bos: bo_groups(msg.bo_entries.iter().filter(|b| b.gpu_id == d.gpu_id)),
             contents: pages::kfd_pages_len(&msg.bo_entries, d.gpu_id),
             pages_file: images::names::kfd_pages(id, d.gpu_id),
@@ -456,13 +485,25 @@ fn pages_status(
     which: PagesFile,
     expected: u64,
     sums: Option<&PagesChecksums>,
-    verify: bool,
+    verify: Option<&indicatif::ProgressBar>,
 ) -> PagesStatus {
-    let result = if verify {
-        pages::verify_pages_file(dir.fd(), which, expected, sums, VERIFY_BUFFER)
-    } else {
-        PagesReader::open(dir.fd(), which, expected, sums).map(drop)
+    let opened = PagesReader::open(dir.fd(), which, expected, sums);
+    // With --verify, every chunk is read (and checked against its checksum), counted on the
+    // bar as it goes.
+    let result = match (opened, verify) {
+        (Ok(mut reader), Some(bar)) => {
+            let mut buf = vec![0u8; VERIFY_BUFFER];
+            loop {
+                match reader.read_chunk(&mut buf) {
+                    Ok(0) => break Ok(()),
+                    Ok(n) => bar.inc(n as u64),
+                    Err(e) => break Err(e),
+                }
+            }
+        }
+        (opened, _) => opened.map(drop),
     };
+    let verify = verify.is_some();
     match result {
         Ok(()) => PagesStatus::Ok {
             read: verify,
@@ -485,7 +526,7 @@ fn kfd_pages_files(
     dir: &ImageDir,
     id: u32,
     msg: &CriuKfd,
-    verify: bool,
+    verify: Option<&indicatif::ProgressBar>,
     out: &mut Vec<PagesFileSummary>,
 ) {
     let file = KfdImage::file_name(id);
@@ -518,7 +559,7 @@ fn drm_pages_files(
     dir: &ImageDir,
     id: u32,
     msg: &CriuRenderNode,
-    verify: bool,
+    verify: Option<&indicatif::ProgressBar>,
     out: &mut Vec<PagesFileSummary>,
 ) {
     let file = RenderNodeImage::file_name(id);
@@ -558,6 +599,14 @@ fn drm_pages_files(
 /// report, not as errors.
 pub fn inspect(dir: &Path, shown: &str, verify: bool) -> Result<InspectReport, CliError> {
     let d = ImageDir::open(dir)?;
+    // --verify reads every byte of the pages files: a bar on stderr (a terminal only).
+    let bar = indicatif::ProgressBar::new(d.pages_bytes());
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "verifying [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec})",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    let reading = verify.then_some(&bar);
     let mut pages_files = Vec::new();
     let mut kfd = Vec::new();
     let mut render_nodes = Vec::new();
@@ -567,7 +616,7 @@ pub fn inspect(dir: &Path, shown: &str, verify: bool) -> Result<InspectReport, C
             ImageName::Kfd { id } => {
                 let (error, content) = match KfdImage::read(d.fd(), id) {
                     Ok(msg) => {
-                        kfd_pages_files(&d, id, &msg, verify, &mut pages_files);
+                        kfd_pages_files(&d, id, &msg, reading, &mut pages_files);
                         (None, Some(kfd_content(id, &msg)))
                     }
                     Err(e) => (Some(e.to_string()), None),
@@ -583,11 +632,12 @@ pub fn inspect(dir: &Path, shown: &str, verify: bool) -> Result<InspectReport, C
             ImageName::Render { id } => {
                 let summary = match RenderNodeImage::read(d.fd(), id) {
                     Ok(msg) => {
-                        drm_pages_files(&d, id, &msg, verify, &mut pages_files);
+                        drm_pages_files(&d, id, &msg, reading, &mut pages_files);
                         RenderSummary {
                             file: e.name.file_name(),
                             id,
                             error: None,
+                            problem: None,
                             gpu_id: Some(msg.gpu_id),
                             render_minor: Some(msg.drm_render_minor),
                             bos: Some(msg.num_of_bos),
@@ -602,6 +652,7 @@ pub fn inspect(dir: &Path, shown: &str, verify: bool) -> Result<InspectReport, C
                         file: e.name.file_name(),
                         id,
                         error: Some(err.to_string()),
+                        problem: None,
                         gpu_id: None,
                         render_minor: None,
                         bos: None,
@@ -641,9 +692,29 @@ pub fn inspect(dir: &Path, shown: &str, verify: bool) -> Result<InspectReport, C
             });
         }
     }
+    bar.finish_and_clear();
     pages_files.sort_by(|a, b| a.file.cmp(&b.file));
-    let problems = kfd.iter().filter(|k| k.error.is_some()).count()
-        + render_nodes.iter().filter(|r| r.error.is_some()).count()
+    // A render node restores onto the GPU its KFD image maps: one of no KFD image cannot.
+    let image_gpus: Vec<u32> = kfd
+        .iter()
+        .filter_map(|k| k.content.as_ref())
+        .flat_map(|c| c.gpus.iter().map(|g| g.gpu_id))
+        .collect();
+    for r in &mut render_nodes {
+        if let Some(g) = r.gpu_id.filter(|g| !image_gpus.contains(g)) {
+            r.problem = Some(format!(
+                "its GPU {} is not a GPU of any KFD image in the directory",
+                hex_id(g)
+            ));
+        }
+    }
+    let has_images = !d.entries.is_empty();
+    let problems = usize::from(!has_images)
+        + kfd.iter().filter(|k| k.error.is_some()).count()
+        + render_nodes
+            .iter()
+            .filter(|r| r.error.is_some() || r.problem.is_some())
+            .count()
         + dmabufs.iter().filter(|r| r.error.is_some()).count()
         + pages_files.iter().filter(|p| p.status.is_problem()).count()
         + kfd
@@ -658,7 +729,9 @@ pub fn inspect(dir: &Path, shown: &str, verify: bool) -> Result<InspectReport, C
         render_nodes,
         dmabufs,
         pages_files,
+        has_images,
         problems,
+        provenance: super::provenance::provenance(dir, &d),
     })
 }
 
@@ -773,13 +846,13 @@ fn render_kfd(k: &KfdSummary, out: &mut dyn Write) -> io::Result<()> {
     Ok(())
 }
 
-/// `PCIe->0, xGMI->3,4` from `(type, node)` pairs.
-fn link_list(links: &[(u32, u32)]) -> String {
-    let mut groups: Vec<(u32, Vec<String>)> = Vec::new();
-    for &(ty, to) in links {
-        match groups.iter_mut().find(|(t, _)| *t == ty) {
-            Some((_, v)) => v.push(to.to_string()),
-            None => groups.push((ty, vec![to.to_string()])),
+/// `PCIe->0, xGMI->3,4` from the links, grouped by kind in order of appearance.
+fn link_list(links: &[ImageLink]) -> String {
+    let mut groups: Vec<(&str, Vec<String>)> = Vec::new();
+    for l in links {
+        match groups.iter_mut().find(|(t, _)| *t == l.link_type) {
+            Some((_, v)) => v.push(l.to.to_string()),
+            None => groups.push((&l.link_type, vec![l.to.to_string()])),
         }
     }
     if groups.is_empty() {
@@ -787,7 +860,7 @@ fn link_list(links: &[(u32, u32)]) -> String {
     }
     groups
         .iter()
-        .map(|(ty, v)| format!("{}->{}", topology::LinkType::from_u32(*ty), v.join(",")))
+        .map(|(ty, v)| format!("{ty}->{}", v.join(",")))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -800,7 +873,12 @@ impl Report for InspectReport {
             && self.dmabufs.is_empty()
             && self.pages_files.is_empty()
         {
-            return writeln!(out, "\nNo amdgpu images in the directory.");
+            writeln!(
+                out,
+                "\nNo amdgpu image files in the directory: not a checkpoint of a GPU process, or \
+                 not the images directory."
+            )?;
+            return writeln!(out, "\nResult: 1 problem (no images)");
         }
         for k in &self.kfd {
             render_kfd(k, out)?;
@@ -811,10 +889,14 @@ impl Report for InspectReport {
                 match (&r.error, r.gpu_id, r.render_minor, r.bos, r.bo_bytes) {
                     (None, Some(g), Some(m), Some(n), Some(bytes)) => writeln!(
                         out,
-                        "  {}: GPU {}, renderD{m}, {n} BOs ({})",
+                        "  {}: GPU {}, renderD{m}, {} ({}){}",
                         r.file,
                         hex_id(g),
-                        HumanSize(bytes)
+                        crate::count(usize::try_from(n).unwrap_or(usize::MAX), "BO", "BOs"),
+                        HumanSize(bytes),
+                        r.problem
+                            .as_ref()
+                            .map_or(String::new(), |p| format!(": PROBLEM: {p}"))
                     )?,
                     (e, ..) => writeln!(
                         out,
@@ -867,6 +949,7 @@ impl Report for InspectReport {
                 }
             }
         }
+        self.provenance.render(out)?;
         if self.problems == 0 {
             writeln!(
                 out,
@@ -878,7 +961,11 @@ impl Report for InspectReport {
                 }
             )
         } else {
-            writeln!(out, "\nResult: {} problem(s)", self.problems)
+            writeln!(
+                out,
+                "\nResult: {}",
+                crate::count(self.problems, "problem", "problems")
+            )
         }
     }
 

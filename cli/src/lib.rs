@@ -6,6 +6,8 @@
 //! - [`check`]: whether an image restores on a topology and onto which GPUs
 //!   (`amdgpu-cr check DIR`), and the mapping between two topology trees (`amdgpu-cr map`).
 //! - [`topo`]: a topology as a table (`amdgpu-cr topology`).
+//! - [`probe`]: the KFD interface of this machine (`amdgpu-cr probe`).
+//! - [`json`]: the conventions of every `--json` document (`docs/json.md`).
 //!
 //! Every subcommand's arguments are a `clap::Args` struct implementing [`Run`], so a new
 //! subcommand is one enum variant and one match arm in the binary.
@@ -13,19 +15,22 @@
 //! Exit status: 0 when the answer is yes (restorable, mapped, images sound), 1 when it is no
 //! ([`Outcome::Negative`]), 2 on usage or I/O errors ([`CliError`], [`EXIT_ERROR`]).
 
-#![warn(unreachable_pub)]
-
 use std::fmt;
 use std::io::{self, Write};
 use std::path::PathBuf;
 
 use serde::Serialize;
 
+pub mod args;
 pub mod bench;
 pub mod check;
 pub mod demo;
 mod imagedir;
 pub mod inspect;
+pub mod interrupt;
+pub mod json;
+pub mod probe;
+pub mod provenance;
 mod table;
 pub mod topo;
 mod upstream;
@@ -87,6 +92,21 @@ pub enum CliError {
     /// `check --devices` names no GPU of the topology.
     #[error(transparent)]
     Devices(#[from] check::DeviceListError),
+    /// `probe` could not ask the KFD node (it exists but does not open or answer).
+    #[error("cannot ask {path} for its KFD interface version: {source}")]
+    Probe {
+        /// The node.
+        path: String,
+        /// The open or the ioctl that failed.
+        #[source]
+        source: kfd_abi::IoctlError,
+    },
+    /// `demo` could not run: a value it cannot take, or the simulated node's setup.
+    #[error(transparent)]
+    Demo(#[from] demo::DemoError),
+    /// `bench` could not measure: options that do not go together, or a phase that failed.
+    #[error(transparent)]
+    Bench(#[from] bench::BenchFailure),
     /// `bench --judge` could not read the runs' reports.
     #[error(transparent)]
     Judge(#[from] bench::JudgeError),
@@ -96,6 +116,19 @@ pub enum CliError {
     /// Encoding the JSON document failed.
     #[error("encoding the JSON output: {0}")]
     Json(#[from] serde_json::Error),
+}
+
+impl CliError {
+    /// Whether this is a write into a pipe whose reader has gone (`EPIPE`): not worth a message.
+    #[must_use]
+    pub fn is_broken_pipe(&self) -> bool {
+        let kind = match self {
+            Self::Output(e) => Some(e.kind()),
+            Self::Json(e) => e.io_error_kind(),
+            _ => None,
+        };
+        kind == Some(io::ErrorKind::BrokenPipe)
+    }
 }
 
 /// Output format of a report.
@@ -132,20 +165,25 @@ pub trait Report: Serialize {
     /// The answer it gives.
     fn outcome(&self) -> Outcome;
 
-    /// Writes the report in `format`: text, or one JSON document and a newline.
+    /// Writes the report in `format`: text, or one JSON document (its fields after
+    /// `schema_version`, see [`json`]) and a newline. A reader that closed the pipe early (`|
+    /// head`) is not an error: the answer stands.
     ///
     /// # Errors
     ///
     /// [`CliError::Output`], [`CliError::Json`].
     fn emit(&self, format: Format, out: &mut dyn Write) -> Result<Outcome, CliError> {
-        match format {
-            Format::Text => self.render(out)?,
-            Format::Json => {
-                serde_json::to_writer_pretty(&mut *out, self)?;
-                writeln!(out)?;
-            }
+        let written = match format {
+            Format::Text => self.render(out).map_err(CliError::from),
+            Format::Json => serde_json::to_writer_pretty(&mut *out, &json::Document::new(self))
+                .map_err(CliError::from)
+                .and_then(|()| Ok(writeln!(out)?)),
+        };
+        match written {
+            Err(e) if e.is_broken_pipe() => Ok(self.outcome()),
+            Err(e) => Err(e),
+            Ok(()) => Ok(self.outcome()),
         }
-        Ok(self.outcome())
     }
 }
 
@@ -192,6 +230,12 @@ impl fmt::Display for HumanSize {
     }
 }
 
+/// `n` and the noun, singular or plural as `n` asks: `1 CPU node`, `2 CPU nodes`, `0 GPUs`.
+#[must_use]
+pub(crate) fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// `0x1234`-style id (at least four hex digits, as the plugin's logs print gpu_ids).
 #[must_use]
 pub(crate) fn hex_id(id: u32) -> String {
@@ -235,6 +279,13 @@ mod tests {
         for (n, want) in cases {
             assert_eq!(HumanSize(n).to_string(), want, "{n}");
         }
+    }
+
+    #[test]
+    fn counts_agree_with_their_nouns() {
+        assert_eq!(count(0, "GPU", "GPUs"), "0 GPUs");
+        assert_eq!(count(1, "CPU node", "CPU nodes"), "1 CPU node");
+        assert_eq!(count(2, "BO", "BOs"), "2 BOs");
     }
 
     #[test]

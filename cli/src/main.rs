@@ -4,12 +4,10 @@
 //! status: 0 yes, 1 no (not restorable, no mapping, damaged images), 2 usage or I/O error.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use amdgpu_cr::{self as cli, Run};
 use clap::{Parser, Subcommand};
-use kfd_abi::{Errno, Kfd, KFD_PATH};
 
 #[derive(Parser)]
 #[command(
@@ -32,12 +30,9 @@ enum Command {
     /// Measure dump and restore throughput on the simulator against the raw I/O limit of the
     /// same directory, and the plugin's memory use.
     Bench(cli::bench::BenchArgs),
-    /// Report the KFD driver of this machine (interface version), or that there is none.
-    Probe {
-        /// The KFD node.
-        #[arg(long, default_value = KFD_PATH)]
-        kfd: PathBuf,
-    },
+    /// Report the KFD driver of this machine (interface version) and whether checkpoint/restore
+    /// runs on it, or that there is none.
+    Probe(cli::probe::ProbeArgs),
     /// Summarise the amdgpu images in a criu image directory.
     Inspect(cli::inspect::InspectArgs),
     /// Tell whether the images in a directory restore on this node, onto which GPUs, or why not.
@@ -48,31 +43,6 @@ enum Command {
     Map(cli::check::MapArgs),
 }
 
-fn probe(path: &std::path::Path) -> ExitCode {
-    match Kfd::open(path).and_then(|kfd| kfd.get_version()) {
-        Ok(v) => {
-            println!(
-                "{}: KFD ioctl interface {}.{}",
-                path.display(),
-                v.major,
-                v.minor
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) if e.errno() == Some(Errno::ENOENT) => {
-            println!(
-                "{}: not present: this machine has no amdkfd driver loaded (no AMD GPU).",
-                path.display()
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("amdgpu-cr: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
 /// Runs a library subcommand on stdout and turns its answer into the exit status.
 fn run(command: &dyn Run) -> ExitCode {
     let stdout = std::io::stdout();
@@ -81,8 +51,17 @@ fn run(command: &dyn Run) -> ExitCode {
         out.flush()?;
         Ok(o)
     });
+    if cli::interrupt::interrupted() {
+        // The signal thread is cleaning up and exits with the signal's status: neither this
+        // answer nor an error of a directory removed under the command is the process's.
+        loop {
+            std::thread::park();
+        }
+    }
     match result {
         Ok(outcome) => ExitCode::from(outcome.exit_code()),
+        // The reader went away (`| head`): nothing to say, to no one.
+        Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("amdgpu-cr: {e}");
             ExitCode::from(cli::EXIT_ERROR)
@@ -90,12 +69,42 @@ fn run(command: &dyn Run) -> ExitCode {
     }
 }
 
+/// Takes SIGINT, SIGTERM and SIGHUP in a thread of its own: removes the temporary directories
+/// the command registered ([`cli::interrupt`]) and exits with 128 + the signal's number, as a
+/// shell reports a process killed by it. Called before any other thread starts, so that every
+/// thread inherits the blocked signals.
+fn take_interrupts() {
+    let signals = match kfd_sim::cuse::TermSignals::block() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("amdgpu-cr: cannot block the termination signals ({e}); an interrupt may leave temporary directories");
+            return;
+        }
+    };
+    std::thread::spawn(move || {
+        let Ok(sig) = signals.wait() else { return };
+        cli::interrupt::begin();
+        let done = cli::interrupt::cleanup();
+        for dir in done.removed {
+            eprintln!("amdgpu-cr: interrupted: removed {}", dir.display());
+        }
+        for (dir, e) in done.failed {
+            eprintln!(
+                "amdgpu-cr: interrupted: cannot remove {}: {e}",
+                dir.display()
+            );
+        }
+        std::process::exit(128 + sig);
+    });
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    take_interrupts();
     match cli.command {
         Command::Demo(args) => run(&args),
         Command::Bench(args) => run(&args),
-        Command::Probe { kfd } => probe(&kfd),
+        Command::Probe(args) => run(&args),
         Command::Inspect(args) => run(&args),
         Command::Check(args) => run(&args),
         Command::Topology(args) => run(&args),

@@ -9,7 +9,7 @@ use topology::model::{heap_type, keys};
 use topology::{Node, Topology};
 
 use super::table::Table;
-use super::{hex_id, model_name, CliError, Format, HumanSize, Outcome, Report, Run};
+use super::{count, hex_id, json, model_name, CliError, Format, HumanSize, Outcome, Report, Run};
 use kfd_abi::platform::{HostPlatform, Platform};
 
 /// Arguments of `amdgpu-cr topology`.
@@ -89,15 +89,18 @@ pub struct CpuNodeSummary {
 pub struct GpuNodeSummary {
     /// Node id.
     pub node_id: u32,
-    /// gpu_id.
+    /// gpu_id (JSON: a hex string).
+    #[serde(serialize_with = "json::hex32")]
     pub gpu_id: u32,
     /// The `name` file (e.g. `arcturus`).
     pub name: String,
     /// Known model name of the device id, if any.
     pub model: Option<&'static str>,
-    /// `vendor_id`.
+    /// `vendor_id` (JSON: a hex string).
+    #[serde(serialize_with = "json::hex64")]
     pub vendor_id: u64,
-    /// `device_id`.
+    /// `device_id` (JSON: a hex string).
+    #[serde(serialize_with = "json::hex64")]
     pub device_id: u64,
     /// `gfx_target_version`.
     pub gfx_target_version: u64,
@@ -111,7 +114,8 @@ pub struct GpuNodeSummary {
     pub numa_node: Option<u32>,
     /// Frame buffer, if it has one.
     pub vram: Option<Vram>,
-    /// `hive_id` (0: not in a hive).
+    /// `hive_id` (0: not in a hive; JSON: a hex string, as it may exceed 2^53).
+    #[serde(serialize_with = "json::hex64")]
     pub hive_id: u64,
     /// `fw_version`.
     pub fw_version: u64,
@@ -128,9 +132,11 @@ pub struct GpuNodeSummary {
 /// An xGMI hive.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct HiveSummary {
-    /// The members' `hive_id` (of the first member).
+    /// The members' `hive_id` (of the first member; JSON: a hex string).
+    #[serde(serialize_with = "json::hex64")]
     pub hive_id: u64,
-    /// Member gpu_ids in node order.
+    /// Member gpu_ids in node order (JSON: hex strings).
+    #[serde(serialize_with = "json::hex32_list")]
     pub gpus: Vec<u32>,
     /// Member node ids.
     pub nodes: Vec<u32>,
@@ -304,10 +310,10 @@ impl Report for TopologyReport {
     fn render(&self, out: &mut dyn Write) -> io::Result<()> {
         writeln!(
             out,
-            "Topology {}: {} CPU node(s), {} GPU(s), generation {}",
+            "Topology {}: {}, {}, generation {}",
             self.root,
-            self.cpus.len(),
-            self.gpus.len(),
+            count(self.cpus.len(), "CPU node", "CPU nodes"),
+            count(self.gpus.len(), "GPU", "GPUs"),
             self.generation_id
         )?;
         writeln!(out, "\nCPU nodes")?;

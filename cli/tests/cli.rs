@@ -253,7 +253,7 @@ fn inspect_verify_reads_every_chunk_and_names_the_corrupt_one() {
     );
     let out = text(&full);
     assert!(out.contains("CORRUPT (chunk 2)"), "{out}");
-    assert!(out.contains("Result: 1 problem(s)"), "{out}");
+    assert!(out.contains("Result: 1 problem\n"), "{out}");
 }
 
 #[test]
@@ -286,7 +286,8 @@ fn inspect_reports_missing_truncated_and_orphan_pages_files() {
 
     let report = inspect(dir.path(), "DIR", false).unwrap();
     assert_eq!(report.outcome(), Outcome::Negative);
-    assert_eq!(report.problems, 2);
+    // The missing file, the truncated one and the orphan (its image is not there).
+    assert_eq!(report.problems, 3);
     let status = |name: &str| {
         &report
             .pages_files
@@ -316,13 +317,17 @@ fn inspect_json_is_one_document_with_the_summary() {
         [
             "dir",
             "dmabufs",
+            "has_images",
             "kfd",
             "pages_files",
             "problems",
+            "provenance",
             "render_nodes",
-            "verify"
+            "schema_version",
+            "verify",
         ]
     );
+    assert_eq!(v["provenance"]["writer"], "ours");
     let kfd = &v["kfd"][0];
     assert_eq!(kfd["file"], "amdgpu-kfd-7.img");
     let c = &kfd["content"];
@@ -341,8 +346,9 @@ fn inspect_json_is_one_document_with_the_summary() {
     assert_eq!(v["pages_files"][0]["status"]["verified"], true);
     assert_eq!(
         v["render_nodes"][0]["gpu_id"],
-        t.gpus().next().unwrap().gpu_id
+        format!("{:#06x}", t.gpus().next().unwrap().gpu_id)
     );
+    assert_eq!(gpu0["links"][0]["link_type"], "PCIe");
     assert_eq!(v["dmabufs"][0]["gem_handle"], 3);
 }
 
@@ -493,12 +499,15 @@ fn check_json_has_the_verdict_and_the_mapping() {
             "checks",
             "devices",
             "dir",
+            "has_images",
             "images",
             "local_gpus",
             "node_gpus",
+            "orphans",
             "render_nodes",
             "restorable",
-            "topology_root"
+            "schema_version",
+            "topology_root",
         ]
     );
     assert_eq!(v["restorable"], false);
@@ -675,7 +684,14 @@ fn topology_json_lists_nodes_and_hives() {
     let v = json(&TopologyReport::new("ROOT", &mi250x4()));
     assert_eq!(
         keys_of(&v),
-        ["cpus", "generation_id", "gpus", "hives", "root"]
+        [
+            "cpus",
+            "generation_id",
+            "gpus",
+            "hives",
+            "root",
+            "schema_version"
+        ]
     );
     let g = &v["gpus"][0];
     for key in [
@@ -845,4 +861,269 @@ fn binary_map_and_topology_print_json() {
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["gpus"].as_array().unwrap().len(), 4);
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON documents, streams and exit codes (issue 30)
+
+/// The topology's JSON document, whole: `schema_version` first, ids as hex strings. The hive id
+/// is above 2^53, where a JSON number read as a double (jq) loses its low bits.
+#[test]
+fn topology_json_document_has_its_schema_version_and_hex_ids() {
+    let (code, out, err) = amdgpu_cr(&["topology", "--root", p(&tree(&mi250x4())), "--json"], &[]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    assert!(out.starts_with("{\n  \"schema_version\": 1,"), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["gpus"][0]["hive_id"], "0x4a7e000000000001");
+    assert_eq!(v["hives"][0]["hive_id"], "0x4a7e000000000001");
+    let mut v = v;
+    v["root"] = "ROOT".into();
+    insta::assert_json_snapshot!("topology_mi250x4_json", v);
+}
+
+/// `probe`: no KFD node is the answer "no" (exit 1), on stdout; a node that is not a KFD device
+/// is an error (exit 2) on stderr, with nothing on stdout even with `--json`.
+#[test]
+fn binary_probe_answers_no_without_kfd_and_fails_on_another_device() {
+    let (code, out, err) = amdgpu_cr(&["probe", "--kfd", "/nonexistent/kfd"], &[]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.starts_with("/nonexistent/kfd: not present"), "{out}");
+    assert_eq!(err, "");
+    let (code, out, _) = amdgpu_cr(&["probe", "--kfd", "/nonexistent/kfd", "--json"], &[]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(
+        (&v["present"], &v["supported"]),
+        (&false.into(), &false.into())
+    );
+
+    let (code, out, err) = amdgpu_cr(&["probe", "--kfd", "/dev/null", "--json"], &[]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(out, "");
+    assert!(err.starts_with("amdgpu-cr: cannot ask /dev/null"), "{err}");
+}
+
+#[rstest::rstest]
+#[case::missing("missing", None, "not present")]
+#[case::too_old("too_old", Some((1, 7)), "needs 1.8 or later")]
+#[case::linux_6_1("linux_6_1", Some((1, 11)), "checkpoint/restore supported")]
+fn probe_report_text_and_json(
+    #[case] name: &str,
+    #[case] version: Option<(u32, u32)>,
+    #[case] says: &str,
+) {
+    use amdgpu_cr::probe::ProbeReport;
+    let report = ProbeReport::new(
+        "/dev/kfd",
+        version.map(|(major, minor)| kfd_abi::kfd::Version { major, minor }),
+    );
+    assert!(text(&report).contains(says), "{}", text(&report));
+    assert_eq!(
+        report.outcome(),
+        if version == Some((1, 11)) {
+            Outcome::Success
+        } else {
+            Outcome::Negative
+        }
+    );
+    insta::assert_json_snapshot!(format!("probe_{name}"), json(&report));
+}
+
+/// A reader that closes the pipe before the output is written (`| head`) gets no error message,
+/// and the exit status is still the answer's.
+#[test]
+fn binary_a_closed_pipe_is_not_an_error() {
+    let root = tree(&mi250x4());
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe(2) returns.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both are fresh descriptors of ours; each is owned exactly once.
+    let (read, write) = unsafe {
+        use std::os::fd::FromRawFd;
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    };
+    drop(read);
+    for json in [false, true] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_amdgpu-cr"));
+        cmd.args(["topology", "--root", p(&root)]);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd
+            .stdout(write.try_clone().unwrap())
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "json {json}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "", "json {json}");
+    }
+}
+
+/// A symlinked image is listed with the size of the file it points to (before: the link's own
+/// size, the length of the target's path).
+#[test]
+fn binary_inspect_lists_a_symlinked_image_with_its_files_size() {
+    let t = mi100x2(65);
+    let real = image_dir(&t, true);
+    let dir = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(real.path()).unwrap() {
+        let e = e.unwrap();
+        std::os::unix::fs::symlink(e.path(), dir.path().join(e.file_name())).unwrap();
+    }
+    let kfd = std::fs::read_dir(real.path())
+        .unwrap()
+        .map(|e| e.unwrap())
+        .find(|e| e.file_name().to_string_lossy().starts_with("amdgpu-kfd-"))
+        .unwrap();
+    let (code, out, err) = amdgpu_cr(&["inspect", p(&dir), "--json"], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["kfd"][0]["size"], kfd.metadata().unwrap().len());
+}
+
+/// bench's numbers: binary units in any case, decimal, ranges named; usage and I/O errors on
+/// stderr with exit 2 and nothing on stdout. (Before: `1Q` blamed KFD_MAX_BUFFER_SIZE, `2g` was
+/// refused, `010` was eight, `--gpus 0` ran one GPU, `--dir /nonexistent --json` printed its
+/// error on stdout with exit 1.)
+#[rstest::rstest]
+#[case::unknown_unit(&["--size", "1Q"], "unknown unit \"q\"")]
+#[case::lowercase_g_parses(&["--size", "2g", "--bo-size", "4G"], "--bo-size 4 GiB is larger than the 1 GiB of buffers per GPU (--size 2 GiB over 2 GPUs)")]
+#[case::mib_parses(&["--size", "512MiB", "--gpus", "1", "--bo-size", "1G"], "than the 512 MiB of buffers per GPU")]
+#[case::decimal_not_octal(&["--gpus", "010", "--size", "1G", "--bo-size", "1G"], "over 10 GPUs")]
+#[case::no_gpus(&["--gpus", "0"], "below the minimum of 1")]
+#[case::too_much_per_gpu(&["--size", "512G", "--gpus", "4"], "128 GiB per GPU, more than the 63 GiB")]
+#[case::no_such_dir(&["--dir", "/nonexistent", "--json"], "creating a directory for the bench")]
+fn binary_bench_refuses_what_it_cannot_take(#[case] args: &[&str], #[case] says: &str) {
+    let mut all = vec!["bench"];
+    all.extend_from_slice(args);
+    let (code, out, err) = amdgpu_cr(&all, &[]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert_eq!(out, "");
+    assert!(err.contains(says), "{err}");
+    assert!(!err.contains("KFD_MAX_BUFFER_SIZE"), "{err}");
+}
+
+/// A small bench run with --json: one document with its schema version on stdout, nothing on
+/// stderr (no progress when stderr is not a terminal).
+#[test]
+fn binary_bench_json_is_one_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out, err) = amdgpu_cr(
+        &[
+            "bench",
+            "--gpus",
+            "1",
+            "--size",
+            "1m",
+            "--bo-size",
+            "256k",
+            "--no-upstream",
+            "--dir",
+            p(&dir),
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!((code, err.as_str()), (0, ""), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "the bench cleaned up"
+    );
+}
+
+/// `check` reads every pages file to the end and verifies it: a damaged chunk is not restorable
+/// (before: "Result: restorable here", exit 0, the pages files never read).
+#[test]
+fn binary_check_reads_the_pages_files_and_refuses_a_damaged_chunk() {
+    let t = mi100x4(None, 65);
+    let dir = image_dir(&t, true);
+    let topo = tree(&t);
+    let pages = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("amdgpu-pages-")
+        })
+        .unwrap();
+    let (code, out, _) = amdgpu_cr(&["check", p(&dir), "--topology", p(&topo)], &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("every chunk's checksum matches"), "{out}");
+    corrupt(&pages, 8 + 70_000);
+    let (code, out, _) = amdgpu_cr(&["check", p(&dir), "--topology", p(&topo)], &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("is corrupt: chunk 1"), "{out}");
+    let (code, out, _) = amdgpu_cr(&["check", p(&dir), "--topology", p(&topo), "--json"], &[]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["restorable"], false);
+}
+
+/// `inspect --verify` and `check` agree: a directory without its KFD image (orphan pages files
+/// and render-node images), an empty one and one of other programs' files are all "no" for
+/// both. (Before: inspect said ok for the first, check "restorable here" for the others.)
+#[rstest::rstest]
+#[case::kfd_image_deleted("kfd")]
+#[case::empty("empty")]
+#[case::other_files_only("other")]
+fn binary_inspect_and_check_agree_on_incomplete_directories(#[case] what: &str) {
+    let t = mi100x4(None, 65);
+    let topo = tree(&t);
+    let dir = match what {
+        "kfd" => {
+            let d = image_dir(&t, true);
+            std::fs::remove_file(d.path().join("amdgpu-kfd-7.img")).unwrap();
+            d
+        }
+        "empty" => tempfile::tempdir().unwrap(),
+        _ => {
+            let d = tempfile::tempdir().unwrap();
+            std::fs::write(d.path().join("core-42.img"), "criu's").unwrap();
+            std::fs::write(d.path().join("notes.txt"), "mine").unwrap();
+            d
+        }
+    };
+    let (code, out, _) = amdgpu_cr(&["inspect", p(&dir), "--verify"], &[]);
+    assert_eq!(code, 1, "inspect: {out}");
+    let (code, out, _) = amdgpu_cr(&["check", p(&dir), "--topology", p(&topo)], &[]);
+    assert_eq!(code, 1, "check: {out}");
+    assert!(out.contains("Result: NOT restorable here"), "{out}");
+}
+
+/// The issue's reproduction: four bytes of the KFD image overwritten where the message still
+/// decodes. inspect --verify and check both refuse it, naming the file (before: "Result: ok",
+/// and check blamed the VRAM size and suggested KFD_VRAM_SIZE_CHECK=0).
+#[test]
+fn binary_inspect_and_check_refuse_a_damaged_kfd_image_naming_it() {
+    use std::os::unix::fs::FileExt;
+    let t = mi100x4(None, 65);
+    let dir = image_dir(&t, true);
+    let topo = tree(&t);
+    let kfd = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join("amdgpu-kfd-7.img"))
+        .unwrap();
+    kfd.write_all_at(&[0xde, 0xad, 0xbe, 0xef], 200).unwrap();
+    let (code, out, _) = amdgpu_cr(&["inspect", p(&dir), "--verify"], &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("image file amdgpu-kfd-7.img is damaged"),
+        "{out}"
+    );
+    let (code, out, _) = amdgpu_cr(&["check", p(&dir), "--topology", p(&topo)], &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("image file amdgpu-kfd-7.img is damaged"),
+        "{out}"
+    );
+    assert!(!out.contains("KFD_VRAM_SIZE_CHECK=0"), "{out}");
 }

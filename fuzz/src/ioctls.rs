@@ -56,8 +56,8 @@ use crate::fds::FdTable;
 /// The most records one input runs.
 pub const MAX_CALLS: usize = 64;
 
-/// Every errno the 6.1 amdkfd driver answers on `/dev/kfd` ioctls
-/// (`shared/reference/kfd-abi.md`, section 6), plus `EIO`: `WAIT_EVENTS` whose result is
+/// Every errno the 6.1 amdkfd driver answers on `/dev/kfd` ioctls (from its
+/// `kfd_chardev.c` and the subsystems it calls), plus `EIO`: `WAIT_EVENTS` whose result is
 /// `KFD_IOC_WAIT_RESULT_FAIL`, and `ENOTTY`: an ioctl number outside the table (6.1.y stable).
 pub const KFD_ERRNOS: &[Errno] = &[
     Errno::EFAULT,

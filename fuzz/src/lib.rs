@@ -19,8 +19,6 @@
 //!
 //! [`seeds`] makes each target's starting inputs from the project's own demo and workloads.
 
-#![warn(unreachable_pub)]
-
 mod fds;
 pub mod image_files;
 pub mod ioctls;

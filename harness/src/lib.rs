@@ -22,8 +22,6 @@
 //! - [`criu`]: criu's part of a checkpoint and a restore, through the plugin's hooks in criu's
 //!   order ([`checkpoint`], [`restore`]), and the checkpoint's file ids ([`ImageIds`]).
 
-#![warn(unreachable_pub)]
-
 pub mod criu;
 pub mod node;
 pub mod workload;
@@ -32,4 +30,6 @@ pub use criu::{
     checkpoint, checkpoint_files, checkpoint_new, checkpoint_restored, restore, restore_with,
     ImageIds, RestoredTarget,
 };
-pub use node::{remapped_variant, start_target, start_target_in, NodeError, SimNode, Target};
+pub use node::{
+    remapped_variant, start_target, start_target_in, NodeError, SimNode, Target, TOPOLOGY_DIR_BASE,
+};

@@ -58,6 +58,11 @@ pub(crate) fn hook(name: &'static str) -> impl FnOnce(HookError) -> NodeError {
     move |source| NodeError::Hook { hook: name, source }
 }
 
+/// The start of the names of simulated nodes' topology directories (in the temporary directory,
+/// `std::env::temp_dir()`); the owner's pid and start time follow
+/// ([`kfd_sim::scratch::owned_prefix`]).
+pub const TOPOLOGY_DIR_BASE: &str = "amdgpu-cr-topology-";
+
 /// A simulated node: the machine, its sysfs tree in a temporary directory, and its platform.
 #[derive(Debug)]
 pub struct SimNode {
@@ -68,12 +73,22 @@ pub struct SimNode {
 }
 
 impl SimNode {
-    /// Builds the node of `preset` and writes its topology tree.
+    /// Builds the node of `preset` and writes its topology tree, in a temporary directory named
+    /// for this process. The directory goes with the node; those that processes which ended
+    /// without unwinding (killed, `exit` in a child) left behind are removed here first.
     pub fn new(preset: &Preset) -> Result<Self, NodeError> {
         let machine = Machine::new(preset).map_err(|e| NodeError::Machine(e.to_string()))?;
+        let tmp = std::env::temp_dir();
+        let reaped = kfd_sim::scratch::reap(&tmp, TOPOLOGY_DIR_BASE);
+        if reaped > 0 {
+            log::info!(
+                "removed {reaped} topology directories in {} left by ended processes",
+                tmp.display()
+            );
+        }
         let dir = tempfile::Builder::new()
-            .prefix("amdgpu-cr-topology-")
-            .tempdir()
+            .prefix(&kfd_sim::scratch::owned_prefix(TOPOLOGY_DIR_BASE))
+            .tempdir_in(&tmp)
             .map_err(io_err("creating a topology directory"))?;
         let platform = SimPlatform::new(machine.clone(), dir.path())
             .map_err(|e| NodeError::Machine(e.to_string()))?;

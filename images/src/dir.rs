@@ -56,13 +56,65 @@ pub(crate) fn create_at(dir: BorrowedFd<'_>, name: &str) -> io::Result<File> {
     )
 }
 
-/// Opens `name` in `dir` read-only, close-on-exec.
+/// A file of the image directory that is not a regular file (after symlinks): a FIFO or a
+/// device can block a reader forever or never end, a directory has no content.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("it is {kind}, not a regular file; an image file must be a regular file")]
+pub struct NotRegularFile {
+    /// What it is instead ("a FIFO", "a character device", ...).
+    pub kind: &'static str,
+}
+
+impl NotRegularFile {
+    /// `Err` when `meta` is not that of a regular file.
+    ///
+    /// # Errors
+    /// [`NotRegularFile`] naming what the file is.
+    pub fn check(meta: &std::fs::Metadata) -> Result<(), Self> {
+        use std::os::unix::fs::FileTypeExt;
+        let t = meta.file_type();
+        let kind = if t.is_file() {
+            return Ok(());
+        } else if t.is_fifo() {
+            "a FIFO"
+        } else if t.is_char_device() {
+            "a character device"
+        } else if t.is_block_device() {
+            "a block device"
+        } else if t.is_dir() {
+            "a directory"
+        } else if t.is_socket() {
+            "a socket"
+        } else {
+            "not a file"
+        };
+        Err(Self { kind })
+    }
+}
+
+impl From<NotRegularFile> for io::Error {
+    fn from(e: NotRegularFile) -> Self {
+        io::Error::new(io::ErrorKind::InvalidInput, e)
+    }
+}
+
+/// Opens `name` in `dir` read-only, close-on-exec, and refuses anything but a regular file.
+///
+/// The open is non-blocking (`O_NONBLOCK`): opening a FIFO for reading would otherwise wait for
+/// a writer forever. On a regular file the flag changes nothing (reads, `mmap`, `lseek`).
 ///
 /// # Errors
-/// The `openat(2)` error (`NotFound` when there is no such image), or `InvalidInput` when `name`
-/// is not a plain file name.
+/// The `openat(2)` error (`NotFound` when there is no such image), `InvalidInput` when `name`
+/// is not a plain file name, or `InvalidInput` holding a [`NotRegularFile`] when it is a FIFO,
+/// a device, a directory or a socket.
 pub fn open_read_at(dir: BorrowedFd<'_>, name: &str) -> io::Result<File> {
-    open_at(dir, name, libc::O_RDONLY | libc::O_CLOEXEC)
+    let file = open_at(
+        dir,
+        name,
+        libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK,
+    )?;
+    NotRegularFile::check(&file.metadata()?)?;
+    Ok(file)
 }
 
 /// Drops the page cache of `file` (`posix_fadvise(POSIX_FADV_DONTNEED)` over the whole file),
@@ -89,32 +141,6 @@ pub fn advise_sequential(file: &File) {
     let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
 }
 
-/// Bytes asked for by one `POSIX_FADV_WILLNEED` of [`read_ahead`]. The kernel reads at most the
-/// larger of the file's read-ahead window (`read_ahead_kb`, 128 KiB by default) and the device's
-/// optimal I/O size per call and silently drops the rest of a longer range: one call for 32 MiB
-/// read 8 MiB on a disk with an 8 MiB window (measured with `fincore`), 128 KiB on a default one.
-/// Steps of the smallest default window are read whole wherever the window is not smaller.
-pub(crate) const WILLNEED_STEP: u64 = 128 << 10;
-
-/// Starts reading `[offset, offset + len)` of `file` into the page cache in the background
-/// (`POSIX_FADV_WILLNEED`, in `WILLNEED_STEP` (128 KiB) pieces so that the whole range is read), so that
-/// later reads and page faults find it there. Only a hint: errors (and ranges past the end) are
-/// ignored.
-pub fn read_ahead(file: &File, offset: u64, len: u64) {
-    use std::os::fd::AsRawFd;
-    let end = offset.saturating_add(len);
-    let mut at = offset;
-    while at < end {
-        let step = (end - at).min(WILLNEED_STEP);
-        let (Ok(off), Ok(n)) = (libc::off_t::try_from(at), libc::off_t::try_from(step)) else {
-            return;
-        };
-        // SAFETY: as in `advise_sequential`.
-        let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), off, n, libc::POSIX_FADV_WILLNEED) };
-        at += step;
-    }
-}
-
 /// Starts writing back `[offset, offset + len)` of `file` (`sync_file_range` with
 /// `SYNC_FILE_RANGE_WRITE`: queues the dirty pages for the disk without waiting for them). Only a
 /// hint: errors are ignored.
@@ -138,62 +164,6 @@ mod tests {
     use std::os::fd::AsFd;
     use std::os::unix::fs::PermissionsExt;
 
-    /// Pages of `file`'s first `len` bytes in the page cache (`mincore` of a mapping).
-    fn resident(file: &File, len: usize) -> usize {
-        use std::os::fd::AsRawFd;
-        // SAFETY: a fresh read-only shared mapping of a regular file of at least `len` bytes;
-        // nothing of it is read here (mincore only asks the kernel), and it is unmapped below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        let mut vec = vec![0u8; len.div_ceil(4096)];
-        // SAFETY: `p` maps `len` bytes; `vec` has a byte per page of them.
-        assert_eq!(unsafe { libc::mincore(p, len, vec.as_mut_ptr()) }, 0);
-        // SAFETY: the mapping made above, not used after this.
-        unsafe { libc::munmap(p, len) };
-        vec.iter().filter(|&&b| b & 1 == 1).count()
-    }
-
-    #[test]
-    fn read_ahead_brings_the_whole_range_into_the_page_cache() {
-        let tmp = tempfile::tempdir().unwrap();
-        let len = 32usize << 20;
-        let name = tmp.path().join("pages");
-        std::fs::write(&name, vec![0x5au8; len]).unwrap();
-        let file = File::open(&name).unwrap();
-        file.sync_all().unwrap();
-        use std::os::fd::AsRawFd;
-        // SAFETY: posix_fadvise touches no memory of ours. Clean pages leave the page cache.
-        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        let pages = len / 4096;
-        // A file system that keeps files in memory (tmpfs) has nothing to read ahead.
-        if resident(&file, len) > pages / 2 {
-            eprintln!("skipped: the file system kept the file in the page cache");
-            return;
-        }
-        read_ahead(&file, 0, len as u64);
-        // The reads run in the background: wait for them (one call for the whole range, as the
-        // kernel clamps it, leaves most of the range unread however long one waits).
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        let mut got = resident(&file, len);
-        while got < pages && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            got = resident(&file, len);
-        }
-        assert_eq!(
-            got, pages,
-            "pages of the 32 MiB in the page cache after read_ahead"
-        );
-    }
-
     #[test]
     fn create_is_0600_and_truncates() {
         let tmp = tempfile::tempdir().unwrap();
@@ -214,6 +184,28 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    /// A FIFO with no writer: a blocking open would wait for one forever.
+    #[test]
+    fn a_fifo_without_a_writer_is_refused_not_waited_for() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = File::open(tmp.path()).unwrap();
+        let path = CString::new(
+            tmp.path()
+                .join("a.img")
+                .into_os_string()
+                .into_encoded_bytes(),
+        )
+        .unwrap();
+        // SAFETY: `path` is a NUL-terminated string that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+        let e = open_read_at(dir.as_fd(), "a.img").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(
+            e.to_string(),
+            "it is a FIFO, not a regular file; an image file must be a regular file"
+        );
     }
 
     #[test]

@@ -12,11 +12,10 @@
 //!   checksums ([`checksum`]); zeros are not written (pages files keep holes) and holes are not
 //!   read.
 //! - [`names`]: file names exactly as upstream ([`PagesFile`]); [`dir`]: files relative to the
-//!   image dir fd, and the page-cache hints the plugin and the bench use.
+//!   image dir fd, and the page-cache hints the plugin and the bench use; [`readahead`]: the
+//!   read-ahead of the pages reader (and of the bench's raw read), sized for the device.
 //!
 //! See `images/README.md` for the format and the checksum extension.
-
-#![warn(unreachable_pub)]
 
 pub mod checksum;
 pub mod dir;
@@ -24,9 +23,14 @@ pub mod frame;
 pub mod names;
 pub mod pages;
 pub mod proto;
+pub mod readahead;
 mod sparse;
+pub mod wire;
 
 pub use checksum::{ChecksumAlgorithm, DEFAULT_CHUNK_SIZE};
-pub use frame::{DmabufImage, FrameError, HeaderFault, ImageFile, KfdImage, RenderNodeImage};
+pub use frame::{
+    DmabufImage, FrameError, HeaderFault, ImageChecksumFault, ImageFile, Integrity, KfdImage,
+    RenderNodeImage,
+};
 pub use names::PagesFile;
 pub use pages::{PagesError, PagesReader, PagesWriter};

@@ -32,6 +32,7 @@ use crate::dir;
 use crate::frame::{Framing, HeaderFault, HEADER_LEN};
 use crate::names::PagesFile;
 use crate::proto::{KfdBoEntry, PagesChecksums};
+use crate::readahead::{ReadAhead, ReadAheadSchedule};
 use crate::sparse::{self, Extents};
 
 /// Bytes checksummed and then written (or read and then checksummed) at a time: small enough to
@@ -76,13 +77,6 @@ fn next_slice(file_offset: u64, left: usize) -> usize {
     let room = IO_SLICE - (file_offset % IO_SLICE as u64) as usize;
     room.min(left)
 }
-
-/// How far ahead of the reader's position the reader keeps asking the kernel to read
-/// (`POSIX_FADV_WILLNEED`), renewed every [`READ_AHEAD`]` / 2` bytes: the disk stays busy while
-/// the reader checksums and the copier moves the previous buffers, instead of waiting for each
-/// read to come back. Page cache, not process memory. `amdgpu-cr bench` reads its raw limit
-/// the same way.
-pub const READ_AHEAD: u64 = 32 << 20;
 
 /// With write-behind, every this many payload bytes the writer asks the kernel to start writing
 /// them to the disk.
@@ -459,8 +453,8 @@ pub struct PagesReader {
     name: String,
     total: u64,
     pos: u64,
-    /// File offset up to which read-ahead was asked for.
-    ahead_to: u64,
+    /// The read-ahead of the pages the reader reads next.
+    ahead: ReadAheadSchedule,
     verify: Option<(Chunker, PagesChecksums)>,
     /// Where the file's holes are.
     extents: Extents,
@@ -529,12 +523,13 @@ impl PagesReader {
             }
         };
         dir::advise_sequential(&file);
+        let ahead = ReadAheadSchedule::new(ReadAhead::for_file(&file), 0, HEADER_LEN + header);
         Ok(Self {
             file,
             name,
             total: header,
             pos: 0,
-            ahead_to: HEADER_LEN,
+            ahead,
             verify,
             extents: Extents::default(),
         })
@@ -738,16 +733,13 @@ impl PagesReader {
         Ok(())
     }
 
-    /// Keeps the kernel reading at least [`READ_AHEAD`] bytes beyond a read of `len` bytes at
-    /// the position.
+    /// Keeps the kernel reading ahead of a read of `len` bytes at the position: the pieces of
+    /// the device's size that the schedule asks for now ([`ReadAheadSchedule`]), so that the disk
+    /// stays busy with large requests while the reader checksums and the copiers move the
+    /// previous pieces, instead of waiting for each read to come back.
     fn read_ahead(&mut self, len: u64) {
-        let end = HEADER_LEN + self.total;
-        let want = (HEADER_LEN + self.pos + len + READ_AHEAD).min(end);
-        if want > self.ahead_to && want - self.ahead_to >= (READ_AHEAD / 2).min(end - self.ahead_to)
-        {
-            dir::read_ahead(&self.file, self.ahead_to, want - self.ahead_to);
-            self.ahead_to = want;
-        }
+        self.ahead
+            .advance_and_ask(&self.file, HEADER_LEN + self.pos + len);
     }
 
     fn verify_piece(&mut self, piece: &[u8]) -> Result<(), PagesError> {

@@ -105,16 +105,22 @@ fn upstream_development_kfd_image_with_handle() {
 
 #[test]
 fn our_image_is_the_development_encoding() {
-    // Re-writing a development-branch image gives the same bytes: we emit every upstream field,
-    // in upstream's order, and our field 100 only when there are checksums.
+    // Re-writing a development-branch image gives the same bytes, then our image checksum: we
+    // emit every upstream field, in upstream's order, our field 100 only when there are page
+    // checksums, and field 101 (which upstream's readers skip) last.
     let d = dir();
     std::fs::write(d.path("amdgpu-kfd-1.img"), kfd_wire(Some(5)).framed()).unwrap();
     let k = KfdImage::read(d.fd.as_fd(), 1).unwrap();
     KfdImage::write(d.fd.as_fd(), 2, &k).unwrap();
+    let ours = std::fs::read(d.path("amdgpu-kfd-2.img")).unwrap();
+    let upstream = kfd_wire(Some(5)).0;
+    assert_eq!(ours[8..8 + upstream.len()], upstream[..]);
     assert_eq!(
-        std::fs::read(d.path("amdgpu-kfd-2.img")).unwrap(),
-        kfd_wire(Some(5)).framed()
+        ours[8 + upstream.len()..][..2],
+        [0xaa, 0x06],
+        "key of field 101"
     );
+    assert_eq!(ours.len(), 8 + upstream.len() + 14);
 }
 
 #[test]

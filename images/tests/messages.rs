@@ -16,8 +16,10 @@ fn roundtrip<M: Message + Default + PartialEq + Debug>(m: M) {
     let bytes = m.encode_to_vec();
     assert_eq!(M::decode(bytes.as_slice()).unwrap(), m);
     let framed = images::frame::encode_framed(&m);
-    assert_eq!(framed[..8], (bytes.len() as u64).to_ne_bytes());
-    assert_eq!(framed[8..], bytes[..]);
+    // The payload is the message, then our image checksum (field 101, 14 bytes).
+    assert_eq!(framed[..8], (bytes.len() as u64 + 14).to_ne_bytes());
+    assert_eq!(framed[8..8 + bytes.len()], bytes[..]);
+    assert_eq!(field_numbers(&framed[8 + bytes.len()..]), [101]);
     let back: M = images::frame::decode_framed(&framed, "mem", "msg", u64::MAX).unwrap();
     assert_eq!(back, m);
 }

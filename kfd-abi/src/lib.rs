@@ -22,8 +22,6 @@
 //!
 //! Every failure is an [`IoctlError`] that names the ioctl, the node and the errno ([`Errno`]).
 
-#![warn(unreachable_pub)]
-
 pub mod criu;
 pub mod cuse;
 pub mod dma;

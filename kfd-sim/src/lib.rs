@@ -18,7 +18,9 @@
 //!   their variants, as values or TOML/JSON files; [`SimPlatform`] writes their sysfs tree.
 //!   [`Asic`]: what the amdgpu driver knows of each GPU beyond its topology node (PCI identity,
 //!   IP and firmware versions, clocks, shader layout); [`sysfs`]: the PCI, DRM and module
-//!   entries of sysfs that AMD's userspace reads, written like the kernel lays them out.
+//!   entries of sysfs that AMD's userspace reads, written like the kernel lays them out;
+//!   [`scratch`]: temporary directories of simulated nodes that name their owner, so that the
+//!   next node removes those of processes that died without cleaning up.
 //!
 //! # Layers
 //!
@@ -44,15 +46,14 @@
 //!   `scheduler` (doorbells to engines), `aql` (what the AQL queues ring; the command processor
 //!   that will run them belongs beside the SDMA engine). It knows no driver: the driver hands
 //!   it memory, VM mappings and a runlist of queue registers, and takes its interrupts.
-//! - **Base**: `host.rs` (the host OS), `limits.rs` (the gfx9 numbers) and the description of the
+//! - **Base**: `host.rs` (the host OS), `scratch.rs` (temporary directories named for their
+//!   process), `limits.rs` (the gfx9 numbers) and the description of the
 //!   machine (`preset.rs`, `asic.rs`, `sysfs.rs`).
 //!
 //! The state sits above the hardware, not below: the kernel's records point into what the
 //! hardware holds (a BO to its memory, a pdd to its VM, a queue to its registers), and the
 //! hardware reads only that, as a GPU reads memory, page tables and MQDs, not the driver's
 //! bookkeeping.
-
-#![warn(unreachable_pub)]
 
 mod asic;
 mod client;
@@ -66,6 +67,7 @@ mod limits;
 mod machine;
 pub mod preset;
 mod render;
+pub mod scratch;
 pub mod sysfs;
 mod uaccess;
 mod vma;

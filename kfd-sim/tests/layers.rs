@@ -34,6 +34,7 @@ const LAYERS: &[(&str, Layer)] = &[
     ("asic.rs", Layer::Base),
     ("preset.rs", Layer::Base),
     ("sysfs.rs", Layer::Base),
+    ("scratch.rs", Layer::Base),
     ("hw/", Layer::Hardware),
     ("machine.rs", Layer::State),
     ("device.rs", Layer::State),

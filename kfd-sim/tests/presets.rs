@@ -145,6 +145,41 @@ fn kfd_simd_lists_presets_and_writes_trees_from_names_and_files() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown preset"));
 }
 
+/// `write-topology` over another tree replaces it (before, the old tree's extra nodes stayed:
+/// mi50x1 written over mi100x4 parsed as five GPUs), and a directory holding anything else is
+/// refused untouched.
+#[test]
+fn write_topology_replaces_a_tree_and_refuses_a_foreign_directory() {
+    let bin = env!("CARGO_BIN_EXE_kfd-simd");
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("topology");
+    let write = |preset: &str, to: &std::path::Path| {
+        std::process::Command::new(bin)
+            .args(["write-topology", "--preset", preset])
+            .arg(to)
+            .output()
+            .unwrap()
+    };
+    assert!(write("mi100x4", &tree).status.success());
+    assert!(write("mi50x1", &tree).status.success());
+    assert_eq!(
+        topology::parse(&tree).unwrap(),
+        Preset::mi50x1().to_topology().unwrap()
+    );
+    std::fs::write(tree.join("notes.txt"), "mine\n").unwrap();
+    let out = write("mi100x4", &tree);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("\"notes.txt\", which is not part of a KFD topology tree"),
+        "{err}"
+    );
+    assert_eq!(
+        topology::parse(&tree).unwrap(),
+        Preset::mi50x1().to_topology().unwrap()
+    );
+}
+
 #[test]
 fn sim_platform_implements_the_engines_platform_seam() {
     use kfd_abi::{DeviceKind, Platform};

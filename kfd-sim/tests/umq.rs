@@ -254,7 +254,13 @@ fn rocr_blit_waits_for_its_dependency_then_decrements_its_completion_signal() {
     q.push(ib.packets(), false);
     q.push(signal(slot).packets(), true);
 
-    std::thread::sleep(Duration::from_millis(50));
+    // The engine runs on its own thread: give it time to get as far as it can (however busy
+    // the machine), which is to the low dword's poll and no further.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while q.rptr() < 2 * 6 * 4 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    std::thread::sleep(Duration::from_millis(20));
     assert_eq!(
         q.rptr(),
         2 * 6 * 4,

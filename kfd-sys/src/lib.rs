@@ -20,7 +20,6 @@
 //! Function-like macros of the headers are not translated; the `drm_amdgpu_*` unions come with
 //! zero-filling `Default` implementations written by bindgen.
 
-#![warn(unreachable_pub)]
 #![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
 #![allow(
     clippy::undocumented_unsafe_blocks,

@@ -368,6 +368,7 @@ impl<P: Platform> Engine<P> {
         if let Some(msg) =
             RenderNodeImage::try_read(dir, id).map_err(|e| failed(Errno::EINVAL, e))?
         {
+            refuse_render_buffers(id, &msg)?;
             return self.restore_render(id, &msg);
         }
         let settings = self.settings();
@@ -848,6 +849,34 @@ fn host_has_dump_devices_late() -> bool {
 /// criu's image directory fd.
 fn criu_image_dir() -> Option<RawFd> {
     crate::shim::criu_image_dir()
+}
+
+/// Refuses a render-node image that lists buffers of the render node (`bo_entries`, which
+/// criu-dev's plugin writes on kernels with `AMDGPU_GEM_LIST_HANDLES`, Linux 6.18): this plugin
+/// restores the render node's file but not its buffers, and a process restored without them
+/// would run on with memory missing. Refused, naming the file and the count, until render-node
+/// buffers are restored.
+fn refuse_render_buffers(id: u32, msg: &CriuRenderNode) -> HookResult<()> {
+    let listed = msg.bo_entries.len() as u64;
+    if listed == 0 && msg.num_of_bos == 0 {
+        return Ok(());
+    }
+    let declared = if msg.num_of_bos == listed {
+        String::new()
+    } else {
+        format!(" (num_of_bos says {})", msg.num_of_bos)
+    };
+    Err(HookError::failed(
+        Errno::EINVAL,
+        format!(
+            "{}: the image lists {listed} buffer(s) of render node renderD{}{declared}, written by \
+             a plugin that checkpoints render-node buffers (criu-dev's, on Linux 6.18 or newer); \
+             this plugin does not restore render-node buffers yet, and the process would run on \
+             without them: refused. Restore this image with the plugin that wrote it",
+            RenderNodeImage::file_name(id),
+            msg.drm_render_minor
+        ),
+    ))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use kfd_abi::kfd::Version;
 use kfd_abi::{IoctlError, Kfd, Platform};
 
 /// The oldest KFD interface with CRIU_OP.
-pub(crate) const MIN_VERSION: Version = Version { major: 1, minor: 8 };
+pub const MIN_VERSION: Version = Version { major: 1, minor: 8 };
 
 /// Why checkpoint/restore cannot run on this KFD.
 #[derive(Debug, thiserror::Error)]
@@ -32,7 +32,7 @@ pub enum VersionError {
 }
 
 /// Whether `v` has CRIU_OP.
-pub(crate) fn supports_cr(v: Version) -> bool {
+pub fn supports_cr(v: Version) -> bool {
     v.major == MIN_VERSION.major && v.minor >= MIN_VERSION.minor
 }
 

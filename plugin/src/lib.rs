@@ -13,12 +13,12 @@
 //!   counts, pages files, GPU mapping), for `amdgpu-cr check`; [`restore::restore_bos`].
 //! - [`copy::Staging`] and [`copy::Progress`]: the staging memory per GPU, and a byte counter.
 //! - [`topology_image`]: the topology recorded in an image, both ways.
+//! - [`MIN_VERSION`] and [`supports_cr`]: the KFD interfaces checkpoint/restore runs on, for
+//!   `amdgpu-cr probe` to answer as the plugin decides.
 //!
 //! Everything else is the crate's own: the C ABI (`shim`: the `CR_PLUGIN_DESC` descriptor and
 //! the hook trampolines), the dump, the VMA bookkeeping, criu's logger, the private-data
 //! rewriting for other GPUs.
-
-#![warn(unreachable_pub)]
 
 pub mod copy;
 pub mod criu;
@@ -33,3 +33,5 @@ mod shim;
 mod shm;
 pub mod topology_image;
 mod vma;
+
+pub use kfd_version::{supports_cr, MIN_VERSION};

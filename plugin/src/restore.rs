@@ -560,8 +560,22 @@ pub(crate) fn restore_kfd<P: Platform>(
             size: msg.shared_mem_size,
             magic: msg.shared_mem_magic,
         };
-        if let Err(e) = shm.recreate(&platform.hsakmt_shm_path()) {
-            log::warn!("recreating {}: {e}", platform.hsakmt_shm_path().display());
+        let path = platform.hsakmt_shm_path();
+        if let Err(e) = shm.recreate(&path) {
+            log::warn!("recreating {}: {e}", path.display());
+        }
+        // libhsakmt's semaphore beside it, as upstream recreates it (see crate::shm).
+        let dir = path.parent().unwrap_or_else(|| std::path::Path::new("/"));
+        match crate::shm::recreate_semaphore(dir, crate::shm::HSAKMT_SEM_FILE) {
+            Ok(true) => log::info!(
+                "recreated libhsakmt's semaphore {}",
+                dir.join(crate::shm::HSAKMT_SEM_FILE).display()
+            ),
+            Ok(false) => {}
+            Err(e) => log::warn!(
+                "recreating libhsakmt's semaphore {}: {e}",
+                dir.join(crate::shm::HSAKMT_SEM_FILE).display()
+            ),
         }
     }
 

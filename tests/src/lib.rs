@@ -3,8 +3,6 @@
 //! transport and a platform that fail on demand, to inject a driver error at every step of a
 //! dump or a restore.
 
-#![warn(unreachable_pub)]
-
 use std::ffi::c_void;
 use std::fmt;
 use std::io;

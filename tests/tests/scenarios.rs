@@ -251,10 +251,19 @@ fn render_nodes_restored_before_their_kfd_are_its_compute_vms(#[case] remap: boo
     assert_eq!(report.bytes, manifest.pattern_bytes());
 }
 
-/// A process with a render node open and no `/dev/kfd` gets a render node of the same GPU back;
-/// on a node without that GPU the restore says so.
-#[test]
-fn a_render_node_without_kfd_restores_on_the_same_gpu() {
+/// A process of an mi210x2 node holding its second GPU's render node and no `/dev/kfd`, dumped
+/// as image 7: the preset, the image directory (and an open fd of it), the process's pid and the
+/// render minor.
+struct RenderOnly {
+    p: Preset,
+    /// Kept for the directory's lifetime.
+    _dir: tempfile::TempDir,
+    dirf: std::fs::File,
+    pid: u32,
+    minor: u32,
+}
+
+fn dump_render_only() -> RenderOnly {
     let p = Preset::by_name("mi210x2").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let dirf = std::fs::File::open(dir.path()).unwrap();
@@ -268,9 +277,29 @@ fn a_render_node_without_kfd_restores_on_the_same_gpu() {
     dumper.init(Stage::Dump).unwrap();
     dumper.dump_ext_file(render.as_fd(), 7).unwrap();
     dumper.fini(Stage::Dump, 0);
+    RenderOnly {
+        p,
+        _dir: dir,
+        dirf,
+        pid: process.pid(),
+        minor,
+    }
+}
+
+/// A process with a render node open and no `/dev/kfd` gets a render node of the same GPU back;
+/// on a node without that GPU the restore says so.
+#[test]
+fn a_render_node_without_kfd_restores_on_the_same_gpu() {
+    let RenderOnly {
+        p,
+        _dir,
+        dirf,
+        pid,
+        minor,
+    } = dump_render_only();
 
     let dst = SimNode::new(&p).unwrap();
-    let restored = dst.machine.spawn_process_as(process.pid());
+    let restored = dst.machine.spawn_process_as(pid);
     let engine = dst.engine(&|p| p, &restored, &dirf, &settings());
     engine.init(Stage::Restore).unwrap();
     let fd = engine.restore_file(7).unwrap().unwrap();
@@ -281,7 +310,7 @@ fn a_render_node_without_kfd_restores_on_the_same_gpu() {
     engine.fini(Stage::Restore, 0);
 
     let other = SimNode::new(&remapped_variant(&p)).unwrap();
-    let restored = other.machine.spawn_process_as(process.pid());
+    let restored = other.machine.spawn_process_as(pid);
     let engine = other.engine(&|p| p, &restored, &dirf, &settings());
     engine.init(Stage::Restore).unwrap();
     let err = engine.restore_file(7).unwrap_err().to_string();
@@ -290,6 +319,78 @@ fn a_render_node_without_kfd_restores_on_the_same_gpu() {
         "{err}"
     );
     engine.fini(Stage::Restore, -1);
+}
+
+/// A render-node image that lists buffers of the render node (criu-dev's plugin writes them on
+/// kernels with `AMDGPU_GEM_LIST_HANDLES`) is refused, naming the file and the number of buffers,
+/// rather than restored without them; without the list the same image restores.
+#[rstest]
+#[case::listed_and_counted(3, 3, "lists 3 buffer(s) of render node renderD129,")]
+#[case::counted_only(
+    0,
+    2,
+    "lists 0 buffer(s) of render node renderD129 (num_of_bos says 2)"
+)]
+fn a_render_node_image_with_buffers_is_refused(
+    #[case] listed: usize,
+    #[case] declared: u64,
+    #[case] says: &str,
+) {
+    use images::proto::DrmBoEntry;
+    use images::{ImageFile, RenderNodeImage};
+    let RenderOnly {
+        p,
+        _dir,
+        dirf,
+        pid,
+        minor,
+    } = dump_render_only();
+
+    // The image as criu-dev's plugin writes it for a render node holding buffers.
+    let plain = RenderNodeImage::read(dirf.as_fd(), 7).unwrap();
+    let mut msg = plain.clone();
+    msg.id = 7;
+    msg.drm_render_minor = minor;
+    msg.num_of_bos = declared;
+    msg.bo_entries = (0..listed as u64)
+        .map(|i| DrmBoEntry {
+            addr: 0x10_0000_0000 + (i << 21),
+            size: 2 << 20,
+            offset: i << 21,
+            alloc_flags: 0,
+            alignment: 4096,
+            preferred_domains: 4,
+            handle: 1 + u32::try_from(i).unwrap(),
+            is_import: 0,
+            num_of_vms: 0,
+            vm_entries: Vec::new(),
+        })
+        .collect();
+    RenderNodeImage::write(dirf.as_fd(), 7, &msg).unwrap();
+
+    let dst = SimNode::new(&p).unwrap();
+    let restored = dst.machine.spawn_process_as(pid);
+    let engine = dst.engine(&|p| p, &restored, &dirf, &settings());
+    engine.init(Stage::Restore).unwrap();
+    let err = engine.restore_file(7).unwrap_err().to_string();
+    assert!(
+        err.starts_with("amdgpu-renderD-7.img: the image ") && err.contains(says),
+        "{err}"
+    );
+    assert!(
+        err.contains("does not restore render-node buffers"),
+        "{err}"
+    );
+    engine.fini(Stage::Restore, -1);
+
+    // Without the buffers, the same image restores.
+    RenderNodeImage::write(dirf.as_fd(), 7, &plain).unwrap();
+    let dst = SimNode::new(&p).unwrap();
+    let restored = dst.machine.spawn_process_as(pid);
+    let engine = dst.engine(&|p| p, &restored, &dirf, &settings());
+    engine.init(Stage::Restore).unwrap();
+    assert!(engine.restore_file(7).unwrap().is_some());
+    engine.fini(Stage::Restore, 0);
 }
 
 /// A KFD topology that can vanish: the view of a restored container's task, whose sysfs
@@ -363,4 +464,74 @@ fn a_restored_task_needs_no_topology_of_its_own(#[case] hidden_at_init: bool) {
         ));
     }
     engine.fini(Stage::Restore, 0);
+}
+
+/// The first file of `dir` whose name starts with `prefix`.
+fn image_file(dir: &std::path::Path, prefix: &str) -> std::path::PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .unwrap()
+}
+
+/// Four bytes of the KFD image overwritten where the message still decodes (the GPU's device
+/// entry): the restore refuses the image, naming it, before it restores anything.
+#[test]
+fn a_damaged_kfd_image_is_refused_naming_the_file() {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let (dir, ids, _) = dump_only(&p, &settings());
+    let kfd = image_file(dir.path(), "amdgpu-kfd-");
+    let mut bytes = std::fs::read(&kfd).unwrap();
+    bytes[200..204].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+    std::fs::write(&kfd, bytes).unwrap();
+    let dst = SimNode::new(&p).unwrap();
+    let err = harness::restore(&dst, dir.path(), &ids, &settings())
+        .unwrap_err()
+        .to_string();
+    let name = kfd.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        err.contains(&format!("image file {name} is damaged")),
+        "{err}"
+    );
+    for &gpu in &dst.machine.gpu_ids() {
+        assert_eq!(
+            dst.machine.vram_used(gpu),
+            Some(0),
+            "nothing restored: {err}"
+        );
+    }
+}
+
+/// Images as upstream's plugin writes them (no page checksums, no image checksum at the end of
+/// the message images) restore, unverified.
+#[test]
+fn images_without_an_image_checksum_restore_like_upstreams() {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let s = Settings {
+        checksums: false,
+        ..settings()
+    };
+    let (dir, ids, manifest) = dump_only(&p, &s);
+    let mut stripped = 0;
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !(name.starts_with("amdgpu-kfd-") || name.starts_with("amdgpu-renderD-")) {
+            continue;
+        }
+        // The message image ends with field 101: key 0xaa 0x06, length 11.
+        let mut bytes = std::fs::read(&path).unwrap();
+        let seal = bytes.len() - 14;
+        assert_eq!(bytes[seal..seal + 3], [0xaa, 0x06, 11], "{name}");
+        bytes.truncate(seal);
+        let len = (seal - 8) as u64;
+        bytes[..8].copy_from_slice(&len.to_ne_bytes());
+        std::fs::write(&path, bytes).unwrap();
+        stripped += 1;
+    }
+    assert_eq!(stripped, 1 + ids.renders.len());
+    let dst = SimNode::new(&remapped_variant(&p)).unwrap();
+    let (restored, _) = harness::restore(&dst, dir.path(), &ids, &s).unwrap();
+    restored.verify(&manifest).unwrap();
 }

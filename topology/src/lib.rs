@@ -9,14 +9,13 @@
 //! - [`parse()`] reads a topology directory (on a real system `/sys/class/kfd/kfd/topology`)
 //!   into the [`Topology`] model ([`model`]: nodes, their [`Properties`], caches, memory banks,
 //!   links, and the sysfs key names); [`write()`] writes a model back in the kernel's exact
-//!   format (the simulator uses it), and `parse(write(t)) == t`.
+//!   format (the simulator uses it), and `parse(write(t)) == t`; [`replace()`] writes over a
+//!   tree already there.
 //! - [`builder`] makes topologies concisely (tests, simulator presets); [`caches`] has the CU
 //!   layout the driver derives its cache lists from.
 //! - [`map_gpus`] finds a mapping of a checkpointed machine's GPUs onto this machine's, honouring
 //!   the `KFD_*_CHECK` switches ([`CheckOptions`], [`options`]), or explains ([`MapError`]) why
 //!   none exists.
-
-#![warn(unreachable_pub)]
 
 pub mod builder;
 pub mod caches;
@@ -30,4 +29,4 @@ pub use map::{map_gpus, GpuMapping, MapError, Mapping};
 pub use model::{Cache, Link, LinkType, MemBank, Node, Properties, Topology};
 pub use options::{Check, CheckOptions};
 pub use parse::{parse, ParseError};
-pub use write::{write, WriteError};
+pub use write::{replace, write, ReplaceError, WriteError};

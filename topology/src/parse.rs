@@ -4,7 +4,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::model::{Cache, Link, MemBank, Node, Properties, Topology};
+use crate::model::{keys, Cache, Link, MemBank, Node, Properties, Topology};
 
 /// Why a topology directory could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +40,47 @@ pub enum ParseError {
         /// The key.
         key: String,
     },
+    /// A properties file lacks a line that the kernel writes in every file of its kind.
+    #[error("{path}: no `{key}` line; the kernel writes one in every {kind}")]
+    MissingKey {
+        /// The file.
+        path: PathBuf,
+        /// The key.
+        key: &'static str,
+        /// The kind of file ("node's properties", "GPU node's properties", ...).
+        kind: &'static str,
+    },
+    /// A value the kernel never writes there.
+    #[error("{path}: `{key} {value}`: {expected}")]
+    BadValue {
+        /// The file.
+        path: PathBuf,
+        /// The key.
+        key: &'static str,
+        /// Its value.
+        value: u64,
+        /// What the kernel writes there.
+        expected: &'static str,
+    },
+    /// Two GPU nodes have the same gpu_id.
+    #[error(
+        "{path}: gpu_id {gpu_id} ({gpu_id:#x}) is also node {first}'s; the kernel gives every GPU \
+         its own"
+    )]
+    DuplicateGpuId {
+        /// The second node's `gpu_id` file.
+        path: PathBuf,
+        /// The gpu_id.
+        gpu_id: u32,
+        /// The node that has it first.
+        first: u32,
+    },
+    /// The root is an empty path, which would read the current directory.
+    #[error(
+        "the topology root is an empty path (is AMDGPU_CR_TOPOLOGY_ROOT set to an empty \
+         string?); give a directory, or unset it for /sys/class/kfd/kfd/topology"
+    )]
+    EmptyRoot,
 }
 
 impl ParseError {
@@ -62,21 +103,95 @@ impl ParseError {
 
 /// Reads the topology under `root` (for a real system `/sys/class/kfd/kfd/topology`).
 ///
-/// Nodes whose files cannot be read for lack of permission (as inside a device cgroup that hides
-/// some GPUs) are skipped, with a log message. Missing `mem_banks`, `caches`, `io_links` or
-/// `p2p_links` directories count as empty.
+/// Nodes whose files the kernel refuses with `EPERM` (a device cgroup hiding some GPUs: amdkfd
+/// answers so for the GPUs the process may not use) are skipped, with a log message. Missing
+/// `mem_banks`, `caches`, `io_links` or `p2p_links` directories count as empty.
+///
+/// The tree is read strictly, as the kernel writes it: every node's `properties` holds the keys
+/// the image records of it (a GPU node also its firmware versions and capability), a GPU's
+/// render minor is 128 or more, every link names its type and both ends, every memory bank its
+/// heap type and size, and no two GPUs share a gpu_id.
 ///
 /// # Errors
 ///
-/// [`ParseError`] naming the file (and line) that is missing or not in the kernel's format.
+/// [`ParseError`] naming the file (and line) that is missing, unreadable or not in the kernel's
+/// format, and the fault; [`ParseError::EmptyRoot`] for an empty `root`.
 pub fn parse(root: &Path) -> Result<Topology, ParseError> {
     parse_with(root, &|path| fs::read_to_string(path))
+}
+
+/// The keys a node's `properties` must hold: those the image records of every node
+/// (`kfd_device_entry`) and `location_id` (the PCI address). The kernel has written all of them
+/// since long before the first KFD interface with CRIU (1.8).
+const NODE_REQUIRED: &[&str] = &[
+    keys::CPU_CORES_COUNT,
+    keys::SIMD_COUNT,
+    keys::MEM_BANKS_COUNT,
+    keys::CACHES_COUNT,
+    keys::IO_LINKS_COUNT,
+    keys::MAX_WAVES_PER_SIMD,
+    keys::LDS_SIZE_IN_KB,
+    keys::GDS_SIZE_IN_KB,
+    keys::NUM_GWS,
+    keys::WAVE_FRONT_SIZE,
+    keys::ARRAY_COUNT,
+    keys::SIMD_ARRAYS_PER_ENGINE,
+    keys::CU_PER_SIMD_ARRAY,
+    keys::SIMD_PER_CU,
+    keys::MAX_SLOTS_SCRATCH_CU,
+    keys::VENDOR_ID,
+    keys::DEVICE_ID,
+    keys::LOCATION_ID,
+    keys::DOMAIN,
+    keys::DRM_RENDER_MINOR,
+    keys::HIVE_ID,
+    keys::NUM_SDMA_ENGINES,
+    keys::NUM_SDMA_XGMI_ENGINES,
+    keys::NUM_SDMA_QUEUES_PER_ENGINE,
+    keys::NUM_CP_QUEUES,
+];
+
+/// The keys a GPU node's `properties` must hold beyond [`NODE_REQUIRED`] (the kernel writes
+/// them for GPU nodes only; the image records them and the checks compare them).
+const GPU_REQUIRED: &[&str] = &[keys::FW_VERSION, keys::CAPABILITY, keys::SDMA_FW_VERSION];
+
+/// The keys every `io_links/L` and `p2p_links/L` properties file must hold.
+const LINK_REQUIRED: &[&str] = &["type", "node_from", "node_to"];
+
+/// The keys every `mem_banks/M` properties file must hold.
+const MEM_BANK_REQUIRED: &[&str] = &["heap_type", "size_in_bytes"];
+
+/// The lowest DRM render minor: minors below are primary nodes.
+const FIRST_RENDER_MINOR: u64 = 128;
+
+/// `EPERM` (Linux, asm-generic/errno-base.h): amdkfd's answer for a node of a GPU the device
+/// cgroup does not give the process.
+const EPERM: i32 = 1;
+
+/// `Err` naming the first of `required` that `props` (read from `path`) lacks.
+fn require(
+    props: &Properties,
+    path: &Path,
+    required: &[&'static str],
+    kind: &'static str,
+) -> Result<(), ParseError> {
+    match required.iter().find(|k| props.get(k).is_none()) {
+        Some(key) => Err(ParseError::MissingKey {
+            path: path.to_owned(),
+            key,
+            kind,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Reads a file's text; tests substitute one that fails like a device cgroup does.
 type ReadText<'a> = &'a dyn Fn(&Path) -> io::Result<String>;
 
 fn parse_with(root: &Path, read: ReadText<'_>) -> Result<Topology, ParseError> {
+    if root.as_os_str().is_empty() {
+        return Err(ParseError::EmptyRoot);
+    }
     let read_number_file = |p: &Path| read_number_file(p, read);
     let read_properties = |p: &Path| read_properties(p, read);
     let generation_id = read_number_file(&root.join("generation_id"))?;
@@ -84,11 +199,25 @@ fn parse_with(root: &Path, read: ReadText<'_>) -> Result<Topology, ParseError> {
     let nodes_dir = root.join("nodes");
     let mut nodes = Vec::new();
     for id in numbered_entries(&nodes_dir, true)? {
-        match parse_node(&nodes_dir.join(id.to_string()), id, read) {
-            Ok(node) => nodes.push(node),
-            Err(ParseError::Io { path, source }) if is_permission(&source) => {
+        let dir = nodes_dir.join(id.to_string());
+        match parse_node(&dir, id, read) {
+            Ok(node) => {
+                if let Some(first) = nodes
+                    .iter()
+                    .find(|n: &&Node| node.gpu_id != 0 && n.gpu_id == node.gpu_id)
+                {
+                    return Err(ParseError::DuplicateGpuId {
+                        path: dir.join("gpu_id"),
+                        gpu_id: node.gpu_id,
+                        first: first.id,
+                    });
+                }
+                nodes.push(node);
+            }
+            Err(ParseError::Io { path, source }) if is_device_cgroup_refusal(&source) => {
                 log::info!(
-                    "skipping topology node {id}: {} is not readable ({source})",
+                    "skipping topology node {id}: {} is not readable ({source}): a GPU this \
+                     process's device cgroup does not give it",
                     path.display()
                 );
             }
@@ -108,8 +237,10 @@ fn parse_with(root: &Path, read: ReadText<'_>) -> Result<Topology, ParseError> {
     })
 }
 
-fn is_permission(e: &io::Error) -> bool {
-    e.kind() == io::ErrorKind::PermissionDenied
+/// Whether `e` is amdkfd's refusal of a node the device cgroup hides (`EPERM`); any other
+/// failure to read a node (`EACCES` included) is an error.
+fn is_device_cgroup_refusal(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(EPERM)
 }
 
 fn parse_node(dir: &Path, id: u32, read: ReadText<'_>) -> Result<Node, ParseError> {
@@ -122,23 +253,44 @@ fn parse_node(dir: &Path, id: u32, read: ReadText<'_>) -> Result<Node, ParseErro
     let name_path = dir.join("name");
     let name = read_text(&name_path, read)?;
     let name = name.strip_suffix('\n').unwrap_or(&name).to_owned();
-    let properties = read_properties(&dir.join("properties"))?;
+    let props_path = dir.join("properties");
+    let properties = read_properties(&props_path)?;
+    require(&properties, &props_path, NODE_REQUIRED, "node's properties")?;
+    if gpu_id != 0 {
+        require(
+            &properties,
+            &props_path,
+            GPU_REQUIRED,
+            "GPU node's properties",
+        )?;
+        let minor = properties.get_or_zero(keys::DRM_RENDER_MINOR);
+        if minor < FIRST_RENDER_MINOR {
+            return Err(ParseError::BadValue {
+                path: props_path,
+                key: keys::DRM_RENDER_MINOR,
+                value: minor,
+                expected: "a GPU's render node has minor 128 or more (renderD128, ...)",
+            });
+        }
+    }
     let mem_banks = read_list(&dir.join("mem_banks"), |p| {
-        Ok(MemBank {
-            properties: read_properties(p)?,
-        })
+        let properties = read_properties(p)?;
+        require(
+            &properties,
+            p,
+            MEM_BANK_REQUIRED,
+            "memory bank's properties",
+        )?;
+        Ok(MemBank { properties })
     })?;
     let caches = read_list(&dir.join("caches"), read_cache)?;
-    let io_links = read_list(&dir.join("io_links"), |p| {
-        Ok(Link {
-            properties: read_properties(p)?,
-        })
-    })?;
-    let p2p_links = read_list(&dir.join("p2p_links"), |p| {
-        Ok(Link {
-            properties: read_properties(p)?,
-        })
-    })?;
+    let read_link = |p: &Path| {
+        let properties = read_properties(p)?;
+        require(&properties, p, LINK_REQUIRED, "link's properties")?;
+        Ok(Link { properties })
+    };
+    let io_links = read_list(&dir.join("io_links"), read_link)?;
+    let p2p_links = read_list(&dir.join("p2p_links"), read_link)?;
     Ok(Node {
         id,
         gpu_id,
@@ -498,7 +650,7 @@ mod tests {
         let hidden = dir.path().join("nodes/3");
         let read = |p: &Path| {
             if p.starts_with(&hidden) {
-                Err(io::Error::from(io::ErrorKind::PermissionDenied))
+                Err(io::Error::from_raw_os_error(EPERM))
             } else {
                 fs::read_to_string(p)
             }
@@ -511,6 +663,138 @@ mod tests {
         let cpu1 = parsed.node(1).unwrap();
         let to_gpu = cpu1.io_links.iter().find(|l| l.node_to() == 3).unwrap();
         assert!(!parsed.is_valid(to_gpu));
+    }
+
+    /// A node that cannot be read for another reason than the device cgroup's `EPERM` (here
+    /// `EACCES`, a file mode) is an error naming the file, not a node silently left out.
+    #[test]
+    fn a_node_unreadable_for_another_reason_is_an_error_naming_the_file() {
+        let (dir, _) = tree();
+        let denied = dir.path().join("nodes/3/properties");
+        let read = |p: &Path| {
+            if p == denied {
+                Err(io::Error::from_raw_os_error(13))
+            } else {
+                fs::read_to_string(p)
+            }
+        };
+        let err = parse_with(dir.path(), &read).unwrap_err();
+        assert!(
+            matches!(&err, ParseError::Io { path, .. } if *path == denied),
+            "{err}"
+        );
+        assert!(err.to_string().contains("nodes/3/properties"), "{err}");
+    }
+
+    /// Trees the kernel never writes, each refused naming the file and the fault (before, each
+    /// parsed: an empty GPU properties file became GPU 0000:0000 with no CUs, a GPU without
+    /// `drm_render_minor` mapped to renderD0).
+    #[rstest]
+    #[case::empty_gpu_properties(
+        "nodes/2/properties",
+        "",
+        "nodes/2/properties: no `cpu_cores_count` line; the kernel writes one in every node's properties"
+    )]
+    #[case::empty_cpu_properties(
+        "nodes/0/properties",
+        "",
+        "nodes/0/properties: no `cpu_cores_count` line"
+    )]
+    #[case::gpu_without_render_minor(
+        "nodes/3/properties",
+        "-drm_render_minor",
+        "nodes/3/properties: no `drm_render_minor` line"
+    )]
+    #[case::gpu_without_fw_version(
+        "nodes/3/properties",
+        "-fw_version",
+        "nodes/3/properties: no `fw_version` line; the kernel writes one in every GPU node's properties"
+    )]
+    #[case::gpu_with_render_minor_0(
+        "nodes/3/properties",
+        "=drm_render_minor 0",
+        "nodes/3/properties: `drm_render_minor 0`: a GPU's render node has minor 128 or more"
+    )]
+    #[case::link_without_node_to(
+        "nodes/2/io_links/0/properties",
+        "-node_to",
+        "nodes/2/io_links/0/properties: no `node_to` line; the kernel writes one in every link's properties"
+    )]
+    #[case::p2p_link_without_type(
+        "nodes/2/p2p_links/0/properties",
+        "-type",
+        "nodes/2/p2p_links/0/properties: no `type` line"
+    )]
+    #[case::mem_bank_without_size(
+        "nodes/2/mem_banks/0/properties",
+        "-size_in_bytes",
+        "nodes/2/mem_banks/0/properties: no `size_in_bytes` line"
+    )]
+    #[case::second_gpu_with_the_first_ones_gpu_id(
+        "nodes/3/gpu_id",
+        "=gpu_id of node 2",
+        "nodes/3/gpu_id: gpu_id"
+    )]
+    fn trees_the_kernel_never_writes_are_refused_naming_file_and_fault(
+        #[case] rel: &str,
+        #[case] edit: &str,
+        #[case] message: &str,
+    ) {
+        let (dir, t) = tree();
+        let path = dir.path().join(rel);
+        let text = fs::read_to_string(&path).unwrap();
+        let edited = if let Some(key) = edit.strip_prefix('-') {
+            text.lines()
+                .filter(|l| l.split_whitespace().next() != Some(key))
+                .map(|l| format!("{l}\n"))
+                .collect()
+        } else if edit == "=gpu_id of node 2" {
+            format!("{}\n", t.nodes[2].gpu_id)
+        } else if let Some(line) = edit.strip_prefix('=') {
+            let key = line.split_whitespace().next().unwrap();
+            text.lines()
+                .map(|l| {
+                    if l.split_whitespace().next() == Some(key) {
+                        format!("{line}\n")
+                    } else {
+                        format!("{l}\n")
+                    }
+                })
+                .collect()
+        } else {
+            edit.to_owned()
+        };
+        assert_ne!(edited, text, "the edit changes the file");
+        put(dir.path(), rel, &edited);
+        let err = parse(dir.path()).unwrap_err().to_string();
+        assert!(err.contains(message), "{err}");
+        assert!(
+            err.starts_with(&dir.path().join(rel).display().to_string()),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn two_gpus_with_one_gpu_id_name_both_nodes() {
+        let (dir, t) = tree();
+        put(
+            dir.path(),
+            "nodes/3/gpu_id",
+            &format!("{}\n", t.nodes[2].gpu_id),
+        );
+        let err = parse(dir.path()).unwrap_err();
+        assert!(
+            matches!(&err, ParseError::DuplicateGpuId { first: 2, gpu_id, .. } if *gpu_id == t.nodes[2].gpu_id),
+            "{err}"
+        );
+    }
+
+    /// An empty root would read the current directory (`AMDGPU_CR_TOPOLOGY_ROOT=`).
+    #[test]
+    fn an_empty_root_is_refused() {
+        let err = parse(Path::new("")).unwrap_err();
+        assert!(matches!(err, ParseError::EmptyRoot), "{err}");
+        assert!(err.to_string().contains("AMDGPU_CR_TOPOLOGY_ROOT"), "{err}");
     }
 
     #[test]

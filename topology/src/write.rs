@@ -110,22 +110,103 @@ pub fn write(topology: &Topology, root: &Path) -> Result<(), WriteError> {
         let path = path.to_owned();
         move |source| WriteError { path, source }
     };
+    fs::create_dir_all(root).map_err(err(root))?;
+    // Below the root, each directory is made on its own, parents first: a root removed while
+    // the tree is written (a process interrupted and cleaning up) is not made again.
+    let make = |rel: &Path| {
+        let d = root.join(rel);
+        match fs::create_dir(&d) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(err(&d)(e)),
+            _ => Ok(()),
+        }
+    };
+    make(Path::new("nodes"))?;
     for node in &topology.nodes {
-        let dir = root.join("nodes").join(node.id.to_string());
+        let dir = Path::new("nodes").join(node.id.to_string());
+        make(&dir)?;
         for sub in ["mem_banks", "caches", "io_links", "p2p_links", "perf"] {
-            let d = dir.join(sub);
-            fs::create_dir_all(&d).map_err(err(&d))?;
+            make(&dir.join(sub))?;
         }
     }
-    fs::create_dir_all(root).map_err(err(root))?;
     for (rel, text) in files(topology) {
-        let path = root.join(rel);
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent).map_err(err(parent))?;
+        if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+            make(parent)?;
         }
+        let path = root.join(rel);
         fs::write(&path, text).map_err(err(&path))?;
     }
     Ok(())
+}
+
+/// Why [`replace`] did not write a tree.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplaceError {
+    /// The directory holds something that is not part of a topology tree.
+    #[error(
+        "{root} holds {entry:?}, which is not part of a KFD topology tree; write the tree into an \
+         empty or new directory, or into one that holds only a topology tree (which is replaced)"
+    )]
+    NotATree {
+        /// The directory.
+        root: PathBuf,
+        /// The first foreign entry.
+        entry: String,
+    },
+    /// The old tree, or the listing of the directory, could not be removed or read.
+    #[error("cannot replace the topology tree at {path}: {source}")]
+    Remove {
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// Writing the new tree failed.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+}
+
+/// The entries of a topology tree's root.
+const TREE_ENTRIES: &[&str] = &["generation_id", "system_properties", "nodes"];
+
+/// Writes `topology` under `root` as [`write()`] does, replacing the tree that may be there: the
+/// nodes of an old tree would otherwise stay beside the new ones (a preset with fewer GPUs
+/// written over one with more). A `root` that holds anything but a topology tree is refused
+/// untouched.
+///
+/// # Errors
+///
+/// [`ReplaceError::NotATree`] naming the first foreign entry, [`ReplaceError::Remove`] when the
+/// old tree cannot be removed, [`ReplaceError::Write`].
+pub fn replace(topology: &Topology, root: &Path) -> Result<(), ReplaceError> {
+    let remove = |path: &Path| {
+        let path = path.to_owned();
+        move |source| ReplaceError::Remove { path, source }
+    };
+    match fs::read_dir(root) {
+        Ok(entries) => {
+            let mut names = Vec::new();
+            for e in entries {
+                names.push(e.map_err(remove(root))?.file_name());
+            }
+            if let Some(foreign) = names
+                .iter()
+                .find(|n| !TREE_ENTRIES.iter().any(|t| n.as_os_str() == *t))
+            {
+                return Err(ReplaceError::NotATree {
+                    root: root.to_owned(),
+                    entry: foreign.to_string_lossy().into_owned(),
+                });
+            }
+            let nodes = root.join("nodes");
+            if nodes.exists() {
+                fs::remove_dir_all(&nodes).map_err(remove(&nodes))?;
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(remove(root)(e)),
+    }
+    Ok(write(topology, root)?)
 }
 
 #[cfg(test)]
@@ -186,6 +267,31 @@ mod tests {
             back.nodes[1].properties.iter().last(),
             Some(("future_key", 7))
         );
+    }
+
+    /// A tree of four GPUs replaced by one of one GPU: before `replace`, `write` left nodes
+    /// 2..4 of the old tree beside the new one, and the result parsed as five GPUs.
+    #[test]
+    fn replace_removes_the_old_tree_and_refuses_a_foreign_directory() {
+        let four = TopologyBuilder::new()
+            .cpu(8)
+            .gpus(4, &GpuSpec::mi100())
+            .build();
+        let one = TopologyBuilder::new().cpu(8).gpu(GpuSpec::mi50()).build();
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("topology");
+        replace(&four, &root).unwrap();
+        assert_eq!(parse(&root).unwrap(), four);
+        replace(&one, &root).unwrap();
+        assert_eq!(parse(&root).unwrap(), one);
+
+        std::fs::write(root.join("notes.txt"), "mine\n").unwrap();
+        let err = replace(&four, &root).unwrap_err();
+        assert!(
+            matches!(&err, ReplaceError::NotATree { entry, .. } if entry == "notes.txt"),
+            "{err}"
+        );
+        assert!(parse(&root).unwrap() == one, "left untouched");
     }
 
     #[test]

@@ -30,8 +30,17 @@ pub use judge::JudgeError;
 use run::run_bench;
 
 /// Why the bench failed.
+/// Why `amdgpu-cr bench` could not measure (exit status 2).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct BenchFailure(#[from] BenchError);
+
+/// What failed in the bench.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum BenchError {
+    /// Options that do not go together (named, with the limit).
+    #[error("{0}")]
+    Usage(String),
     /// The preset of the bench's node is invalid.
     #[error(transparent)]
     Preset(#[from] PresetError),
@@ -58,14 +67,15 @@ pub(crate) enum BenchError {
 /// `amdgpu-cr bench`.
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
-    /// Total bytes of GPU buffers (suffixes K, M, G).
+    /// Total bytes of GPU buffers, over all GPUs (binary units: 512M, 2G, 2GiB, 1T; at least
+    /// 1 MiB, at most 63 GiB per GPU).
     #[arg(long, default_value = "2G", value_parser = parse_size)]
     pub size: u64,
-    /// Number of GPUs (a node of MI210s).
-    #[arg(long, default_value_t = 2)]
+    /// Number of GPUs (a node of MI210s; 1 to 16).
+    #[arg(long, default_value_t = 2, value_parser = parse_gpus)]
     pub gpus: usize,
-    /// Size of each buffer (suffixes K, M, G).
-    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    /// Size of each buffer (binary units; at least 4 KiB, at most the size per GPU).
+    #[arg(long, default_value = "256M", value_parser = parse_bo_size)]
     pub bo_size: u64,
     /// Directory for the images and the raw files (its file system is what is measured).
     #[arg(long)]
@@ -100,8 +110,21 @@ pub struct BenchArgs {
     pub judge: Option<PathBuf>,
 }
 
+/// The most GPUs of the bench's node (the driver's MAX_GPU_INSTANCE).
+pub(crate) const MAX_GPUS: u64 = 16;
+/// The most bytes of buffers per GPU: an MI210's 64 GiB of VRAM less 1 GiB for the rest.
+pub(crate) const MAX_PER_GPU: u64 = 63 << 30;
+
 fn parse_size(s: &str) -> Result<u64, String> {
-    topology::options::parse_max_buffer_size(s).map_err(|e| e.to_string())
+    super::args::size(s, 1 << 20, MAX_PER_GPU * MAX_GPUS)
+}
+
+fn parse_bo_size(s: &str) -> Result<u64, String> {
+    super::args::size(s, 4096, MAX_PER_GPU)
+}
+
+fn parse_gpus(s: &str) -> Result<usize, String> {
+    super::args::count(s, 1, MAX_GPUS).map(|n| usize::try_from(n).unwrap_or(usize::MAX))
 }
 
 fn parse_fraction(s: &str) -> Result<f64, String> {
@@ -124,12 +147,7 @@ impl Run for BenchArgs {
         if let Some(dir) = &self.judge {
             return judge::judge(dir)?.emit(format, out);
         }
-        match run_bench(self) {
-            Ok(report) => report.emit(format, out),
-            Err(e) => {
-                writeln!(out, "bench failed: {e}")?;
-                Ok(Outcome::Negative)
-            }
-        }
+        let report = run_bench(self).map_err(BenchFailure::from)?;
+        report.emit(format, out)
     }
 }

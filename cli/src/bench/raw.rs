@@ -8,6 +8,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use images::readahead::{ReadAhead, ReadAheadSchedule};
+
 /// Size of each raw `write(2)` and `read(2)`: the pages writer's and reader's (see
 /// `docs/bench.md` for why the write size matters).
 const RAW_IO: usize = images::pages::IO_SLICE;
@@ -76,9 +78,9 @@ pub(super) fn raw_write(paths: &[PathBuf], bytes: u64, sync: bool) -> io::Result
 }
 
 /// Reads the files `paths` to the end, each by its own thread with sequential [`RAW_IO`]-byte
-/// read(2) calls into a buffer written beforehand, with the pages reader's read-ahead hints
-/// (`POSIX_FADV_SEQUENTIAL`, and `WILLNEED` kept [`images::pages::READ_AHEAD`] bytes ahead);
-/// returns the time taken.
+/// read(2) calls into a buffer written beforehand, with the pages reader's read-ahead
+/// (`POSIX_FADV_SEQUENTIAL`, and `WILLNEED` in pieces of the device's size kept ahead by the same
+/// [`images::readahead::ReadAheadSchedule`]); returns the time taken.
 pub(super) fn raw_read(paths: &[PathBuf]) -> io::Result<Duration> {
     let mut bufs: Vec<Vec<u8>> = paths.iter().map(|_| vec![0xa5u8; RAW_IO]).collect();
     let start = Instant::now();
@@ -90,13 +92,11 @@ pub(super) fn raw_read(paths: &[PathBuf]) -> io::Result<Duration> {
                 s.spawn(move || -> io::Result<()> {
                     let mut f = File::open(path)?;
                     images::dir::advise_sequential(&f);
-                    let ahead = images::pages::READ_AHEAD;
-                    let (mut pos, mut ahead_to) = (0u64, 0u64);
+                    let len = f.metadata()?.len();
+                    let mut ahead = ReadAheadSchedule::new(ReadAhead::for_file(&f), 0, len);
+                    let mut pos = 0u64;
                     loop {
-                        if pos + ahead / 2 >= ahead_to {
-                            images::dir::read_ahead(&f, ahead_to, pos + ahead - ahead_to);
-                            ahead_to = pos + ahead;
-                        }
+                        ahead.advance_and_ask(&f, pos + RAW_IO as u64);
                         let n = f.read(buf)?;
                         if n == 0 {
                             return Ok(());

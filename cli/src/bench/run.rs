@@ -61,10 +61,28 @@ struct Plan {
 
 impl Plan {
     fn new(args: &BenchArgs) -> Result<Self, BenchError> {
-        let gpus = args.gpus.max(1);
+        let gpus = args.gpus;
         let per_gpu = args.size / gpus as u64;
-        let bo_size = args.bo_size.clamp(4096, per_gpu.max(4096));
-        let bos_per_gpu = usize::try_from(per_gpu / bo_size).unwrap_or(0).max(1);
+        if per_gpu > super::MAX_PER_GPU {
+            return Err(BenchError::Usage(format!(
+                "--size {} over {gpus} GPUs is {} per GPU, more than the {} an MI210 of the bench's \
+                 node holds (64 GiB of VRAM less 1 GiB); give a smaller --size or more --gpus",
+                HumanSize(args.size),
+                HumanSize(per_gpu),
+                HumanSize(super::MAX_PER_GPU)
+            )));
+        }
+        if args.bo_size > per_gpu {
+            return Err(BenchError::Usage(format!(
+                "--bo-size {} is larger than the {} of buffers per GPU (--size {} over {gpus} \
+                 GPUs); give a smaller --bo-size or a larger --size",
+                HumanSize(args.bo_size),
+                HumanSize(per_gpu),
+                HumanSize(args.size)
+            )));
+        }
+        let bo_size = args.bo_size;
+        let bos_per_gpu = usize::try_from(per_gpu / bo_size).unwrap_or(usize::MAX);
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // 0..=1000
         let untouched_permille = (args.zero_fraction.clamp(0.0, 1.0) * 1000.0).round() as u32;
         let spec = Spec {
@@ -115,19 +133,16 @@ impl Plan {
 /// The bench's directory: ours (images and raw files), and upstream's pages files apart from
 /// ours (same names) in a directory inside it.
 struct BenchDir {
-    temp: tempfile::TempDir,
+    temp: crate::interrupt::ScratchDir,
     up_dir: PathBuf,
 }
 
 impl BenchDir {
     fn new(at: Option<&Path>) -> Result<Self, BenchError> {
-        let mut builder = tempfile::Builder::new();
-        builder.prefix("amdgpu-cr-bench-");
-        let temp = match at {
-            Some(d) => builder.tempdir_in(d),
-            None => builder.tempdir(),
-        }
-        .map_err(io_err("creating a directory for the bench"))?;
+        let parent = at.map_or_else(std::env::temp_dir, Path::to_path_buf);
+        // An interrupt removes it with all the bench wrote.
+        let temp = crate::interrupt::ScratchDir::new(&parent, "amdgpu-cr-bench-")
+            .map_err(io_err("creating a directory for the bench"))?;
         let up_dir = temp.path().join("upstream");
         std::fs::create_dir(&up_dir).map_err(io_err("creating a directory for the bench"))?;
         Ok(Self { temp, up_dir })
@@ -309,13 +324,28 @@ fn upstream_side(
 /// [`BenchError`]: a node, a phase or a verification failed.
 pub(crate) fn run_bench(args: &BenchArgs) -> Result<BenchReport, BenchError> {
     let plan = Plan::new(args)?;
+    // The simulated nodes' topology directories go too when the bench is interrupted.
+    let _topologies = crate::interrupt::remove_prefixed_on_interrupt(
+        &std::env::temp_dir(),
+        &kfd_sim::scratch::owned_prefix(harness::TOPOLOGY_DIR_BASE),
+    );
     let d = BenchDir::new(args.dir.as_deref())?;
     let raw2 = raw_paths(d.ours(), 2, plan.gpus);
+    // What runs, on stderr while it runs (a terminal only; not with --json).
+    let phase = if args.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.enable_steady_tick(Duration::from_millis(200));
+        bar
+    };
+    phase.set_message("setting up the node and its workload");
 
     let src = SimNode::new(&plan.preset)?;
     let target = harness::start_target(&src, &plan.spec)?;
     let manifest = target.workload.manifest().clone();
     let bytes = manifest.pattern_bytes();
+    phase.set_message(format!("dump and raw writes of {}", HumanSize(bytes)));
     let w = write_side(&plan, &d, (&src, &target), bytes, &raw2)?;
     let upstream_skipped = plan.upstream_skipped(args.no_upstream);
     // The source stays for upstream's dump, which comes last (so that the disk holds two sets
@@ -328,10 +358,16 @@ pub(crate) fn run_bench(args: &BenchArgs) -> Result<BenchReport, BenchError> {
         }
         None => Some((src, target)),
     };
+    phase.set_message(format!(
+        "restore, verification and raw reads of {}",
+        HumanSize(bytes)
+    ));
     let (restore_time, restore_cost, raw_r) = read_side(&plan, &d, &w, &raw2, &manifest)?;
+    phase.set_message("upstream's data path: dump, restore, verification");
     let upstream_run = source
         .map(|source| upstream_side(&plan, &d, source, &w, &raw2, &manifest))
         .transpose()?;
+    phase.finish_and_clear();
     drop(d);
 
     let [(raw_w1, cpu_w1), (raw_w2, cpu_w2)] = w.raw;

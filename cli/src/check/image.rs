@@ -32,14 +32,29 @@ pub struct KfdCheck {
     pub id: u32,
     /// The pid recorded (when the image decodes).
     pub pid: Option<u32>,
-    /// The image's GPU ids, in image order (empty when it does not decode).
+    /// The image's GPU ids, in image order (empty when it does not decode; JSON: hex strings).
+    #[serde(serialize_with = "crate::json::hex32_list")]
     pub gpu_ids: Vec<u32>,
     /// Image problems (the first the restore would stop at).
     pub problems: Vec<ImageProblem>,
     /// The GPU mapping (when the image decodes).
     pub mapping: Option<MapOutcome>,
-    /// Whether a restore would pass every up-front check.
+    /// The pages files read to the end (when every up-front check passed).
+    pub contents: Option<Contents>,
+    /// Whether a restore would pass every up-front check, the page contents' included.
     pub restorable: bool,
+}
+
+/// What reading a KFD image's pages files found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Contents {
+    /// Pages files read to the end.
+    pub files: usize,
+    /// Bytes read.
+    pub bytes: u64,
+    /// Whether every one had checksums, all of which matched (`false`: some are upstream's,
+    /// without checksums, and were read unverified).
+    pub verified: bool,
 }
 
 /// The verdict on one render-node image.
@@ -47,7 +62,8 @@ pub struct KfdCheck {
 pub struct RenderCheck {
     /// `amdgpu-renderD-<id>.img`.
     pub file: String,
-    /// The image GPU it belongs to (when it decodes).
+    /// The image GPU it belongs to (when it decodes; JSON: a hex string).
+    #[serde(serialize_with = "crate::json::opt_hex32")]
     pub gpu_id: Option<u32>,
     /// The local render minor it would be reopened on.
     pub local_render_minor: Option<u32>,
@@ -74,7 +90,11 @@ pub struct CheckReport {
     pub images: Vec<KfdCheck>,
     /// One per render-node image, by id.
     pub render_nodes: Vec<RenderCheck>,
-    /// Whether every image passes.
+    /// Pages files of no image in the directory (a KFD or render-node image is missing).
+    pub orphans: Vec<ImageProblem>,
+    /// Whether the directory holds any of the plugin's files.
+    pub has_images: bool,
+    /// Whether every image passes (and there is one).
     pub restorable: bool,
 }
 
@@ -103,8 +123,41 @@ fn problem(file: &str, e: &dyn std::fmt::Display) -> ImageProblem {
     }
 }
 
-/// Judges KFD image `id` against `local`.
-fn check_kfd(dir: &ImageDir, id: u32, local: &Topology, checks: &CheckOptions) -> KfdCheck {
+/// Reads every pages file of a plan to the end, verifying each chunk against the image's
+/// checksums as a restore does, and counting the bytes on `progress`.
+fn read_contents(
+    readers: std::collections::BTreeMap<u32, images::PagesReader>,
+    progress: &indicatif::ProgressBar,
+) -> Result<Contents, PagesError> {
+    let mut buf = vec![0u8; images::DEFAULT_CHUNK_SIZE as usize * 4];
+    let mut contents = Contents {
+        files: 0,
+        bytes: 0,
+        verified: true,
+    };
+    for (_, mut reader) in readers {
+        loop {
+            let n = reader.read_chunk(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            contents.bytes += n as u64;
+            progress.inc(n as u64);
+        }
+        contents.files += 1;
+        contents.verified &= reader.is_verified();
+    }
+    Ok(contents)
+}
+
+/// Judges KFD image `id` against `local`; reads its pages files with `progress`.
+fn check_kfd(
+    dir: &ImageDir,
+    id: u32,
+    local: &Topology,
+    checks: &CheckOptions,
+    progress: &indicatif::ProgressBar,
+) -> KfdCheck {
     let file = KfdImage::file_name(id);
     let mut out = KfdCheck {
         file: file.clone(),
@@ -113,6 +166,7 @@ fn check_kfd(dir: &ImageDir, id: u32, local: &Topology, checks: &CheckOptions) -
         gpu_ids: Vec::new(),
         problems: Vec::new(),
         mapping: None,
+        contents: None,
         restorable: false,
     };
     let image: CriuKfd = match KfdImage::read(dir.fd(), id) {
@@ -133,7 +187,13 @@ fn check_kfd(dir: &ImageDir, id: u32, local: &Topology, checks: &CheckOptions) -
     match restore::plan(id, dir.fd(), local, checks) {
         Ok(Some(plan)) => {
             out.mapping = Some(MapOutcome::new(Ok(plan.mapping), &source, local, checks));
-            out.restorable = true;
+            match read_contents(plan.readers, progress) {
+                Ok(contents) => {
+                    out.contents = Some(contents);
+                    out.restorable = true;
+                }
+                Err(e) => out.problems.push(problem(pages_error_file(&e), &e)),
+            }
         }
         Ok(None) => out.problems.push(ImageProblem {
             file,
@@ -241,18 +301,34 @@ pub fn check_dir_on(
         None => node,
     };
     let d = ImageDir::open(dir)?;
+    // Reading the page contents is the long part: a bar on stderr (a terminal only).
+    let progress = indicatif::ProgressBar::new(d.pages_bytes());
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "verifying [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec})",
+    ) {
+        progress.set_style(style.progress_chars("=> "));
+    }
     let images: Vec<KfdCheck> = d
         .kfd_ids()
         .into_iter()
-        .map(|id| check_kfd(&d, id, local, &checks.options))
+        .map(|id| check_kfd(&d, id, local, &checks.options, &progress))
         .collect();
+    progress.finish_and_clear();
     let render_nodes: Vec<RenderCheck> = d
         .render_ids()
         .into_iter()
         .map(|id| check_render(&d, id, &images))
         .collect();
-    let restorable =
-        images.iter().all(|k| k.restorable) && render_nodes.iter().all(|r| r.problem.is_none());
+    let orphans: Vec<ImageProblem> = d
+        .orphans()
+        .into_iter()
+        .map(|(file, message)| ImageProblem { file, message })
+        .collect();
+    let has_images = !d.entries.is_empty();
+    let restorable = has_images
+        && orphans.is_empty()
+        && images.iter().all(|k| k.restorable)
+        && render_nodes.iter().all(|r| r.problem.is_none());
     Ok(CheckReport {
         dir: shown.to_owned(),
         topology_root: topology_root.to_owned(),
@@ -262,6 +338,8 @@ pub fn check_dir_on(
         checks: checks.clone(),
         images,
         render_nodes,
+        orphans,
+        has_images,
         restorable,
     })
 }
@@ -289,7 +367,13 @@ impl Report for CheckReport {
             )?,
         }
         self.checks.render(out)?;
-        if self.images.is_empty() {
+        if !self.has_images {
+            writeln!(
+                out,
+                "\nNo amdgpu image files in the directory: not a checkpoint of a GPU process, or \
+                 not the images directory."
+            )?;
+        } else if self.images.is_empty() {
             writeln!(
                 out,
                 "\nNo amdgpu-kfd-*.img in the directory: no GPU state to restore."
@@ -312,6 +396,19 @@ impl Report for CheckReport {
             for p in &k.problems {
                 writeln!(out, "  image problem in {}: {}", p.file, p.message)?;
             }
+            if let Some(c) = &k.contents {
+                writeln!(
+                    out,
+                    "  page contents: {} read ({}), {}",
+                    crate::count(c.files, "pages file", "pages files"),
+                    crate::HumanSize(c.bytes),
+                    if c.verified {
+                        "every chunk's checksum matches"
+                    } else {
+                        "NOT verified: written without checksums (as upstream's plugin writes them)"
+                    }
+                )?;
+            }
             if let Some(m) = &k.mapping {
                 if !k.problems.is_empty() && m.is_mapped() {
                     writeln!(out, "  the GPUs themselves would map:")?;
@@ -331,14 +428,32 @@ impl Report for CheckReport {
                 }
             }
         }
+        if !self.orphans.is_empty() {
+            writeln!(out, "\nFiles of no image")?;
+            for o in &self.orphans {
+                writeln!(out, "  {}: {}", o.file, o.message)?;
+            }
+        }
         let bad = self.images.iter().filter(|k| !k.restorable).count()
             + self
                 .render_nodes
                 .iter()
                 .filter(|r| r.problem.is_some())
-                .count();
-        if self.restorable {
-            writeln!(out, "\nResult: restorable here")
+                .count()
+            + self.orphans.len();
+        let unverified = self
+            .images
+            .iter()
+            .any(|k| k.contents.as_ref().is_some_and(|c| !c.verified));
+        if self.restorable && unverified {
+            writeln!(
+                out,
+                "\nResult: restorable here (page contents without checksums were read, not verified)"
+            )
+        } else if self.restorable {
+            writeln!(out, "\nResult: restorable here (page contents verified)")
+        } else if !self.has_images {
+            writeln!(out, "\nResult: NOT restorable here: no amdgpu image files")
         } else {
             writeln!(
                 out,

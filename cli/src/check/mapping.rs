@@ -22,13 +22,15 @@ pub(super) const TREE_SIDES: Sides = ("source GPU", "dest GPU");
 /// One GPU of a mapping, with where it lands (for `map`: image = source, local = destination).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct MappedGpu {
-    /// gpu_id in the image (the source).
+    /// gpu_id in the image (the source; JSON: a hex string).
+    #[serde(serialize_with = "crate::json::hex32")]
     pub image_gpu_id: u32,
     /// Node id in the image.
     pub image_node: u32,
     /// Render minor in the image.
     pub image_render_minor: u32,
-    /// gpu_id here (the destination).
+    /// gpu_id here (the destination; JSON: a hex string).
+    #[serde(serialize_with = "crate::json::hex32")]
     pub local_gpu_id: u32,
     /// Node id here.
     pub local_node: u32,

@@ -52,6 +52,11 @@ struct Args {
     /// Signal events.
     #[arg(long, default_value_t = 4)]
     events: u32,
+    /// Per mille of each buffer, at its end, that is never written and stays zero (a caching
+    /// allocator's reserved but untouched memory): what a dump may leave as holes of its pages
+    /// files.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    untouched_permille: u32,
     /// Seed of the data pattern.
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
@@ -173,7 +178,7 @@ fn start(args: &Args) -> Result<Workload<kfd_abi::FdTransport>, String> {
         gtt: kib(&args.gtt_kib),
         queues: args.queues,
         events: args.events,
-        untouched_permille: 0,
+        untouched_permille: args.untouched_permille,
     };
     Workload::start_with(kfd, gpus, &spec, args.dma.into()).map_err(|e| e.to_string())
 }

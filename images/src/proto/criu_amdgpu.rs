@@ -115,6 +115,20 @@ pub struct PagesChecksums {
     #[prost(fixed64, repeated, tag = "5")]
     pub chunk_sums: ::prost::alloc::vec::Vec<u64>,
 }
+/// Ours: the checksum of a message image's own payload. The payload of every message image we
+/// write (criu_kfd, criu_render_node, criu_dmabuf_node) ends with this message as field 101, after
+/// all other fields; it covers every payload byte before that field's key. It is not declared as a
+/// field of those messages because it covers their encoded bytes: images/src/frame.rs appends it
+/// when it writes an image and checks it when it reads one. Upstream readers skip field 101 as
+/// unknown; an image without it (upstream's) reads unverified.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ImageChecksum {
+    /// 1 = CRC-32C (Castagnoli), stored in the low 32 bits of `value`.
+    #[prost(uint32, required, tag = "1")]
+    pub algorithm: u32,
+    #[prost(fixed64, required, tag = "2")]
+    pub value: u64,
+}
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct CriuKfd {
     #[prost(uint32, required, tag = "1")]

@@ -7,24 +7,24 @@ use std::fs::File;
 use images::proto::*;
 
 #[derive(Debug)]
-pub struct Dir {
+pub(crate) struct Dir {
     pub tmp: tempfile::TempDir,
     pub fd: File,
 }
 
-pub fn dir() -> Dir {
+pub(crate) fn dir() -> Dir {
     let tmp = tempfile::tempdir().unwrap();
     let fd = File::open(tmp.path()).unwrap();
     Dir { tmp, fd }
 }
 
 impl Dir {
-    pub fn path(&self, name: &str) -> std::path::PathBuf {
+    pub(crate) fn path(&self, name: &str) -> std::path::PathBuf {
         self.tmp.path().join(name)
     }
 }
 
-pub fn gpu_entry(node_id: u32, gpu_id: u32) -> KfdDeviceEntry {
+pub(crate) fn gpu_entry(node_id: u32, gpu_id: u32) -> KfdDeviceEntry {
     KfdDeviceEntry {
         node_id,
         gpu_id,
@@ -70,7 +70,7 @@ pub fn gpu_entry(node_id: u32, gpu_id: u32) -> KfdDeviceEntry {
     }
 }
 
-pub fn cpu_entry(node_id: u32) -> KfdDeviceEntry {
+pub(crate) fn cpu_entry(node_id: u32) -> KfdDeviceEntry {
     KfdDeviceEntry {
         node_id,
         cpu_cores_count: 64,
@@ -82,7 +82,7 @@ pub fn cpu_entry(node_id: u32) -> KfdDeviceEntry {
     }
 }
 
-pub fn bo(addr: u64, size: u64, flags: u32, gpu_id: u32, handle: u32) -> KfdBoEntry {
+pub(crate) fn bo(addr: u64, size: u64, flags: u32, gpu_id: u32, handle: u32) -> KfdBoEntry {
     KfdBoEntry {
         addr,
         size,
@@ -93,7 +93,7 @@ pub fn bo(addr: u64, size: u64, flags: u32, gpu_id: u32, handle: u32) -> KfdBoEn
     }
 }
 
-pub fn sample_kfd() -> CriuKfd {
+pub(crate) fn sample_kfd() -> CriuKfd {
     CriuKfd {
         pid: 4242,
         num_of_gpus: 1,
@@ -113,7 +113,7 @@ pub fn sample_kfd() -> CriuKfd {
     }
 }
 
-pub fn sample_render_node() -> CriuRenderNode {
+pub(crate) fn sample_render_node() -> CriuRenderNode {
     CriuRenderNode {
         gpu_id: 0xc1a5,
         id: 7,
@@ -142,7 +142,7 @@ pub fn sample_render_node() -> CriuRenderNode {
 
 /// Minimal protobuf wire encoder, independent of prost.
 #[derive(Debug, Default)]
-pub struct Wire(pub Vec<u8>);
+pub(crate) struct Wire(pub Vec<u8>);
 
 impl Wire {
     fn varint(&mut self, mut v: u64) {
@@ -156,18 +156,18 @@ impl Wire {
             self.0.push(b | 0x80);
         }
     }
-    pub fn uint(mut self, field: u64, v: u64) -> Self {
+    pub(crate) fn uint(mut self, field: u64, v: u64) -> Self {
         self.varint(field << 3);
         self.varint(v);
         self
     }
-    pub fn bytes(mut self, field: u64, v: &[u8]) -> Self {
+    pub(crate) fn bytes(mut self, field: u64, v: &[u8]) -> Self {
         self.varint(field << 3 | 2);
         self.varint(v.len() as u64);
         self.0.extend_from_slice(v);
         self
     }
-    pub fn framed(&self) -> Vec<u8> {
+    pub(crate) fn framed(&self) -> Vec<u8> {
         let mut out = (self.0.len() as u64).to_ne_bytes().to_vec();
         out.extend_from_slice(&self.0);
         out
@@ -175,7 +175,7 @@ impl Wire {
 }
 
 /// A readable hex dump for golden snapshots: offset, 16 bytes per line.
-pub fn hex_dump(bytes: &[u8]) -> String {
+pub(crate) fn hex_dump(bytes: &[u8]) -> String {
     let mut s = String::new();
     for (i, line) in bytes.chunks(16).enumerate() {
         s.push_str(&format!("{:08x}:", i * 16));

@@ -2,26 +2,26 @@
 
 /// An atomic read-modify-write operation.
 pub(crate) mod op {
-    pub const SWAP: u8 = 0;
-    pub const CMPSWAP: u8 = 1;
-    pub const ADD: u8 = 2;
-    pub const SUB: u8 = 3;
-    pub const RSUB: u8 = 4;
-    pub const SMIN: u8 = 5;
-    pub const UMIN: u8 = 6;
-    pub const SMAX: u8 = 7;
-    pub const UMAX: u8 = 8;
-    pub const AND: u8 = 9;
-    pub const OR: u8 = 10;
-    pub const XOR: u8 = 11;
-    pub const INC: u8 = 12;
-    pub const DEC: u8 = 13;
-    pub const MSKOR: u8 = 14;
-    pub const FADD: u8 = 15;
-    pub const FMIN: u8 = 16;
-    pub const FMAX: u8 = 17;
+    pub(crate) const SWAP: u8 = 0;
+    pub(crate) const CMPSWAP: u8 = 1;
+    pub(crate) const ADD: u8 = 2;
+    pub(crate) const SUB: u8 = 3;
+    pub(crate) const RSUB: u8 = 4;
+    pub(crate) const SMIN: u8 = 5;
+    pub(crate) const UMIN: u8 = 6;
+    pub(crate) const SMAX: u8 = 7;
+    pub(crate) const UMAX: u8 = 8;
+    pub(crate) const AND: u8 = 9;
+    pub(crate) const OR: u8 = 10;
+    pub(crate) const XOR: u8 = 11;
+    pub(crate) const INC: u8 = 12;
+    pub(crate) const DEC: u8 = 13;
+    pub(crate) const MSKOR: u8 = 14;
+    pub(crate) const FADD: u8 = 15;
+    pub(crate) const FMIN: u8 = 16;
+    pub(crate) const FMAX: u8 = 17;
     /// Two f16 adds in one dword.
-    pub const PK_FADD16: u8 = 18;
+    pub(crate) const PK_FADD16: u8 = 18;
 }
 
 /// What the atomic arithmetic needs of a 32- or 64-bit word.

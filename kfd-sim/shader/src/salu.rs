@@ -38,6 +38,32 @@ fn sop64(c: &mut Ctx<'_>, i: &Inst, f: impl Fn(u64, u64, bool) -> (u64, Option<b
 
 /// SCC from a 32-bit compare.
 #[inline(always)]
+/// `s_lshlN_add_u32`: `(a << N) + b`, SCC the carry out of bit 31.
+fn lshl_add<const N: u32>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    sop32(c, i, |a, b, _| {
+        let t = (u64::from(a) << N) + u64::from(b);
+        #[allow(clippy::cast_possible_truncation)]
+        (t as u32, Some(t >> 32 != 0))
+    })
+}
+
+/// s_ff1 (`LEADING` false: the lowest set bit) and s_flbit (true: zeros above the highest set
+/// bit) of a `W`-bit source; -1 when it is zero.
+fn bitscan<const W: u32, const LEADING: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let a = if W == 64 {
+        c.s64(i.src[0])
+    } else {
+        u64::from(c.s32(i.src[0]))
+    };
+    let r = match (a, LEADING) {
+        (0, _) => u32::MAX,
+        (_, false) => a.trailing_zeros(),
+        (_, true) => a.leading_zeros() - (64 - W),
+    };
+    c.set_s32(i.dst, r);
+    Ok(())
+}
+
 fn cmp32(c: &mut Ctx<'_>, i: &Inst, f: impl Fn(u32, u32) -> bool) -> R {
     c.w.scc = f(c.s32(i.src[0]), c.s32(i.src[1]));
     Ok(())
@@ -211,6 +237,29 @@ fn branch(c: &mut Ctx<'_>, i: &Inst, taken: bool) -> R {
         c.w.pc = c.w.pc.wrapping_add(i64::from(simm(i) as i32 * 4) as u64);
     }
     Ok(())
+}
+
+// The conditions of s_branch and s_cbranch_*.
+const ALWAYS: u8 = 0;
+const SCC0: u8 = 1;
+const SCC1: u8 = 2;
+const VCCZ: u8 = 3;
+const VCCNZ: u8 = 4;
+const EXECZ: u8 = 5;
+const EXECNZ: u8 = 6;
+
+/// s_branch and s_cbranch_*: the relative branch, taken when `COND` holds.
+fn cbranch<const COND: u8>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let taken = match COND {
+        SCC0 => !c.w.scc,
+        SCC1 => c.w.scc,
+        VCCZ => c.w.vcc() == 0,
+        VCCNZ => c.w.vcc() != 0,
+        EXECZ => c.w.exec() == 0,
+        EXECNZ => c.w.exec() != 0,
+        _ => true,
+    };
+    branch(c, i, taken)
 }
 
 fn movrel_src(c: &Ctx<'_>, i: &Inst) -> Option<u8> {
@@ -638,50 +687,10 @@ pub(crate) static SOP2: &[OpDef] = &[
         S32,
         0,
     ),
-    row(
-        S2,
-        0x2e,
-        "s_lshl1_add_u32",
-        ex!(|c, i| sop32(c, i, |a, b, _| {
-            let t = (u64::from(a) << 1) + u64::from(b);
-            (t as u32, Some(t >> 32 != 0))
-        })),
-        S32,
-        0,
-    ),
-    row(
-        S2,
-        0x2f,
-        "s_lshl2_add_u32",
-        ex!(|c, i| sop32(c, i, |a, b, _| {
-            let t = (u64::from(a) << 2) + u64::from(b);
-            (t as u32, Some(t >> 32 != 0))
-        })),
-        S32,
-        0,
-    ),
-    row(
-        S2,
-        0x30,
-        "s_lshl3_add_u32",
-        ex!(|c, i| sop32(c, i, |a, b, _| {
-            let t = (u64::from(a) << 3) + u64::from(b);
-            (t as u32, Some(t >> 32 != 0))
-        })),
-        S32,
-        0,
-    ),
-    row(
-        S2,
-        0x31,
-        "s_lshl4_add_u32",
-        ex!(|c, i| sop32(c, i, |a, b, _| {
-            let t = (u64::from(a) << 4) + u64::from(b);
-            (t as u32, Some(t >> 32 != 0))
-        })),
-        S32,
-        0,
-    ),
+    row(S2, 0x2e, "s_lshl1_add_u32", lshl_add::<1>, S32, 0),
+    row(S2, 0x2f, "s_lshl2_add_u32", lshl_add::<2>, S32, 0),
+    row(S2, 0x30, "s_lshl3_add_u32", lshl_add::<3>, S32, 0),
+    row(S2, 0x31, "s_lshl4_add_u32", lshl_add::<4>, S32, 0),
     row(
         S2,
         0x32,
@@ -1109,52 +1118,10 @@ pub(crate) static SOP1: &[OpDef] = &[
         S32_64,
         0,
     ),
-    row(
-        S1,
-        0x10,
-        "s_ff1_i32_b32",
-        ex!(|c, i| sop32(c, i, |a, _, _| (
-            if a == 0 { u32::MAX } else { a.trailing_zeros() },
-            None
-        ))),
-        S32,
-        0,
-    ),
-    row(
-        S1,
-        0x11,
-        "s_ff1_i32_b64",
-        ex!(|c, i| {
-            let a = c.s64(i.src[0]);
-            c.set_s32(i.dst, if a == 0 { u32::MAX } else { a.trailing_zeros() });
-            Ok(())
-        }),
-        S32_64,
-        0,
-    ),
-    row(
-        S1,
-        0x12,
-        "s_flbit_i32_b32",
-        ex!(|c, i| sop32(c, i, |a, _, _| (
-            if a == 0 { u32::MAX } else { a.leading_zeros() },
-            None
-        ))),
-        S32,
-        0,
-    ),
-    row(
-        S1,
-        0x13,
-        "s_flbit_i32_b64",
-        ex!(|c, i| {
-            let a = c.s64(i.src[0]);
-            c.set_s32(i.dst, if a == 0 { u32::MAX } else { a.leading_zeros() });
-            Ok(())
-        }),
-        S32_64,
-        0,
-    ),
+    row(S1, 0x10, "s_ff1_i32_b32", bitscan::<32, false>, S32, 0),
+    row(S1, 0x11, "s_ff1_i32_b64", bitscan::<64, false>, S32_64, 0),
+    row(S1, 0x12, "s_flbit_i32_b32", bitscan::<32, true>, S32, 0),
+    row(S1, 0x13, "s_flbit_i32_b64", bitscan::<64, true>, S32_64, 0),
     row(
         S1,
         0x14,
@@ -1672,74 +1639,14 @@ fn nop(_c: &mut Ctx<'_>, _i: &Inst) -> R {
 pub(crate) static SOPP: &[OpDef] = &[
     row(SP, 0x00, "s_nop", nop, S32, 0),
     row(SP, 0x01, "s_endpgm", ex!(|_c, _i| Err(Exit::End)), S32, 0),
-    row(SP, 0x02, "s_branch", ex!(|c, i| branch(c, i, true)), S32, 0),
+    row(SP, 0x02, "s_branch", cbranch::<ALWAYS>, S32, 0),
     row(SP, 0x03, "s_wakeup", nop, S32, 0),
-    row(
-        SP,
-        0x04,
-        "s_cbranch_scc0",
-        ex!(|c, i| {
-            let t = !c.w.scc;
-            branch(c, i, t)
-        }),
-        S32,
-        0,
-    ),
-    row(
-        SP,
-        0x05,
-        "s_cbranch_scc1",
-        ex!(|c, i| {
-            let t = c.w.scc;
-            branch(c, i, t)
-        }),
-        S32,
-        0,
-    ),
-    row(
-        SP,
-        0x06,
-        "s_cbranch_vccz",
-        ex!(|c, i| {
-            let t = c.w.vcc() == 0;
-            branch(c, i, t)
-        }),
-        S32,
-        0,
-    ),
-    row(
-        SP,
-        0x07,
-        "s_cbranch_vccnz",
-        ex!(|c, i| {
-            let t = c.w.vcc() != 0;
-            branch(c, i, t)
-        }),
-        S32,
-        0,
-    ),
-    row(
-        SP,
-        0x08,
-        "s_cbranch_execz",
-        ex!(|c, i| {
-            let t = c.w.exec() == 0;
-            branch(c, i, t)
-        }),
-        S32,
-        0,
-    ),
-    row(
-        SP,
-        0x09,
-        "s_cbranch_execnz",
-        ex!(|c, i| {
-            let t = c.w.exec() != 0;
-            branch(c, i, t)
-        }),
-        S32,
-        0,
-    ),
+    row(SP, 0x04, "s_cbranch_scc0", cbranch::<SCC0>, S32, 0),
+    row(SP, 0x05, "s_cbranch_scc1", cbranch::<SCC1>, S32, 0),
+    row(SP, 0x06, "s_cbranch_vccz", cbranch::<VCCZ>, S32, 0),
+    row(SP, 0x07, "s_cbranch_vccnz", cbranch::<VCCNZ>, S32, 0),
+    row(SP, 0x08, "s_cbranch_execz", cbranch::<EXECZ>, S32, 0),
+    row(SP, 0x09, "s_cbranch_execnz", cbranch::<EXECNZ>, S32, 0),
     row(
         SP,
         0x0a,

@@ -14,9 +14,10 @@ fn address(c: &Ctx<'_>, i: &Inst) -> u64 {
     base.wrapping_add(off as u64) & !3
 }
 
-fn load(c: &mut Ctx<'_>, i: &Inst, n: usize) -> R {
+/// s_load_dword(xN): N dwords from the scalar address into consecutive SGPRs.
+fn load<const N: usize>(c: &mut Ctx<'_>, i: &Inst) -> R {
     let a = address(c, i);
-    for k in 0..n {
+    for k in 0..N {
         let v = c
             .tlb
             .read_u32(c.mem, a.wrapping_add(4 * k as u64))
@@ -26,8 +27,8 @@ fn load(c: &mut Ctx<'_>, i: &Inst, n: usize) -> R {
     Ok(())
 }
 
-/// s_buffer_load: the base is a buffer resource (4 SGPRs); dwords past NUM_RECORDS read 0.
-fn buffer_load(c: &mut Ctx<'_>, i: &Inst, n: usize) -> R {
+/// s_buffer_load_dword(xN): the base is a buffer resource (4 SGPRs); dwords past NUM_RECORDS read 0.
+fn buffer_load<const N: usize>(c: &mut Ctx<'_>, i: &Inst) -> R {
     let r = usize::from(match i.src[0] {
         crate::decode::Operand::Sgpr(r) => r,
         _ => 0,
@@ -37,7 +38,7 @@ fn buffer_load(c: &mut Ctx<'_>, i: &Inst, n: usize) -> R {
     let records = c.w.sgpr.get(r + 2).copied().unwrap_or(0);
     let base = u64::from(w0) | u64::from(w1 & 0xffff) << 32;
     let off = (i.imm as i32).wrapping_add(c.s32(i.src[1]) as i32) as u32 & !3;
-    for k in 0..n {
+    for k in 0..N {
         let o = off.wrapping_add(4 * k as u32);
         let v = if o >= records {
             0
@@ -51,9 +52,10 @@ fn buffer_load(c: &mut Ctx<'_>, i: &Inst, n: usize) -> R {
     Ok(())
 }
 
-fn store(c: &mut Ctx<'_>, i: &Inst, n: usize) -> R {
+/// s_store_dword(xN): N consecutive SGPRs to the scalar address.
+fn store<const N: usize>(c: &mut Ctx<'_>, i: &Inst) -> R {
     let a = address(c, i);
-    for k in 0..n {
+    for k in 0..N {
         let v = c.w.sgpr.get(usize::from(i.dst) + k).copied().unwrap_or(0);
         c.tlb
             .write_u32(c.mem, a.wrapping_add(4 * k as u64), v)
@@ -62,87 +64,41 @@ fn store(c: &mut Ctx<'_>, i: &Inst, n: usize) -> R {
     Ok(())
 }
 
+/// s_memtime (the GPU's clock) and s_memrealtime (the constant-rate clock) into an SGPR pair.
+fn time<const REAL: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let t = if REAL {
+        c.clock.memrealtime()
+    } else {
+        c.clock.memtime()
+    };
+    c.set_s64(i.dst, t);
+    Ok(())
+}
+
 const T: [Ty; 4] = [Ty::B32; 4];
 use Encoding::Smem as S;
 
 /// SMEM opcodes.
 pub(crate) static SMEM: &[OpDef] = &[
-    row(S, 0x00, "s_load_dword", ex!(|c, i| load(c, i, 1)), T, 0),
-    row(S, 0x01, "s_load_dwordx2", ex!(|c, i| load(c, i, 2)), T, 0),
-    row(S, 0x02, "s_load_dwordx4", ex!(|c, i| load(c, i, 4)), T, 0),
-    row(S, 0x03, "s_load_dwordx8", ex!(|c, i| load(c, i, 8)), T, 0),
-    row(S, 0x04, "s_load_dwordx16", ex!(|c, i| load(c, i, 16)), T, 0),
-    row(
-        S,
-        0x08,
-        "s_buffer_load_dword",
-        ex!(|c, i| buffer_load(c, i, 1)),
-        T,
-        0,
-    ),
-    row(
-        S,
-        0x09,
-        "s_buffer_load_dwordx2",
-        ex!(|c, i| buffer_load(c, i, 2)),
-        T,
-        0,
-    ),
-    row(
-        S,
-        0x0a,
-        "s_buffer_load_dwordx4",
-        ex!(|c, i| buffer_load(c, i, 4)),
-        T,
-        0,
-    ),
-    row(
-        S,
-        0x0b,
-        "s_buffer_load_dwordx8",
-        ex!(|c, i| buffer_load(c, i, 8)),
-        T,
-        0,
-    ),
-    row(
-        S,
-        0x0c,
-        "s_buffer_load_dwordx16",
-        ex!(|c, i| buffer_load(c, i, 16)),
-        T,
-        0,
-    ),
-    row(S, 0x10, "s_store_dword", ex!(|c, i| store(c, i, 1)), T, 0),
-    row(S, 0x11, "s_store_dwordx2", ex!(|c, i| store(c, i, 2)), T, 0),
-    row(S, 0x12, "s_store_dwordx4", ex!(|c, i| store(c, i, 4)), T, 0),
+    row(S, 0x00, "s_load_dword", load::<1>, T, 0),
+    row(S, 0x01, "s_load_dwordx2", load::<2>, T, 0),
+    row(S, 0x02, "s_load_dwordx4", load::<4>, T, 0),
+    row(S, 0x03, "s_load_dwordx8", load::<8>, T, 0),
+    row(S, 0x04, "s_load_dwordx16", load::<16>, T, 0),
+    row(S, 0x08, "s_buffer_load_dword", buffer_load::<1>, T, 0),
+    row(S, 0x09, "s_buffer_load_dwordx2", buffer_load::<2>, T, 0),
+    row(S, 0x0a, "s_buffer_load_dwordx4", buffer_load::<4>, T, 0),
+    row(S, 0x0b, "s_buffer_load_dwordx8", buffer_load::<8>, T, 0),
+    row(S, 0x0c, "s_buffer_load_dwordx16", buffer_load::<16>, T, 0),
+    row(S, 0x10, "s_store_dword", store::<1>, T, 0),
+    row(S, 0x11, "s_store_dwordx2", store::<2>, T, 0),
+    row(S, 0x12, "s_store_dwordx4", store::<4>, T, 0),
     row(S, 0x20, "s_dcache_inv", ex!(|_c, _i| Ok(())), T, 0),
     row(S, 0x21, "s_dcache_wb", ex!(|_c, _i| Ok(())), T, 0),
     row(S, 0x22, "s_dcache_inv_vol", ex!(|_c, _i| Ok(())), T, 0),
     row(S, 0x23, "s_dcache_wb_vol", ex!(|_c, _i| Ok(())), T, 0),
-    row(
-        S,
-        0x24,
-        "s_memtime",
-        ex!(|c, i| {
-            let t = c.clock.memtime();
-            c.set_s64(i.dst, t);
-            Ok(())
-        }),
-        T,
-        0,
-    ),
-    row(
-        S,
-        0x25,
-        "s_memrealtime",
-        ex!(|c, i| {
-            let t = c.clock.memrealtime();
-            c.set_s64(i.dst, t);
-            Ok(())
-        }),
-        T,
-        0,
-    ),
+    row(S, 0x24, "s_memtime", time::<false>, T, 0),
+    row(S, 0x25, "s_memrealtime", time::<true>, T, 0),
     row(S, 0x26, "s_atc_probe", ex!(|_c, _i| Ok(())), T, 0),
     row(S, 0x27, "s_atc_probe_buffer", ex!(|_c, _i| Ok(())), T, 0),
 ];

@@ -113,29 +113,29 @@ pub(crate) type ExecFn = fn(&mut Ctx<'_>, &Inst) -> Result<(), Exit>;
 /// Row flags.
 pub(crate) mod flag {
     /// The VOP3 form has an SDST field (carry out, div_scale's VCC).
-    pub const VOP3B: u16 = 1;
+    pub(crate) const VOP3B: u16 = 1;
     /// VOP2 form reads VCC as its third source (carry in, cndmask's mask).
-    pub const VCC_IN: u16 = 2;
+    pub(crate) const VCC_IN: u16 = 2;
     /// VOP2 `v_madmk`: a literal K is the second multiplicand.
-    pub const MADMK: u16 = 4;
+    pub(crate) const MADMK: u16 = 4;
     /// VOP2 `v_madak`: a literal K is the addend.
-    pub const MADAK: u16 = 8;
+    pub(crate) const MADAK: u16 = 8;
     /// Accumulates into its destination (`v_mac`, `v_fmac`): the destination is the third source.
-    pub const MAC: u16 = 16;
+    pub(crate) const MAC: u16 = 16;
     /// The scalar destination field is a source (`s_cmpk_*`, `s_addk`, `s_setreg`, `s_cmovk`).
-    pub const SDST_IS_SRC: u16 = 32;
+    pub(crate) const SDST_IS_SRC: u16 = 32;
     /// A 32-bit literal always follows (`s_setreg_imm32_b32`).
-    pub const LITERAL: u16 = 64;
+    pub(crate) const LITERAL: u16 = 64;
     /// SSRC1 is an immediate, not an operand (`s_set_gpr_idx_on`).
-    pub const SRC1_IMM: u16 = 128;
+    pub(crate) const SRC1_IMM: u16 = 128;
     /// The destination is a scalar register (`v_readfirstlane`, `v_readlane`).
-    pub const SDST: u16 = 256;
+    pub(crate) const SDST: u16 = 256;
     /// The source is an AGPR (`v_accvgpr_read`).
-    pub const SRC_AGPR: u16 = 512;
+    pub(crate) const SRC_AGPR: u16 = 512;
     /// The destination is an AGPR (`v_accvgpr_write`).
-    pub const DST_AGPR: u16 = 1024;
+    pub(crate) const DST_AGPR: u16 = 1024;
     /// 16-bit VOP3 op whose OPSEL selects halves.
-    pub const OPSEL16: u16 = 2048;
+    pub(crate) const OPSEL16: u16 = 2048;
 }
 
 /// One row of the table.

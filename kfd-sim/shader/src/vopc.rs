@@ -108,47 +108,26 @@ fn cmp_f64<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
     finish(c, i, m, X)
 }
 
-fn cmp_i32<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
-    let a = c.src32(i, 0);
-    let b = c.src32(i, 1);
-    let m = lanes_mask(|l| icond::<C, i32>(a[l] as i32, b[l] as i32));
-    finish(c, i, m, X)
+/// An integer compare: its name, the width of the sources read, the type compared, and how a
+/// source's bits become that type.
+macro_rules! int_cmp {
+    ($name:ident, $src:ident, $t:ty, $conv:expr) => {
+        fn $name<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
+            let a = c.$src(i, 0);
+            let b = c.$src(i, 1);
+            let conv = $conv;
+            let m = lanes_mask(|l| icond::<C, $t>(conv(a[l]), conv(b[l])));
+            finish(c, i, m, X)
+        }
+    };
 }
 
-fn cmp_u32<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
-    let a = c.src32(i, 0);
-    let b = c.src32(i, 1);
-    let m = lanes_mask(|l| icond::<C, u32>(a[l], b[l]));
-    finish(c, i, m, X)
-}
-
-fn cmp_i16<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
-    let a = c.src32(i, 0);
-    let b = c.src32(i, 1);
-    let m = lanes_mask(|l| icond::<C, i16>(a[l] as u16 as i16, b[l] as u16 as i16));
-    finish(c, i, m, X)
-}
-
-fn cmp_u16<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
-    let a = c.src32(i, 0);
-    let b = c.src32(i, 1);
-    let m = lanes_mask(|l| icond::<C, u16>(a[l] as u16, b[l] as u16));
-    finish(c, i, m, X)
-}
-
-fn cmp_i64<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
-    let a = c.src64(i, 0);
-    let b = c.src64(i, 1);
-    let m = lanes_mask(|l| icond::<C, i64>(a[l] as i64, b[l] as i64));
-    finish(c, i, m, X)
-}
-
-fn cmp_u64<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
-    let a = c.src64(i, 0);
-    let b = c.src64(i, 1);
-    let m = lanes_mask(|l| icond::<C, u64>(a[l], b[l]));
-    finish(c, i, m, X)
-}
+int_cmp!(cmp_i32, src32, i32, |x: u32| x as i32);
+int_cmp!(cmp_u32, src32, u32, |x: u32| x);
+int_cmp!(cmp_i16, src32, i16, |x: u32| x as u16 as i16);
+int_cmp!(cmp_u16, src32, u16, |x: u32| x as u16);
+int_cmp!(cmp_i64, src64, i64, |x: u64| x as i64);
+int_cmp!(cmp_u64, src64, u64, |x: u64| x);
 
 fn class_f32<const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
     let a = c.src32(i, 0);
@@ -204,141 +183,28 @@ const TC64: [Ty; 4] = [Ty::B64, Ty::F64, Ty::B32, Ty::B32];
 
 use Encoding::Vopc as VC;
 
+/// The compare rows of one type at `base`: one row per `offset name` pair, the mnemonic made of
+/// the prefix, the predicate's name and the type, the predicate's number its offset.
+macro_rules! cmp_rows {
+    ($base:expr, $f:ident, $t:expr, $x:expr, $p:expr, $ty:expr; $($i:literal $n:literal),+) => {
+        [$(row(VC, $base + $i, concat!($p, $n, "_", $ty), $f::<$i, $x>, $t, 0)),+]
+    };
+}
+
 /// The 16 float compares of one type at `base`.
 macro_rules! fcmps {
     ($base:expr, $f:ident, $t:expr, $x:expr, $p:expr, $ty:expr) => {
-        [
-            row(VC, $base, concat!($p, "f_", $ty), $f::<0, $x>, $t, 0),
-            row(VC, $base + 1, concat!($p, "lt_", $ty), $f::<1, $x>, $t, 0),
-            row(VC, $base + 2, concat!($p, "eq_", $ty), $f::<2, $x>, $t, 0),
-            row(VC, $base + 3, concat!($p, "le_", $ty), $f::<3, $x>, $t, 0),
-            row(VC, $base + 4, concat!($p, "gt_", $ty), $f::<4, $x>, $t, 0),
-            row(VC, $base + 5, concat!($p, "lg_", $ty), $f::<5, $x>, $t, 0),
-            row(VC, $base + 6, concat!($p, "ge_", $ty), $f::<6, $x>, $t, 0),
-            row(VC, $base + 7, concat!($p, "o_", $ty), $f::<7, $x>, $t, 0),
-            row(VC, $base + 8, concat!($p, "u_", $ty), $f::<8, $x>, $t, 0),
-            row(VC, $base + 9, concat!($p, "nge_", $ty), $f::<9, $x>, $t, 0),
-            row(
-                VC,
-                $base + 10,
-                concat!($p, "nlg_", $ty),
-                $f::<10, $x>,
-                $t,
-                0,
-            ),
-            row(
-                VC,
-                $base + 11,
-                concat!($p, "ngt_", $ty),
-                $f::<11, $x>,
-                $t,
-                0,
-            ),
-            row(
-                VC,
-                $base + 12,
-                concat!($p, "nle_", $ty),
-                $f::<12, $x>,
-                $t,
-                0,
-            ),
-            row(
-                VC,
-                $base + 13,
-                concat!($p, "neq_", $ty),
-                $f::<13, $x>,
-                $t,
-                0,
-            ),
-            row(
-                VC,
-                $base + 14,
-                concat!($p, "nlt_", $ty),
-                $f::<14, $x>,
-                $t,
-                0,
-            ),
-            row(
-                VC,
-                $base + 15,
-                concat!($p, "tru_", $ty),
-                $f::<15, $x>,
-                $t,
-                0,
-            ),
-        ]
+        cmp_rows!($base, $f, $t, $x, $p, $ty;
+            0 "f", 1 "lt", 2 "eq", 3 "le", 4 "gt", 5 "lg", 6 "ge", 7 "o",
+            8 "u", 9 "nge", 10 "nlg", 11 "ngt", 12 "nle", 13 "neq", 14 "nlt", 15 "tru")
     };
 }
 
 /// The 8 integer compares of one type at `base`.
 macro_rules! icmps {
     ($base:expr, $f:ident, $ty:ident, $t:expr, $x:expr, $p:expr) => {
-        [
-            row(
-                VC,
-                $base,
-                concat!($p, "f_", stringify!($ty)),
-                $f::<0, $x>,
-                $t,
-                0,
-            ),
-            row(
-                VC,
-                $base + 1,
-                concat!($p, "lt_", stringify!($ty)),
-                $f::<1, $x>,
-                $t,
-                0,
-            ),
-            row(
-                VC,
-                $base + 2,
-                concat!($p, "eq_", stringify!($ty)),
-                $f::<2, $x>,
-                $t,
-                0,
-            ),
-            row(
-                VC,
-                $base + 3,
-                concat!($p, "le_", stringify!($ty)),
-                $f::<3, $x>,
-                $t,
-                0,
-            ),
-            row(
-                VC,
-                $base + 4,
-                concat!($p, "gt_", stringify!($ty)),
-                $f::<4, $x>,
-                $t,
-                0,
-            ),
-            row(
-                VC,
-                $base + 5,
-                concat!($p, "ne_", stringify!($ty)),
-                $f::<5, $x>,
-                $t,
-                0,
-            ),
-            row(
-                VC,
-                $base + 6,
-                concat!($p, "ge_", stringify!($ty)),
-                $f::<6, $x>,
-                $t,
-                0,
-            ),
-            row(
-                VC,
-                $base + 7,
-                concat!($p, "t_", stringify!($ty)),
-                $f::<7, $x>,
-                $t,
-                0,
-            ),
-        ]
+        cmp_rows!($base, $f, $t, $x, $p, stringify!($ty);
+            0 "f", 1 "lt", 2 "eq", 3 "le", 4 "gt", 5 "ne", 6 "ge", 7 "t")
     };
 }
 

@@ -200,20 +200,17 @@ impl Executor {
         let mut done = 0u64;
         let mut lanes = 0u64;
         let n = wg.waves.len();
+        let status = |stop, instructions, lane_instructions| RunStatus {
+            stop,
+            instructions,
+            lane_instructions,
+        };
         loop {
             if wg.done() {
-                return RunStatus {
-                    stop: Stop::Done,
-                    instructions: done,
-                    lane_instructions: lanes,
-                };
+                return status(Stop::Done, done, lanes);
             }
             if done >= budget {
-                return RunStatus {
-                    stop: Stop::Budget,
-                    instructions: done,
-                    lane_instructions: lanes,
-                };
+                return status(Stop::Budget, done, lanes);
             }
             wg.release_barrier();
             // The next ready wave, round-robin.
@@ -224,60 +221,35 @@ impl Executor {
             else {
                 // Every live wave waits at the barrier and release_barrier found none: cannot
                 // happen, but never spin.
-                return RunStatus {
-                    stop: Stop::Done,
-                    instructions: done,
-                    lane_instructions: lanes,
-                };
+                return status(Stop::Done, done, lanes);
             };
             let slice = self.quantum.min(budget - done);
             let (ran, ran_lanes, exit) = self.run_wave(wg, wi, mem, clock, slice);
             done += ran;
             lanes += ran_lanes;
             wg.next = ((wi + 1) % n) as u32;
-            match exit {
-                None | Some(Exit::Yield) => {}
+            let wave = wi as u32;
+            let stop = match exit {
+                None | Some(Exit::Yield) => continue,
                 Some(Exit::Barrier) => {
                     wg.waves[wi].run = WaveRun::AtBarrier;
                     wg.release_barrier();
+                    continue;
                 }
                 Some(Exit::End) => {
                     wg.waves[wi].run = WaveRun::Ended;
                     wg.release_barrier();
+                    continue;
                 }
-                Some(Exit::Interrupt(m0)) => {
-                    return RunStatus {
-                        stop: Stop::Interrupt {
-                            wave: wi as u32,
-                            m0,
-                        },
-                        instructions: done,
-                        lane_instructions: lanes,
-                    };
-                }
-                Some(Exit::Trap(trap_id)) => {
-                    let pc = wg.waves[wi].pc.wrapping_sub(4);
-                    return RunStatus {
-                        stop: Stop::Trap {
-                            wave: wi as u32,
-                            trap_id,
-                            pc,
-                        },
-                        instructions: done,
-                        lane_instructions: lanes,
-                    };
-                }
-                Some(Exit::Error(error)) => {
-                    return RunStatus {
-                        stop: Stop::Error {
-                            wave: wi as u32,
-                            error,
-                        },
-                        instructions: done,
-                        lane_instructions: lanes,
-                    };
-                }
-            }
+                Some(Exit::Interrupt(m0)) => Stop::Interrupt { wave, m0 },
+                Some(Exit::Trap(trap_id)) => Stop::Trap {
+                    wave,
+                    trap_id,
+                    pc: wg.waves[wi].pc.wrapping_sub(4),
+                },
+                Some(Exit::Error(error)) => Stop::Error { wave, error },
+            };
+            return status(stop, done, lanes);
         }
     }
 

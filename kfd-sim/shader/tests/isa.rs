@@ -53,6 +53,12 @@ const ENCODINGS: &[(&str, &[u32])] = &[
     ("s_getpc_b64 s[6:7]", &[0xbe86_1c00]),
     ("s_getreg_b32 s2, hwreg(HW_REG_MODE)", &[0xb882_f801]),
     ("s_getreg_b32 s3, hwreg(HW_REG_SH_MEM_BASES)", &[0xb883_f80f]),
+    ("s_ff1_i32_b32 s2, s0", &[0xbe82_1000]),
+    ("s_ff1_i32_b32 s8, s6", &[0xbe88_1006]),
+    ("s_ff1_i32_b64 s3, s[0:1]", &[0xbe83_1100]),
+    ("s_flbit_i32_b32 s4, s0", &[0xbe84_1200]),
+    ("s_flbit_i32_b64 s5, s[0:1]", &[0xbe85_1300]),
+    ("s_lshl2_add_u32 s7, s0, s1", &[0x9787_0100]),
     ("s_lshl_b64 s[8:9], s[0:1], 36", &[0x8e88_a400]),
     ("s_memrealtime s[6:7]", &[0xc094_0180, 0x0000_0000]),
     ("s_memtime s[4:5]", &[0xc090_0100, 0x0000_0000]),
@@ -60,6 +66,7 @@ const ENCODINGS: &[(&str, &[u32])] = &[
     ("s_mov_b32 s6, 0x12345678", &[0xbe86_00ff, 0x1234_5678]),
     ("s_mov_b64 s[4:5], 1.0", &[0xbe84_01f2]),
     ("s_mov_b64 s[8:9], -1", &[0xbe88_01c1]),
+    ("s_mov_b64 s[4:5], vcc", &[0xbe84_016a]),
     ("s_movk_i32 s2, 0x8001", &[0xb002_8001]),
     ("s_movk_i32 s6, 0x8001", &[0xb006_8001]),
     ("s_sendmsg sendmsg(MSG_INTERRUPT)", &[0xbf90_0001]),
@@ -83,6 +90,8 @@ const ENCODINGS: &[(&str, &[u32])] = &[
     ("v_addc_co_u32_e32 v3, vcc, v0, v1, vcc", &[0x3806_0300]),
     ("v_cmp_gt_f32_e32 vcc, v0, v1", &[0x7c88_0300]),
     ("v_cmp_u_f32_e64 s[4:5], v0, v1", &[0xd048_0004, 0x0002_0300]),
+    ("v_cmp_gt_i64_e32 vcc, v[0:1], v[2:3]", &[0x7dc8_0500]),
+    ("v_cmp_lt_i16_e32 vcc, v0, v1", &[0x7d42_0300]),
     ("v_cmpx_lt_u32_e32 vcc, v0, v1", &[0x7db2_0300]),
     ("v_cndmask_b32_e32 v2, v0, v1, vcc", &[0x0004_0300]),
     ("v_cvt_f16_f32_e32 v3, v0", &[0x7e06_1500]),
@@ -311,6 +320,77 @@ fn scalar_logic_shifts_and_bitfields_set_scc_from_the_result() {
     assert_eq!(r.w.sgpr[6], 0xff, "8 bits from bit 4");
     assert_eq!(r.w.sgpr64(8), 0x0000_ff00_0000_0000);
     assert!(r.w.scc, "lshl result is not zero");
+}
+
+#[test]
+fn bit_scans_count_from_either_end_and_answer_minus_one_for_zero() {
+    let r = run(
+        &[
+            "s_ff1_i32_b32 s2, s0",
+            "s_ff1_i32_b64 s3, s[0:1]",
+            "s_flbit_i32_b32 s4, s0",
+            "s_flbit_i32_b64 s5, s[0:1]",
+            "s_ff1_i32_b32 s8, s6",
+        ],
+        |w, _| {
+            w.set_sgpr64(0, 0x0000_0100_0000_0010);
+            w.sgpr[6] = 0;
+        },
+    );
+    assert_eq!(r.w.sgpr[2], 4, "lowest set bit of the low dword");
+    assert_eq!(r.w.sgpr[3], 4, "lowest set bit of the pair");
+    assert_eq!(r.w.sgpr[4], 27, "zeros above bit 4 of 32");
+    assert_eq!(r.w.sgpr[5], 23, "zeros above bit 40 of 64");
+    assert_eq!(r.w.sgpr[8], u32::MAX, "no bit set");
+}
+
+#[rstest]
+#[case::carry_out(0x4000_0001, 3, 7, true)]
+#[case::no_carry(5, 7, 27, false)]
+fn s_lshl2_add_shifts_then_adds_with_the_carry_in_scc(
+    #[case] a: u32,
+    #[case] b: u32,
+    #[case] sum: u32,
+    #[case] scc: bool,
+) {
+    let r = run(&["s_lshl2_add_u32 s7, s0, s1"], |w, _| {
+        w.sgpr[0] = a;
+        w.sgpr[1] = b;
+        w.scc = !scc;
+    });
+    assert_eq!(r.w.sgpr[7], sum);
+    assert_eq!(r.w.scc, scc);
+}
+
+#[test]
+fn integer_compares_read_their_width_and_signedness() {
+    let r = run(
+        &[
+            "v_cmp_lt_i16_e32 vcc, v0, v1",
+            "s_mov_b64 s[4:5], vcc",
+            "v_cmp_gt_i64_e32 vcc, v[0:1], v[2:3]",
+        ],
+        |w, _| {
+            // v0: -1 as i16 (lanes 0..32) or +1 in its low half; v1: 0 in its low half. The high
+            // halves differ and must not count.
+            *w.v_mut(0).unwrap() = lanes(|l| if l < 32 { 0xabcd_ffff } else { 0xabcd_0001 });
+            *w.v_mut(1).unwrap() = [0x1234_0000; LANES];
+            // As i64, v[0:1] = 0x1234_0000_abcd_xxxx (positive); v[2:3] has the low dword
+            // 0xffff_ffff and, in lanes 32.., a negative high dword.
+            *w.v_mut(2).unwrap() = [u32::MAX; LANES];
+            *w.v_mut(3).unwrap() = lanes(|l| if l < 32 { 0x1234_0000 } else { 0x8000_0000 });
+        },
+    );
+    assert_eq!(
+        r.w.sgpr64(4),
+        0x0000_0000_ffff_ffff,
+        "-1 < 0 as i16, lanes 0..32"
+    );
+    assert_eq!(
+        r.w.vcc(),
+        0xffff_ffff_0000_0000,
+        "greater than a negative i64 only"
+    );
 }
 
 #[test]

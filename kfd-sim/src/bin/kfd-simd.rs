@@ -47,7 +47,8 @@ enum Command {
         /// A preset file (TOML, or JSON if it ends in .json).
         #[arg(long)]
         file: Option<PathBuf>,
-        /// The directory to write (created if needed).
+        /// The directory to write (created if needed; a topology tree in it is replaced, a
+        /// directory holding anything else is refused).
         dir: PathBuf,
     },
     /// Write the sysfs slice AMD's userspace reads (the KFD topology, the GPUs' PCI functions with
@@ -75,7 +76,8 @@ enum Command {
         /// A preset file (TOML, or JSON if it ends in .json).
         #[arg(long)]
         file: Option<PathBuf>,
-        /// Where to write the sysfs topology tree that clients read (AMDGPU_CR_TOPOLOGY_ROOT).
+        /// Where to write the sysfs topology tree that clients read (AMDGPU_CR_TOPOLOGY_ROOT;
+        /// a tree already there is replaced).
         #[arg(long)]
         topology_dir: PathBuf,
         /// Also write the sysfs slice AMD's userspace reads, laid out like /sys, into this
@@ -138,7 +140,7 @@ fn serve(args: Serve) -> Result<(), String> {
         }
         .to_string());
     }
-    topology::write(&topology, &args.topology_dir).map_err(|e| e.to_string())?;
+    topology::replace(&topology, &args.topology_dir).map_err(|e| e.to_string())?;
     if let Some(dir) = &args.sysfs_dir {
         let opts = kfd_sim::sysfs::SysfsOptions {
             cuse_render_nodes: true,
@@ -325,7 +327,7 @@ fn run(cli: Cli) -> Result<(), String> {
         Command::WriteTopology { preset, file, dir } => {
             let preset = load_preset(preset, file)?;
             let topology = preset.to_topology().map_err(|e| e.to_string())?;
-            topology::write(&topology, &dir).map_err(|e| e.to_string())?;
+            topology::replace(&topology, &dir).map_err(|e| e.to_string())?;
             println!(
                 "wrote {} ({} nodes) to {}",
                 preset.name,

@@ -554,3 +554,27 @@ pub(super) fn smi_events(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
         Ok(0)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[rstest::rstest]
+    #[case::nothing_slept(10_000, 0, 10_000)]
+    #[case::part_of_a_jiffy(10_000, 3, 10_000)]
+    #[case::two_hundred_ms(10_000, 200, 9_800)]
+    #[case::rounded_up_to_jiffies(10, 0, 12)]
+    #[case::all_slept(10_000, 10_004, 0)]
+    #[case::longer_than_asked(10, 1_000, 0)]
+    #[case::zero_timeout(0, 0, 0)]
+    fn an_interrupted_wait_writes_back_whole_jiffies_left(
+        #[case] timeout_ms: u32,
+        #[case] elapsed_ms: u64,
+        #[case] left: u32,
+    ) {
+        assert_eq!(
+            timeout_left_ms(timeout_ms, Duration::from_millis(elapsed_ms)),
+            left
+        );
+    }
+}

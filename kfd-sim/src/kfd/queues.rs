@@ -203,11 +203,11 @@ pub(super) fn create_queue(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult 
             0
         };
         let (qid, byte) = create_queue_locked(call.machine, &mut st, q, ctl, None)?;
-        // Which queues a client makes is what tells how far it can get: the engine runs SDMA
-        // queues; nothing runs compute queues (no command processor, no shader execution).
+        // Which queues a client makes is what tells how far it can get: the SDMA engine runs
+        // SDMA queues, the command processor AQL queues; nothing runs PM4 compute queues.
         let what = match (kind, aql) {
-            (QueueKind::Compute, true) => "compute AQL (not executed: no command processor)",
-            (QueueKind::Compute, false) => "compute PM4 (not executed: no command processor)",
+            (QueueKind::Compute, true) => "compute AQL",
+            (QueueKind::Compute, false) => "compute PM4 (not executed: no PM4 queue processor)",
             (QueueKind::Sdma, _) => "SDMA",
             (QueueKind::SdmaXgmi, _) => "SDMA xGMI",
         };

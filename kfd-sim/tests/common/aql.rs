@@ -22,76 +22,76 @@ use kfd_sim::SimFile;
 use super::{Env, GTT_W, VRAM_W};
 
 /// The committed test kernels.
-pub const CODE_OBJECT: &[u8] = include_bytes!("../../shader/kernels/kernels.co");
+pub(crate) const CODE_OBJECT: &[u8] = include_bytes!("../../shader/kernels/kernels.co");
 
 /// `hsa_packet_type_t`.
-pub const INVALID: u8 = 1;
-pub const KERNEL_DISPATCH: u8 = 2;
-pub const BARRIER_AND: u8 = 3;
-pub const BARRIER_OR: u8 = 5;
-pub const VENDOR_SPECIFIC: u8 = 0;
+pub(crate) const INVALID: u8 = 1;
+pub(crate) const KERNEL_DISPATCH: u8 = 2;
+pub(crate) const BARRIER_AND: u8 = 3;
+pub(crate) const BARRIER_OR: u8 = 5;
+pub(crate) const VENDOR_SPECIFIC: u8 = 0;
 
 /// Offsets in `amd_queue_t`.
-pub const READ_DISPATCH_ID: usize = 128;
-pub const TMPRING: usize = 140;
-pub const SCRATCH_RSRC: usize = 144;
-pub const SCRATCH_BASE: usize = 160;
-pub const PROPERTIES: usize = 180;
-pub const INACTIVE_SIGNAL: usize = 192;
+pub(crate) const READ_DISPATCH_ID: usize = 128;
+pub(crate) const TMPRING: usize = 140;
+pub(crate) const SCRATCH_RSRC: usize = 144;
+pub(crate) const SCRATCH_BASE: usize = 160;
+pub(crate) const PROPERTIES: usize = 180;
+pub(crate) const INACTIVE_SIGNAL: usize = 192;
 
 /// Where the rig's buffers go in the GPU VM.
 const FIRST_VA: u64 = 0x7f00_0000_0000;
 const EVENTS_BYTES: u64 = 4096 * 8;
 
 /// A buffer mapped in the GPU VM and for the CPU.
-pub struct Buf {
-    pub va: u64,
-    pub map: Mapping,
-    pub handle: kfd_abi::MemHandle,
+pub(crate) struct Buf {
+    pub(crate) va: u64,
+    pub(crate) map: Mapping,
+    pub(crate) handle: kfd_abi::MemHandle,
 }
 
 impl Buf {
-    pub fn write(&self, off: usize, b: &[u8]) {
+    pub(crate) fn write(&self, off: usize, b: &[u8]) {
         assert!(self.map.write(off, b));
     }
-    pub fn read(&self, off: usize, len: usize) -> Vec<u8> {
+    pub(crate) fn read(&self, off: usize, len: usize) -> Vec<u8> {
         let mut b = vec![0u8; len];
         assert!(self.map.read(off, &mut b));
         b
     }
-    pub fn u32s(&self, off: usize, n: usize) -> Vec<u32> {
+    pub(crate) fn u32s(&self, off: usize, n: usize) -> Vec<u32> {
         self.read(off, n * 4)
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect()
     }
-    pub fn put_u32s(&self, off: usize, v: &[u32]) {
+    pub(crate) fn put_u32s(&self, off: usize, v: &[u32]) {
         let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
         self.write(off, &b);
     }
-    pub fn u64_at(&self, off: usize) -> u64 {
+    pub(crate) fn u64_at(&self, off: usize) -> u64 {
         self.map.load_u64(off).unwrap()
     }
 }
 
 /// An `amd_signal_t` in GTT, with a KFD signal event whose mailbox is its events-page slot.
-pub struct Signal {
-    pub va: u64,
-    pub event: Option<EventId>,
+pub(crate) struct Signal {
+    pub(crate) va: u64,
+    pub(crate) event: Option<EventId>,
 }
 
 /// A process on the simulator with one GPU's kernels loaded.
-pub struct Rig {
-    pub e: Env,
-    pub render: RenderNode<SimFile>,
-    pub g: GpuId,
+pub(crate) struct Rig {
+    pub(crate) e: Env,
+    pub(crate) render: RenderNode<SimFile>,
+    pub(crate) g: GpuId,
     next_va: Cell<u64>,
-    pub code: Buf,
+    pub(crate) code: Buf,
     symbols: Vec<(String, u64)>,
-    pub events: Buf,
-    pub signals: Buf,
+    pub(crate) events: Buf,
+    pub(crate) signals: Buf,
     next_signal: Cell<usize>,
-    pub kernargs: Buf,
+    pub(crate) kernargs: Buf,
     next_kernarg: Cell<usize>,
 }
 
@@ -120,7 +120,7 @@ fn alloc(
 }
 
 impl Rig {
-    pub fn new(e: Env) -> Self {
+    pub(crate) fn new(e: Env) -> Self {
         let g = e.gpus[0];
         let render = RenderNode::new(e.renders[0].used_by(&e.proc).unwrap(), "render");
         let next_va = Cell::new(FIRST_VA);
@@ -165,12 +165,12 @@ impl Rig {
     }
 
     /// A fresh buffer of `bytes` (GTT or VRAM) mapped on the rig's GPU and for the CPU.
-    pub fn buf(&self, bytes: u64, flags: AllocFlags) -> Buf {
+    pub(crate) fn buf(&self, bytes: u64, flags: AllocFlags) -> Buf {
         alloc(&self.e, &self.render, self.g, &self.next_va, bytes, flags)
     }
 
     /// The kernel object (descriptor address) of `kernel` and its group and private sizes.
-    pub fn kernel(&self, kernel: &str) -> (u64, u32, u32) {
+    pub(crate) fn kernel(&self, kernel: &str) -> (u64, u32, u32) {
         let name = format!("{kernel}.kd");
         let off = self
             .symbols
@@ -183,7 +183,7 @@ impl Rig {
     }
 
     /// A signal of initial `value`; with an event when `event`.
-    pub fn signal(&self, value: i64, event: bool) -> Signal {
+    pub(crate) fn signal(&self, value: i64, event: bool) -> Signal {
         let k = self.next_signal.get();
         self.next_signal.set(k + 1);
         let off = k * 64;
@@ -207,12 +207,12 @@ impl Rig {
     }
 
     /// The value of a signal.
-    pub fn value(&self, s: &Signal) -> i64 {
+    pub(crate) fn value(&self, s: &Signal) -> i64 {
         self.signals.u64_at((s.va - self.signals.va) as usize + 8) as i64
     }
 
     /// Kernel arguments in GTT; their address.
-    pub fn kernargs(&self, bytes: &[u8]) -> u64 {
+    pub(crate) fn kernargs(&self, bytes: &[u8]) -> u64 {
         let at = self.next_kernarg.get();
         self.next_kernarg
             .set(at + bytes.len().div_ceil(64).max(1) * 64);
@@ -221,7 +221,7 @@ impl Rig {
     }
 
     /// Waits up to 20 s until `s` reads `want`.
-    pub fn wait_value(&self, s: &Signal, want: i64) {
+    pub(crate) fn wait_value(&self, s: &Signal, want: i64) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while self.value(s) != want {
             assert!(
@@ -235,7 +235,7 @@ impl Rig {
     }
 
     /// Waits up to 20 s on the signal's event.
-    pub fn wait_event(&self, s: &Signal) {
+    pub(crate) fn wait_event(&self, s: &Signal) {
         let ev = s.event.unwrap();
         assert_eq!(
             self.e.kfd.wait_events(&[ev], false, 20_000).unwrap(),
@@ -246,17 +246,17 @@ impl Rig {
 
 /// Kernel arguments, each aligned to its size.
 #[derive(Default)]
-pub struct Args(pub Vec<u8>);
+pub(crate) struct Args(pub Vec<u8>);
 
 impl Args {
-    pub fn u64(mut self, v: u64) -> Self {
+    pub(crate) fn u64(mut self, v: u64) -> Self {
         while self.0.len() % 8 != 0 {
             self.0.push(0);
         }
         self.0.extend_from_slice(&v.to_le_bytes());
         self
     }
-    pub fn u32(mut self, v: u32) -> Self {
+    pub(crate) fn u32(mut self, v: u32) -> Self {
         while self.0.len() % 4 != 0 {
             self.0.push(0);
         }
@@ -266,22 +266,22 @@ impl Args {
 }
 
 /// An AQL queue of the rig's GPU.
-pub struct Queue {
-    pub amd: Buf,
-    pub ring: Buf,
-    pub slots: u64,
+pub(crate) struct Queue {
+    pub(crate) amd: Buf,
+    pub(crate) ring: Buf,
+    pub(crate) slots: u64,
     doorbells: Mapping,
     doorbell: usize,
     write_index: Cell<u64>,
-    pub inactive: Signal,
-    pub id: kfd_abi::QueueId,
+    pub(crate) inactive: Signal,
+    pub(crate) id: kfd_abi::QueueId,
     _host: Vec<u8>,
 }
 
 impl Queue {
     /// A queue of `slots` packets whose scratch is `scratch` (a GTT buffer, `wave_bytes` per
     /// wave for `waves` waves) if given.
-    pub fn new(rig: &Rig, slots: u64, scratch: Option<(&Buf, u32, u32)>) -> Self {
+    pub(crate) fn new(rig: &Rig, slots: u64, scratch: Option<(&Buf, u32, u32)>) -> Self {
         let ring = rig.buf(slots * 64, GTT_W | AllocFlags::EXECUTABLE);
         for i in 0..slots as usize {
             ring.write(i * 64, &[INVALID, 0]);
@@ -331,14 +331,14 @@ impl Queue {
     }
 
     /// Writes `p` into the next slot (the header last) and rings the doorbell; the index.
-    pub fn submit(&self, p: [u8; 64]) -> u64 {
+    pub(crate) fn submit(&self, p: [u8; 64]) -> u64 {
         let i = self.reserve(p);
         self.ring_doorbell(i);
         i
     }
 
     /// Writes `p` into the next slot without ringing.
-    pub fn reserve(&self, p: [u8; 64]) -> u64 {
+    pub(crate) fn reserve(&self, p: [u8; 64]) -> u64 {
         let i = self.write_index.get();
         self.write_index.set(i + 1);
         let at = (i % self.slots) as usize * 64;
@@ -347,17 +347,17 @@ impl Queue {
         i
     }
 
-    pub fn ring_doorbell(&self, index: u64) {
+    pub(crate) fn ring_doorbell(&self, index: u64) {
         assert!(self.doorbells.write_u64(self.doorbell, index));
     }
 
     /// `read_dispatch_id`.
-    pub fn read_index(&self) -> u64 {
+    pub(crate) fn read_index(&self) -> u64 {
         self.amd.u64_at(READ_DISPATCH_ID)
     }
 
     /// Waits up to 20 s until the read index reaches `want`.
-    pub fn wait_read_index(&self, want: u64) {
+    pub(crate) fn wait_read_index(&self, want: u64) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while self.read_index() < want {
             assert!(
@@ -370,13 +370,13 @@ impl Queue {
     }
 
     /// The header byte of slot `index`.
-    pub fn header(&self, index: u64) -> u8 {
+    pub(crate) fn header(&self, index: u64) -> u8 {
         self.ring.read((index % self.slots) as usize * 64, 1)[0]
     }
 }
 
 /// A KERNEL_DISPATCH packet.
-pub fn dispatch_packet(
+pub(crate) fn dispatch_packet(
     kernel: (u64, u32, u32),
     grid: [u32; 3],
     wg: [u16; 3],
@@ -408,7 +408,7 @@ pub fn dispatch_packet(
 }
 
 /// A BARRIER_AND or BARRIER_OR packet.
-pub fn barrier_packet(ty: u8, deps: &[u64], signal: u64) -> [u8; 64] {
+pub(crate) fn barrier_packet(ty: u8, deps: &[u64], signal: u64) -> [u8; 64] {
     let mut p = [0u8; 64];
     p[0..2].copy_from_slice(&(u16::from(ty) | 1 << 8).to_le_bytes());
     for (k, d) in deps.iter().enumerate() {

@@ -16,26 +16,26 @@ use kfd_sys as sys;
 use super::{env, gpu, Env, GTT_W, VRAM_W};
 
 /// Where the source process's BOs start.
-pub const VA: u64 = 0x7f00_0000_0000;
+pub(crate) const VA: u64 = 0x7f00_0000_0000;
 /// One MiB.
-pub const MIB: u64 = 1 << 20;
+pub(crate) const MIB: u64 = 1 << 20;
 
 /// The traced process's /dev/kfd in the hands of a new, tracing "criu" process.
-pub fn criu_view(kfd: &Kfd<SimFile>, target: &SimProcess) -> (SimProcess, Kfd<SimFile>) {
+pub(crate) fn criu_view(kfd: &Kfd<SimFile>, target: &SimProcess) -> (SimProcess, Kfd<SimFile>) {
     let criu = target.machine().spawn_process();
     criu.ptrace_attach(target);
     let k = Kfd::new(kfd.transport().used_by(&criu).unwrap(), "/dev/kfd (criu)");
     (criu, k)
 }
 
-pub struct Source {
+pub(crate) struct Source {
     pub env: Env,
     _host: Vec<u8>,
     pub events: Vec<EventId>,
 }
 
 /// The dumped process: BOs of every kind on two GPUs, three queues, three events, an SVM range.
-pub fn source() -> Source {
+pub(crate) fn source() -> Source {
     let e = env(Preset::mi210x2());
     let (g0, g1) = (e.gpus[0], e.gpus[1]);
     let k = &e.kfd;
@@ -96,7 +96,7 @@ pub fn source() -> Source {
     }
 }
 
-pub fn restore_devices<'a>(
+pub(crate) fn restore_devices<'a>(
     c: &Checkpoint,
     m: &Machine,
     renders: &'a [SimFile],
@@ -113,11 +113,11 @@ pub fn restore_devices<'a>(
         .collect()
 }
 
-pub fn restore_bos(c: &Checkpoint) -> Vec<RestoreBo> {
+pub(crate) fn restore_bos(c: &Checkpoint) -> Vec<RestoreBo> {
     c.bos.iter().map(RestoreBo::from).collect()
 }
 
-pub fn dump() -> (Source, Checkpoint) {
+pub(crate) fn dump() -> (Source, Checkpoint) {
     let src = source();
     let (_criu, ck) = criu_view(&src.env.kfd, &src.env.proc);
     let info = ck.criu_process_info().unwrap();
@@ -127,14 +127,14 @@ pub fn dump() -> (Source, Checkpoint) {
 }
 
 /// Writes `data` at the start of a BO through its dma-buf fd.
-pub fn write_dmabuf(fd: &OwnedFd, data: &[u8]) {
+pub(crate) fn write_dmabuf(fd: &OwnedFd, data: &[u8]) {
     File::from(fd.try_clone().unwrap())
         .write_all_at(data, 0)
         .unwrap();
 }
 
 /// Reads the first `len` bytes of a BO through its dma-buf fd.
-pub fn read_dmabuf(fd: &OwnedFd, len: u64) -> Vec<u8> {
+pub(crate) fn read_dmabuf(fd: &OwnedFd, len: u64) -> Vec<u8> {
     let mut b = vec![0u8; usize::try_from(len).unwrap()];
     File::from(fd.try_clone().unwrap())
         .read_exact_at(&mut b, 0)
@@ -144,7 +144,7 @@ pub fn read_dmabuf(fd: &OwnedFd, len: u64) -> Vec<u8> {
 
 /// A restore of `c` into a fresh process on an MI210x2 whose GPUs have other ids (0x3a01,
 /// 0x3a02), with a render node of each GPU opened by it.
-pub struct RestoredElsewhere {
+pub(crate) struct RestoredElsewhere {
     pub machine: Machine,
     pub process: SimProcess,
     pub kfd: Kfd<SimFile>,
@@ -153,7 +153,7 @@ pub struct RestoredElsewhere {
 }
 
 /// Restores `c` as [`RestoredElsewhere`] says.
-pub fn restore_on_other_gpu_ids(c: &Checkpoint) -> RestoredElsewhere {
+pub(crate) fn restore_on_other_gpu_ids(c: &Checkpoint) -> RestoredElsewhere {
     let machine = Machine::new(&Preset::mi210x2().with_gpu_ids(&[0x3a01, 0x3a02])).unwrap();
     let process = machine.spawn_process();
     let kfd = Kfd::new(process.open_kfd().unwrap(), "/dev/kfd (restored)");

@@ -3,15 +3,15 @@
 
 #![allow(dead_code)]
 
-pub mod aql;
-pub mod criu;
+pub(crate) mod aql;
+pub(crate) mod criu;
 
 use std::os::fd::AsFd;
 
 use kfd_abi::{AllocFlags, GpuId, IoctlError, Kfd, Transport};
 use kfd_sim::{Machine, Preset, SimFile, SimProcess};
 
-pub struct Env {
+pub(crate) struct Env {
     pub machine: Machine,
     pub proc: SimProcess,
     pub kfd: Kfd<SimFile>,
@@ -19,18 +19,18 @@ pub struct Env {
     pub gpus: Vec<GpuId>,
 }
 
-pub fn gpu(id: u32) -> GpuId {
+pub(crate) fn gpu(id: u32) -> GpuId {
     GpuId::new(id).expect("nonzero gpu id")
 }
 
 /// A process on `preset` with its VMs acquired.
-pub fn env(preset: Preset) -> Env {
+pub(crate) fn env(preset: Preset) -> Env {
     let machine = Machine::new(&preset).expect("machine");
     env_on(machine)
 }
 
 /// A process on `machine` with its VMs acquired.
-pub fn env_on(machine: Machine) -> Env {
+pub(crate) fn env_on(machine: Machine) -> Env {
     let proc = machine.spawn_process();
     let kfd = Kfd::new(proc.open_kfd().expect("open kfd"), "/dev/kfd");
     let gpus: Vec<GpuId> = machine.gpu_ids().into_iter().map(gpu).collect();
@@ -52,25 +52,25 @@ pub fn env_on(machine: Machine) -> Env {
 }
 
 /// An unacquired process on `preset`.
-pub fn bare(preset: Preset) -> (Machine, SimProcess, Kfd<SimFile>) {
+pub(crate) fn bare(preset: Preset) -> (Machine, SimProcess, Kfd<SimFile>) {
     let machine = Machine::new(&preset).expect("machine");
     let proc = machine.spawn_process();
     let kfd = Kfd::new(proc.open_kfd().expect("open kfd"), "/dev/kfd");
     (machine, proc, kfd)
 }
 
-pub fn errno<T: std::fmt::Debug>(r: Result<T, IoctlError>) -> Option<kfd_abi::Errno> {
+pub(crate) fn errno<T: std::fmt::Debug>(r: Result<T, IoctlError>) -> Option<kfd_abi::Errno> {
     match r {
         Ok(v) => panic!("expected an error, got {v:?}"),
         Err(e) => e.errno(),
     }
 }
 
-pub const VRAM_W: AllocFlags = AllocFlags::VRAM.union(AllocFlags::WRITABLE);
-pub const GTT_W: AllocFlags = AllocFlags::GTT.union(AllocFlags::WRITABLE);
+pub(crate) const VRAM_W: AllocFlags = AllocFlags::VRAM.union(AllocFlags::WRITABLE);
+pub(crate) const GTT_W: AllocFlags = AllocFlags::GTT.union(AllocFlags::WRITABLE);
 
 /// A raw ioctl through the transport, with an argument struct.
-pub fn raw<A>(t: &SimFile, request: u32, arg: &mut A) -> Result<i32, kfd_abi::Errno> {
+pub(crate) fn raw<A>(t: &SimFile, request: u32, arg: &mut A) -> Result<i32, kfd_abi::Errno> {
     // SAFETY: `arg` is a live struct; the simulator never dereferences pointers itself.
     unsafe { t.ioctl(request, (arg as *mut A).cast()) }
 }

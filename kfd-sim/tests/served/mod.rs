@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 use kfd_abi::{GpuId, Kfd, RenderNode};
 
 /// The preset every daemon serves.
-pub const PRESET: &str = "mi210x2";
+pub(crate) const PRESET: &str = "mi210x2";
 
 /// Why a daemon cannot serve over CUSE here, if it cannot: no `/dev/cuse` (`no_cuse` says what
 /// then), or not root.
-pub fn cannot_serve(no_cuse: &str) -> Option<String> {
+pub(crate) fn cannot_serve(no_cuse: &str) -> Option<String> {
     if !Path::new("/dev/cuse").exists() {
         return Some(no_cuse.to_owned());
     }
@@ -58,7 +58,7 @@ fn lock() -> Lock {
 
 /// A running `kfd-simd serve`; stopped with SIGTERM (which must end it cleanly) by
 /// [`Daemon::stop`] or on drop.
-pub struct Daemon {
+pub(crate) struct Daemon {
     child: Child,
     /// Its pid.
     pub pid: u32,
@@ -72,7 +72,7 @@ pub struct Daemon {
 impl Daemon {
     /// Takes the lock and starts `kfd-simd serve` of [`PRESET`], with its topology in a temporary
     /// directory named `<name>-<our pid>`; returns once it is READY.
-    pub fn serve(name: &str) -> Daemon {
+    pub(crate) fn serve(name: &str) -> Daemon {
         let lock = lock();
         assert!(
             !Path::new("/dev/kfd").exists(),
@@ -114,19 +114,19 @@ impl Daemon {
     }
 
     /// Whether it still runs.
-    pub fn alive(&mut self) -> bool {
+    pub(crate) fn alive(&mut self) -> bool {
         self.child.try_wait().expect("try_wait").is_none()
     }
 
     /// The number of its open file descriptors.
-    pub fn open_fds(&self) -> usize {
+    pub(crate) fn open_fds(&self) -> usize {
         std::fs::read_dir(format!("/proc/{}/fd", self.pid))
             .map(|d| d.count())
             .unwrap_or(0)
     }
 
     /// Its GPUs, from the topology it wrote: (gpu id, render minor).
-    pub fn gpus(&self) -> Vec<(GpuId, u32)> {
+    pub(crate) fn gpus(&self) -> Vec<(GpuId, u32)> {
         let t = topology::parse(&self.topology).expect("parse the daemon's topology");
         t.gpus()
             .map(|n| (GpuId::new(n.gpu_id).expect("gpu id"), n.render_minor()))
@@ -135,7 +135,7 @@ impl Daemon {
 
     /// Whether it holds two fds on one BO's memory (its VRAM/GTT memfds, and dma-bufs of
     /// them): "none twice", or the inodes it does.
-    pub fn bo_memory_handles(&self) -> String {
+    pub(crate) fn bo_memory_handles(&self) -> String {
         let mut seen = std::collections::BTreeMap::<u64, usize>::new();
         for e in std::fs::read_dir(format!("/proc/{}/fd", self.pid)).expect("daemon fds") {
             let Ok(e) = e else { continue };
@@ -162,7 +162,7 @@ impl Daemon {
     }
 
     /// SIGTERM, and waits until it has exited and its nodes are gone.
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         self.stopped = true;
         // SAFETY: kill with the pid of our own child, which we have not reaped.
         unsafe { libc::kill(libc::pid_t::try_from(self.pid).unwrap_or(0), libc::SIGTERM) };
@@ -208,7 +208,7 @@ fn dir_is_empty(p: &str) -> bool {
 
 /// The preset's GPUs, as a process that does not know the daemon's topology directory sees them
 /// (the render nodes are named after them): (gpu id, render minor), in node order.
-pub fn preset_gpus() -> Vec<(GpuId, u32)> {
+pub(crate) fn preset_gpus() -> Vec<(GpuId, u32)> {
     let preset = kfd_sim::Preset::by_name(PRESET).expect("preset");
     let t = preset.to_topology().expect("topology");
     t.gpus()
@@ -217,12 +217,12 @@ pub fn preset_gpus() -> Vec<(GpuId, u32)> {
 }
 
 /// The path of render node `minor`.
-pub fn render_path(minor: u32) -> PathBuf {
+pub(crate) fn render_path(minor: u32) -> PathBuf {
     PathBuf::from(format!("/dev/dri/renderD{minor}"))
 }
 
 /// A process's view: /dev/kfd and every render node open, every VM acquired.
-pub struct Client {
+pub(crate) struct Client {
     /// `/dev/kfd`.
     pub kfd: Kfd,
     /// One per GPU, in the order of `gpus`.
@@ -232,7 +232,7 @@ pub struct Client {
 }
 
 /// Opens `/dev/kfd` and the render nodes of `gpus` (gpu id, render minor), and acquires their VMs.
-pub fn client(gpus: &[(GpuId, u32)]) -> Client {
+pub(crate) fn client(gpus: &[(GpuId, u32)]) -> Client {
     let kfd = Kfd::open(Path::new("/dev/kfd")).expect("open /dev/kfd");
     let mut renders = Vec::new();
     for (gpu, minor) in gpus {
@@ -250,19 +250,19 @@ pub fn client(gpus: &[(GpuId, u32)]) -> Client {
 
 impl Client {
     /// The fd of render node `i`.
-    pub fn render_fd(&self, i: usize) -> BorrowedFd<'_> {
+    pub(crate) fn render_fd(&self, i: usize) -> BorrowedFd<'_> {
         self.renders[i].transport().as_fd()
     }
 
     /// The fd of `/dev/kfd`.
-    pub fn kfd_fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn kfd_fd(&self) -> BorrowedFd<'_> {
         self.kfd.transport().as_fd()
     }
 }
 
 /// Starts this test binary again as a helper process, running only `helper_process_entry`, with
 /// the environment variables `vars` (which tell it its role); its stdin and stdout are piped.
-pub fn spawn_helper(vars: &[(&str, &str)]) -> (Child, BufReader<ChildStdout>) {
+pub(crate) fn spawn_helper(vars: &[(&str, &str)]) -> (Child, BufReader<ChildStdout>) {
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
         .args([
             "--exact",
@@ -280,13 +280,13 @@ pub fn spawn_helper(vars: &[(&str, &str)]) -> (Child, BufReader<ChildStdout>) {
 }
 
 /// In a helper: prints `s` for the test to find ([`read_helper_line`]).
-pub fn say(s: &str) {
+pub(crate) fn say(s: &str) {
     println!("HELPER {s}");
     let _ = std::io::stdout().flush();
 }
 
 /// What a helper process said ([`say`]).
-pub fn read_helper_line(out: &mut BufReader<ChildStdout>) -> String {
+pub(crate) fn read_helper_line(out: &mut BufReader<ChildStdout>) -> String {
     let mut line = String::new();
     loop {
         line.clear();

@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Slots in our descriptor (the shim's `SLOTS`).
-pub const SLOTS: usize = 15;
+pub(crate) const SLOTS: usize = 15;
 
 /// criu's `cr_plugin_desc_t` as our `.so` lays it out (15 slots).
 #[repr(C)]
-pub struct Desc {
+pub(crate) struct Desc {
     pub name: *const c_char,
     pub init: Option<unsafe extern "C" fn(c_int) -> c_int>,
     pub exit: Option<unsafe extern "C" fn(c_int, c_int)>,
@@ -21,17 +21,17 @@ pub struct Desc {
     pub hooks: [*mut c_void; SLOTS],
 }
 
-pub type FdIdHook = unsafe extern "C" fn(c_int, c_int) -> c_int;
-pub type IdHook = unsafe extern "C" fn(c_int) -> c_int;
-pub type IdRetryHook = unsafe extern "C" fn(c_int, *mut bool) -> c_int;
-pub type VoidHook = unsafe extern "C" fn() -> c_int;
-pub type VmaHook = unsafe extern "C" fn(c_int, *const libc::stat) -> c_int;
-pub type UpdateVmaHook =
+pub(crate) type FdIdHook = unsafe extern "C" fn(c_int, c_int) -> c_int;
+pub(crate) type IdHook = unsafe extern "C" fn(c_int) -> c_int;
+pub(crate) type IdRetryHook = unsafe extern "C" fn(c_int, *mut bool) -> c_int;
+pub(crate) type VoidHook = unsafe extern "C" fn() -> c_int;
+pub(crate) type VmaHook = unsafe extern "C" fn(c_int, *const libc::stat) -> c_int;
+pub(crate) type UpdateVmaHook =
     unsafe extern "C" fn(*const c_char, u64, u64, *mut u64, *mut c_int) -> c_int;
 
 /// The cdylib cargo built for this test run: next to the test binary (`target/*/deps`), where
 /// `cargo test` leaves it, or one level up, where `cargo build` copies it.
-pub fn plugin_path() -> PathBuf {
+pub(crate) fn plugin_path() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let deps = exe.parent().expect("test binary has a directory");
     let candidates = [
@@ -46,7 +46,7 @@ pub fn plugin_path() -> PathBuf {
 }
 
 /// `dlopen(path, flags)`, panicking with `dlerror()` on failure. Never closed.
-pub fn open(path: &Path, flags: c_int) -> *mut c_void {
+pub(crate) fn open(path: &Path, flags: c_int) -> *mut c_void {
     let c_path = CString::new(path.as_os_str().as_bytes()).expect("path without NUL");
     // SAFETY: a NUL-terminated path; loading runs the library's constructors, which is the test.
     let handle = unsafe { libc::dlopen(c_path.as_ptr(), flags) };
@@ -67,7 +67,7 @@ pub fn open(path: &Path, flags: c_int) -> *mut c_void {
 }
 
 /// `dlsym(handle, name)`, panicking when absent.
-pub fn symbol(handle: *mut c_void, name: &CStr) -> *mut c_void {
+pub(crate) fn symbol(handle: *mut c_void, name: &CStr) -> *mut c_void {
     // SAFETY: a handle from dlopen and a NUL-terminated name.
     let sym = unsafe { libc::dlsym(handle, name.as_ptr()) };
     assert!(!sym.is_null(), "{name:?} not exported");
@@ -75,7 +75,7 @@ pub fn symbol(handle: *mut c_void, name: &CStr) -> *mut c_void {
 }
 
 /// Loads the plugin as criu does (RTLD_LAZY) and returns its descriptor.
-pub fn load_plugin() -> &'static Desc {
+pub(crate) fn load_plugin() -> &'static Desc {
     let handle = open(&plugin_path(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
     let desc = symbol(handle, c"CR_PLUGIN_DESC").cast::<Desc>();
     // SAFETY: CR_PLUGIN_DESC is a static of this layout in a library that is never unloaded.
@@ -84,7 +84,7 @@ pub fn load_plugin() -> &'static Desc {
 
 impl Desc {
     /// The name as a Rust string.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         assert!(!self.name.is_null(), "null name");
         // SAFETY: non-null name of a loaded plugin: a static NUL-terminated string.
         unsafe { CStr::from_ptr(self.name) }
@@ -93,7 +93,7 @@ impl Desc {
     }
 
     /// Ids of the non-null slots.
-    pub fn filled(&self) -> Vec<usize> {
+    pub(crate) fn filled(&self) -> Vec<usize> {
         (0..SLOTS).filter(|&i| !self.hooks[i].is_null()).collect()
     }
 
@@ -102,7 +102,7 @@ impl Desc {
     /// # Safety
     ///
     /// `F` must be the C signature of hook `id`.
-    pub unsafe fn hook<F: Copy>(&self, id: usize) -> F {
+    pub(crate) unsafe fn hook<F: Copy>(&self, id: usize) -> F {
         let ptr = self.hooks[id];
         assert!(!ptr.is_null(), "hook {id} is null");
         assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<*mut c_void>());
@@ -113,7 +113,7 @@ impl Desc {
 
 /// Compiles `source` into `<CARGO_TARGET_TMPDIR>/c-fixtures/<name>.so` with the C compiler
 /// (`$CC`, else `cc`: the one Rust links with), adding `-D` for each of `defines`.
-pub fn build_c_library(name: &str, source: &str, defines: &[String]) -> PathBuf {
+pub(crate) fn build_c_library(name: &str, source: &str, defines: &[String]) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-fixtures");
     std::fs::create_dir_all(&dir).expect("create tmp dir");
     let src = dir.join(format!("{name}.c"));

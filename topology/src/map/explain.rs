@@ -5,7 +5,7 @@ use std::fmt::{self, Display, Write as _};
 
 use serde::Serialize;
 
-use crate::model::LinkType;
+use crate::model::{keys, LinkType};
 use crate::options::Check;
 
 /// A GPU named in an explanation.
@@ -118,6 +118,26 @@ impl Reason {
     }
 }
 
+/// Properties that are identifiers or bit sets, shown in hexadecimal (as `amdgpu-cr topology`,
+/// `lspci` and the kernel's logs show them); the others are counts and versions, in decimal.
+const HEX_PROPERTIES: &[&str] = &[
+    keys::VENDOR_ID,
+    keys::DEVICE_ID,
+    keys::CAPABILITY,
+    keys::HIVE_ID,
+    keys::UNIQUE_ID,
+    keys::LOCATION_ID,
+];
+
+/// `value` of `property` as the reasons print it.
+fn shown(property: &str, value: u64) -> String {
+    if HEX_PROPERTIES.contains(&property) {
+        format!("{value:#06x}")
+    } else {
+        value.to_string()
+    }
+}
+
 impl Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -127,7 +147,9 @@ impl Display for Reason {
                 destination,
             } => write!(
                 f,
-                "{property} is {destination} here but {source} in the image"
+                "{property} is {} here but {} in the image",
+                shown(property, *destination),
+                shown(property, *source)
             ),
             Reason::CheckFailed {
                 check,
@@ -142,7 +164,9 @@ impl Display for Reason {
                 };
                 write!(
                     f,
-                    "{property} {destination} here {relation} {source} in the image"
+                    "{property} {} here {relation} {} in the image",
+                    shown(property, *destination),
+                    shown(property, *source)
                 )
             }
             Reason::FewerLinks {
@@ -477,4 +501,20 @@ pub(super) fn hex_list(ids: &[u32]) -> String {
         .map(|id| format!("{id:#06x}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ids and bit sets in hex, as the topology table shows them; counts and versions in
+    /// decimal (before, `device_id is 29708 here but 29711 in the image`).
+    #[rstest::rstest]
+    #[case::device_id(Reason::Differs { property: keys::DEVICE_ID, source: 0x740f, destination: 0x740c }, "device_id is 0x740c here but 0x740f in the image")]
+    #[case::simd_count(Reason::Differs { property: keys::SIMD_COUNT, source: 440, destination: 416 }, "simd_count is 416 here but 440 in the image")]
+    #[case::capability(Reason::CheckFailed { check: Check::Capability, property: keys::CAPABILITY, source: 0x0038_2280, destination: 0x0800_2280 }, "capability 0x8002280 here differs from 0x382280 in the image")]
+    #[case::fw(Reason::CheckFailed { check: Check::FwVersion, property: keys::FW_VERSION, source: 78, destination: 60 }, "fw_version 60 here is lower than 78 in the image")]
+    fn ids_are_hex_and_counts_decimal(#[case] reason: Reason, #[case] text: &str) {
+        assert_eq!(reason.to_string(), text);
+    }
 }

@@ -6,14 +6,14 @@
 use kfd_shader::testmem::Rig;
 
 /// The committed test kernels.
-pub const CODE_OBJECT: &[u8] = include_bytes!("../../kernels/kernels.co");
+pub(crate) const CODE_OBJECT: &[u8] = include_bytes!("../../kernels/kernels.co");
 
 /// Kernel arguments, each aligned to its size.
 #[derive(Default)]
-pub struct Args(pub Vec<u8>);
+pub(crate) struct Args(pub Vec<u8>);
 
 impl Args {
-    pub fn u64(mut self, v: u64) -> Self {
+    pub(crate) fn u64(mut self, v: u64) -> Self {
         while self.0.len() % 8 != 0 {
             self.0.push(0);
         }
@@ -21,7 +21,7 @@ impl Args {
         self
     }
 
-    pub fn u32(mut self, v: u32) -> Self {
+    pub(crate) fn u32(mut self, v: u32) -> Self {
         while self.0.len() % 4 != 0 {
             self.0.push(0);
         }
@@ -31,7 +31,7 @@ impl Args {
 }
 
 /// `n` words that differ from lane to lane and from `seed` to seed.
-pub fn pattern(n: usize, seed: u32) -> Vec<u32> {
+pub(crate) fn pattern(n: usize, seed: u32) -> Vec<u32> {
     (0..n as u32)
         .map(|i| i.wrapping_mul(0x9e37_79b9).wrapping_add(seed) ^ (i >> 3))
         .collect()
@@ -39,7 +39,7 @@ pub fn pattern(n: usize, seed: u32) -> Vec<u32> {
 
 /// The buffers of the `atomics` kernel, initialised: counters (add, signed min, signed max,
 /// unsigned max), wide counters (add, min, max), 128 slots, and the values.
-pub struct AtomicsBuffers {
+pub(crate) struct AtomicsBuffers {
     pub counters: u64,
     pub wide: u64,
     pub slots: u64,
@@ -47,7 +47,7 @@ pub struct AtomicsBuffers {
 }
 
 impl AtomicsBuffers {
-    pub fn new(rig: &mut Rig, vals: &[i32]) -> Self {
+    pub(crate) fn new(rig: &mut Rig, vals: &[i32]) -> Self {
         let b = Self {
             counters: rig.alloc(16).unwrap(),
             wide: rig.alloc(24).unwrap(),
@@ -68,7 +68,7 @@ impl AtomicsBuffers {
         b
     }
 
-    pub fn args(&self) -> Args {
+    pub(crate) fn args(&self) -> Args {
         Args::default()
             .u64(self.counters)
             .u64(self.wide)

@@ -34,9 +34,16 @@ use super::super::sdma::{gpu_timestamp, read_va, write_va, Fault};
 use super::super::vm::{Vm, VmTarget};
 use crate::host::lock;
 
-/// The largest window of client memory one translation mirrors.
-pub(crate) const WINDOW: u64 = 256 << 10;
+/// The largest window of client memory one translation mirrors. Small, because every round
+/// mirrors afresh what its waves touch, and a wave of a grid-stride copy (ROCr's and HIP's
+/// blits) touches a few hundred bytes in each of several places of a large buffer: windows of
+/// 256 KiB made ROCr's 1 MiB `hsa_memory_copy` read (and compare, and allocate twice) about
+/// 3 MiB per workgroup, which took the whole round in a qemu TCG guest, one workgroup per
+/// round, ten seconds per copy.
+pub(crate) const WINDOW: u64 = 16 << 10;
 const PAGE: u64 = 4096;
+/// The bytes a mirror's write-back compares at once.
+const CHUNK: usize = 64;
 
 /// Client memory the GPU may reach outside its VM mappings: SVM ranges (start, end) of the
 /// process, with whose memory they are.
@@ -112,43 +119,66 @@ impl Mirror {
         }
     }
 
-    /// The bytes as they are now.
-    fn bytes(&mut self) -> &[u8] {
-        // SAFETY: `data` is the live allocation of `len` bytes this mirror owns; `&mut self`
-        // means no run of it is in use (flush is called between runs).
-        unsafe { std::slice::from_raw_parts(self.data.as_ptr(), self.len) }
-    }
-
     /// Writes back the bytes that differ from what was read; the first address that failed.
+    ///
+    /// The comparison goes by chunks of [`CHUNK`] bytes (slice equality, a `memcmp`), so an
+    /// unchanged window costs one pass at memory speed and a changed one byte loops only
+    /// around its changes: a copy kernel's window of host memory it only read, flushed after
+    /// every round, must not cost more than the round.
     fn flush(&mut self) -> Result<(), u64> {
         let (cpu, mem) = (self.cpu, self.mem);
-        let twin = std::mem::take(&mut self.twin);
-        let now = self.bytes();
-        let mut i = 0;
-        while i < now.len() {
-            if now[i] == twin[i] {
-                i += 1;
-                continue;
-            }
-            // A run of changed bytes, joined across short gaps (fewer calls; the bytes in a gap
-            // are written with the value they had, which only a racing CPU store could change).
-            let start = i;
-            let mut end = i + 1;
-            let mut j = end;
-            while j < now.len() && j - end < 64 {
-                if now[j] != twin[j] {
-                    end = j + 1;
-                }
-                j += 1;
-            }
-            let at = cpu + start as u64;
-            mem.write(at, &now[start..end]).map_err(|_| at)?;
-            i = end;
+        // SAFETY: `data` is the live allocation of `len` bytes this mirror owns; `&mut self`
+        // means no run of it is in use (flush is called between runs); `twin` is a separate
+        // allocation.
+        let now = unsafe { std::slice::from_raw_parts(self.data.as_ptr(), self.len) };
+        let twin = &mut self.twin;
+        if now == &twin[..] {
+            return Ok(());
         }
-        let copy: Box<[u8]> = now.into();
-        self.twin = copy;
-        Ok(())
+        let mut first = Ok(());
+        let mut run: Option<(usize, usize)> = None;
+        let mut write = |(start, end): (usize, usize), twin: &mut [u8]| {
+            let at = cpu + start as u64;
+            if mem.write(at, &now[start..end]).is_err() {
+                first = first.and(Err(at));
+            }
+            twin[start..end].copy_from_slice(&now[start..end]);
+        };
+        let mut c = 0;
+        while c < now.len() {
+            let e = (c + CHUNK).min(now.len());
+            if let Some((lo, hi)) = changed(&now[c..e], &twin[c..e]) {
+                // Joined to the run before across a gap shorter than a chunk (fewer calls; the
+                // bytes in a gap are written with the value they had, which only a racing CPU
+                // store could change).
+                let (lo, hi) = (c + lo, c + hi);
+                run = match run {
+                    Some((s, end)) if lo - end < CHUNK => Some((s, hi)),
+                    Some(r) => {
+                        write(r, twin);
+                        Some((lo, hi))
+                    }
+                    None => Some((lo, hi)),
+                };
+            }
+            c = e;
+        }
+        if let Some(r) = run {
+            write(r, twin);
+        }
+        first
     }
+}
+
+/// The first and one past the last byte where `now` differs from `then` (of equal length).
+fn changed(now: &[u8], then: &[u8]) -> Option<(usize, usize)> {
+    if now == then {
+        return None;
+    }
+    let differs = |(a, b): (&u8, &u8)| a != b;
+    let lo = now.iter().zip(then).position(differs)?;
+    let hi = now.iter().zip(then).rposition(differs)?;
+    Some((lo, hi + 1))
 }
 
 impl Drop for Mirror {
@@ -328,7 +358,26 @@ pub(crate) fn describe(vm: &Mutex<Vm>, va: u64) -> String {
                     backing.domain, backing.size
                 ),
                 VmTarget::User { cpu_addr, mem } => {
-                    format!("userptr memory of pid {} at {cpu_addr:#x}", mem.pid())
+                    let cpu = cpu_addr.wrapping_add(va - start);
+                    let there = match crate::host::vmas_of(mem.pid()) {
+                        Err(e) => format!("its mappings unreadable: {e}"),
+                        Ok(v) => match v.iter().find(|v| (v.start..v.end).contains(&cpu)) {
+                            None => format!("{cpu:#x} is not mapped in it"),
+                            Some(v) if v.device => {
+                                format!(
+                                    "{cpu:#x} is in a device mapping {:#x}-{:#x}",
+                                    v.start, v.end
+                                )
+                            }
+                            Some(v) => {
+                                format!("{cpu:#x} is in a mapping {:#x}-{:#x}", v.start, v.end)
+                            }
+                        },
+                    };
+                    format!(
+                        "userptr memory of pid {} at {cpu_addr:#x}; {there}",
+                        mem.pid()
+                    )
                 }
                 VmTarget::Doorbell => "the doorbell slice".to_owned(),
                 VmTarget::Mmio => "the MMIO page".to_owned(),
@@ -409,4 +458,23 @@ pub(crate) fn load_u64(vm: &Mutex<Vm>, va: u64) -> Result<u64, Fault> {
         }
     }
     read_u64(vm, va)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::changed;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case::equal(b"abcdef", b"abcdef", None)]
+    #[case::one_byte(b"abXdef", b"abcdef", Some((2, 3)))]
+    #[case::both_ends(b"Xbcdef", b"abcdeY", Some((0, 6)))]
+    #[case::a_run_with_a_gap(b"aXcXef", b"abcdef", Some((1, 4)))]
+    fn changed_bytes_are_bounded_by_the_first_and_last_difference(
+        #[case] now: &[u8; 6],
+        #[case] then: &[u8; 6],
+        #[case] want: Option<(usize, usize)>,
+    ) {
+        assert_eq!(changed(now, then), want);
+    }
 }

@@ -150,6 +150,8 @@ pub(crate) struct QueueState {
     scratch_answered: bool,
     /// The queue stopped with this error code.
     stopped: Option<u64>,
+    /// Where its first dispatch's ring, kernel, arguments and signal are was logged.
+    described: bool,
 }
 
 /// The command processors of one machine: a thread per GPU, each started once.
@@ -555,6 +557,13 @@ impl<R: Runlist> QueueRun<'_, R> {
                 .collect()
         };
         self.st.scratch_answered = false;
+        // Where the client put what the dispatch reads, once per machine (looked up once per
+        // queue: describing userptr memory reads the client's mappings): which memory ROCr and
+        // HIP use for rings, kernels, arguments and signals.
+        if !self.st.described {
+            self.st.described = true;
+            self.describe_dispatch(&packet, &d, at, queue_va, signal);
+        }
         log::debug!(
             "kfd-sim: pid {}: AQL queue {}: dispatch {} of {} workgroups at {:#x}",
             self.p.pid(),
@@ -688,6 +697,38 @@ impl<R: Runlist> QueueRun<'_, R> {
             ),
         );
         self.queue_error(code)
+    }
+
+    /// Logs (once per machine) where the client put what a dispatch reads.
+    fn describe_dispatch(
+        &self,
+        packet: &DispatchPacket,
+        d: &Dispatch,
+        at: u64,
+        queue_va: u64,
+        signal: u64,
+    ) {
+        let vm = self.vm();
+        self.log_once(
+            "AQL first KERNEL_DISPATCH",
+            &format!(
+                "first KERNEL_DISPATCH: grid {:?} in workgroups of {:?}; ring at {:#x} ({}); \
+                 amd_queue_t at {queue_va:#x} ({}); kernel object {:#x} ({}); entry {:#x} ({}); \
+                 kernel arguments at {:#x} ({}); completion signal {signal:#x} ({})",
+                packet.grid_size,
+                packet.workgroup_size,
+                at,
+                memory::describe(vm, at),
+                memory::describe(vm, queue_va),
+                packet.kernel_object,
+                memory::describe(vm, packet.kernel_object),
+                d.entry(),
+                memory::describe(vm, d.entry()),
+                packet.kernarg_address,
+                memory::describe(vm, packet.kernarg_address),
+                memory::describe(vm, signal),
+            ),
+        );
     }
 
     fn dispatch_error(&mut self, code: u64, what: &str) -> Step {
