@@ -221,11 +221,15 @@ static inline struct shape shape_1d(uint32_t items, uint16_t wg)
 static inline void dispatch(hsa_queue_t *q, const struct kernel *k, const void *args, size_t args_size,
                      struct shape s, void *kernarg, hsa_signal_t done)
 {
-    if (args_size > k->kernarg_size)
+    /* A C struct of the arguments ends with padding to its alignment (8 with a pointer in it)
+     * where the kernel's segment ends with its last argument: three pointers and a uint are 32
+     * bytes in C and 28 in the segment. Only that padding may be left out. */
+    size_t padded = ((size_t)k->kernarg_size + 7) & ~(size_t)7;
+    if (args_size > padded)
         stop("%s: %zu bytes of arguments, the kernel takes %u", k->name, args_size,
              k->kernarg_size);
     memset(kernarg, 0, k->kernarg_size);
-    memcpy(kernarg, args, args_size);
+    memcpy(kernarg, args, args_size < k->kernarg_size ? args_size : k->kernarg_size);
     uint64_t index = hsa_queue_add_write_index_screlease(q, 1);
     while (index - hsa_queue_load_read_index_scacquire(q) >= q->size)
         usleep(100);

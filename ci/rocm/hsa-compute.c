@@ -469,6 +469,10 @@ int main(int argc, char **argv)
         hsa_agent_t both[2] = {c.gpu, g1};
         uint8_t *peer = pool_alloc(pool1, BYTES, both, 2);
         CHECK(hsa_amd_agents_allow_access(2, both, NULL, dev2));
+        /* hsa_memory_copy from GPU 1's VRAM to host memory copies on GPU 1 (the source's
+         * agent): the host buffer, so far allowed to GPU 0 only, must be allowed to GPU 1 too,
+         * or GPU 1's blit faults on it. */
+        CHECK(hsa_amd_agents_allow_access(2, both, NULL, dst));
         fill(src, BYTES, 14);
         CHECK(hsa_memory_copy(dev2, src, BYTES));
         CHECK(hsa_memory_copy(peer, dev2, BYTES));
