@@ -68,10 +68,10 @@ fi
 
 # 2. and 3. The programs that compute.
 run_program hip-compute $((seconds * 30)) "$ROCM_PROGRAMS/hip-compute" --step-seconds "$seconds"
-program_result hip-compute h2d_pinned
+program_result hip-compute h2d_pinned || true
 run_program hip-loop $((seconds * 20)) "$ROCM_PROGRAMS/hip-loop" --kernels 600 --batch 100 \
     --long-every 200 --long-steps 4096 --step-seconds "$seconds"
-program_result hip-loop setup
+program_result hip-loop setup || true
 
 # 4. criu dumps the probe holding HIP's state and restores it; the restored probe copies again.
 if no_command_processor; then

@@ -76,10 +76,10 @@ fi
 # 2. and 3. The programs that compute.
 run_program hsa-compute $((seconds * 30)) "$ROCM_PROGRAMS/hsa-compute" --code-object "$code_object" \
     --step-seconds "$seconds"
-program_result hsa-compute copy_h2d
+program_result hsa-compute copy_h2d || true
 run_program hsa-long $((seconds * 20)) "$ROCM_PROGRAMS/hsa-long" --code-object "$code_object" \
     --items 1024 --steps 65536 --step-seconds "$seconds"
-program_result hsa-long load
+program_result hsa-long load || true
 
 # 4. criu dumps a probe holding ROCr's state and restores it; the restored probe copies again
 # (where hsa_memory_copy completed in 1., with it too: a blit kernel on an AQL queue it creates
