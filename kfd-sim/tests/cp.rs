@@ -139,6 +139,49 @@ fn atomics_from_many_workgroups_are_atomic() {
     );
 }
 
+/// ROCr and HIP programs keep counters that kernels update atomically in host memory
+/// (userptr), which the simulator mirrors: the workers of a round must share one mirror, or each
+/// writes its own count back over the others'. One item per workgroup, so that every worker
+/// takes some.
+#[test]
+fn atomics_on_userptr_memory_are_atomic_across_workgroups() {
+    let rig = rig();
+    let q = Queue::new(&rig, 64, None);
+    // At most 128 items: each claims one of the kernel's 128 slots.
+    let n = 128usize;
+    let vals: Vec<i32> = (0..n as i32).map(|i| (i * 37 % 101) - 50).collect();
+    let mut host = vec![0u32; 1024];
+    host[1] = i32::MAX as u32;
+    host[2] = i32::MIN as u32;
+    let va = 0x7e30_0000_0000u64;
+    // SAFETY: `host` outlives the BO (freed at the end of the test) and is not reallocated.
+    let bo = unsafe {
+        rig.e.kfd.alloc_userptr(
+            va,
+            (host.len() * 4) as u64,
+            rig.g,
+            AllocFlags::WRITABLE,
+            host.as_mut_ptr() as u64,
+        )
+    }
+    .unwrap();
+    rig.e.kfd.map_memory_to_gpu(bo.handle, &[rig.g]).unwrap();
+    let wide = rig.buf(24, GTT_W);
+    let slots = rig.buf(128 * 4, GTT_W);
+    let v = rig.buf(n as u64 * 4, GTT_W);
+    v.put_u32s(0, &vals.iter().map(|&x| x as u32).collect::<Vec<_>>());
+    let args = Args::default().u64(va).u64(wide.va).u64(slots.va).u64(v.va);
+    run(&rig, &q, "atomics", [n as u32, 1, 1], [1, 1, 1], &args);
+    assert_eq!(host[0], n as u32, "one increment per item");
+    assert_eq!(host[1] as i32, *vals.iter().min().unwrap());
+    assert_eq!(host[2] as i32, *vals.iter().max().unwrap());
+    rig.e
+        .kfd
+        .unmap_memory_from_gpu(bo.handle, &[rig.g])
+        .unwrap();
+    rig.e.kfd.free_memory(bo.handle).unwrap();
+}
+
 #[test]
 fn a_2d_grid_covers_partial_edge_workgroups() {
     let rig = rig();

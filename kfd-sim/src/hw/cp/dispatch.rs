@@ -143,16 +143,15 @@ impl InFlight {
         let deadline = Instant::now() + ROUND;
         let dispatch = &self.dispatch;
         let total = self.total;
+        // One translation of the VM for the round, shared by its workers: mirrored client
+        // memory is one copy, so atomics on it from workgroups on different workers are atomic,
+        // and it is written back once, after every worker has stopped.
+        let mut mem = GpuMemory::new(Arc::clone(vm), Arc::clone(svm));
         let work = || {
-            let mut mem = GpuMemory::new(Arc::clone(vm), Arc::clone(svm));
             let mut ex = Executor::new();
             worker(
                 dispatch, total, &pool, &mut ex, &mem, deadline, &failed, stop, &failure, &sent,
             );
-            if let Err(addr) = mem.flush() {
-                failed.store(true, Ordering::SeqCst);
-                lock(&failure).get_or_insert(Failure::WriteBack { addr });
-            }
         };
         if threads == 1 {
             work();
@@ -162,6 +161,10 @@ impl InFlight {
                     s.spawn(work);
                 }
             });
+        }
+        if let Err(addr) = mem.flush() {
+            failed.store(true, Ordering::SeqCst);
+            lock(&failure).get_or_insert(Failure::WriteBack { addr });
         }
         interrupts.extend(sent.into_inner().unwrap_or_default());
         let pool = pool

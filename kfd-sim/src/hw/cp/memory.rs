@@ -11,13 +11,13 @@
 //!   CUSE another process, which only `process_vm_readv`/`writev` reach. It is mirrored: the
 //!   first translation of an address copies a window of up to [`WINDOW`] bytes around it into
 //!   a buffer of ours (with a twin of what was read), the shader works on that buffer, and
-//!   [`GpuMemory::flush`] writes back only the bytes that differ from the twin, after the runs
-//!   (a time slice of one worker) that used it. So a workgroup sees its own writes, writes of
-//!   different workgroups to different bytes of one page all land, and bytes the client's CPU
-//!   wrote meanwhile are not overwritten with stale copies. What it does not give: atomics on
-//!   such memory are atomic among the waves of one worker's slice only, not against other
-//!   workers or the client's CPU, and a store becomes visible to the client at the end of the
-//!   slice, not at once. ROCr and HIP put kernel arguments, signals and the host side of copies
+//!   [`GpuMemory::flush`] writes back only the bytes that differ from the twin, after the round
+//!   that used it (one translation is shared by the workers of a round). So a workgroup sees its
+//!   own writes, writes of different workgroups to different bytes of one page all land,
+//!   atomics of different workgroups in one round are atomic among them, and bytes the client's
+//!   CPU wrote meanwhile are not overwritten with stale copies. What it does not give: atomics
+//!   on such memory are not atomic against the client's CPU, and a store becomes visible to the
+//!   client at the end of the round, not at once. ROCr and HIP put kernel arguments, signals and the host side of copies
 //!   there (read by the kernel, or written once by it); atomics across the host and the device
 //!   belong in fine-grained memory that is a GTT BO here, which is shared for real.
 //!
@@ -189,9 +189,9 @@ impl Drop for Mirror {
     }
 }
 
-/// The GPU VM of one process on one GPU, translated for the shader core. One per worker and
-/// time slice: what it hands out stays valid until it is dropped, and [`GpuMemory::flush`]
-/// writes the client memory it mirrored back.
+/// The GPU VM of one process on one GPU, translated for the shader core. One per round of a
+/// dispatch, shared by its workers: what it hands out stays valid until it is dropped, and
+/// [`GpuMemory::flush`] writes the client memory it mirrored back.
 pub(crate) struct GpuMemory {
     vm: Arc<Mutex<Vm>>,
     svm: Arc<SvmView>,
