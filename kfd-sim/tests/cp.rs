@@ -340,6 +340,39 @@ fn barrier_and_waits_for_every_dependency_and_barrier_or_for_one() {
     assert_eq!(rig.value(&d3), 1);
 }
 
+/// AMD's BARRIER_VALUE packet (VENDOR_SPECIFIC format 2) whose condition holds completes its
+/// signal; a null signal is a satisfied dependency (`hsa_ext_amd.h`), as HIP 5.7 submits it.
+#[rstest]
+#[case::null_signal(None, 0, u64::MAX, 0)]
+#[case::equal(Some(5), 5, u64::MAX, 0)]
+#[case::masked_equal(Some(0x15), 4, 0x4, 0)]
+#[case::not_equal(Some(5), 6, u64::MAX, 1)]
+#[case::less(Some(-3), 0, u64::MAX, 2)]
+#[case::greater_or_equal(Some(7), 7, u64::MAX, 3)]
+fn a_barrier_value_whose_condition_holds_completes(
+    #[case] dep: Option<i64>,
+    #[case] value: i64,
+    #[case] mask: u64,
+    #[case] cond: u32,
+) {
+    let rig = rig();
+    let q = Queue::new(&rig, 64, None);
+    let dep = dep.map_or(0, |v| rig.signal(v, false).va);
+    let done = rig.signal(1, true);
+    let mut p = [0u8; 64];
+    p[0..2].copy_from_slice(&(u16::from(VENDOR_SPECIFIC) | 1 << 8).to_le_bytes());
+    p[2] = 2;
+    p[8..16].copy_from_slice(&dep.to_le_bytes());
+    p[16..24].copy_from_slice(&value.to_le_bytes());
+    p[24..32].copy_from_slice(&mask.to_le_bytes());
+    p[32..36].copy_from_slice(&cond.to_le_bytes());
+    p[56..64].copy_from_slice(&done.va.to_le_bytes());
+    let i = q.submit(p);
+    rig.wait_event(&done);
+    q.wait_read_index(i + 1);
+    assert_eq!(rig.value(&done), 0);
+}
+
 #[test]
 fn a_pm4_indirect_buffer_completes_its_signal_and_profiling_writes_timestamps() {
     let rig = rig();

@@ -407,10 +407,14 @@ impl<R: Runlist> QueueRun<'_, R> {
                 self.name_pm4(p);
                 self.complete(signal, None)
             }
-            // BARRIER_VALUE: signal @8, value @16, mask @24, condition @32.
+            // BARRIER_VALUE: signal @8, value @16, mask @24, condition @32. A null signal is a
+            // satisfied dependency (`hsa_ext_amd.h`; HIP 5.7's streams submit such packets).
             2 => {
                 let (s, value, mask, cond) =
                     (u64_at(p, 8), u64_at(p, 16), u64_at(p, 24), u32_at(p, 32));
+                if s == 0 {
+                    return self.complete(signal, None);
+                }
                 let cur = match load_u64(self.vm(), s.wrapping_add(off::SIG_VALUE)) {
                     Ok(v) => v & mask,
                     Err(e) => {
