@@ -99,16 +99,18 @@ stacks() {
     done < <(sort -u "$VM_LANE_WORK/named-pids")
 }
 
-# wait_for WHAT SECONDS CMD [ARGS...]: polls CMD every 0.1 s until it succeeds; fails after SECONDS.
+# wait_for WHAT SECONDS CMD [ARGS...]: polls CMD every 0.1 s until it succeeds; fails after
+# SECONDS * 10 polls. The polls are counted, not the clock: in a loaded guest each poll takes
+# longer and the wait stretches with it (the failure says how long it took).
 wait_for() {
-    local what=$1 limit=$2 i
+    local what=$1 limit=$2 i t0=$SECONDS
     shift 2
     for ((i = 0; i < limit * 10; i++)); do
         "$@" && return 0
         sleep 0.1
     done
     stacks
-    fail "timed out after ${limit}s waiting for $what"
+    fail "timed out after ${limit}s waiting for $what ($((SECONDS - t0))s of wall time)"
 }
 
 # criu_run ACTION DIR [ARGS...]: runs `criu ACTION -D DIR` with a verbose log, copies the log to

@@ -78,5 +78,5 @@ awk '{d[$1] += $3; dc[$1] += $4; r[$1] += $5; rc[$1] += $6}
     END { printf "BENCH ratio upstream/ours: dump plugin %.2f (criu %.2f), restore plugin %.2f (criu %.2f)\n",
         d["up"] / d["ours"], dc["up"] / dc["ours"], r["up"] / r["ours"], rc["up"] / rc["ours"] }' \
     "$VM_LANE_OUT/bench.txt" | while read -r line; do note "$line"; done
-simd_warns_only '^$'
+simd_warns_only "$LIST_HANDLES_WARNING"
 pass

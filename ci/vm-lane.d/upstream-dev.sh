@@ -45,10 +45,11 @@ UP_PRESET=mi210x2
 node A
 start_workload "${UP_WORKLOAD_ARGS[@]}"
 
-# dump_two NAME DUMPER: the running workload dumped with DUMPER's plugin into NAME; its output
-# file is kept as it was at the dump (criu restores the file only at the size it had), so that
-# the images can be restored more than once.
+# dump_two NAME DUMPER: the running workload, holding its ticks, dumped with DUMPER's plugin
+# into NAME; its output file is kept as it was at the dump (criu restores the file only at the
+# size it had), so that the images can be restored more than once.
 dump_two() {
+    hold_workload
     use_plugin "$2"
     criu_dump "$WORKLOAD_PID" "$VM_LANE_WORK/$1"
     check_images "$2" "$VM_LANE_WORK/$1"
@@ -72,9 +73,11 @@ restore_two() {
 # none when it is not longer: `Unable to read file (read:N ...)`). The workload is then killed.
 upstream_fault() {
     local name=$1 log=$VM_LANE_OUT/criu/$1-up-restore.log dir=$VM_LANE_WORK/$1-up line n zeroed other read want
-    # The workload is asked to verify before it is restored, so that it does so before its first
-    # tick: a tick submits to that GPU's SDMA queue, whose ring pointers (in its zeroed GTT
-    # buffers) upstream did not restore either, and the workload would stop there.
+    # The workload was dumped holding its ticks (dump_two) and is asked to verify before it is
+    # restored, so that it verifies before any tick: a tick submits to that GPU's SDMA queue,
+    # whose ring pointers (in its zeroed GTT buffers) upstream did not restore either, and the
+    # workload would stop there. (Without the hold, a dump that caught a tick waiting for its
+    # submission gave a restored workload that finished that tick first and stopped.)
     n=$(grep -c '^VERIFY' "$VM_LANE_WORK/$1.workload.out" || true)
     touch "$TRIGGER"
     restore_two "$1" up
@@ -101,6 +104,8 @@ upstream_fault() {
     cp "$VM_LANE_OUT/workload.out" "$VM_LANE_OUT/workload-$name.out"
     kill -KILL "$WORKLOAD_PID"
     wait_for "the workload to exit" 30 bash -c "! kill -0 $WORKLOAD_PID 2>/dev/null"
+    # Restored by ours next, it ticks on from where it held.
+    rm -f "$HOLD"
 }
 
 # Upstream dumps, upstream restores: the fault. The same images restored by ours verify.

@@ -133,6 +133,10 @@ impl ScratchDir {
 }
 
 /// Removes what is registered. For the binary's signal thread, just before it exits.
+///
+/// The command's threads run on meanwhile, and one of them may have been about to make a
+/// directory of a registered tree when it was removed: the registered places are swept again
+/// after a short pause, until a sweep finds nothing left (a few times at most).
 pub fn cleanup() -> Cleaned {
     let entries: Vec<Entry> = ENTRIES
         .lock()
@@ -141,26 +145,49 @@ pub fn cleanup() -> Cleaned {
         .map(|(_, e)| e.clone())
         .collect();
     let mut done = Cleaned::default();
+    for _ in 0..SWEEPS {
+        let (removed, failed) = sweep(&entries);
+        let settled = removed.is_empty();
+        for dir in removed {
+            if !done.removed.contains(&dir) {
+                done.removed.push(dir);
+            }
+        }
+        done.failed = failed;
+        if settled {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    done
+}
+
+/// How many times [`cleanup`] sweeps at most.
+const SWEEPS: usize = 5;
+
+/// One pass over `entries`: the directories removed, and those that could not be.
+fn sweep(entries: &[Entry]) -> (Vec<PathBuf>, Vec<(PathBuf, std::io::Error)>) {
+    let (mut removed, mut failed) = (Vec::new(), Vec::new());
     for entry in entries {
         let dirs = match entry {
-            Entry::Dir(dir) => vec![dir],
-            Entry::Prefixed { parent, prefix } => std::fs::read_dir(&parent)
+            Entry::Dir(dir) => vec![dir.clone()],
+            Entry::Prefixed { parent, prefix } => std::fs::read_dir(parent)
                 .into_iter()
                 .flatten()
                 .flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .filter(|e| e.file_name().to_string_lossy().starts_with(prefix.as_str()))
                 .map(|e| e.path())
                 .collect(),
         };
         for dir in dirs {
             match remove(&dir) {
-                Ok(()) => done.removed.push(dir),
+                Ok(()) => removed.push(dir),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => done.failed.push((dir, e)),
+                Err(e) => failed.push((dir, e)),
             }
         }
     }
-    done
+    (removed, failed)
 }
 
 /// Removes `dir` and all in it. The command's threads run on while this runs and may still be

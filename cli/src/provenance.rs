@@ -98,6 +98,9 @@ struct Marks {
     renders_v42: usize,
     render_buffers: u64,
     dmabufs: usize,
+    /// Dma-buf images and importing render-node buffers whose shared buffer (named by its GEM
+    /// handle) no image creates.
+    orphans: usize,
     drm_pages: usize,
     /// The most GPUs with saved contents in one KFD image.
     gpus_with_contents: usize,
@@ -111,6 +114,9 @@ fn payload(dir: &Path, name: &str) -> Option<Vec<u8>> {
 
 fn collect(dir: &Path, d: &ImageDir) -> Marks {
     let mut m = Marks::default();
+    // Shared buffers by their number: those some image creates, those some file needs.
+    let mut created = std::collections::BTreeSet::new();
+    let mut needed = Vec::new();
     for e in &d.entries {
         match e.name {
             ImageName::Kfd { id } => {
@@ -126,6 +132,12 @@ fn collect(dir: &Path, d: &ImageDir) -> Marks {
                     .filter(|g| images::pages::kfd_pages_len(&msg.bo_entries, g.gpu_id) > 0)
                     .count();
                 m.gpus_with_contents = m.gpus_with_contents.max(with_contents);
+                created.extend(
+                    msg.bo_entries
+                        .iter()
+                        .map(|b| b.handle)
+                        .filter(|&h| h != u32::MAX),
+                );
                 let raw = payload(dir, &e.name.file_name()).unwrap_or_default();
                 for (_, bo) in fields(&raw)
                     .unwrap_or_default()
@@ -146,6 +158,13 @@ fn collect(dir: &Path, d: &ImageDir) -> Marks {
                 m.images += 1;
                 m.checksum_lists += msg.pages_checksums.len();
                 m.render_buffers += render_buffers(&msg);
+                for b in &msg.bo_entries {
+                    if b.is_import == 0 {
+                        created.insert(b.handle);
+                    } else {
+                        needed.push(b.handle);
+                    }
+                }
                 let dev = payload(dir, &e.name.file_name())
                     .and_then(|p| fields(&p).map(|f| f.iter().any(|(n, _)| (2..=5).contains(n))))
                     .unwrap_or(false);
@@ -156,15 +175,17 @@ fn collect(dir: &Path, d: &ImageDir) -> Marks {
                 }
             }
             ImageName::Dmabuf { id } => {
-                if DmabufImage::read(d.fd(), id).is_ok() {
+                if let Ok(msg) = DmabufImage::read(d.fd(), id) {
                     m.images += 1;
                     m.dmabufs += 1;
+                    needed.push(msg.gem_handle);
                 }
             }
             ImageName::DrmPages { .. } => m.drm_pages += 1,
             ImageName::KfdPages { .. } => {}
         }
     }
+    m.orphans = needed.iter().filter(|h| !created.contains(h)).count();
     m
 }
 
@@ -216,7 +237,8 @@ fn judge(m: &Marks) -> Provenance {
     let mut dev = Vec::new();
     if m.render_buffers > 0 || m.drm_pages > 0 {
         ours.push(format!(
-            "refuses the render-node images that list buffers ({} buffers): not restored yet",
+            "restores the {} render-node buffers only on Linux 6.18 or later \
+             (AMDGPU_GEM_LIST_HANDLES, DRM_IOCTL_GEM_CHANGE_HANDLE); older kernels refuse them",
             m.render_buffers
         ));
         v42.push(format!(
@@ -224,13 +246,18 @@ fn judge(m: &Marks) -> Provenance {
             m.render_buffers
         ));
     }
+    if m.orphans > 0 {
+        ours.push(format!(
+            "{} dma-buf file(s) or imported render-node buffer(s) name a shared buffer that no \
+             image creates: refused",
+            m.orphans
+        ));
+    }
     if m.dmabufs > 0 {
-        let what = format!(
+        v42.push(format!(
             "{} dma-buf file(s): criu finds no plugin to restore them",
             m.dmabufs
-        );
-        ours.push(what.clone());
-        v42.push(what);
+        ));
     }
     if m.bos_without_handle > 0 || m.renders_v42 > 0 {
         dev.push(
@@ -313,6 +340,8 @@ mod tests {
     #[case::dev_with_render_buffers(marks(|m| { m.bos_with_handle = 9; m.renders_dev = 2; m.render_buffers = 3; m.drm_pages = 3; }),
         Writer::UpstreamDev, [false, false, true])]
     #[case::dev_with_dmabufs(marks(|m| { m.bos_with_handle = 9; m.renders_dev = 2; m.dmabufs = 1; }),
+        Writer::UpstreamDev, [true, false, true])]
+    #[case::dev_with_a_dmabuf_of_nothing(marks(|m| { m.bos_with_handle = 9; m.renders_dev = 2; m.dmabufs = 1; m.orphans = 1; }),
         Writer::UpstreamDev, [false, false, true])]
     #[case::nothing(Marks::default(), Writer::Unknown, [true, true, true])]
     fn tells_the_writer_and_what_each_restores(

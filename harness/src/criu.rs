@@ -1,16 +1,17 @@
 //! criu's part of a checkpoint and a restore on a simulated node: the plugin's hooks called in
 //! criu's order, as criu calls them (a tracer process for DUMP_EXT_FILE, RESTORE_EXT_FILE in the
 //! restored process, RESUME_DEVICES_LATE from criu's side), and the criu file ids of the
-//! checkpoint's device files ([`ImageIds`]).
+//! checkpoint's device files ([`ImageIds`]); a tree of processes sharing buffers
+//! ([`checkpoint_tree`], [`restore_tree`]).
 
 use std::fs::File;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use amdgpu_plugin::criu::Settings;
 use amdgpu_plugin::hooks::{CriuHooks, HookError, Stage};
-use kfd_abi::{Kfd, Platform, RenderNode};
+use kfd_abi::{DeviceKind, Kfd, Platform, RenderNode};
 use kfd_sim::{Preset, SimFile, SimPlatform, SimProcess};
 use serde::Serialize;
 
@@ -240,4 +241,183 @@ pub fn restore_with<P: Platform, W: Fn(SimPlatform) -> P>(
     let elapsed = start.elapsed();
     engine.fini(Stage::Restore, if restored.is_ok() { 0 } else { -1 });
     restored.map(|r| (r, elapsed))
+}
+
+/// One process of a checkpointed tree and its files that criu hands the plugin, in fd order.
+#[derive(Debug)]
+pub struct TaskFiles<'a> {
+    /// The process.
+    pub process: &'a SimProcess,
+    /// Its device files and dma-bufs, in the order criu dumps (and restores) them.
+    pub files: Vec<BorrowedFd<'a>>,
+}
+
+/// The criu file ids of one task of a checkpointed tree.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TaskIds {
+    /// The process (criu restores it under the same pid).
+    pub pid: u32,
+    /// Its files' ids, in its [`TaskFiles::files`] order.
+    pub files: Vec<u32>,
+}
+
+/// Checkpoints the processes of one tree (one criu run) into `dir`: DUMP_EXT_FILE for every
+/// file of every task in order (ids from 1), then DUMP_DEVICES_LATE for each task, as a tracer
+/// process of `node`. Dma-bufs and render-node buffers shared between the tasks are one buffer
+/// in the images.
+pub fn checkpoint_tree(
+    node: &SimNode,
+    tasks: &[TaskFiles<'_>],
+    dir: &Path,
+    settings: &Settings,
+) -> Result<Vec<TaskIds>, NodeError> {
+    let dirf = open_dir(dir)?;
+    let criu = node.machine.spawn_process();
+    for t in tasks {
+        criu.ptrace_attach(t.process);
+    }
+    let engine = node.engine(&|p| p, &criu, &dirf, settings);
+    engine.init(Stage::Dump).map_err(hook("init"))?;
+    let result = (|| {
+        let mut next = 1u32;
+        let mut all = Vec::new();
+        for t in tasks {
+            let mut ids = TaskIds {
+                pid: t.process.pid(),
+                files: Vec::new(),
+            };
+            for fd in &t.files {
+                engine
+                    .dump_ext_file(*fd, next)
+                    .map_err(hook("DUMP_EXT_FILE"))?;
+                ids.files.push(next);
+                next += 1;
+            }
+            all.push(ids);
+        }
+        for t in tasks {
+            match engine.dump_devices_late(t.process.pid()) {
+                Ok(()) | Err(HookError::NotOurs) => {}
+                Err(e) => return Err(hook("DUMP_DEVICES_LATE")(e)),
+            }
+        }
+        Ok(all)
+    })();
+    engine.fini(Stage::Dump, if result.is_ok() { 0 } else { -1 });
+    for t in tasks {
+        criu.ptrace_detach(t.process);
+    }
+    result
+}
+
+/// A file RESTORE_EXT_FILE gave a restored task.
+#[derive(Debug)]
+pub enum RestoredFile {
+    /// Its `/dev/kfd`.
+    Kfd(Kfd<SimFile>),
+    /// A render node.
+    Render(RenderNode<SimFile>),
+    /// Anything else (a dma-buf).
+    Other(OwnedFd),
+}
+
+impl RestoredFile {
+    /// The `/dev/kfd`, if it is one.
+    pub fn into_kfd(self) -> Option<Kfd<SimFile>> {
+        match self {
+            Self::Kfd(k) => Some(k),
+            _ => None,
+        }
+    }
+
+    /// The render node, if it is one.
+    pub fn into_render(self) -> Option<RenderNode<SimFile>> {
+        match self {
+            Self::Render(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The fd of any other file (a dma-buf).
+    pub fn into_other(self) -> Option<OwnedFd> {
+        match self {
+            Self::Other(fd) => Some(fd),
+            _ => None,
+        }
+    }
+}
+
+/// A task a [`restore_tree`] made: its process and the files RESTORE_EXT_FILE gave it.
+#[derive(Debug)]
+pub struct RestoredTask {
+    /// The simulated process.
+    pub process: SimProcess,
+    /// Its files, in its [`TaskIds::files`] order.
+    pub files: Vec<RestoredFile>,
+}
+
+/// Restores the tree checkpointed as `tasks` from `dir` on `node`: criu's process runs `init`,
+/// each task is forked from it under its old pid and restores its files in order (the tasks in
+/// the order given: a task whose files create a shared buffer before those that import it),
+/// then criu resumes every task's GPU queues.
+pub fn restore_tree(
+    node: &SimNode,
+    dir: &Path,
+    tasks: &[TaskIds],
+    settings: &Settings,
+) -> Result<Vec<RestoredTask>, NodeError> {
+    let dirf = open_dir(dir)?;
+    // The tasks' pids are taken before criu's own process gets one.
+    let processes: Vec<SimProcess> = tasks
+        .iter()
+        .map(|t| node.machine.spawn_process_as(t.pid))
+        .collect();
+    let criu = node.machine.spawn_process();
+    let master = node.engine(&|p| p, &criu, &dirf, settings);
+    master.init(Stage::Restore).map_err(hook("init"))?;
+    let mut engines = Vec::new();
+    let result = (|| {
+        let mut restored = Vec::new();
+        for (t, process) in tasks.iter().zip(processes) {
+            let platform = node.platform_of(&process);
+            let engine = master.forked(node.platform_of(&process));
+            let mut files = Vec::new();
+            for &id in &t.files {
+                let fd = engine
+                    .restore_file(id)
+                    .map_err(hook("RESTORE_EXT_FILE"))?
+                    .ok_or_else(|| NodeError::Hook {
+                        hook: "RESTORE_EXT_FILE",
+                        source: HookError::failed(
+                            kfd_abi::Errno::EAGAIN,
+                            format!("file {id} asked to be retried"),
+                        ),
+                    })?;
+                let file = match platform.identify(fd.as_fd()) {
+                    Ok(DeviceKind::Kfd) => RestoredFile::Kfd(platform.kfd_from_fd(fd)?),
+                    Ok(DeviceKind::Render { .. }) => {
+                        RestoredFile::Render(platform.render_from_fd(fd)?)
+                    }
+                    _ => RestoredFile::Other(fd),
+                };
+                files.push(file);
+            }
+            engines.push(engine);
+            restored.push(RestoredTask { process, files });
+        }
+        for t in &restored {
+            let pid = i32::try_from(t.process.pid()).unwrap_or(i32::MAX);
+            match master.resume_devices_late(pid) {
+                Ok(()) | Err(HookError::NotOurs) => {}
+                Err(e) => return Err(hook("RESUME_DEVICES_LATE")(e)),
+            }
+        }
+        Ok(restored)
+    })();
+    let ret = if result.is_ok() { 0 } else { -1 };
+    for e in engines {
+        e.fini(Stage::Restore, ret);
+    }
+    master.fini(Stage::Restore, ret);
+    result
 }

@@ -20,15 +20,17 @@
 //! - [`node`]: a simulated node ([`SimNode`]), the workload started on it ([`Target`]), and a
 //!   node with other gpu ids to restore onto ([`remapped_variant`]).
 //! - [`criu`]: criu's part of a checkpoint and a restore, through the plugin's hooks in criu's
-//!   order ([`checkpoint`], [`restore`]), and the checkpoint's file ids ([`ImageIds`]).
+//!   order ([`checkpoint`], [`restore`]), and the checkpoint's file ids ([`ImageIds`]); of a
+//!   tree of processes that share buffers ([`checkpoint_tree`], [`restore_tree`]).
 
 pub mod criu;
 pub mod node;
 pub mod workload;
 
 pub use criu::{
-    checkpoint, checkpoint_files, checkpoint_new, checkpoint_restored, restore, restore_with,
-    ImageIds, RestoredTarget,
+    checkpoint, checkpoint_files, checkpoint_new, checkpoint_restored, checkpoint_tree, restore,
+    restore_tree, restore_with, ImageIds, RestoredFile, RestoredTarget, RestoredTask, TaskFiles,
+    TaskIds,
 };
 pub use node::{
     remapped_variant, start_target, start_target_in, NodeError, SimNode, Target, TOPOLOGY_DIR_BASE,

@@ -484,6 +484,58 @@ impl PagesReader {
         Self::from_file(file, which, expected_len, checksums)
     }
 
+    /// Opens a render-node BO's pages file written by upstream's development-branch plugin,
+    /// which leaves its length header uninitialised (it writes a `size_t` it never set): the
+    /// header is not trusted, the file must hold exactly `expected_len` bytes after it (the BO's
+    /// size), and nothing is verified (upstream writes no checksums).
+    ///
+    /// # Errors
+    /// [`PagesError::Open`], [`PagesError::Read`], [`PagesError::Header`] (the file is shorter
+    /// than a header), [`PagesError::HeaderMismatch`] (the payload is not `expected_len` bytes;
+    /// `header` then gives the payload's length).
+    pub fn open_ignoring_header(
+        dir: BorrowedFd<'_>,
+        which: PagesFile,
+        expected_len: u64,
+    ) -> Result<Self, PagesError> {
+        let name = which.file_name();
+        let mut file = dir::open_read_at(dir, &name).map_err(|source| PagesError::Open {
+            file: name.clone(),
+            source,
+        })?;
+        let framing = Framing::read(&mut file).map_err(|e| PagesError::header(name.clone(), e))?;
+        if framing.available != expected_len {
+            return Err(PagesError::HeaderMismatch {
+                file: name,
+                header: framing.available,
+                expected: expected_len,
+            });
+        }
+        Ok(Self::at_payload(file, name, expected_len, None))
+    }
+
+    /// A reader of `file` (named `name`), positioned after its header, with `total` payload
+    /// bytes and `verify`'s chunker and checksums if any; the kernel is told it reads on, and the
+    /// read-ahead of the whole file is scheduled.
+    fn at_payload(
+        file: File,
+        name: String,
+        total: u64,
+        verify: Option<(Chunker, PagesChecksums)>,
+    ) -> Self {
+        dir::advise_sequential(&file);
+        let ahead = ReadAheadSchedule::new(ReadAhead::for_file(&file), 0, HEADER_LEN + total);
+        Self {
+            file,
+            name,
+            total,
+            pos: 0,
+            ahead,
+            verify,
+            extents: Extents::default(),
+        }
+    }
+
     /// Like [`PagesReader::open`], for a file the caller opened, positioned at its start.
     ///
     /// # Errors
@@ -522,17 +574,7 @@ impl PagesReader {
                 ))
             }
         };
-        dir::advise_sequential(&file);
-        let ahead = ReadAheadSchedule::new(ReadAhead::for_file(&file), 0, HEADER_LEN + header);
-        Ok(Self {
-            file,
-            name,
-            total: header,
-            pos: 0,
-            ahead,
-            verify,
-            extents: Extents::default(),
-        })
+        Ok(Self::at_payload(file, name, header, verify))
     }
 
     /// The file's name in the image directory.

@@ -325,7 +325,9 @@ mod tests {
     fn a_file_shorter_than_a_step_is_asked_for_whole_at_once() {
         let plan = ReadAhead::for_limits(Some(8192), Some(4096));
         let mut s = ReadAheadSchedule::new(plan, 8, 8 + 100 * KIB);
-        assert_eq!(s.advance(8 + 4 * KIB), [0..8 + 100 * KIB]);
+        let asked = s.advance(8 + 4 * KIB);
+        assert_eq!(asked.len(), 1, "{asked:?}");
+        assert_eq!(asked[0], 0..8 + 100 * KIB);
         assert!(s.advance(8 + 100 * KIB).is_empty());
     }
 

@@ -114,6 +114,48 @@ fn drm_pages_file_round_trip() {
 }
 
 #[test]
+fn upstreams_drm_pages_files_read_whatever_their_length_header_says() {
+    let d = dir();
+    let which = PagesFile::Drm {
+        id: 4,
+        minor: 129,
+        index: 0,
+    };
+    let data = pattern(8192, 2);
+    write_file(&d, which, &data, 8192, None);
+    // criu-dev's plugin writes a length header it never set.
+    let path = d.path("amdgpu-drm-pages-4-129-0000.img");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[..8].copy_from_slice(&0xdead_beef_u64.to_ne_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let e = read_file(&d, which, 8192, None, 4096).unwrap_err();
+    assert!(
+        matches!(e, images::PagesError::HeaderMismatch { .. }),
+        "{e}"
+    );
+    let mut r = PagesReader::open_ignoring_header(d.fd.as_fd(), which, 8192).unwrap();
+    let mut out = vec![0; 8192];
+    r.read_exact_into(&mut out).unwrap();
+    assert_eq!(out, data);
+    // The payload must still be the buffer's size.
+    let e = PagesReader::open_ignoring_header(d.fd.as_fd(), which, 4096).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            images::PagesError::HeaderMismatch {
+                header: 8192,
+                expected: 4096,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    std::fs::write(&path, &bytes[..4]).unwrap();
+    let e = PagesReader::open_ignoring_header(d.fd.as_fd(), which, 8192).unwrap_err();
+    assert!(matches!(e, images::PagesError::Header { .. }), "{e}");
+}
+
+#[test]
 fn read_exact_into_and_verified_position() {
     let d = dir();
     let data = pattern(10_000, 4);

@@ -60,6 +60,8 @@ plain!(
     sys::drm_get_cap,
     sys::drm_set_client_cap,
     sys::drm_amdgpu_gem_wait_idle,
+    crate::uapi618::drm_gem_change_handle,
+    crate::uapi618::kfd_ioctl_export_dmabuf_args,
 );
 
 /// The ioctl calls of a device file, written once for every kind of handle.

@@ -321,11 +321,64 @@ pub mod drm {
     }
 }
 
+/// Request codes that Linux 6.18 has and Debian bookworm's 6.1 headers do not (KFD 1.12's
+/// dma-buf export among them), over the hand-written structs of [`crate::uapi618`]. A 6.1 kernel
+/// answers them as numbers it does not know: `ENOTTY` on `/dev/kfd`, `EINVAL` on a render node;
+/// `AMDGPU_GEM_OP` with the 6.18 struct reaches 6.1's `amdgpu_gem_op_ioctl`, which does not know
+/// `GET_MAPPING_INFO` (`EINVAL`).
+pub mod linux618 {
+    /// On `/dev/kfd`.
+    pub mod kfd {
+        use super::super::*;
+        use crate::uapi618 as u;
+
+        const TY: u8 = super::super::kfd::TYPE;
+
+        ioctl_table!(TY,
+            /// The KFD ioctls after 1.11 that the simulator's 6.18 personality answers.
+            TABLE at 0u32 => {
+            /// KFD 1.12: a dma-buf fd of a KFD BO.
+            EXPORT_DMABUF = ReadWrite(0x24, u::kfd_ioctl_export_dmabuf_args);
+            }
+        );
+    }
+
+    /// On a render node.
+    pub mod drm {
+        use super::super::*;
+        use crate::uapi618 as u;
+
+        const TY: u8 = super::super::drm::TYPE;
+
+        ioctl_table!(TY,
+            /// The generic DRM ioctl 6.18 added for checkpoint/restore.
+            CORE_TABLE at 0u32 => {
+            /// Moves a GEM object to a chosen handle.
+            GEM_CHANGE_HANDLE = ReadWrite(0xd2, u::drm_gem_change_handle);
+            }
+            /// The amdgpu ioctls as 6.18 declares them (numbers relative to `DRM_COMMAND_BASE`).
+            AMDGPU_TABLE at sys::DRM_COMMAND_BASE => {
+            /// `AMDGPU_GEM_OP` with its 24-byte 6.18 argument (`GET_MAPPING_INFO`).
+            AMDGPU_GEM_OP = ReadWrite(0x10, u::drm_amdgpu_gem_op);
+            /// Every GEM handle of the file.
+            AMDGPU_GEM_LIST_HANDLES = ReadWrite(0x19, u::drm_amdgpu_gem_list_handles);
+            }
+        );
+    }
+}
+
 /// The printable name of a request code on either kind of node, for error messages.
 pub fn name(cmd: u32) -> &'static str {
     match ty(cmd) {
-        kfd::TYPE => kfd::lookup(cmd).map_or("unknown KFD ioctl", |d| d.name),
-        drm::TYPE => drm::lookup(cmd).map_or("unknown DRM ioctl", |d| d.name),
+        kfd::TYPE => kfd::lookup(cmd)
+            .or_else(|| linux618::kfd::TABLE.iter().find(|d| d.nr == nr(cmd)))
+            .map_or("unknown KFD ioctl", |d| d.name),
+        drm::TYPE => linux618::drm::CORE_TABLE
+            .iter()
+            .chain(linux618::drm::AMDGPU_TABLE)
+            .find(|d| d.cmd == cmd)
+            .or_else(|| drm::lookup(cmd))
+            .map_or("unknown DRM ioctl", |d| d.name),
         _ => "unknown ioctl",
     }
 }

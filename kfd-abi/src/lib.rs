@@ -12,7 +12,9 @@
 //!   [`transport::Forward`] wraps one transport in another.
 //! - [`Kfd`]: one method per KFD 1.11 ioctl, with typed arguments and results ([`kfd`]: grouped
 //!   by subsystem); [`criu`]: the `CRIU_OP` state machine as a typed API.
-//! - [`RenderNode`]: the amdgpu render-node subset that checkpoint/restore uses ([`render`]).
+//! - [`RenderNode`]: the amdgpu render-node subset that checkpoint/restore uses ([`render`]),
+//!   with Linux 6.18's GEM handle listing, mapping info and handle change ([`uapi618`], which
+//!   also holds KFD 1.12's dma-buf export: Debian bookworm's headers lack them).
 //! - [`sdma`]: SDMA v4 packet encoding and decoding; [`dma`]: host memory the GPU copies into
 //!   and out of (USERPTR staging buffers, file windows) and the SDMA queue of a render node.
 //! - [`Mapping`]: a CPU mapping of a device file ([`Transport::mmap`]), unmapped on drop.
@@ -36,6 +38,7 @@ pub mod render;
 pub mod sdma;
 pub mod transport;
 mod types;
+pub mod uapi618;
 
 pub use dma::{FileWindow, HostBuffer, SdmaQueue, UserptrBuffer};
 pub use errno::Errno;

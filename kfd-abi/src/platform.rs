@@ -7,7 +7,7 @@
 
 use std::fmt;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::PathBuf;
 
@@ -24,6 +24,9 @@ pub enum DeviceKind {
         /// Its minor (`renderD<minor>`).
         minor: u32,
     },
+    /// A dma-buf (a buffer of some device shared as an fd; `/dmabuf:` in `/proc/PID/fd`) that
+    /// DRM exported (on the real machine: not a heap's, `udmabuf`'s or a media driver's).
+    DmaBuf,
     /// Anything else: not ours.
     Other,
 }
@@ -135,6 +138,18 @@ impl HostPlatform {
     }
 }
 
+/// Whether a dma-buf's `/proc/PID/fdinfo` text leaves it possibly amdgpu's: its `exp_name` is
+/// DRM's (PRIME exports every GEM driver's buffers under DRM's own name, amdgpu's and KFD's
+/// among them) or amdgpu's, or the text names no exporter. A dma-buf of a heap, `udmabuf` or a
+/// media driver says so and is not ours.
+pub(crate) fn drm_exported(fdinfo: &str) -> bool {
+    fdinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("exp_name:"))
+        .map(str::trim)
+        .is_none_or(|name| matches!(name, "drm" | "amdgpu"))
+}
+
 fn major(rdev: u64) -> u32 {
     libc::major(rdev)
 }
@@ -169,7 +184,21 @@ impl Platform for HostPlatform {
         let file = std::fs::File::from(fd.try_clone_to_owned()?);
         let meta = file.metadata()?;
         if !meta.file_type().is_char_device() {
-            return Ok(DeviceKind::Other);
+            // The dma-buf file system names its files `/dmabuf:<name>`.
+            let link = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()));
+            let dmabuf =
+                link.is_ok_and(|l| l.as_os_str().as_encoded_bytes().starts_with(b"/dmabuf:"));
+            if !dmabuf {
+                return Ok(DeviceKind::Other);
+            }
+            let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", file.as_raw_fd()));
+            return Ok(match info {
+                Ok(text) if !drm_exported(&text) => {
+                    log::debug!("a dma-buf of another exporter than DRM: not ours");
+                    DeviceKind::Other
+                }
+                _ => DeviceKind::DmaBuf,
+            });
         }
         Ok(self.identify_rdev(meta.rdev()))
     }
@@ -226,6 +255,17 @@ mod tests {
         assert_eq!(p.kfd_path, Path::new("/tmp/sim/kfd"));
         assert_eq!(p.topology_root(), PathBuf::from("/tmp/sim/topology"));
         assert_eq!(p.render_path(129), PathBuf::from("/dev/dri/renderD129"));
+    }
+
+    #[rstest::rstest]
+    #[case::amdgpu_through_prime("size:\t2097152\ncount:\t1\nexp_name:\tdrm\n", true)]
+    #[case::named_amdgpu("size:\t4096\ncount:\t2\nexp_name:\tamdgpu\nname:\tx\n", true)]
+    #[case::a_dma_heap("size:\t4096\ncount:\t1\nexp_name:\tsystem\n", false)]
+    #[case::udmabuf("size:\t4096\ncount:\t1\nexp_name:\tudmabuf\n", false)]
+    #[case::a_name_that_only_starts_like_drm("exp_name:\tdrm_shmem\n", false)]
+    #[case::no_exporter_named("pos:\t0\nflags:\t02\n", true)]
+    fn dma_bufs_of_other_exporters_are_not_ours(#[case] fdinfo: &str, #[case] ours: bool) {
+        assert_eq!(drm_exported(fdinfo), ours);
     }
 
     #[test]

@@ -194,6 +194,42 @@ fn hw_ip(ip_type: u32, ip_instance: u32) -> InfoArgs {
     }
 }
 
+/// One GEM handle of a render-node file, as `AMDGPU_GEM_LIST_HANDLES` (Linux 6.18) lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemHandleInfo {
+    /// The handle.
+    pub handle: BoHandle,
+    /// Imported from a dma-buf of another device (`AMDGPU_GEM_LIST_HANDLES_FLAG_IS_IMPORT`); a
+    /// dma-buf of the same device imports as the same object, without the flag.
+    pub imported: bool,
+    /// Size in bytes.
+    pub size: u64,
+    /// Preferred domains.
+    pub preferred_domains: GemDomain,
+    /// Creation flags (`AMDGPU_GEM_CREATE_*`, the settable ones).
+    pub alloc_flags: u64,
+    /// Alignment in pages, as the driver keeps it.
+    pub alignment_pages: u64,
+}
+
+/// One GPU VA mapping of a GEM object in a file's VM, as `AMDGPU_GEM_OP_GET_MAPPING_INFO`
+/// (Linux 6.18) reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemMapping {
+    /// GPU VA.
+    pub va: u64,
+    /// Bytes.
+    pub size: u64,
+    /// Offset in the object.
+    pub offset: u64,
+    /// Page-table flags (`AMDGPU_PTE_*`; [`crate::uapi618::pte_to_va_flags`] gives the
+    /// `GEM_VA` flags that recreate them).
+    pub pte_flags: u64,
+}
+
+/// How many times a two-call listing asks again when the list grew in between.
+const LIST_ATTEMPTS: usize = 8;
+
 crate::handle::device_handle!(
     /// An open render node of an amdgpu GPU.
     RenderNode,
@@ -359,6 +395,114 @@ impl<T: Transport> RenderNode<T> {
         };
         self.read_write(req::PRIME_FD_TO_HANDLE, &mut a)?;
         self.handle("PRIME_FD_TO_HANDLE", a.handle)
+    }
+
+    /// Every GEM handle of this file (`AMDGPU_GEM_LIST_HANDLES`, Linux 6.18), in handle order.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` on a kernel without the ioctl (Linux 6.1 to 6.17); `EAGAIN` when handles keep
+    /// appearing between the calls.
+    pub fn gem_list_handles(&self) -> Result<Vec<GemHandleInfo>> {
+        use crate::uapi618::{
+            drm_amdgpu_gem_list_handles, drm_amdgpu_gem_list_handles_entry,
+            AMDGPU_GEM_LIST_HANDLES_FLAG_IS_IMPORT,
+        };
+        let mut room = 0usize;
+        for _ in 0..LIST_ATTEMPTS {
+            let mut entries = vec![drm_amdgpu_gem_list_handles_entry::default(); room];
+            let mut a = drm_amdgpu_gem_list_handles {
+                entries: entries.as_mut_ptr() as u64,
+                num_entries: u32::try_from(room).unwrap_or(u32::MAX),
+                padding: 0,
+            };
+            let req = ioctl::linux618::drm::req::AMDGPU_GEM_LIST_HANDLES;
+            // SAFETY: `entries` holds `num_entries` entries, which the driver may fill.
+            unsafe { self.call(req, &mut a) }?;
+            let n = a.num_entries as usize;
+            if n > room {
+                room = n;
+                continue;
+            }
+            return entries
+                .into_iter()
+                .take(n)
+                .map(|e| {
+                    Ok(GemHandleInfo {
+                        handle: self.handle("AMDGPU_GEM_LIST_HANDLES", e.gem_handle)?,
+                        imported: e.flags & AMDGPU_GEM_LIST_HANDLES_FLAG_IS_IMPORT != 0,
+                        size: e.size,
+                        preferred_domains: GemDomain::from_bits_retain(e.preferred_domains),
+                        alloc_flags: e.alloc_flags,
+                        alignment_pages: e.alignment,
+                    })
+                })
+                .collect();
+        }
+        Err(crate::error::failed(
+            "AMDGPU_GEM_LIST_HANDLES",
+            &self.label,
+            crate::Errno::EAGAIN,
+        ))
+    }
+
+    /// The GPU VA mappings of `bo` in this file's VM (`AMDGPU_GEM_OP`,
+    /// `GET_MAPPING_INFO`, Linux 6.18).
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` an unknown handle; `EINVAL` on a kernel without the operation (Linux 6.1).
+    pub fn gem_mapping_info(&self, bo: BoHandle) -> Result<Vec<GemMapping>> {
+        use crate::uapi618::{drm_amdgpu_gem_op, drm_amdgpu_gem_vm_entry};
+        let mut room = 0usize;
+        for _ in 0..LIST_ATTEMPTS {
+            let mut entries = vec![drm_amdgpu_gem_vm_entry::default(); room];
+            let mut a = drm_amdgpu_gem_op {
+                handle: bo.get(),
+                op: crate::uapi618::AMDGPU_GEM_OP_GET_MAPPING_INFO,
+                value: entries.as_mut_ptr() as u64,
+                num_entries: u32::try_from(room).unwrap_or(u32::MAX),
+                padding: 0,
+            };
+            let req = ioctl::linux618::drm::req::AMDGPU_GEM_OP;
+            // SAFETY: `value` points to `num_entries` entries, which the driver may fill.
+            unsafe { self.call(req, &mut a) }?;
+            let n = a.num_entries as usize;
+            if n > room {
+                room = n;
+                continue;
+            }
+            return Ok(entries
+                .into_iter()
+                .take(n)
+                .map(|e| GemMapping {
+                    va: e.addr,
+                    size: e.size,
+                    offset: e.offset,
+                    pte_flags: e.flags,
+                })
+                .collect());
+        }
+        Err(crate::error::failed(
+            "AMDGPU_GEM_OP(GET_MAPPING_INFO)",
+            &self.label,
+            crate::Errno::EAGAIN,
+        ))
+    }
+
+    /// Moves the object of `bo` to handle `new` (`DRM_IOCTL_GEM_CHANGE_HANDLE`, Linux 6.18);
+    /// `bo` is closed.
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` an unknown handle; `ENOSPC` `new` is taken; `EINVAL` on a kernel without the
+    /// ioctl (Linux 6.1).
+    pub fn gem_change_handle(&self, bo: BoHandle, new: BoHandle) -> Result<()> {
+        let mut a = crate::uapi618::drm_gem_change_handle {
+            handle: bo.get(),
+            new_handle: new.get(),
+        };
+        self.read_write(ioctl::linux618::drm::req::GEM_CHANGE_HANDLE, &mut a)
     }
 
     /// Allocates a submission context (`AMDGPU_CTX`, `ALLOC_CTX`).

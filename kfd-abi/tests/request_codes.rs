@@ -4,7 +4,7 @@
 
 use std::mem::size_of;
 
-use kfd_abi::ioctl::{self, drm, kfd, Dir};
+use kfd_abi::ioctl::{self, drm, kfd, linux618, Dir};
 use kfd_sys as sys;
 use rstest::rstest;
 
@@ -71,6 +71,11 @@ use rstest::rstest;
 #[case::amdgpu_vm(drm::AMDGPU_VM, 0xc008_6453)]
 #[case::amdgpu_fence_to_handle(drm::AMDGPU_FENCE_TO_HANDLE, 0xc020_6454)]
 #[case::amdgpu_sched(drm::AMDGPU_SCHED, 0x4010_6455)]
+// Linux 6.18's headers (not in Debian bookworm's): printed by the same C program against them.
+#[case::gem_change_handle_6_18(linux618::drm::GEM_CHANGE_HANDLE, 0xc008_64d2)]
+#[case::amdgpu_gem_op_6_18(linux618::drm::AMDGPU_GEM_OP, 0xc018_6450)]
+#[case::amdgpu_gem_list_handles_6_18(linux618::drm::AMDGPU_GEM_LIST_HANDLES, 0xc010_6459)]
+#[case::export_dmabuf_kfd_1_12(linux618::kfd::EXPORT_DMABUF, 0xc010_4b24)]
 fn request_code_matches_header(#[case] ours: u32, #[case] header: u32) {
     assert_eq!(
         ours,

@@ -78,5 +78,5 @@ pub use hw::backing::{Backing, ProcessMemory};
 pub use hw::vm::{Vm, VmMapping, VmTarget};
 pub use inproc::{DeviceVma, Machine, SimFile, SimPlatform, SimProcess, SIM_KFD_MAJOR};
 pub use kfd::criu;
-pub use machine::MachineError;
+pub use machine::{Kernel, MachineError};
 pub use preset::{GpuModel, PciLocation, Preset, PresetError};

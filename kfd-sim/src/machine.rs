@@ -12,7 +12,7 @@ use crate::device::{Device, DeviceState};
 use crate::host::{lock, FileKey};
 use crate::hw::backing::Backing;
 use crate::kfd::process::KfdProcess;
-use crate::render::file::RenderFile;
+use crate::render::file::{Gem, RenderFile};
 
 /// Why a machine could not be built from a topology.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +30,73 @@ pub enum MachineError {
     /// The preset is invalid.
     #[error(transparent)]
     Preset(#[from] crate::preset::PresetError),
+}
+
+/// Which Linux kernel the simulated drivers behave as.
+///
+/// Linux 6.1 (Debian bookworm's, the default) is the specification the simulator was written
+/// from. Linux 6.18 adds what checkpoint/restore of render-node buffers and of dma-bufs shared
+/// between processes needs (upstream CRIU's development branch uses it): on render nodes
+/// `AMDGPU_GEM_LIST_HANDLES`, `AMDGPU_GEM_OP`'s `GET_MAPPING_INFO` (with the op's 24-byte
+/// argument and its `padding` check) and `DRM_IOCTL_GEM_CHANGE_HANDLE`; on `/dev/kfd` the KFD
+/// interface version 1.18 and `AMDKFD_IOC_EXPORT_DMABUF` (KFD 1.12). What else changed between
+/// the two kernels is not simulated: KFD's debugger and runtime ioctls (1.13) are logged once
+/// and answered `ENOTTY`, the other new DRM ioctls `EINVAL`, as numbers without a function.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// Linux 6.1: KFD 1.11, no GEM handle listing.
+    #[default]
+    Linux6_1,
+    /// Linux 6.18: KFD 1.18, GEM handle listing, mapping info and handle change.
+    Linux6_18,
+}
+
+impl Kernel {
+    /// The KFD interface version the kernel's GET_VERSION reports.
+    pub fn kfd_version(self) -> kfd_abi::kfd::Version {
+        match self {
+            Kernel::Linux6_1 => kfd_abi::kfd::Version {
+                major: kfd_sys::KFD_IOCTL_MAJOR_VERSION,
+                minor: kfd_sys::KFD_IOCTL_MINOR_VERSION,
+            },
+            Kernel::Linux6_18 => kfd_abi::kfd::Version {
+                major: 1,
+                minor: 18,
+            },
+        }
+    }
+
+    /// The amdgpu DRM driver's version (`KMS_DRIVER_MAJOR.MINOR`; 3.65 added
+    /// `GEM_LIST_HANDLES` and `GET_MAPPING_INFO`).
+    pub fn drm_version(self) -> (i32, i32) {
+        match self {
+            Kernel::Linux6_1 => (3, 49),
+            Kernel::Linux6_18 => (3, 65),
+        }
+    }
+}
+
+impl std::fmt::Display for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Kernel::Linux6_1 => "6.1",
+            Kernel::Linux6_18 => "6.18",
+        })
+    }
+}
+
+impl std::str::FromStr for Kernel {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "6.1" => Ok(Kernel::Linux6_1),
+            "6.18" => Ok(Kernel::Linux6_18),
+            other => Err(format!(
+                "unknown kernel {other:?}: the simulator is Linux 6.1 or 6.18"
+            )),
+        }
+    }
 }
 
 /// What a simulated open file is.
@@ -54,6 +121,9 @@ struct Registry {
     processes: HashMap<u32, Weak<KfdProcess>>,
     files: HashMap<FileKey, Weak<OpenFile>>,
     dmabufs: HashMap<FileKey, Weak<Backing>>,
+    /// The GEM object of each dma-buf of a GPU's memory, once one exists: importing a dma-buf
+    /// of the same device gives this object again, as amdgpu's self-import does.
+    gems: HashMap<FileKey, Weak<Gem>>,
     tracers: HashMap<u32, u32>,
     system_used: u64,
     locked: bool,
@@ -67,6 +137,8 @@ pub(crate) struct MachineInner {
     pub(crate) system_limit: u64,
     /// What GET_VERSION reports, `major << 32 | minor` (1.11 unless told otherwise).
     kfd_version: std::sync::atomic::AtomicU64,
+    /// The kernel the drivers behave as (`Kernel as u8`).
+    kernel: std::sync::atomic::AtomicU8,
     /// CPU time the SDMA engines of the machine used (for benchmarks).
     pub(crate) engine: crate::hw::sdma::EngineTime,
     /// The GTT size of every GPU (`amdgpu_ttm_init`).
@@ -140,6 +212,7 @@ impl MachineInner {
                     | u64::from(kfd_sys::KFD_IOCTL_MINOR_VERSION),
             ),
             engine: crate::hw::sdma::EngineTime::default(),
+            kernel: std::sync::atomic::AtomicU8::new(0),
             reg: Mutex::new(Registry {
                 next_pid: 1000,
                 ..Registry::default()
@@ -161,6 +234,24 @@ impl MachineInner {
         let packed = u64::from(v.major) << 32 | u64::from(v.minor);
         self.kfd_version
             .store(packed, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The kernel the drivers behave as.
+    pub(crate) fn kernel(&self) -> Kernel {
+        match self.kernel.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => Kernel::Linux6_1,
+            _ => Kernel::Linux6_18,
+        }
+    }
+
+    /// Makes the drivers behave as `kernel`, GET_VERSION included.
+    pub(crate) fn set_kernel(&self, kernel: Kernel) {
+        let v = match kernel {
+            Kernel::Linux6_1 => 0,
+            Kernel::Linux6_18 => 1,
+        };
+        self.kernel.store(v, std::sync::atomic::Ordering::Relaxed);
+        self.set_kfd_version(kernel.kfd_version());
     }
 
     pub(crate) fn device_by_gpu_id(&self, gpu_id: u32) -> Option<usize> {
@@ -249,6 +340,18 @@ impl MachineInner {
 
     pub(crate) fn dmabuf(&self, key: FileKey) -> Option<Arc<Backing>> {
         lock(&self.reg).dmabufs.get(&key).and_then(Weak::upgrade)
+    }
+
+    /// Records `gem` as the GEM object of its memory's dma-bufs.
+    pub(crate) fn register_gem(&self, key: FileKey, gem: &Arc<Gem>) {
+        let mut r = lock(&self.reg);
+        r.gems.retain(|_, w| w.strong_count() > 0);
+        r.gems.insert(key, Arc::downgrade(gem));
+    }
+
+    /// The GEM object of the memory whose dma-buf has identity `key`, if one exists.
+    pub(crate) fn gem(&self, key: FileKey) -> Option<Arc<Gem>> {
+        lock(&self.reg).gems.get(&key).and_then(Weak::upgrade)
     }
 
     pub(crate) fn tracer_of(&self, pid: u32) -> Option<u32> {

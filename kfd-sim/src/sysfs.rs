@@ -45,7 +45,7 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
 use topology::model::{keys, Node};
-use topology::Topology;
+use topology::{create_dir_below, Topology};
 
 use crate::asic::Asic;
 
@@ -336,14 +336,17 @@ pub fn write(topology: &Topology, root: &Path, opts: SysfsOptions) -> Result<(),
         let path = path.to_owned();
         move |source| SysfsError::Write { path, source }
     };
-    topology::write(topology, &root.join("devices/virtual/kfd/kfd/topology"))?;
+    fs::create_dir_all(root).map_err(err(root))?;
+    let kfd = Path::new("devices/virtual/kfd/kfd/topology");
+    create_dir_below(root, kfd).map_err(err(&root.join(kfd)))?;
+    topology::write(topology, &root.join(kfd))?;
     for e in entries(topology, opts) {
         let path = root.join(e.path());
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent).map_err(err(parent))?;
+        if let Some(parent) = e.path().parent() {
+            create_dir_below(root, parent).map_err(err(&root.join(parent)))?;
         }
         match &e {
-            Entry::Dir(_) => fs::create_dir_all(&path).map_err(err(&path))?,
+            Entry::Dir(rel) => create_dir_below(root, rel).map_err(err(&path))?,
             Entry::File(_, bytes) => fs::write(&path, bytes).map_err(err(&path))?,
             Entry::Link(_, target) => {
                 if fs::symlink_metadata(&path).is_ok() {
@@ -360,6 +363,25 @@ pub fn write(topology: &Topology, root: &Path, opts: SysfsOptions) -> Result<(),
 mod tests {
     use super::*;
     use crate::Preset;
+
+    #[test]
+    fn a_removed_root_is_not_made_again_by_what_is_written_below_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("gone");
+        let t = Preset::mi210x2().to_topology().unwrap();
+        let e = create_dir_below(&root, Path::new("class/drm")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        std::fs::create_dir(&root).unwrap();
+        write(&t, &root, SysfsOptions::default()).unwrap();
+        // Removed while a second write is under way: every directory below it is refused.
+        std::fs::remove_dir_all(&root).unwrap();
+        for e in entries(&t, SysfsOptions::default()) {
+            if let Some(parent) = e.path().parent() {
+                assert!(create_dir_below(&root, parent).is_err() || parent.as_os_str().is_empty());
+            }
+        }
+        assert!(!root.exists());
+    }
 
     #[test]
     fn links_climb_back_to_the_root() {

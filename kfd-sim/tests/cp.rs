@@ -49,6 +49,20 @@ fn run(rig: &Rig, q: &Queue, kernel: &str, grid: [u32; 3], wg: [u16; 3], args: &
     assert_eq!(q.header(i), INVALID);
 }
 
+/// `q` runs a small `grid2d` dispatch to its checked result: the command processor serves it.
+fn still_runs(rig: &Rig, q: &Queue) {
+    let out = rig.buf(4096, GTT_W);
+    run(
+        rig,
+        q,
+        "grid2d",
+        [4, 1, 1],
+        [4, 1, 1],
+        &Args::default().u64(out.va).u32(4),
+    );
+    assert_eq!(out.u32s(0, 4), [0, 1000, 2000, 3000]);
+}
+
 #[rstest]
 #[case::one_partial_workgroup(50, 64)]
 #[case::many_workgroups(100_000, 256)]
@@ -441,17 +455,7 @@ fn a_wave_error_stops_the_queue_with_rocrs_code(#[case] kernel: &str, #[case] wa
     q.submit(barrier_packet(BARRIER_AND, &[], later.va));
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(rig.value(&later), 1);
-    let other = Queue::new(&rig, 64, None);
-    let out = rig.buf(4096, GTT_W);
-    run(
-        &rig,
-        &other,
-        "grid2d",
-        [4, 1, 1],
-        [4, 1, 1],
-        &Args::default().u64(out.va).u32(4),
-    );
-    assert_eq!(out.u32s(0, 4), [0, 1000, 2000, 3000]);
+    still_runs(&rig, &Queue::new(&rig, 64, None));
 }
 
 #[test]
@@ -586,17 +590,7 @@ fn hostile_packets_stop_the_queue_and_never_the_command_processor() {
         assert!(Instant::now() < deadline);
         std::thread::sleep(Duration::from_millis(5));
     }
-    let other = Queue::new(&rig, 64, None);
-    let out = rig.buf(4096, GTT_W);
-    run(
-        &rig,
-        &other,
-        "grid2d",
-        [4, 1, 1],
-        [4, 1, 1],
-        &Args::default().u64(out.va).u32(4),
-    );
-    assert_eq!(out.u32s(0, 4), [0, 1000, 2000, 3000]);
+    still_runs(&rig, &Queue::new(&rig, 64, None));
 }
 
 #[test]
@@ -653,4 +647,26 @@ fn userptr_memory_is_read_and_written_by_kernels() {
             .unwrap();
         rig.e.kfd.free_memory(bo.handle).unwrap();
     }
+}
+
+/// A queue that was never rung is not fetched from, so a ring the GPU cannot reach yet is no
+/// fault: mapped later, the queue runs its first packet. (Before, the command processor read
+/// slot 0 of every new queue and stopped the queue at the VM fault, with a warning.)
+#[test]
+fn a_queue_never_rung_is_not_fetched_from_until_its_doorbell_rings() {
+    let rig = rig();
+    let q = Queue::new(&rig, 16, None);
+    rig.e
+        .kfd
+        .unmap_memory_from_gpu(q.ring.handle, &[rig.g])
+        .unwrap();
+    // Another queue's dispatch completes: the command processor has passed over the first one
+    // with its ring unmapped.
+    still_runs(&rig, &Queue::new(&rig, 16, None));
+    rig.e
+        .kfd
+        .map_memory_to_gpu(q.ring.handle, &[rig.g])
+        .unwrap();
+    still_runs(&rig, &q);
+    assert_eq!(rig.value(&q.inactive), 0, "no queue error");
 }

@@ -199,6 +199,14 @@ fn sim_platform_implements_the_engines_platform_seam() {
     );
     let null = std::fs::File::open("/dev/null").unwrap();
     assert_eq!(platform.identify(null.as_fd()).unwrap(), DeviceKind::Other);
+    let bo = render
+        .gem_create(1 << 20, 0, kfd_abi::render::GemDomain::GTT, 0)
+        .unwrap();
+    let dmabuf = render.prime_handle_to_fd(bo).unwrap();
+    assert_eq!(
+        platform.identify(dmabuf.as_fd()).unwrap(),
+        DeviceKind::DmaBuf
+    );
     assert_eq!(
         platform.identify_rdev(libc::makedev(226, minor)),
         DeviceKind::Render { minor }

@@ -6,12 +6,13 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use images::proto::CriuRenderNode;
-use images::{ImageFile, RenderNodeImage};
+use images::proto::{CriuDmabufNode, CriuRenderNode};
+use images::{DmabufImage, ImageFile, KfdImage, RenderNodeImage};
 use kfd_abi::{Errno, Kfd};
 
 use crate::copy::Staging;
 use crate::dump::{self, DumpOptions, Unpause};
+use crate::gem::{self, GemError, Patch};
 use crate::hooks::{CriuHooks, HookError, HookResult, Stage, VmaUpdate};
 use crate::inventory::{self, Inventory, NoInventory};
 use crate::restore::{self, RestoreOptions, Restored};
@@ -111,6 +112,20 @@ struct State<P: Platform> {
     shared: Option<std::sync::Arc<SharedVmas>>,
     /// This task's copy of what it last read of `shared`.
     inherited: Vec<SharedBuffer>,
+    /// At dump: the buffer objects seen so far (render-node buffers, KFD BOs, dma-bufs).
+    ledger: gem::Ledger,
+    /// At restore: the render-node buffers restored in this task: the render minor at
+    /// checkpoint, their offsets, the file they are mapped from.
+    gem_remaps: Vec<(u32, Vec<gem::GemRemap>, kfd_abi::RenderNode<P::Device>)>,
+    /// At restore: dma-bufs this task keeps open for other tasks (published in `shared`).
+    kept: Vec<OwnedFd>,
+    /// At restore: the keys of buffers some file imports or holds as a dma-buf (read once).
+    needed: Option<std::sync::Arc<std::collections::BTreeSet<u32>>>,
+    /// At restore: the keys of buffers some file of the checkpoint creates (read once, when a
+    /// file first imports one).
+    created: Option<std::sync::Arc<std::collections::BTreeSet<u32>>>,
+    /// At dump: the render minors whose buffers the kernel could not list (before Linux 6.18).
+    unlisted: std::collections::BTreeSet<u32>,
 }
 
 impl<P: Platform> Default for State<P> {
@@ -126,6 +141,12 @@ impl<P: Platform> Default for State<P> {
             own_kfd_image: None,
             shared: None,
             inherited: Vec::new(),
+            ledger: gem::Ledger::default(),
+            gem_remaps: Vec::new(),
+            kept: Vec::new(),
+            needed: None,
+            created: None,
+            unlisted: std::collections::BTreeSet::new(),
         }
     }
 }
@@ -154,6 +175,17 @@ impl<P: Platform> std::fmt::Debug for Engine<P> {
 fn failed(errno: Errno, e: impl std::fmt::Display) -> HookError {
     HookError::failed(errno, e.to_string())
 }
+
+fn gem_failed(e: GemError) -> HookError {
+    HookError::failed(e.errno(), e.to_string())
+}
+
+/// `SharedBuffer::old_minor` of a published dma-buf (render minors are 128..255): its `addr` is
+/// the buffer's key, its `fd` the publisher's fd of the dma-buf.
+const DMABUF_MARK: u32 = u32::MAX;
+
+/// How long a restore waits for the file that creates a shared buffer to publish it.
+const SHARE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Another fd on the same open file (what criu gets to install in the task).
 fn dup(fd: BorrowedFd<'_>) -> HookResult<OwnedFd> {
@@ -300,7 +332,7 @@ impl<P: Platform> Engine<P> {
     /// uses (which differs from the GPU's id after a restore onto other GPUs), so the restore
     /// finds it in the process's mapping; a render node dumped before its process's `/dev/kfd`
     /// is rewritten once that id is known.
-    fn dump_render(&self, id: u32, minor: u32) -> HookResult<()> {
+    fn dump_render(&self, fd: BorrowedFd<'_>, id: u32, minor: u32) -> HookResult<()> {
         let topo = self.local_topology()?;
         let actual = topo
             .gpus()
@@ -312,28 +344,107 @@ impl<P: Platform> Engine<P> {
                 )
             })?
             .gpu_id;
-        let mut state = lock(&self.state);
-        let user = match state.user_ids.get(&actual) {
-            Some(&user) => user,
-            None => {
-                state.pending_renders.push((id, actual, minor));
-                actual
-            }
-        };
-        drop(state);
-        self.write_render(id, user, minor)
-    }
-
-    fn write_render(&self, id: u32, gpu_id: u32, minor: u32) -> HookResult<()> {
-        let msg = CriuRenderNode {
-            gpu_id,
+        let render = self
+            .platform
+            .render_from_fd(dup(fd)?)
+            .map_err(|e| failed(Errno::EIO, e))?;
+        let mut msg = CriuRenderNode {
+            gpu_id: actual,
             id,
             drm_render_minor: minor,
             ..Default::default()
         };
+        let mut patches = Vec::new();
+        match gem::list(&render, minor).map_err(gem_failed)? {
+            None => {
+                log::debug!(
+                    "renderD{minor}: the kernel cannot list its buffers (AMDGPU_GEM_LIST_HANDLES, \
+                     Linux 6.18): none saved"
+                );
+                lock(&self.state).unlisted.insert(minor);
+            }
+            Some(mut listed) => {
+                {
+                    let mut state = lock(&self.state);
+                    for (i, l) in listed.iter_mut().enumerate() {
+                        let (import, p) = state
+                            .ledger
+                            .render(id, i, l.entry.handle, l.object)
+                            .map_err(gem_failed)?;
+                        l.entry.is_import = u32::from(import);
+                        patches.extend(p);
+                    }
+                }
+                let settings = self.settings();
+                let opts = DumpOptions {
+                    staging: settings.staging,
+                    checksums: settings.checksums,
+                    progress: settings.progress.clone(),
+                    write_behind: settings.write_behind,
+                };
+                msg.pages_checksums =
+                    gem::dump_contents(&self.platform, minor, id, self.dir()?, &listed, &opts)
+                        .map_err(gem_failed)?;
+                msg.num_of_bos = listed.len() as u64;
+                msg.bo_entries = listed.into_iter().map(|l| l.entry).collect();
+            }
+        }
+        let mut state = lock(&self.state);
+        if let Some(&user) = state.user_ids.get(&actual) {
+            msg.gpu_id = user;
+        } else {
+            state.pending_renders.push((id, actual, minor));
+        }
+        drop(state);
         RenderNodeImage::write(self.dir()?, id, &msg).map_err(|e| failed(Errno::EIO, e))?;
-        log::info!("dumped renderD{minor} (GPU {gpu_id:#x}) as image {id}");
+        log::info!(
+            "dumped renderD{minor} (GPU {:#x}) as image {id}: {} buffers",
+            msg.gpu_id,
+            msg.bo_entries.len()
+        );
+        self.apply(patches)
+    }
+
+    /// Rewrites the images a [`gem::Ledger`] sighting changed.
+    fn apply(&self, patches: Vec<Patch>) -> HookResult<()> {
+        let dir = self.dir()?;
+        let io = |e: images::FrameError| failed(Errno::EIO, e);
+        for p in patches {
+            match p {
+                Patch::RenderImport { id, index } => {
+                    let mut m = RenderNodeImage::read(dir, id).map_err(io)?;
+                    if let Some(e) = m.bo_entries.get_mut(index) {
+                        e.is_import = 1;
+                    }
+                    RenderNodeImage::write(dir, id, &m).map_err(io)?;
+                }
+                Patch::KfdHandle { id, index, key } => {
+                    let mut m = KfdImage::read(dir, id).map_err(io)?;
+                    if let Some(e) = m.bo_entries.get_mut(index) {
+                        e.handle = key;
+                    }
+                    KfdImage::write(dir, id, &m).map_err(io)?;
+                }
+                Patch::Dmabuf { id, key } => {
+                    DmabufImage::write(dir, id, &CriuDmabufNode { gem_handle: key }).map_err(io)?;
+                    log::info!("dumped a dma-buf as image {id}: the buffer shared as {key}");
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// A dma-buf fd: which buffer it is, once a dumped file holds that buffer.
+    fn dump_dmabuf(&self, fd: BorrowedFd<'_>, id: u32) -> HookResult<()> {
+        let object = gem::object_id(fd).map_err(|e| failed(Errno::from_io(&e), e))?;
+        let patches = lock(&self.state)
+            .ledger
+            .dmabuf(id, object)
+            .map_err(gem_failed)?;
+        if patches.is_empty() {
+            log::info!("dma-buf image {id}: its buffer is in a file not dumped yet");
+        }
+        self.apply(patches)
     }
 
     /// Records the user ids of a dumped KFD file and fixes the render images written before it.
@@ -354,8 +465,12 @@ impl<P: Platform> Engine<P> {
                 None => true,
             });
         drop(guard);
+        let dir = self.dir()?;
         for (id, user, minor) in fixes {
-            self.write_render(id, user, minor)?;
+            let mut m = RenderNodeImage::read(dir, id).map_err(|e| failed(Errno::EIO, e))?;
+            m.gpu_id = user;
+            RenderNodeImage::write(dir, id, &m).map_err(|e| failed(Errno::EIO, e))?;
+            log::info!("renderD{minor} of image {id} is GPU {user:#x} to its process");
         }
         Ok(())
     }
@@ -368,7 +483,7 @@ impl<P: Platform> Engine<P> {
         if let Some(msg) =
             RenderNodeImage::try_read(dir, id).map_err(|e| failed(Errno::EINVAL, e))?
         {
-            refuse_render_buffers(id, &msg)?;
+            check_render_counts(id, &msg)?;
             return self.restore_render(id, &msg);
         }
         let settings = self.settings();
@@ -379,13 +494,22 @@ impl<P: Platform> Engine<P> {
             progress: settings.progress,
         };
         if !restore::has_kfd_image(dir, id) {
+            if let Some(msg) =
+                DmabufImage::try_read(dir, id).map_err(|e| failed(Errno::EINVAL, e))?
+            {
+                return self.restore_dmabuf(id, msg).map(Some);
+            }
             return Err(HookError::NotOurs);
         }
         let local = self.usable_topology()?;
         let preopened = std::mem::take(&mut lock(&self.state).preopened);
-        let restored = restore::restore_kfd(&self.platform, &local, id, dir, &opts, preopened)
-            .map_err(|e| HookError::failed(e.errno(), e.to_string()))?
-            .ok_or(HookError::NotOurs)?;
+        let needed = self.needed_keys();
+        let keep = |key: u32| needed.contains(&key);
+        let mut restored =
+            restore::restore_kfd(&self.platform, &local, id, dir, &opts, preopened, &keep)
+                .map_err(|e| HookError::failed(e.errno(), e.to_string()))?
+                .ok_or(HookError::NotOurs)?;
+        let shared = std::mem::take(&mut restored.shared);
         log::info!(
             "restored image {id}: {} bytes of GPU memory in {:.3}s",
             restored.bytes(),
@@ -395,7 +519,222 @@ impl<P: Platform> Engine<P> {
         let fd = dup(restored.kfd.as_fd())?;
         self.publish(&restored);
         lock(&self.state).restored.push(restored);
+        self.publish_dmabufs(shared)?;
         Ok(Some(fd))
+    }
+
+    /// The keys of the buffers that some file of the checkpoint imports or holds as a dma-buf
+    /// (read once from the image directory): their creators publish them.
+    fn needed_keys(&self) -> std::sync::Arc<std::collections::BTreeSet<u32>> {
+        if let Some(n) = &lock(&self.state).needed {
+            return std::sync::Arc::clone(n);
+        }
+        let keys = std::sync::Arc::new(self.scan_keys(false));
+        lock(&self.state).needed = Some(std::sync::Arc::clone(&keys));
+        keys
+    }
+
+    /// The keys of the buffers that some file of the checkpoint creates: render-node buffers
+    /// that are not imports, and `/dev/kfd` BOs named by a handle (read once).
+    fn created_keys(&self) -> std::sync::Arc<std::collections::BTreeSet<u32>> {
+        if let Some(c) = &lock(&self.state).created {
+            return std::sync::Arc::clone(c);
+        }
+        let keys = std::sync::Arc::new(self.scan_keys(true));
+        lock(&self.state).created = Some(std::sync::Arc::clone(&keys));
+        keys
+    }
+
+    /// The keys the images of the directory import and hold as dma-bufs (`created` false), or
+    /// create (`created` true). An image that cannot be read adds none: its own restore says why.
+    fn scan_keys(&self, created: bool) -> std::collections::BTreeSet<u32> {
+        let mut keys = std::collections::BTreeSet::new();
+        if let Ok(dir) = self.dir() {
+            let path = format!("/proc/self/fd/{}", dir.as_raw_fd());
+            for name in std::fs::read_dir(path)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+            {
+                let id = |prefix: &str| {
+                    name.strip_prefix(prefix)?
+                        .strip_suffix(".img")?
+                        .parse::<i32>()
+                        .ok()
+                        .map(|v| u32::from_ne_bytes(v.to_ne_bytes()))
+                };
+                if let Some(id) = id("amdgpu-renderD-") {
+                    if let Ok(m) = RenderNodeImage::read(dir, id) {
+                        keys.extend(
+                            m.bo_entries
+                                .iter()
+                                .filter(|b| (b.is_import == 0) == created)
+                                .map(|b| b.handle),
+                        );
+                    }
+                } else if let Some(id) = id("amdgpu-dmabuf_").filter(|_| !created) {
+                    if let Ok(m) = DmabufImage::read(dir, id) {
+                        keys.insert(m.gem_handle);
+                    }
+                } else if let Some(id) = id("amdgpu-kfd-").filter(|_| created) {
+                    if let Ok(m) = KfdImage::read(dir, id) {
+                        keys.extend(
+                            m.bo_entries
+                                .iter()
+                                .map(|b| b.handle)
+                                .filter(|&h| h != u32::MAX),
+                        );
+                    }
+                }
+            }
+        }
+        keys
+    }
+
+    /// Publishes the dma-bufs of buffers created in this task that other files need, for the
+    /// other restored tasks (kept open here, above the task's own fds).
+    fn publish_dmabufs(&self, created: Vec<(u32, OwnedFd)>) -> HookResult<()> {
+        let needed = self.needed_keys();
+        let Some(shared) = lock(&self.state).shared.clone() else {
+            return Ok(());
+        };
+        let owner = self.platform.process_id();
+        let published: std::collections::BTreeSet<u64> = shared
+            .buffers()
+            .iter()
+            .filter(|b| b.old_minor == DMABUF_MARK)
+            .map(|b| b.addr)
+            .collect();
+        let mut records = Vec::new();
+        let mut kept = Vec::new();
+        for (key, fd) in created {
+            if !needed.contains(&key) || published.contains(&u64::from(key)) {
+                continue;
+            }
+            let fd = match crate::shim::unused_fd_of(owner) {
+                Some(next) => kfd_abi::transport::dup_at_or_above(fd.as_fd(), next)
+                    .map_err(|e| failed(Errno::from_io(&e), e))?,
+                None => fd,
+            };
+            records.push(SharedBuffer {
+                owner,
+                old_minor: DMABUF_MARK,
+                addr: u64::from(key),
+                size: 0,
+                old_offset: 0,
+                new_offset: 0,
+                fd: fd.as_raw_fd(),
+                new_minor: 0,
+            });
+            kept.push(fd);
+        }
+        shared
+            .publish(&records)
+            .map_err(|e| failed(Errno::ENOSPC, e))?;
+        for r in &records {
+            log::info!("pid {owner}: published the buffer shared as {}", r.addr);
+        }
+        lock(&self.state).kept.extend(kept);
+        Ok(())
+    }
+
+    /// The dma-buf of the buffer shared as `key`, once the task that creates it published it.
+    fn lookup_shared(&self, key: u32, what: &str) -> Result<OwnedFd, GemError> {
+        let not_published = |secs| GemError::NotPublished {
+            what: what.to_owned(),
+            key,
+            secs,
+        };
+        if !self.created_keys().contains(&key) {
+            return Err(GemError::Inconsistent {
+                file: what.to_owned(),
+                what: format!(
+                    "no image of the checkpoint creates the buffer shared as GEM handle {key} (no \
+                     render-node buffer of that handle that is not an import, no /dev/kfd buffer \
+                     shared under it)"
+                ),
+            });
+        }
+        let Some(shared) = lock(&self.state).shared.clone() else {
+            return Err(not_published(0));
+        };
+        let start = std::time::Instant::now();
+        loop {
+            let hit = shared
+                .buffers()
+                .into_iter()
+                .find(|b| b.old_minor == DMABUF_MARK && b.addr == u64::from(key));
+            if let Some(b) = hit {
+                return self.platform.fd_of_process(b.owner, b.fd).map_err(|e| {
+                    GemError::Unshareable(format!(
+                        "{what}: taking the buffer shared as {key} (fd {} of pid {}): {e}",
+                        b.fd, b.owner
+                    ))
+                });
+            }
+            if start.elapsed() >= SHARE_WAIT {
+                return Err(not_published(SHARE_WAIT.as_secs()));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    /// A dma-buf fd: the dma-buf of the restored buffer it shares.
+    fn restore_dmabuf(&self, id: u32, msg: CriuDmabufNode) -> HookResult<OwnedFd> {
+        let what = DmabufImage::file_name(id);
+        let fd = self
+            .lookup_shared(msg.gem_handle, &what)
+            .map_err(gem_failed)?;
+        log::info!(
+            "{what}: restored as the buffer shared as {}",
+            msg.gem_handle
+        );
+        Ok(fd)
+    }
+
+    /// Recreates the buffers of render image `id` in `render`, the process's restored file.
+    fn restore_gem(
+        &self,
+        id: u32,
+        msg: &CriuRenderNode,
+        render: &kfd_abi::RenderNode<P::Device>,
+    ) -> HookResult<()> {
+        if msg.bo_entries.is_empty() {
+            return Ok(());
+        }
+        let minor = match self.platform.identify(render.as_fd()) {
+            Ok(DeviceKind::Render { minor }) => minor,
+            other => {
+                return Err(failed(
+                    Errno::EINVAL,
+                    format!("the restored render node of image {id} is not one: {other:?}"),
+                ))
+            }
+        };
+        let settings = self.settings();
+        let lookup = |key: u32, what: &str| self.lookup_shared(key, what);
+        let opts = gem::RestoreGemOptions {
+            staging: settings.staging,
+            map_pages: settings.map_pages,
+            progress: &settings.progress,
+            lookup: &lookup,
+        };
+        let restored = gem::restore(&self.platform, render, minor, id, msg, self.dir()?, &opts)
+            .map_err(gem_failed)?;
+        log::info!(
+            "{}: {} buffers of renderD{} restored on renderD{minor}, {} bytes",
+            RenderNodeImage::file_name(id),
+            msg.bo_entries.len(),
+            msg.drm_render_minor,
+            restored.bytes
+        );
+        self.publish_dmabufs(restored.created)?;
+        let keep = self.render_at_or_above(render, 0)?;
+        lock(&self.state)
+            .gem_remaps
+            .push((msg.drm_render_minor, restored.remaps, keep));
+        Ok(())
     }
 
     /// Puts the render-node buffers of a process restored here in the table the other restored
@@ -540,16 +879,19 @@ impl<P: Platform> Engine<P> {
     /// opened on the GPU the restore will map it to and handed to the KFD restore later; in a
     /// process without `/dev/kfd` it is the GPU of the same id on this machine.
     fn restore_render(&self, id: u32, msg: &CriuRenderNode) -> HookResult<Option<OwnedFd>> {
-        {
+        let known = {
             let state = lock(&self.state);
-            let known = state
+            state
                 .restored
                 .iter()
                 .find_map(|r| r.renders.get(&msg.gpu_id))
-                .or_else(|| state.preopened.get(&msg.gpu_id));
-            if let Some(render) = known {
-                return dup(render.as_fd()).map(Some);
-            }
+                .or_else(|| state.preopened.get(&msg.gpu_id))
+                .map(kfd_abi::RenderNode::try_clone)
+        };
+        if let Some(render) = known {
+            let render = render.map_err(|e| failed(Errno::EIO, e))?;
+            self.restore_gem(id, msg, &render)?;
+            return dup(render.as_fd()).map(Some);
         }
         let render = self.open_render_early(id, msg)?;
         // Kept until the KFD restore: above every fd the task will have, like the KFD's files.
@@ -557,6 +899,7 @@ impl<P: Platform> Engine<P> {
             Some(next) => self.render_at_or_above(&render, next)?,
             None => render,
         };
+        self.restore_gem(id, msg, &render)?;
         let fd = dup(render.as_fd())?;
         lock(&self.state).preopened.insert(msg.gpu_id, render);
         Ok(Some(fd))
@@ -678,6 +1021,19 @@ impl<P: Platform> CriuHooks for Engine<P> {
         state.own_kfd_image = None;
         state.shared = None;
         state.inherited.clear();
+        let lost = state.ledger.unresolved();
+        if !lost.is_empty() {
+            log::error!(
+                "dma-buf images {lost:?}: their buffers are in no dumped file (no render node or \
+                 /dev/kfd of the tree holds them): not saved"
+            );
+        }
+        state.ledger = gem::Ledger::default();
+        state.gem_remaps.clear();
+        state.kept.clear();
+        state.needed = None;
+        state.created = None;
+        state.unlisted.clear();
         log::debug!("exit {stage:?} ({ret})");
     }
 
@@ -685,7 +1041,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
         self.enabled()?;
         match self.platform.identify_rdev(rdev) {
             DeviceKind::Kfd | DeviceKind::Render { .. } => self.record(),
-            DeviceKind::Other => Err(HookError::NotOurs),
+            DeviceKind::DmaBuf | DeviceKind::Other => Err(HookError::NotOurs),
         }
     }
 
@@ -700,7 +1056,8 @@ impl<P: Platform> CriuHooks for Engine<P> {
         }
         match kind {
             DeviceKind::Other => Err(HookError::NotOurs),
-            DeviceKind::Render { minor } => self.dump_render(id, minor),
+            DeviceKind::DmaBuf => self.dump_dmabuf(fd, id),
+            DeviceKind::Render { minor } => self.dump_render(fd, id, minor),
             DeviceKind::Kfd => {
                 let settings = self.settings();
                 let kfd = self
@@ -733,7 +1090,14 @@ impl<P: Platform> CriuHooks for Engine<P> {
                     lock(&self.state).paused.push(kfd);
                 }
                 self.learn_user_ids(&report.gpus)?;
-                Ok(())
+                let mut patches = Vec::new();
+                {
+                    let mut state = lock(&self.state);
+                    for &(index, object) in &report.buffers {
+                        patches.extend(state.ledger.kfd(id, index, object).map_err(gem_failed)?);
+                    }
+                }
+                self.apply(patches)
             }
         }
     }
@@ -757,6 +1121,22 @@ impl<P: Platform> CriuHooks for Engine<P> {
             .iter()
             .find_map(|r| Some((r, r.vmas.find(device, addr, old_pgoff)?)))
         else {
+            if let VmaDevice::Render { minor } = device {
+                let hit = state
+                    .gem_remaps
+                    .iter()
+                    .filter(|(old, _, _)| *old == minor)
+                    .find_map(|(_, remaps, render)| {
+                        Some((remaps.iter().find_map(|r| r.answer(old_pgoff))?, render))
+                    });
+                if let Some((new_pgoff, render)) = hit {
+                    let fd = dup(render.as_fd())?;
+                    return Ok(Some(VmaUpdate {
+                        new_pgoff,
+                        fd: Some(fd),
+                    }));
+                }
+            }
             drop(state);
             if let VmaDevice::Render { minor } = device {
                 if let Some(update) = self.inherited_vma(minor, addr, old_pgoff)? {
@@ -824,6 +1204,29 @@ impl<P: Platform> CriuHooks for Engine<P> {
     fn dump_devices_late(&self, _id: u32) -> HookResult<()> {
         let had = !lock(&self.state).paused.is_empty();
         self.unpause_all();
+        let (lost, unlisted) = {
+            let state = lock(&self.state);
+            (state.ledger.unresolved(), state.unlisted.clone())
+        };
+        if !lost.is_empty() {
+            let why = if unlisted.is_empty() {
+                String::new()
+            } else {
+                let minors: Vec<String> = unlisted.iter().map(|m| format!("renderD{m}")).collect();
+                format!(
+                    "; the buffers of {} could not be listed: that needs Linux 6.18 \
+                     (AMDGPU_GEM_LIST_HANDLES), which this kernel does not have",
+                    minors.join(", ")
+                )
+            };
+            return Err(failed(
+                Errno::EINVAL,
+                format!(
+                    "dma-buf images {lost:?}: their buffers are in no dumped file (no render \
+                     node or /dev/kfd of the tree holds them){why}"
+                ),
+            ));
+        }
         if had {
             Ok(())
         } else {
@@ -851,28 +1254,35 @@ fn criu_image_dir() -> Option<RawFd> {
     crate::shim::criu_image_dir()
 }
 
-/// Refuses a render-node image that lists buffers of the render node (`bo_entries`, which
-/// criu-dev's plugin writes on kernels with `AMDGPU_GEM_LIST_HANDLES`, Linux 6.18): this plugin
-/// restores the render node's file but not its buffers, and a process restored without them
-/// would run on with memory missing. Refused, naming the file and the count, until render-node
-/// buffers are restored.
-fn refuse_render_buffers(id: u32, msg: &CriuRenderNode) -> HookResult<()> {
+/// Refuses a render-node image whose counts contradict its lists (`num_of_bos` against
+/// `bo_entries`, each buffer's `num_of_vms` against its `vm_entries`) before anything of it is
+/// restored: its buffers would be restored short.
+fn check_render_counts(id: u32, msg: &CriuRenderNode) -> HookResult<()> {
     let listed = msg.bo_entries.len() as u64;
-    if listed == 0 && msg.num_of_bos == 0 {
-        return Ok(());
-    }
-    let declared = if msg.num_of_bos == listed {
-        String::new()
+    let what = if msg.num_of_bos != listed {
+        format!(
+            "num_of_bos says {} but it lists {listed} buffer(s)",
+            msg.num_of_bos
+        )
+    } else if let Some((i, b)) = msg
+        .bo_entries
+        .iter()
+        .enumerate()
+        .find(|(_, b)| b.num_of_vms as usize != b.vm_entries.len())
+    {
+        format!(
+            "buffer {i} (GEM handle {}): num_of_vms says {} but it lists {} mapping(s)",
+            b.handle,
+            b.num_of_vms,
+            b.vm_entries.len()
+        )
     } else {
-        format!(" (num_of_bos says {})", msg.num_of_bos)
+        return Ok(());
     };
     Err(HookError::failed(
         Errno::EINVAL,
         format!(
-            "{}: the image lists {listed} buffer(s) of render node renderD{}{declared}, written by \
-             a plugin that checkpoints render-node buffers (criu-dev's, on Linux 6.18 or newer); \
-             this plugin does not restore render-node buffers yet, and the process would run on \
-             without them: refused. Restore this image with the plugin that wrote it",
+            "{}: the image of render node renderD{} contradicts itself: {what}: refused",
             RenderNodeImage::file_name(id),
             msg.drm_render_minor
         ),

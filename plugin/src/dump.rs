@@ -68,6 +68,8 @@ pub(crate) struct DumpReport {
     pub objects: u32,
     /// Per GPU.
     pub gpus: Vec<GpuDump>,
+    /// The buffer object of each BO with a dma-buf: (index in the image, identity).
+    pub buffers: Vec<(usize, crate::gem::ObjectId)>,
     /// Time from PROCESS_INFO to the last image written.
     pub elapsed: Duration,
 }
@@ -213,6 +215,12 @@ pub(crate) fn dump_kfd<P: Platform>(
         }
     }
 
+    let buffers = checkpoint
+        .bos
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| Some((i, crate::gem::object_id(b.dmabuf.as_ref()?.as_fd()).ok()?)))
+        .collect();
     let gpus = copy_contents(platform, topo, &actual, &checkpoint, id, dir, opts)?;
     let mut msg = image_message(topo, &actual, &checkpoint, info.pid);
     msg.pages_checksums = gpus.iter().filter_map(|(_, c)| c.clone()).collect();
@@ -232,6 +240,7 @@ pub(crate) fn dump_kfd<P: Platform>(
         bos: checkpoint.bos.len(),
         objects: checkpoint.num_objects,
         gpus: gpus.into_iter().map(|(g, _)| g).collect(),
+        buffers,
         elapsed: start.elapsed(),
     })
 }

@@ -23,6 +23,7 @@
 pub mod copy;
 pub mod criu;
 mod dump;
+mod gem;
 pub mod hooks;
 pub mod inventory;
 mod kfd_version;

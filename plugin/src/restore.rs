@@ -186,6 +186,9 @@ pub(crate) struct Restored<T: Transport> {
     pub pid: u32,
     /// Time from reading the image to the last byte written.
     pub elapsed: Duration,
+    /// Dma-bufs of the restored BOs that other files import or hold, by their key
+    /// (`kfd_bo_entry.handle`), for the other restored tasks.
+    pub shared: Vec<(u32, std::os::fd::OwnedFd)>,
 }
 
 impl<T: Transport> Restored<T> {
@@ -334,10 +337,8 @@ pub fn plan(
     }))
 }
 
-/// The id of the `/dev/kfd` image of process `pid` in `dir`, if there is one (a process may have
-/// render nodes open and no `/dev/kfd`). Reads every KFD image of the directory: for render
-/// nodes restored before their process's `/dev/kfd` only.
-pub(crate) fn kfd_image_of(dir: BorrowedFd<'_>, pid: u32) -> Result<Option<u32>, RestoreError> {
+/// The ids of the `/dev/kfd` images in `dir`, in order.
+fn kfd_image_ids(dir: BorrowedFd<'_>) -> Result<Vec<u32>, RestoreError> {
     let listing = format!("/proc/self/fd/{}", dir.as_raw_fd());
     let entries = std::fs::read_dir(&listing).map_err(|e| RestoreError::Inconsistent {
         file: listing.clone(),
@@ -354,7 +355,14 @@ pub(crate) fn kfd_image_of(dir: BorrowedFd<'_>, pid: u32) -> Result<Option<u32>,
         })
         .collect();
     ids.sort_unstable();
-    for id in ids {
+    Ok(ids)
+}
+
+/// The id of the `/dev/kfd` image of process `pid` in `dir`, if there is one (a process may have
+/// render nodes open and no `/dev/kfd`). Reads every KFD image of the directory: for render
+/// nodes restored before their process's `/dev/kfd` only.
+pub(crate) fn kfd_image_of(dir: BorrowedFd<'_>, pid: u32) -> Result<Option<u32>, RestoreError> {
+    for id in kfd_image_ids(dir)? {
         if KfdImage::try_read(dir, id)?.is_some_and(|m| m.pid == pid) {
             return Ok(Some(id));
         }
@@ -364,7 +372,10 @@ pub(crate) fn kfd_image_of(dir: BorrowedFd<'_>, pid: u32) -> Result<Option<u32>,
 
 /// The render minor on this machine of GPU `gpu_id` of the process whose `/dev/kfd` image is
 /// `kfd_id`: where the image maps it, as [`restore_kfd`] will; for a GPU the process's KFD does
-/// not use (or a process without `/dev/kfd`), the GPU of that id on this machine.
+/// not use (or a process without `/dev/kfd`), the GPU of that id on this machine, and where
+/// this machine has none, where another process's `/dev/kfd` image of the checkpoint maps it
+/// (a render-only child of a ROCm process goes where its parent goes: a buffer they share
+/// stays on one GPU).
 pub(crate) fn render_minor_for(
     gpu_id: u32,
     kfd_id: Option<u32>,
@@ -379,10 +390,29 @@ pub(crate) fn render_minor_for(
             return Ok(Some(m.destination_render_minor));
         }
     }
-    Ok(local
-        .gpus()
-        .find(|n| n.gpu_id == gpu_id)
-        .map(topology::Node::render_minor))
+    if let Some(n) = local.gpus().find(|n| n.gpu_id == gpu_id) {
+        return Ok(Some(n.render_minor()));
+    }
+    for other in kfd_image_ids(dir)?
+        .into_iter()
+        .filter(|&id| Some(id) != kfd_id)
+    {
+        match plan(other, dir, local, checks) {
+            Ok(Some(plan)) => {
+                if let Some(m) = plan.mapping.gpu(gpu_id) {
+                    log::info!(
+                        "GPU {gpu_id:#x} is not on this machine; /dev/kfd image {other} maps it \
+                         to renderD{}",
+                        m.destination_render_minor
+                    );
+                    return Ok(Some(m.destination_render_minor));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => log::debug!("/dev/kfd image {other} maps no GPU here: {e}"),
+        }
+    }
+    Ok(None)
 }
 
 /// The GPUs of this node that a restoring process may use, as it sees them
@@ -467,6 +497,7 @@ pub(crate) fn restore_kfd<P: Platform>(
     dir: BorrowedFd<'_>,
     opts: &RestoreOptions,
     mut preopened: BTreeMap<u32, RenderNode<P::Device>>,
+    keep: &dyn Fn(u32) -> bool,
 ) -> Result<Option<Restored<P::Device>>, RestoreError> {
     let start = Instant::now();
     let local = &usable.topology;
@@ -544,7 +575,7 @@ pub(crate) fn restore_kfd<P: Platform>(
     let bos = restore_bos(&msg.bo_entries);
     // A process that opened /dev/kfd but has no buffers and no queues or events has no device
     // state: its fresh /dev/kfd is all it needs (and 6.1's RESTORE refuses zero BOs).
-    let restored = if is_empty(&msg) {
+    let mut restored = if is_empty(&msg) {
         log::info!("image {id} holds no GPU state; /dev/kfd is reopened only");
         Vec::new()
     } else {
@@ -581,6 +612,13 @@ pub(crate) fn restore_kfd<P: Platform>(
 
     let offsets: Vec<u64> = restored.iter().map(|r| r.restored_offset).collect();
     let vmas = VmaRemaps::new(&msg, &offsets);
+    let shared = msg
+        .bo_entries
+        .iter()
+        .zip(restored.iter_mut())
+        .filter(|(b, _)| b.handle != u32::MAX && keep(b.handle))
+        .filter_map(|(b, r)| Some((b.handle, r.dmabuf.take()?)))
+        .collect();
 
     Ok(Some(Restored {
         kfd,
@@ -590,6 +628,7 @@ pub(crate) fn restore_kfd<P: Platform>(
         gpus,
         pid: msg.pid,
         elapsed: start.elapsed(),
+        shared,
     }))
 }
 

@@ -29,4 +29,4 @@ pub use map::{map_gpus, GpuMapping, MapError, Mapping};
 pub use model::{Cache, Link, LinkType, MemBank, Node, Properties, Topology};
 pub use options::{Check, CheckOptions};
 pub use parse::{parse, ParseError};
-pub use write::{replace, write, ReplaceError, WriteError};
+pub use write::{create_dir_below, replace, write, ReplaceError, WriteError};

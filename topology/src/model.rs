@@ -11,83 +11,56 @@ use serde::{Deserialize, Serialize};
 /// Key names of a node's `properties` file that the solver and the image use.
 pub mod keys {
     #![allow(missing_docs)]
-    pub const CPU_CORES_COUNT: &str = "cpu_cores_count";
-    pub const SIMD_COUNT: &str = "simd_count";
-    pub const MEM_BANKS_COUNT: &str = "mem_banks_count";
-    pub const CACHES_COUNT: &str = "caches_count";
-    pub const IO_LINKS_COUNT: &str = "io_links_count";
-    pub const P2P_LINKS_COUNT: &str = "p2p_links_count";
-    pub(crate) const CPU_CORE_ID_BASE: &str = "cpu_core_id_base";
-    pub const SIMD_ID_BASE: &str = "simd_id_base";
-    pub const MAX_WAVES_PER_SIMD: &str = "max_waves_per_simd";
-    pub const LDS_SIZE_IN_KB: &str = "lds_size_in_kb";
-    pub const GDS_SIZE_IN_KB: &str = "gds_size_in_kb";
-    pub const NUM_GWS: &str = "num_gws";
-    pub const WAVE_FRONT_SIZE: &str = "wave_front_size";
-    pub const ARRAY_COUNT: &str = "array_count";
-    pub const SIMD_ARRAYS_PER_ENGINE: &str = "simd_arrays_per_engine";
-    pub const CU_PER_SIMD_ARRAY: &str = "cu_per_simd_array";
-    pub const SIMD_PER_CU: &str = "simd_per_cu";
-    pub const MAX_SLOTS_SCRATCH_CU: &str = "max_slots_scratch_cu";
-    pub const GFX_TARGET_VERSION: &str = "gfx_target_version";
-    pub const VENDOR_ID: &str = "vendor_id";
-    pub const DEVICE_ID: &str = "device_id";
-    pub const LOCATION_ID: &str = "location_id";
-    pub const DOMAIN: &str = "domain";
-    pub const DRM_RENDER_MINOR: &str = "drm_render_minor";
-    pub const HIVE_ID: &str = "hive_id";
-    pub const NUM_SDMA_ENGINES: &str = "num_sdma_engines";
-    pub const NUM_SDMA_XGMI_ENGINES: &str = "num_sdma_xgmi_engines";
-    pub const NUM_SDMA_QUEUES_PER_ENGINE: &str = "num_sdma_queues_per_engine";
-    pub const NUM_CP_QUEUES: &str = "num_cp_queues";
-    pub const MAX_ENGINE_CLK_FCOMPUTE: &str = "max_engine_clk_fcompute";
-    pub(crate) const LOCAL_MEM_SIZE: &str = "local_mem_size";
-    pub const FW_VERSION: &str = "fw_version";
-    pub const CAPABILITY: &str = "capability";
-    pub const SDMA_FW_VERSION: &str = "sdma_fw_version";
-    pub const UNIQUE_ID: &str = "unique_id";
-    pub(crate) const MAX_ENGINE_CLK_CCOMPUTE: &str = "max_engine_clk_ccompute";
+    /// Declares each key's constant and [`NODE_ORDER`], the keys in the kernel's order, from one
+    /// list.
+    macro_rules! node_keys {
+        ($($vis:vis $name:ident = $key:literal;)*) => {
+            $($vis const $name: &str = $key;)*
 
-    /// The keys of a node's `properties` file in the kernel's order. The keys from
-    /// `GPU_ONLY` appear only in GPU nodes; `max_engine_clk_ccompute` is always last.
-    pub const NODE_ORDER: &[&str] = &[
-        CPU_CORES_COUNT,
-        SIMD_COUNT,
-        MEM_BANKS_COUNT,
-        CACHES_COUNT,
-        IO_LINKS_COUNT,
-        P2P_LINKS_COUNT,
-        CPU_CORE_ID_BASE,
-        SIMD_ID_BASE,
-        MAX_WAVES_PER_SIMD,
-        LDS_SIZE_IN_KB,
-        GDS_SIZE_IN_KB,
-        NUM_GWS,
-        WAVE_FRONT_SIZE,
-        ARRAY_COUNT,
-        SIMD_ARRAYS_PER_ENGINE,
-        CU_PER_SIMD_ARRAY,
-        SIMD_PER_CU,
-        MAX_SLOTS_SCRATCH_CU,
-        GFX_TARGET_VERSION,
-        VENDOR_ID,
-        DEVICE_ID,
-        LOCATION_ID,
-        DOMAIN,
-        DRM_RENDER_MINOR,
-        HIVE_ID,
-        NUM_SDMA_ENGINES,
-        NUM_SDMA_XGMI_ENGINES,
-        NUM_SDMA_QUEUES_PER_ENGINE,
-        NUM_CP_QUEUES,
-        MAX_ENGINE_CLK_FCOMPUTE,
-        LOCAL_MEM_SIZE,
-        FW_VERSION,
-        CAPABILITY,
-        SDMA_FW_VERSION,
-        UNIQUE_ID,
-        MAX_ENGINE_CLK_CCOMPUTE,
-    ];
+            /// The keys of a node's `properties` file in the kernel's order. The keys from
+            /// `GPU_ONLY` appear only in GPU nodes; `max_engine_clk_ccompute` is always last.
+            pub const NODE_ORDER: &[&str] = &[$($name),*];
+        };
+    }
+
+    node_keys! {
+        pub CPU_CORES_COUNT = "cpu_cores_count";
+        pub SIMD_COUNT = "simd_count";
+        pub MEM_BANKS_COUNT = "mem_banks_count";
+        pub CACHES_COUNT = "caches_count";
+        pub IO_LINKS_COUNT = "io_links_count";
+        pub P2P_LINKS_COUNT = "p2p_links_count";
+        pub(crate) CPU_CORE_ID_BASE = "cpu_core_id_base";
+        pub SIMD_ID_BASE = "simd_id_base";
+        pub MAX_WAVES_PER_SIMD = "max_waves_per_simd";
+        pub LDS_SIZE_IN_KB = "lds_size_in_kb";
+        pub GDS_SIZE_IN_KB = "gds_size_in_kb";
+        pub NUM_GWS = "num_gws";
+        pub WAVE_FRONT_SIZE = "wave_front_size";
+        pub ARRAY_COUNT = "array_count";
+        pub SIMD_ARRAYS_PER_ENGINE = "simd_arrays_per_engine";
+        pub CU_PER_SIMD_ARRAY = "cu_per_simd_array";
+        pub SIMD_PER_CU = "simd_per_cu";
+        pub MAX_SLOTS_SCRATCH_CU = "max_slots_scratch_cu";
+        pub GFX_TARGET_VERSION = "gfx_target_version";
+        pub VENDOR_ID = "vendor_id";
+        pub DEVICE_ID = "device_id";
+        pub LOCATION_ID = "location_id";
+        pub DOMAIN = "domain";
+        pub DRM_RENDER_MINOR = "drm_render_minor";
+        pub HIVE_ID = "hive_id";
+        pub NUM_SDMA_ENGINES = "num_sdma_engines";
+        pub NUM_SDMA_XGMI_ENGINES = "num_sdma_xgmi_engines";
+        pub NUM_SDMA_QUEUES_PER_ENGINE = "num_sdma_queues_per_engine";
+        pub NUM_CP_QUEUES = "num_cp_queues";
+        pub MAX_ENGINE_CLK_FCOMPUTE = "max_engine_clk_fcompute";
+        pub(crate) LOCAL_MEM_SIZE = "local_mem_size";
+        pub FW_VERSION = "fw_version";
+        pub CAPABILITY = "capability";
+        pub SDMA_FW_VERSION = "sdma_fw_version";
+        pub UNIQUE_ID = "unique_id";
+        pub(crate) MAX_ENGINE_CLK_CCOMPUTE = "max_engine_clk_ccompute";
+    }
 
     /// Keys the kernel writes for GPU nodes only.
     pub(crate) const GPU_ONLY: &[&str] = &[

@@ -95,6 +95,36 @@ pub(crate) fn files(topology: &Topology) -> Vec<(PathBuf, String)> {
     out
 }
 
+/// Makes `rel` and its parents below `root`, one directory at a time, never `root` itself: a
+/// root removed while a tree is written into it (an interrupted process cleaning up its
+/// temporary directories) is not made again; the write fails instead.
+///
+/// # Errors
+///
+/// The first `mkdir(2)` error other than `EEXIST` (`ENOENT` when `root` is gone).
+pub fn create_dir_below(root: &Path, rel: &Path) -> io::Result<()> {
+    if rel.as_os_str().is_empty() {
+        return Ok(());
+    }
+    let mkdir = |dir: &Path| match fs::create_dir(dir) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        done => done,
+    };
+    let dir = root.join(rel);
+    // One call when the parent is there (the common case: a tree written parents first);
+    // otherwise the parents below `root` first.
+    match mkdir(&dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => match rel.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => {
+                create_dir_below(root, parent)?;
+                mkdir(&dir)
+            }
+            _ => Err(e),
+        },
+        done => done,
+    }
+}
+
 /// Writes `topology` under `root` (created if needed) in the kernel's sysfs format: files
 /// `generation_id`, `system_properties`, `nodes/N/{gpu_id,name,properties}` and the numbered
 /// `mem_banks`, `caches`, `io_links`, `p2p_links` subdirectories, each with a `properties`
@@ -113,13 +143,7 @@ pub fn write(topology: &Topology, root: &Path) -> Result<(), WriteError> {
     fs::create_dir_all(root).map_err(err(root))?;
     // Below the root, each directory is made on its own, parents first: a root removed while
     // the tree is written (a process interrupted and cleaning up) is not made again.
-    let make = |rel: &Path| {
-        let d = root.join(rel);
-        match fs::create_dir(&d) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(err(&d)(e)),
-            _ => Ok(()),
-        }
-    };
+    let make = |rel: &Path| create_dir_below(root, rel).map_err(err(&root.join(rel)));
     make(Path::new("nodes"))?;
     for node in &topology.nodes {
         let dir = Path::new("nodes").join(node.id.to_string());

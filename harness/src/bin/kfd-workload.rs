@@ -19,6 +19,10 @@
 //! generation stamp and every event's slot; 0 with `--dma cs`).
 //! `rebuilds=` in the VERIFY line counts the tick steps that were checkpointed mid-step and had
 //! to run again on new render-node objects (`--dma cs` only; see `Workload::tick`).
+//! While the file given with `--hold-trigger` exists it does not tick (it still verifies when
+//! asked), and says so once with a `HOLD <generation>` line: a checkpoint taken after that line
+//! holds no submission in flight, so a restore whose GPU state is known to be wrong can be
+//! verified before any tick runs into it.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,6 +50,10 @@ struct Args {
     /// GTT buffers per GPU, in KiB (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "256")]
     gtt_kib: Vec<u64>,
+    /// Buffers per GPU allocated through the render node (GEM_CREATE in VRAM, mapped with
+    /// GEM_VA), in KiB (comma-separated; default none). A checkpoint carries them on Linux 6.18.
+    #[arg(long, value_delimiter = ',')]
+    render_kib: Vec<u64>,
     /// AQL queues per GPU.
     #[arg(long, default_value_t = 1)]
     queues: u32,
@@ -66,6 +74,9 @@ struct Args {
     /// Verify (and print a VERIFY line) when this file exists; it is removed afterwards.
     #[arg(long)]
     verify_trigger: Option<PathBuf>,
+    /// Do not tick while this file exists (print `HOLD <generation>` once when holding starts).
+    #[arg(long)]
+    hold_trigger: Option<PathBuf>,
     /// Verify once right after start and exit (a smoke test of the device).
     #[arg(long)]
     once: bool,
@@ -179,6 +190,7 @@ fn start(args: &Args) -> Result<Workload<kfd_abi::FdTransport>, String> {
         queues: args.queues,
         events: args.events,
         untouched_permille: args.untouched_permille,
+        render: kib(&args.render_kib),
     };
     Workload::start_with(kfd, gpus, &spec, args.dma.into()).map_err(|e| e.to_string())
 }
@@ -326,6 +338,7 @@ fn main() -> ExitCode {
         }
     };
     let mut ticks = 0u64;
+    let mut holding = false;
     loop {
         std::thread::sleep(Duration::from_millis(args.tick_ms));
         if let Some(trigger) = &args.verify_trigger {
@@ -335,6 +348,14 @@ fn main() -> ExitCode {
                 let _ = std::fs::remove_file(trigger);
             }
         }
+        if args.hold_trigger.as_ref().is_some_and(|f| f.exists()) {
+            if !holding {
+                println!("HOLD {}", w.manifest().generation);
+                holding = true;
+            }
+            continue;
+        }
+        holding = false;
         let rebuilds = w.rebuilds();
         match w.tick() {
             Ok(g) => {

@@ -3,6 +3,7 @@
 //! mapped on their GPU and listed in the GPU's manifest; and the host memory a queue needs.
 
 use kfd_abi::kfd::QueueDesc;
+use kfd_abi::render::{GemDomain, VmPageFlags};
 use kfd_abi::{
     AllocFlags, GpuId, HostBuffer, Kfd, Mapping, Prot, QueueType, RenderNode, Share, Transport,
 };
@@ -102,6 +103,36 @@ impl<T: Transport> GpuBuffers<'_, T> {
     ) -> Result<Buffer, WorkloadError> {
         let at = bump(va, size);
         Ok(self.at(kind, at, size, flags)?.0)
+    }
+
+    /// A buffer of the render node `render` ([`Kind::Render`]): VRAM the CPU can map, created
+    /// by `GEM_CREATE` and mapped at the next VA of `va` in the render node's VM (the compute
+    /// VM, once ACQUIRE_VM made it that).
+    pub(super) fn render(
+        &mut self,
+        render: &RenderNode<T>,
+        size: u64,
+        va: &mut u64,
+    ) -> Result<Buffer, WorkloadError> {
+        let cpu = u64::from(kfd_sys::AMDGPU_GEM_CREATE_CPU_ACCESS_REQUIRED);
+        let handle = render.gem_create(size, 4096, GemDomain::VRAM, cpu)?;
+        let at = bump(va, size);
+        render.va_map(
+            handle,
+            at,
+            0,
+            size,
+            VmPageFlags::READABLE | VmPageFlags::WRITEABLE,
+        )?;
+        let b = Buffer {
+            index: u32::try_from(self.list.len()).unwrap_or(u32::MAX),
+            kind: Kind::Render,
+            va: at,
+            size,
+            handle: u64::from(handle.get()),
+        };
+        self.list.push(b.clone());
+        Ok(b)
     }
 
     /// A buffer of `kind` at `va`; returns it with its mmap offset on its render node.

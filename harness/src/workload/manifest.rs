@@ -40,6 +40,13 @@ pub struct Spec {
     /// pool. Rounded down to whole pages.
     #[serde(default)]
     pub untouched_permille: u32,
+    /// Sizes of the buffers per GPU allocated through the render node (`GEM_CREATE` in VRAM,
+    /// mapped at a VA of the process's compute VM with `GEM_VA`), filled with the pattern: what
+    /// a libdrm or Mesa client of the GPU allocates besides its KFD buffers. A checkpoint
+    /// carries them on Linux 6.18 (whose `AMDGPU_GEM_LIST_HANDLES` lets the plugin see them);
+    /// on 6.1 they are lost, and verification says so.
+    #[serde(default)]
+    pub render: Vec<u64>,
 }
 
 impl Spec {
@@ -54,6 +61,7 @@ impl Spec {
             queues: 1,
             events: 2,
             untouched_permille: 0,
+            render: Vec::new(),
         }
     }
 
@@ -76,6 +84,7 @@ impl Default for Spec {
             queues: 2,
             events: 6,
             untouched_permille: 0,
+            render: Vec::new(),
         }
     }
 }
@@ -95,6 +104,9 @@ pub enum Kind {
     Ring,
     /// The host-visible staging buffer of the user-mode SDMA queue (GTT, mapped for the CPU).
     Staging,
+    /// A buffer of the render node ([`Spec::render`]; VRAM, filled with the pattern): its
+    /// `handle` is the GEM handle in the process's render-node file of its GPU.
+    Render,
 }
 
 /// One buffer, as any process can find it again.
@@ -108,7 +120,7 @@ pub struct Buffer {
     pub va: u64,
     /// Size.
     pub size: u64,
-    /// KFD handle.
+    /// KFD handle ([`Kind::Render`]: GEM handle).
     pub handle: u64,
 }
 
@@ -148,7 +160,8 @@ pub struct Manifest {
 }
 
 impl Manifest {
-    /// Bytes of all its buffers (all VRAM or GTT: what a checkpoint saves of this process).
+    /// Bytes of all its buffers (all VRAM or GTT: what a checkpoint saves of this process, the
+    /// render-node buffers only on Linux 6.18).
     pub fn buffer_bytes(&self) -> u64 {
         self.gpus
             .iter()
@@ -162,7 +175,7 @@ impl Manifest {
         self.gpus
             .iter()
             .flat_map(|g| &g.buffers)
-            .filter(|b| matches!(b.kind, Kind::Vram | Kind::Gtt))
+            .filter(|b| matches!(b.kind, Kind::Vram | Kind::Gtt | Kind::Render))
             .map(|b| b.size)
             .sum()
     }

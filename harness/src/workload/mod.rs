@@ -27,7 +27,8 @@
 //!
 //! Inside: what it is made of (`manifest`), its buffers (`alloc`), how it moves data (`mover`:
 //! the render node's command submission; `user_queue`: the user-mode queue), how it starts
-//! (`start`) and how it is verified (`verify`).
+//! (`start`) and how it is verified (`verify`). Besides, a render-node buffer shared with
+//! another process through a dma-buf ([`SharedSide`]).
 
 use std::sync::Mutex;
 
@@ -37,11 +38,13 @@ mod alloc;
 mod manifest;
 mod mover;
 mod pattern;
+mod share;
 mod start;
 mod user_queue;
 mod verify;
 
 pub use manifest::{Buffer, Dma, GpuManifest, Kind, Manifest, Queue, Report, Spec, WorkloadError};
+pub use share::{SharedSide, SHARED_VA};
 pub use user_queue::STAMP_SLOT;
 pub(crate) use verify::verify;
 

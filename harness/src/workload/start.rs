@@ -19,7 +19,7 @@ use super::user_queue::{map_doorbells, UserQueue, UserRun, SIGNAL_PAGE};
 use super::Workload;
 
 /// The buffers of every GPU (in `ids`' order) and the reservation of the signal page (on the
-/// first GPU): patterned VRAM and GTT, the generation counter.
+/// first GPU): patterned VRAM and GTT, the generation counter, the render-node buffers.
 fn allocate<T: Transport>(
     kfd: &Kfd<T>,
     gpus: &[GpuId],
@@ -46,6 +46,9 @@ fn allocate<T: Transport>(
         .chain([(Kind::Counter, 4096, AllocFlags::VRAM | rw)]);
         for (kind, size, flags) in wanted {
             buffers.next(kind, size, flags, va)?;
+        }
+        for &size in &spec.render {
+            buffers.render(render, size, va)?;
         }
         if g == 0 {
             // At an address the CPU reserves: in queue mode the page's `/dev/kfd` mapping goes
@@ -212,7 +215,7 @@ impl<T: Transport> Workload<T> {
             };
             for b in buffers
                 .iter()
-                .filter(|b| matches!(b.kind, Kind::Vram | Kind::Gtt))
+                .filter(|b| matches!(b.kind, Kind::Vram | Kind::Gtt | Kind::Render))
             {
                 mover.fill(&Contents::of(spec, g, b))?;
             }

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use kfd_abi::{EventId, Kfd, QueueId, RenderNode, Transport, WaitResult};
+use kfd_abi::{BoHandle, EventId, Kfd, QueueId, RenderNode, Transport, WaitResult};
 
 use super::manifest::{Kind, Manifest, Report, WorkloadError};
 use super::mover::{Contents, GpuDma, Mover, VA_BASE};
@@ -93,7 +93,8 @@ impl<T: Transport> Workload<T> {
             .iter_mut()
             .map(|q| Box::new(UserRun { kfd, q }) as Box<dyn Mover + '_>)
             .collect();
-        let mut report = verify_with(kfd, movers, &self.manifest)?;
+        let renders: Vec<&RenderNode<T>> = self.renders.iter().collect();
+        let mut report = verify_with(kfd, &renders, movers, &self.manifest)?;
         drop(queues);
         report.page_slots = self.check_events_page(self.manifest.generation)?;
         Ok(report)
@@ -113,12 +114,13 @@ pub(crate) fn verify<T: Transport>(
     for (gm, render) in m.gpus.iter().zip(renders) {
         movers.push(Box::new(GpuDma::new(gm.gpu_id, render, &mut va)?));
     }
-    verify_with(kfd, movers, m)
+    verify_with(kfd, renders, movers, m)
 }
 
 /// [`verify`] with a way to move data on each GPU of the manifest.
 fn verify_with<T: Transport>(
     kfd: &Kfd<T>,
+    renders: &[&RenderNode<T>],
     movers: Vec<Box<dyn Mover + '_>>,
     m: &Manifest,
 ) -> Result<Report, WorkloadError> {
@@ -134,6 +136,27 @@ fn verify_with<T: Transport>(
         for b in &gm.buffers {
             match b.kind {
                 Kind::Vram | Kind::Gtt => {
+                    dma.check(&Contents::of(&m.spec, g, b))?;
+                    report.buffers += 1;
+                    report.bytes += b.size;
+                }
+                Kind::Render => {
+                    let gone = |why: String| {
+                        WorkloadError::Mismatch(format!(
+                            "GPU {:#x}: render-node buffer {} (GEM handle {}) {why}",
+                            gm.gpu_id, b.index, b.handle
+                        ))
+                    };
+                    let handle = u32::try_from(b.handle)
+                        .ok()
+                        .and_then(BoHandle::new)
+                        .ok_or_else(|| gone("has no valid handle".into()))?;
+                    let render = renders
+                        .get(g)
+                        .ok_or_else(|| gone("has no render node".into()))?;
+                    render
+                        .gem_mmap_offset(handle)
+                        .map_err(|e| gone(format!("is not in the render-node file: {e}")))?;
                     dma.check(&Contents::of(&m.spec, g, b))?;
                     report.buffers += 1;
                     report.bytes += b.size;

@@ -225,6 +225,25 @@ impl<T: Transport> Kfd<T> {
         Ok(MemHandle(a.handle))
     }
 
+    /// A dma-buf fd of KFD BO `handle` (`AMDKFD_IOC_EXPORT_DMABUF`, KFD 1.12; Linux 6.2 and
+    /// later), close-on-exec.
+    ///
+    /// # Errors
+    ///
+    /// `ENOTTY` on a KFD older than 1.12 (Linux 6.1); `EINVAL` an unknown GPU or handle;
+    /// `EPERM` a userptr BO.
+    pub fn export_dmabuf(&self, handle: MemHandle) -> Result<std::os::fd::OwnedFd> {
+        let mut a = crate::uapi618::kfd_ioctl_export_dmabuf_args {
+            handle: handle.0,
+            flags: libc::O_CLOEXEC.unsigned_abs(),
+            dmabuf_fd: u32::MAX,
+        };
+        self.read_write(crate::ioctl::linux618::kfd::req::EXPORT_DMABUF, &mut a)?;
+        let raw = i32::try_from(a.dmabuf_fd).unwrap_or(-1);
+        // SAFETY: the driver installed `a.dmabuf_fd` for this call.
+        unsafe { self.adopt_fd("adopting an exported dma-buf fd", raw) }
+    }
+
     /// Free memory on a GPU, in bytes (`AVAILABLE_MEMORY`).
     pub fn available_memory(&self, gpu: GpuId) -> Result<u64> {
         let mut a = sys::kfd_ioctl_get_available_memory_args {

@@ -344,3 +344,29 @@ pub fn scratch_resource(base: u64, bytes: u32) -> [u32; 4] {
         1 << 19 | 3 << 21 | 1 << 23,
     ]
 }
+
+/// Kernel arguments as a kernarg segment is laid out: each value appended at the next offset
+/// aligned to its size.
+#[derive(Clone, Debug, Default)]
+pub struct Args(pub Vec<u8>);
+
+impl Args {
+    /// Appends a 64-bit value (a pointer, a size).
+    #[must_use]
+    pub fn u64(self, v: u64) -> Self {
+        self.push(&v.to_le_bytes())
+    }
+
+    /// Appends a 32-bit value.
+    #[must_use]
+    pub fn u32(self, v: u32) -> Self {
+        self.push(&v.to_le_bytes())
+    }
+
+    fn push(mut self, bytes: &[u8]) -> Self {
+        let at = self.0.len().next_multiple_of(bytes.len());
+        self.0.resize(at, 0);
+        self.0.extend_from_slice(bytes);
+        self
+    }
+}

@@ -58,6 +58,18 @@ const ENCODINGS: &[(&str, &[u32])] = &[
     ("s_ff1_i32_b64 s3, s[0:1]", &[0xbe83_1100]),
     ("s_flbit_i32_b32 s4, s0", &[0xbe84_1200]),
     ("s_flbit_i32_b64 s5, s[0:1]", &[0xbe85_1300]),
+    ("s_cmov_b32 s2, s0", &[0xbe82_0200]),
+    ("v_add_u32_e64 v2, v0, v1 clamp", &[0xd134_8002, 0x0002_0300]),
+    ("v_sub_u32_e64 v3, v0, v1 clamp", &[0xd135_8003, 0x0002_0300]),
+    ("v_subrev_u32_e64 v4, v0, v1 clamp", &[0xd136_8004, 0x0002_0300]),
+    ("v_add_i32 v5, v0, v1 clamp", &[0xd29c_8005, 0x0002_0300]),
+    ("v_sub_i32 v6, v0, v1 clamp", &[0xd29d_8006, 0x0002_0300]),
+    ("v_sub_u32_e32 v7, v0, v1", &[0x6a0e_0300]),
+    ("v_subrev_u32_e32 v8, v0, v1", &[0x6c10_0300]),
+    ("s_cmov_b64 s[4:5], s[0:1]", &[0xbe84_0300]),
+    ("s_bcnt0_i32_b64 s6, s[0:1]", &[0xbe86_0b00]),
+    ("s_bcnt1_i32_b64 s7, s[0:1]", &[0xbe87_0d00]),
+    ("s_ff0_i32_b64 s8, s[0:1]", &[0xbe88_0f00]),
     ("s_lshl2_add_u32 s7, s0, s1", &[0x9787_0100]),
     ("s_lshl_b64 s[8:9], s[0:1], 36", &[0x8e88_a400]),
     ("s_memrealtime s[6:7]", &[0xc094_0180, 0x0000_0000]),
@@ -342,6 +354,86 @@ fn bit_scans_count_from_either_end_and_answer_minus_one_for_zero() {
     assert_eq!(r.w.sgpr[4], 27, "zeros above bit 4 of 32");
     assert_eq!(r.w.sgpr[5], 23, "zeros above bit 40 of 64");
     assert_eq!(r.w.sgpr[8], u32::MAX, "no bit set");
+}
+
+#[rstest]
+#[case::scc_set(true)]
+#[case::scc_clear(false)]
+fn s_cmov_moves_only_while_scc_is_set_and_leaves_it(#[case] scc: bool) {
+    let r = run(
+        &["s_cmov_b32 s2, s0", "s_cmov_b64 s[4:5], s[0:1]"],
+        |w, _| {
+            w.set_sgpr64(0, 0x1111_2222_3333_4444);
+            w.sgpr[2] = 7;
+            w.set_sgpr64(4, 9);
+            w.scc = scc;
+        },
+    );
+    let (dword, pair) = if scc {
+        (0x3333_4444, 0x1111_2222_3333_4444)
+    } else {
+        (7, 9)
+    };
+    assert_eq!(r.w.sgpr[2], dword);
+    assert_eq!(r.w.sgpr64(4), pair);
+    assert_eq!(r.w.scc, scc);
+}
+
+#[rstest]
+#[case::some_bits(0x0000_00ff_0000_000f, 52, 12, 4)]
+#[case::no_bits(0, 64, 0, 0)]
+#[case::all_bits(u64::MAX, 0, 64, u32::MAX)]
+fn sixty_four_bit_counts_set_scc_from_the_count_and_ff0_leaves_it(
+    #[case] a: u64,
+    #[case] zeros: u32,
+    #[case] ones: u32,
+    #[case] first_zero: u32,
+) {
+    let r = run(
+        &[
+            "s_bcnt0_i32_b64 s6, s[0:1]",
+            "s_bcnt1_i32_b64 s7, s[0:1]",
+            "s_ff0_i32_b64 s8, s[0:1]",
+        ],
+        |w, _| {
+            w.set_sgpr64(0, a);
+            w.scc = ones == 0;
+        },
+    );
+    assert_eq!(r.w.sgpr[6], zeros);
+    assert_eq!(r.w.sgpr[7], ones);
+    assert_eq!(r.w.sgpr[8], first_zero, "-1 when no bit is zero");
+    assert_eq!(r.w.scc, ones != 0, "SCC of s_bcnt1, kept by s_ff0");
+}
+
+/// Results of v_add_u32, v_sub_u32, v_subrev_u32, v_add_i32 and v_sub_i32 with clamp, then
+/// v_sub_u32 and v_subrev_u32 without.
+#[rstest]
+#[case::unsigned_overflow(0xffff_fff0, 0x20, [u32::MAX, 0xffff_ffd0, 0, 0x10, 0xffff_ffd0, 0xffff_ffd0, 0x30])]
+#[case::signed_overflow(0x7fff_fff0, 0x20, [0x8000_0010, 0x7fff_ffd0, 0, 0x7fff_ffff, 0x7fff_ffd0, 0x7fff_ffd0, 0x8000_0030])]
+#[case::signed_underflow(0x8000_0010, 0x20, [0x8000_0030, 0x7fff_fff0, 0, 0x8000_0030, 0x8000_0000, 0x7fff_fff0, 0x8000_0010])]
+fn vector_adds_and_subtracts_saturate_under_clamp_as_their_type(
+    #[case] a: u32,
+    #[case] b: u32,
+    #[case] want: [u32; 7],
+) {
+    let r = run(
+        &[
+            "v_add_u32_e64 v2, v0, v1 clamp",
+            "v_sub_u32_e64 v3, v0, v1 clamp",
+            "v_subrev_u32_e64 v4, v0, v1 clamp",
+            "v_add_i32 v5, v0, v1 clamp",
+            "v_sub_i32 v6, v0, v1 clamp",
+            "v_sub_u32_e32 v7, v0, v1",
+            "v_subrev_u32_e32 v8, v0, v1",
+        ],
+        |w, _| {
+            *w.v_mut(0).unwrap() = [a; LANES];
+            *w.v_mut(1).unwrap() = [b; LANES];
+        },
+    );
+    let got: Vec<u32> = (2..9).map(|v| r.w.v(v)[63]).collect();
+    assert_eq!(got, want);
 }
 
 #[rstest]

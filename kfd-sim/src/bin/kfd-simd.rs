@@ -109,6 +109,10 @@ enum Command {
         /// checkpoint/restore); default: the simulator's own, 1.11.
         #[arg(long, value_parser = parse_version)]
         kfd_version: Option<kfd_abi::kfd::Version>,
+        /// The kernel the drivers behave as: 6.1 (default) or 6.18 (GEM handle listing, mapping
+        /// info and handle change on the render nodes; KFD 1.18 with dma-buf export).
+        #[arg(long, default_value = "6.1")]
+        kernel: kfd_sim::Kernel,
     },
 }
 
@@ -290,6 +294,7 @@ fn run(cli: Cli) -> Result<(), String> {
             bridge,
             no_bridge,
             kfd_version,
+            kernel,
         } => serve(Serve {
             preset,
             file,
@@ -301,6 +306,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 max_threads,
                 bridge_path: (!no_bridge).then_some(bridge),
                 kfd_version,
+                kernel,
                 ..ServeConfig::default()
             },
             ready_timeout: Duration::from_secs(ready_timeout),

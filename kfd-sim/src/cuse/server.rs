@@ -51,6 +51,9 @@ pub struct ServeConfig {
     pub bridge_path: Option<PathBuf>,
     /// The KFD interface version GET_VERSION reports (`None`: the simulator's own, 1.11).
     pub kfd_version: Option<kfd_abi::kfd::Version>,
+    /// The kernel the drivers behave as (Linux 6.1 unless told otherwise); `kfd_version`, when
+    /// given, overrides its KFD version.
+    pub kernel: crate::machine::Kernel,
 }
 
 impl Default for ServeConfig {
@@ -62,6 +65,7 @@ impl Default for ServeConfig {
             max_threads: 32,
             bridge_path: Some(PathBuf::from(bridge::DEFAULT_PATH)),
             kfd_version: None,
+            kernel: crate::machine::Kernel::default(),
         }
     }
 }
@@ -167,6 +171,7 @@ impl CuseServer {
         mut connect: impl FnMut() -> Result<File, CuseError>,
     ) -> Result<Self, CuseError> {
         let machine = Arc::new(MachineInner::new(topology)?);
+        machine.set_kernel(cfg.kernel);
         if let Some(v) = cfg.kfd_version {
             machine.set_kfd_version(v);
         }

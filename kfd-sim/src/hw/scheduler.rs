@@ -144,16 +144,21 @@ impl Scheduler {
 
 /// The engine thread: polls until the machine is gone.
 fn run<R: Runlist>(runlist: &Weak<R>) {
+    poll(runlist, |r| {
+        // Every process gets its turn, whatever the others did.
+        r.processes()
+            .iter()
+            .fold(false, |worked, p| service(&**p) | worked)
+    });
+}
+
+/// Runs `round` over the runlist until the machine is gone: every [`POLL_MIN`] while rounds
+/// find work, backing off to [`POLL_MAX`] while they do not (an idle engine does not spin). The
+/// loop of the SDMA engine and of each GPU's command processor.
+pub(crate) fn poll<R: Runlist>(runlist: &Weak<R>, mut round: impl FnMut(&R) -> bool) {
     let mut wait = POLL_MIN;
-    loop {
-        let Some(r) = runlist.upgrade() else {
-            return;
-        };
-        let mut worked = false;
-        for p in r.processes() {
-            // Every process gets its turn, whatever the others did.
-            worked |= service(&*p);
-        }
+    while let Some(r) = runlist.upgrade() {
+        let worked = round(&r);
         drop(r);
         wait = if worked {
             POLL_MIN

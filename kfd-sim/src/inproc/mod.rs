@@ -64,6 +64,17 @@ impl Machine {
         self.inner.set_kfd_version(version);
     }
 
+    /// Makes the simulated drivers behave as `kernel` (Linux 6.1 by default; see
+    /// [`Kernel`](crate::Kernel)), GET_VERSION included.
+    pub fn set_kernel(&self, kernel: crate::machine::Kernel) {
+        self.inner.set_kernel(kernel);
+    }
+
+    /// The kernel the simulated drivers behave as.
+    pub fn kernel(&self) -> crate::machine::Kernel {
+        self.inner.kernel()
+    }
+
     /// The topology the machine was built from (what its sysfs tree shows).
     pub fn topology(&self) -> &Topology {
         &self.inner.topology

@@ -145,7 +145,10 @@ impl kfd_abi::Platform for SimPlatform {
     }
 
     fn identify(&self, fd: BorrowedFd<'_>) -> io::Result<kfd_abi::DeviceKind> {
-        host::file_key(fd)?;
+        let key = host::file_key(fd)?;
+        if self.machine.inner.dmabuf(key).is_some() {
+            return Ok(kfd_abi::DeviceKind::DmaBuf);
+        }
         Ok(match self.machine.file_of(fd).as_deref().map(|f| &f.kind) {
             Some(FileKind::Kfd(_)) => kfd_abi::DeviceKind::Kfd,
             Some(FileKind::Render(r)) => {
@@ -183,13 +186,12 @@ impl kfd_abi::Platform for SimPlatform {
     }
 
     /// The simulated processes share this process's fd table: fd `raw` of any of them is our fd
-    /// `raw`, when it is a file of this machine (`EBADF` otherwise, as `pidfd_getfd` answers for a
-    /// number the target has not open).
+    /// `raw`, when it is a file or a dma-buf of this machine (`EBADF` otherwise, as `pidfd_getfd`
+    /// answers for a number the target has not open).
     fn fd_of_process(&self, _pid: u32, raw: RawFd) -> io::Result<OwnedFd> {
-        let known = host::raw_file_key(raw)
-            .ok()
-            .and_then(|key| self.machine.inner.file(key))
-            .is_some();
+        let known = host::raw_file_key(raw).ok().is_some_and(|key| {
+            self.machine.inner.file(key).is_some() || self.machine.inner.dmabuf(key).is_some()
+        });
         if !known {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         }

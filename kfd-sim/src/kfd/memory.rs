@@ -399,6 +399,45 @@ pub(super) fn import_dmabuf(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult
     })
 }
 
+/// `kfd_ioctl_export_dmabuf` (KFD 1.12; the 6.18 personality): the handle's GPU is looked up by
+/// its id as the machine knows it (`kfd_device_by_id`, an actual id) and must be one of the
+/// process's (`EINVAL`), the handle one of its BOs there (`EINVAL`); a userptr BO `EPERM`
+/// (`amdgpu_gem_prime_export`); a doorbell or MMIO BO, which the simulator backs with no
+/// memory of its own, `EINVAL`. The new fd takes `flags` (`O_CLOEXEC`) and is writable if the BO
+/// is.
+pub(super) fn export_dmabuf(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    use kfd_abi::uapi618::kfd_ioctl_export_dmabuf_args as A;
+    let handle = crate::uaccess::get_u64(kdata, std::mem::offset_of!(A, handle));
+    let flags = crate::uaccess::get_u32(kdata, std::mem::offset_of!(A, flags));
+    let (gpu_id, idr) = handle_parts(handle);
+    let dev = call.machine.device_by_gpu_id(gpu_id).ok_or(Errno::EINVAL)?;
+    let (backing, writable) = {
+        let st = call.process.lock();
+        let pdd = st.pdds.iter().find(|p| p.dev == dev).ok_or(Errno::EINVAL)?;
+        let bo = pdd.bos.get(&idr).ok_or(Errno::EINVAL)?;
+        if bo.user_mem.is_some() {
+            return Err(Errno::EPERM);
+        }
+        let b = bo.backing.clone().ok_or(Errno::EINVAL)?;
+        (b, bo.flags & sys::KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE != 0)
+    };
+    let cloexec = flags & libc::O_CLOEXEC.unsigned_abs() != 0;
+    let fd = backing
+        .export(writable)
+        .and_then(|fd| {
+            crate::host::set_cloexec(std::os::fd::AsFd::as_fd(&fd), cloexec).map(|()| fd)
+        })
+        .map_err(|e| Errno::from_io(&e))?;
+    let slot = crate::client::FdSlot::ArgField(std::mem::offset_of!(A, dmabuf_fd));
+    let raw = call.client.install_fd_at(fd, slot)?;
+    crate::uaccess::put_u32(
+        kdata,
+        std::mem::offset_of!(A, dmabuf_fd),
+        raw.unsigned_abs(),
+    );
+    Ok(0)
+}
+
 pub(super) fn available_memory(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     with_args(kdata, |a: &mut sys::kfd_ioctl_get_available_memory_args| {
         let st = call.process.lock();

@@ -128,9 +128,30 @@ pub(crate) fn kfd_ioctl(
     //    6.1.y kernel answers (kfd_ioctl: `nr >= AMDKFD_CORE_IOCTL_COUNT` and numbers below
     //    AMDKFD_COMMAND_START; 6.1.0 answered EINVAL). Each is logged once per machine: numbers
     //    clients are known to issue by their name, others by their request code.
-    let Some(desc) = kfd::lookup(cmd) else {
+    // 0. The 6.18 personality's own numbers (KFD 1.12's dma-buf export).
+    let later = (machine.kernel() == crate::machine::Kernel::Linux6_18)
+        .then(|| {
+            ioctl::linux618::kfd::TABLE
+                .iter()
+                .find(|d| d.nr == ioctl::nr(cmd))
+        })
+        .flatten();
+    let found = match later {
+        Some(d) => Some((d, memory::export_dmabuf as Handler)),
+        None => kfd::lookup(cmd).and_then(|d| {
+            let h = usize::from(d.nr)
+                .checked_sub(1)
+                .and_then(|i| HANDLERS.get(i))?;
+            Some((d, *h))
+        }),
+    };
+    let Some((desc, handler)) = found else {
         let nr = ioctl::nr(cmd);
+        let kernel = machine.kernel();
         match foreign_name(nr) {
+            Some(name) if kernel == crate::machine::Kernel::Linux6_18 && nr < 0x80 => {
+                machine.log_once(name, &format!("{name}, nr {nr:#x}: not simulated, ENOTTY"))
+            }
             Some(name) => machine.log_once(
                 name,
                 &format!("{name}, nr {nr:#x}: not a KFD 1.11 ioctl, ENOTTY as 6.1.y answers"),
@@ -145,10 +166,6 @@ pub(crate) fn kfd_ioctl(
         }
         return Err(Errno::ENOTTY);
     };
-    let handler = usize::from(desc.nr)
-        .checked_sub(1)
-        .and_then(|i| HANDLERS.get(i))
-        .ok_or(Errno::ENOTTY)?;
     // 2. The caller must be the opener, or (CRIU_OP only) its ptrace parent.
     let criu = desc.cmd == kfd::CRIU_OP;
     let traced = criu && client.is_ptrace_parent_of(process.pid);

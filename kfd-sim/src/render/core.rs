@@ -21,6 +21,7 @@ use kfd_abi::Errno;
 use kfd_sys as sys;
 
 use super::{Handler, RenderCall};
+use crate::machine::Kernel;
 use crate::uaccess::{copy_to_user, get_u32, get_u64, put_u32, put_u64, IoctlResult};
 
 /// `DRM_AUTH`: authenticated clients only (render clients count as authenticated).
@@ -35,10 +36,6 @@ pub(super) const UNLOCKED: u32 = 1 << 4;
 pub(super) const RENDER_ALLOW: u32 = 1 << 5;
 const NONE: u32 = 0;
 
-/// The amdgpu driver's major version (`KMS_DRIVER_MAJOR`).
-pub(super) const DRIVER_MAJOR: i32 = 3;
-/// The amdgpu driver's minor version in 6.1 (`KMS_DRIVER_MINOR`).
-pub(super) const DRIVER_MINOR: i32 = 49;
 /// `KMS_DRIVER_PATCHLEVEL`.
 pub(super) const DRIVER_PATCHLEVEL: i32 = 0;
 /// `DRIVER_NAME`.
@@ -618,9 +615,46 @@ pub(super) const AMDGPU: &[Row] = &[
     row(0x55, "AMDGPU_SCHED", Dir::Write, 16, MASTER, None),
 ];
 
-/// The row `drm_ioctl` picks for `nr`: driver numbers (`DRM_COMMAND_BASE..DRM_COMMAND_END`) from
-/// amdgpu's table, others from the core table; `None` for holes and numbers past the tables.
-pub(super) fn lookup(nr: u8) -> Option<&'static Row> {
+/// The rows 6.18 adds or changes that the simulator's 6.18 personality runs: the core's
+/// `GEM_CHANGE_HANDLE` (6.18), amdgpu's `GEM_OP` with its 24-byte argument and
+/// `GEM_LIST_HANDLES` (6.18). The other numbers added since 6.1 (sync object event fds, client
+/// names, user queues, ...) keep no row here: `EINVAL`, as numbers without a function.
+pub(super) const LINUX_6_18: &[Row] = &[
+    row(
+        0xd2,
+        "GEM_CHANGE_HANDLE",
+        Dir::ReadWrite,
+        8,
+        RENDER_ALLOW,
+        Some(super::gem::gem_change_handle),
+    ),
+    row(
+        0x50,
+        "AMDGPU_GEM_OP",
+        Dir::ReadWrite,
+        24,
+        AUTH | RENDER_ALLOW,
+        Some(super::gem::gem_op),
+    ),
+    row(
+        0x59,
+        "AMDGPU_GEM_LIST_HANDLES",
+        Dir::ReadWrite,
+        16,
+        AUTH | RENDER_ALLOW,
+        Some(super::gem::gem_list_handles),
+    ),
+];
+
+/// The row `drm_ioctl` picks for `nr` on `kernel`: driver numbers
+/// (`DRM_COMMAND_BASE..DRM_COMMAND_END`) from amdgpu's table, others from the core table; on
+/// 6.18 its own rows first; `None` for holes and numbers past the tables.
+pub(super) fn lookup(nr: u8, kernel: Kernel) -> Option<&'static Row> {
+    if kernel == Kernel::Linux6_18 {
+        if let Some(r) = LINUX_6_18.iter().find(|r| r.nr == nr) {
+            return Some(r);
+        }
+    }
     let base = sys::DRM_COMMAND_BASE;
     let end = sys::DRM_COMMAND_END;
     let table = if (base..end).contains(&u32::from(nr)) {
@@ -671,8 +705,9 @@ fn copy_field(
 /// `drm_copy_field` (`EFAULT` if a buffer cannot be written).
 fn version(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     use sys::drm_version as V;
-    put_u32(kdata, offset_of!(V, version_major), DRIVER_MAJOR as u32);
-    put_u32(kdata, offset_of!(V, version_minor), DRIVER_MINOR as u32);
+    let (major, minor) = call.machine.kernel().drm_version();
+    put_u32(kdata, offset_of!(V, version_major), major.unsigned_abs());
+    put_u32(kdata, offset_of!(V, version_minor), minor.unsigned_abs());
     put_u32(
         kdata,
         offset_of!(V, version_patchlevel),

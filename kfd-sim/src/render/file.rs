@@ -2,7 +2,7 @@
 //! and the objects they name, its submission contexts with their fences, its BO lists.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 use kfd_abi::Errno;
@@ -52,9 +52,10 @@ impl Drop for Charge {
     }
 }
 
-/// A GEM object (`struct amdgpu_bo`), shared by every handle that names it.
+/// A GEM object (`struct amdgpu_bo`), shared by every handle that names it: in every file of its
+/// device that imported one of its dma-bufs too (amdgpu's self-import gives the same object).
 #[derive(Debug)]
-pub(super) struct Gem {
+pub(crate) struct Gem {
     pub(super) memory: GemMemory,
     pub(super) size: u64,
     pub(super) alignment: u64,
@@ -63,9 +64,21 @@ pub(super) struct Gem {
     pub(super) flags: u64,
     pub(super) mmap_offset: u64,
     pub(super) _charge: Option<Charge>,
+    /// Imported from a dma-buf of another device: it has a dma-buf attachment
+    /// (`import_attach`), which `GEM_LIST_HANDLES` flags `IS_IMPORT`.
+    pub(super) foreign: bool,
+    /// A dma-buf of it exists (the object's `dma_buf`): `GEM_CHANGE_HANDLE` moves its PRIME
+    /// entry too.
+    pub(super) exported: AtomicBool,
 }
 
 impl Gem {
+    /// Its alignment in pages, as the driver keeps it (`tbo.page_alignment`: the bytes asked
+    /// for, rounded up to pages).
+    pub(super) fn alignment_pages(&self) -> u64 {
+        self.alignment.div_ceil(crate::limits::PAGE_SIZE)
+    }
+
     /// The VM target of a mapping `offset` bytes into the object.
     pub(super) fn target(&self, offset: u64) -> VmTarget {
         match &self.memory {
@@ -92,11 +105,25 @@ impl Gem {
     }
 }
 
-/// A GEM handle of a file, with the VAs it is mapped at in the file's VM (the `bo_va`).
+/// One mapping of a GEM object in a file's VM (`struct amdgpu_bo_va_mapping`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct VaMap {
+    /// GPU VA.
+    pub(super) va: u64,
+    /// Bytes.
+    pub(super) size: u64,
+    /// Offset in the object.
+    pub(super) offset: u64,
+    /// Page-table flags (`amdgpu_gem_va_map_flags` of the `GEM_VA` flags).
+    pub(super) pte: u64,
+}
+
+/// A GEM handle of a file, with the mappings of its object in the file's VM (the `bo_va`), the
+/// newest first.
 #[derive(Debug)]
 pub(super) struct Handle {
     pub(super) gem: Arc<Gem>,
-    pub(super) vas: Vec<(u64, u64)>,
+    pub(super) vas: Vec<VaMap>,
 }
 
 /// The fences of one (context, ring) entity.
@@ -157,11 +184,16 @@ impl FileState {
     /// A new handle of `gem` (the lowest free id from 1; `ENOSPC` when there is none), not
     /// mapped anywhere yet.
     pub(super) fn add_handle(&mut self, gem: Gem) -> Result<u32, Errno> {
+        self.add_object(Arc::new(gem))
+    }
+
+    /// A new handle of the existing object `gem`.
+    pub(super) fn add_object(&mut self, gem: Arc<Gem>) -> Result<u32, Errno> {
         let id = free_id(&self.handles, u32::MAX).ok_or(Errno::ENOSPC)?;
         self.handles.insert(
             id,
             Handle {
-                gem: Arc::new(gem),
+                gem,
                 vas: Vec::new(),
             },
         );

@@ -2,18 +2,19 @@
 //! memory, their fake mmap offsets, their creation info and placement, and closing handles.
 
 use std::mem::offset_of;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use super::file::{Charge, Gem, GemMemory, Handle};
+use super::file::{Charge, Gem, GemMemory, Handle, VaMap};
 use super::RenderCall;
 use crate::host::lock;
 use crate::hw::backing::{Backing, Domain};
 use crate::hw::vm::Vm;
 use crate::limits::PAGE_SIZE;
+use crate::machine::Kernel;
 use crate::uaccess::{
     check_user_range, copy_to_user, get_u32, get_u64, put_u32, put_u64, IoctlResult,
 };
@@ -24,7 +25,7 @@ const GEM_CREATE_DISCARDABLE: u64 = 1 << 12;
 /// Removes the VA mappings of `h` from `vm` (`amdgpu_vm_bo_del` at handle close).
 fn unmap_all(vm: &Mutex<Vm>, h: &Handle) {
     let mut vm = lock(vm);
-    for &(va, size) in &h.vas {
+    for &super::file::VaMap { va, size, .. } in &h.vas {
         let ours = vm
             .lookup(va)
             .is_some_and(|(s, m)| s == va && m.size == size && h.gem.is_target(&m.target));
@@ -116,8 +117,14 @@ pub(super) fn gem_create(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult
         flags,
         mmap_offset: dev.alloc_mmap_offset(aligned),
         _charge: Some(charge),
+        foreign: false,
+        exported: AtomicBool::new(false),
     };
-    let id = lock(&call.file.state).add_handle(gem)?;
+    let gem = Arc::new(gem);
+    if let GemMemory::Backing(b) = &gem.memory {
+        call.machine.register_gem(b.key(), &gem);
+    }
+    let id = lock(&call.file.state).add_object(gem)?;
     kdata.fill(0);
     put_u32(
         kdata,
@@ -172,6 +179,8 @@ pub(super) fn gem_userptr(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResul
         flags: 0,
         mmap_offset: dev.alloc_mmap_offset(size),
         _charge: None,
+        foreign: false,
+        exported: AtomicBool::new(false),
     };
     let id = lock(&call.file.state).add_handle(gem)?;
     put_u32(kdata, offset_of!(A, handle), id);
@@ -196,11 +205,16 @@ pub(super) fn gem_mmap(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     Ok(0)
 }
 
-/// `amdgpu_gem_op_ioctl`: unknown handle `ENOENT`; GET_GEM_CREATE_INFO writes the creation
-/// parameters (`EFAULT`); SET_PLACEMENT of a userptr `EPERM`, of VRAM for an import `EINVAL`;
-/// unknown op `EINVAL`.
+/// `amdgpu_gem_op_ioctl`: on 6.18 a nonzero `padding` `EINVAL` first; unknown handle `ENOENT`;
+/// GET_GEM_CREATE_INFO writes the creation parameters, the alignment in whole pages
+/// (`EFAULT`); SET_PLACEMENT of a userptr `EPERM`, of VRAM for an import `EINVAL`;
+/// GET_MAPPING_INFO (6.18) the object's mappings in this file's VM; unknown op `EINVAL`.
 pub(super) fn gem_op(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
-    use sys::drm_amdgpu_gem_op as A;
+    use kfd_abi::uapi618::drm_amdgpu_gem_op as A;
+    let kernel = call.machine.kernel();
+    if kernel == Kernel::Linux6_18 && get_u32(kdata, offset_of!(A, padding)) != 0 {
+        return Err(Errno::EINVAL);
+    }
     let handle = get_u32(kdata, offset_of!(A, handle));
     let op = get_u32(kdata, offset_of!(A, op));
     let value = get_u64(kdata, offset_of!(A, value));
@@ -214,7 +228,11 @@ pub(super) fn gem_op(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
             use sys::drm_amdgpu_gem_create_in as In;
             let mut out = vec![0u8; size_of::<In>()];
             put_u64(&mut out, offset_of!(In, bo_size), gem.size);
-            put_u64(&mut out, offset_of!(In, alignment), gem.alignment);
+            put_u64(
+                &mut out,
+                offset_of!(In, alignment),
+                gem.alignment_pages() * PAGE_SIZE,
+            );
             put_u64(
                 &mut out,
                 offset_of!(In, domains),
@@ -239,6 +257,140 @@ pub(super) fn gem_op(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
             gem.domains.store(value & keep, Ordering::Relaxed);
             Ok(0)
         }
+        kfd_abi::uapi618::AMDGPU_GEM_OP_GET_MAPPING_INFO if kernel == Kernel::Linux6_18 => {
+            gem_mapping_info(call, kdata, handle, value)
+        }
         _ => Err(Errno::EINVAL),
     }
+}
+
+/// `kvcalloc` of `n` elements of `size` bytes fails past `INT_MAX` bytes (`kvmalloc_node`).
+fn kvcalloc_check(n: u64, size: u64) -> Result<(), Errno> {
+    match n.checked_mul(size) {
+        Some(bytes) if bytes <= i32::MAX.unsigned_abs().into() => Ok(()),
+        _ => Err(Errno::ENOMEM),
+    }
+}
+
+/// What `copy_to_user` returns for `bytes` at `addr`: 0, or the bytes it could not copy (the
+/// simulator copies all or nothing). 6.18's `GEM_LIST_HANDLES` and `GET_MAPPING_INFO` return
+/// that count as the ioctl's value, not `EFAULT`.
+fn copy_out_count(call: &RenderCall<'_>, addr: u64, bytes: &[u8]) -> i32 {
+    match copy_to_user(call.client, addr, bytes) {
+        Ok(()) => 0,
+        Err(_) => i32::try_from(bytes.len()).unwrap_or(i32::MAX),
+    }
+}
+
+/// `AMDGPU_GEM_OP_GET_MAPPING_INFO` (6.18): `num_entries` entries at `value` get the object's
+/// mappings in this file's VM (GPU VA, size, offset, page-table flags; valid ones, the newest
+/// first), `num_entries` becomes their number; nothing is written when they do not fit.
+fn gem_mapping_info(
+    call: &RenderCall<'_>,
+    kdata: &mut [u8],
+    handle: u32,
+    value: u64,
+) -> IoctlResult {
+    use kfd_abi::uapi618::{drm_amdgpu_gem_op as A, drm_amdgpu_gem_vm_entry as E};
+    let room = get_u32(kdata, offset_of!(A, num_entries));
+    kvcalloc_check(u64::from(room), size_of::<E>() as u64)?;
+    let maps: Vec<VaMap> = lock(&call.file.state)
+        .handles
+        .get(&handle)
+        .map(|h| h.vas.clone())
+        .unwrap_or_default();
+    let n = u32::try_from(maps.len()).unwrap_or(u32::MAX);
+    let mut ret = 0;
+    if n > 0 && n <= room {
+        let mut out = vec![0u8; maps.len() * size_of::<E>()];
+        for (i, m) in maps.iter().enumerate() {
+            let at = i * size_of::<E>();
+            put_u64(&mut out, at + offset_of!(E, addr), m.va);
+            put_u64(&mut out, at + offset_of!(E, size), m.size);
+            put_u64(&mut out, at + offset_of!(E, offset), m.offset);
+            put_u64(&mut out, at + offset_of!(E, flags), m.pte);
+        }
+        ret = copy_out_count(call, value, &out);
+    }
+    put_u32(kdata, offset_of!(A, num_entries), n);
+    Ok(ret)
+}
+
+/// `amdgpu_gem_list_handles_ioctl` (6.18): with room for fewer entries than the file has
+/// handles only `num_entries` is set (to their number); else one entry per handle, in handle
+/// order: size, creation flags (the settable ones), preferred domains, alignment in pages, and
+/// `IS_IMPORT` for an object imported from another device.
+pub(super) fn gem_list_handles(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    use kfd_abi::uapi618::{
+        drm_amdgpu_gem_list_handles as A, drm_amdgpu_gem_list_handles_entry as E,
+        AMDGPU_GEM_CREATE_SETTABLE_MASK, AMDGPU_GEM_LIST_HANDLES_FLAG_IS_IMPORT,
+    };
+    let room = get_u32(kdata, offset_of!(A, num_entries));
+    let entries = get_u64(kdata, offset_of!(A, entries));
+    let st = lock(&call.file.state);
+    let n = u32::try_from(st.handles.len()).unwrap_or(u32::MAX);
+    if room < n || n == 0 {
+        drop(st);
+        put_u32(kdata, offset_of!(A, num_entries), n);
+        return Ok(0);
+    }
+    let mut out = vec![0u8; st.handles.len() * size_of::<E>()];
+    for (i, (&id, h)) in st.handles.iter().enumerate() {
+        let at = i * size_of::<E>();
+        let g = &h.gem;
+        put_u32(&mut out, at + offset_of!(E, gem_handle), id);
+        let flags = if g.foreign {
+            AMDGPU_GEM_LIST_HANDLES_FLAG_IS_IMPORT
+        } else {
+            0
+        };
+        put_u32(&mut out, at + offset_of!(E, flags), flags);
+        put_u64(&mut out, at + offset_of!(E, size), g.size);
+        put_u64(
+            &mut out,
+            at + offset_of!(E, preferred_domains),
+            g.domains.load(Ordering::Relaxed),
+        );
+        put_u64(
+            &mut out,
+            at + offset_of!(E, alloc_flags),
+            g.flags & AMDGPU_GEM_CREATE_SETTABLE_MASK,
+        );
+        put_u64(&mut out, at + offset_of!(E, alignment), g.alignment_pages());
+    }
+    drop(st);
+    put_u32(kdata, offset_of!(A, num_entries), n);
+    Ok(copy_out_count(call, entries, &out))
+}
+
+/// `drm_gem_change_handle_ioctl` (6.18): a new handle past `INT_MAX` `EINVAL`; unknown handle
+/// `ENOENT`; the same handle does nothing; a taken one `ENOSPC`. The object moves, with its VA
+/// mappings, and the old handle is gone. Returns 0 for an object that has a dma-buf (its PRIME
+/// entry moves too) and the new handle otherwise, as 6.18 returns `idr_alloc`'s value.
+///
+/// Not as the kernel: handle 0, which 6.18's `idr_alloc` on the file's table (based at 1) turns
+/// into the lowest free handle, is refused `EINVAL`.
+pub(super) fn gem_change_handle(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    use kfd_abi::uapi618::drm_gem_change_handle as A;
+    let handle = get_u32(kdata, offset_of!(A, handle));
+    let new = get_u32(kdata, offset_of!(A, new_handle));
+    let new_id = i32::try_from(new).map_err(|_| Errno::EINVAL)?;
+    let mut st = lock(&call.file.state);
+    let exported = st
+        .handles
+        .get(&handle)
+        .map(|h| h.gem.exported.load(Ordering::Relaxed))
+        .ok_or(Errno::ENOENT)?;
+    if handle == new {
+        return Ok(0);
+    }
+    if new == 0 {
+        return Err(Errno::EINVAL);
+    }
+    if st.handles.contains_key(&new) {
+        return Err(Errno::ENOSPC);
+    }
+    let h = st.handles.remove(&handle).ok_or(Errno::ENOENT)?;
+    st.handles.insert(new, h);
+    Ok(if exported { 0 } else { new_id })
 }

@@ -93,11 +93,14 @@ pub(crate) fn dispatch(
     }
     let nr = ioctl::nr(cmd);
     // A number without a row (no function): EINVAL before anything is copied.
-    let Some(row) = core::lookup(nr) else {
+    let Some(row) = core::lookup(nr, machine.kernel()) else {
         let code = crate::uaccess::spell_request(cmd);
         machine.log_once(
             &format!("render node {code}"),
-            &format!("render node {code}: not in 6.1's DRM tables, EINVAL as 6.1 answers"),
+            &format!(
+                "render node {code}: not in {}'s DRM tables, EINVAL as it answers",
+                machine.kernel()
+            ),
         );
         return Err(Errno::EINVAL);
     };
@@ -163,7 +166,17 @@ mod tests {
     #[test]
     fn every_request_of_kfd_abi_has_its_row() {
         for d in codes::CORE_TABLE.iter().chain(codes::AMDGPU_TABLE) {
-            let row = core::lookup(d.nr).unwrap_or_else(|| panic!("{}", d.name));
+            let row = core::lookup(d.nr, crate::machine::Kernel::Linux6_1)
+                .unwrap_or_else(|| panic!("{}", d.name));
+            assert_eq!(row.cmd, d.cmd, "{}", d.name);
+        }
+        let l618 = &kfd_abi::ioctl::linux618::drm::CORE_TABLE;
+        for d in l618
+            .iter()
+            .chain(kfd_abi::ioctl::linux618::drm::AMDGPU_TABLE)
+        {
+            let row = core::lookup(d.nr, crate::machine::Kernel::Linux6_18)
+                .unwrap_or_else(|| panic!("{}", d.name));
             assert_eq!(row.cmd, d.cmd, "{}", d.name);
         }
     }

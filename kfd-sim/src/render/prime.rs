@@ -3,7 +3,7 @@
 
 use std::mem::offset_of;
 use std::os::fd::AsFd;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use kfd_abi::Errno;
@@ -15,6 +15,9 @@ use crate::host::lock;
 use crate::hw::backing::Domain;
 use crate::limits::PAGE_SIZE;
 use crate::uaccess::{fd_from_field, get_u32, put_u32, IoctlResult};
+
+/// `AMDGPU_GEM_CREATE_VRAM_WIPE_ON_RELEASE`, which KFD sets on its VRAM BOs.
+const GEM_CREATE_VRAM_WIPE_ON_RELEASE: u64 = 1 << 9;
 
 /// `drm_prime_handle_to_fd_ioctl` + `amdgpu_gem_prime_export`: flags other than `DRM_CLOEXEC |
 /// DRM_RDWR` `EINVAL`; unknown handle `ENOENT`; userptr or VM-always-valid BO `EPERM`.
@@ -34,6 +37,7 @@ pub(super) fn prime_handle_to_fd(call: &RenderCall<'_>, kdata: &mut [u8]) -> Ioc
     let GemMemory::Backing(b) = &gem.memory else {
         return Err(Errno::EPERM);
     };
+    gem.exported.store(true, Ordering::Relaxed);
     if gem.flags & u64::from(sys::AMDGPU_GEM_CREATE_VM_ALWAYS_VALID) != 0 {
         return Err(Errno::EPERM);
     }
@@ -53,7 +57,9 @@ pub(super) fn prime_handle_to_fd(call: &RenderCall<'_>, kdata: &mut [u8]) -> Ioc
 
 /// `drm_gem_prime_fd_to_handle` + `amdgpu_gem_prime_import`: a closed fd `EBADF`
 /// (`dma_buf_get`), an fd that is not a dma-buf of this machine `EINVAL`; a dma-buf already
-/// imported into this file gives its existing handle.
+/// imported into this file gives its existing handle; a dma-buf of this device's memory gives a
+/// new handle of the same object (its size, domains, flags and fake offset), one of another
+/// device's an attachment in GTT.
 pub(super) fn prime_fd_to_handle(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     let fd = get_u32(kdata, offset_of!(sys::drm_prime_handle, fd));
     let key = call.client.resolve_fd(fd_from_field(fd))?;
@@ -71,22 +77,58 @@ pub(super) fn prime_fd_to_handle(call: &RenderCall<'_>, kdata: &mut [u8]) -> Ioc
                 .devices
                 .get(call.file.device)
                 .ok_or(Errno::EINVAL)?;
-            // A foreign device's memory is attached through the GART, as amdgpu imports it.
-            let domain = if b.device == call.file.device && b.domain == Domain::Vram {
-                sys::AMDGPU_GEM_DOMAIN_VRAM
+            let gem = if b.device == call.file.device {
+                // amdgpu_gem_prime_import: a dma-buf of this device's own memory is the same
+                // object, in every file that imports it.
+                match call.machine.gem(b.key()) {
+                    Some(g) => g,
+                    None => {
+                        // Memory of this device without a GEM object here yet: a KFD BO, which
+                        // amdgpu_amdkfd_gpuvm_alloc_memory_of_gpu created with these
+                        // parameters.
+                        let (domain, flags) = match b.domain {
+                            Domain::Vram => (
+                                sys::AMDGPU_GEM_DOMAIN_VRAM,
+                                GEM_CREATE_VRAM_WIPE_ON_RELEASE
+                                    | if b.cpu_access_required {
+                                        u64::from(sys::AMDGPU_GEM_CREATE_CPU_ACCESS_REQUIRED)
+                                    } else {
+                                        0
+                                    },
+                            ),
+                            Domain::Gtt => (sys::AMDGPU_GEM_DOMAIN_GTT, 0),
+                        };
+                        let g = Arc::new(Gem {
+                            size: b.size,
+                            alignment: PAGE_SIZE,
+                            domains: AtomicU64::new(u64::from(domain)),
+                            flags,
+                            mmap_offset: dev.alloc_mmap_offset(b.size),
+                            memory: GemMemory::Backing(Arc::clone(&b)),
+                            _charge: None,
+                            foreign: false,
+                            exported: AtomicBool::new(true),
+                        });
+                        call.machine.register_gem(b.key(), &g);
+                        g
+                    }
+                }
             } else {
-                sys::AMDGPU_GEM_DOMAIN_GTT
+                // Another device's memory is attached through the GART, as amdgpu imports it.
+                Arc::new(Gem {
+                    size: b.size,
+                    alignment: PAGE_SIZE,
+                    domains: AtomicU64::new(u64::from(sys::AMDGPU_GEM_DOMAIN_GTT)),
+                    flags: 0,
+                    mmap_offset: dev.alloc_mmap_offset(b.size),
+                    memory: GemMemory::Backing(b),
+                    _charge: None,
+                    foreign: true,
+                    exported: AtomicBool::new(true),
+                })
             };
-            let gem = Gem {
-                size: b.size,
-                alignment: PAGE_SIZE,
-                domains: AtomicU64::new(u64::from(domain)),
-                flags: 0,
-                mmap_offset: dev.alloc_mmap_offset(b.size),
-                memory: GemMemory::Backing(b),
-                _charge: None,
-            };
-            st.add_handle(gem)?
+            gem.exported.store(true, Ordering::Relaxed);
+            st.add_object(gem)?
         }
     };
     put_u32(kdata, offset_of!(sys::drm_prime_handle, handle), id);

@@ -6,7 +6,7 @@ use std::mem::offset_of;
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use super::file::GemMemory;
+use super::file::{GemMemory, VaMap};
 use super::RenderCall;
 use crate::host::lock;
 use crate::hw::vm::VmMapping;
@@ -97,16 +97,24 @@ pub(super) fn gem_va(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
                     writable,
                 },
             )?;
-            h.vas.push((addr, size));
+            h.vas.insert(
+                0,
+                VaMap {
+                    va: addr,
+                    size,
+                    offset,
+                    pte: kfd_abi::uapi618::va_to_pte_flags(flags),
+                },
+            );
             Ok(0)
         }
         sys::AMDGPU_VA_OP_UNMAP => {
             let i = h
                 .vas
                 .iter()
-                .position(|&(v, _)| v == addr)
+                .position(|m| m.va == addr)
                 .ok_or(Errno::ENOENT)?;
-            let (va, size) = h.vas.swap_remove(i);
+            let VaMap { va, size, .. } = h.vas.remove(i);
             let mut vm = lock(&call.file.vm);
             if vm
                 .lookup(va)

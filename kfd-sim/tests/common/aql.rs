@@ -245,25 +245,8 @@ impl Rig {
 }
 
 /// Kernel arguments, each aligned to its size.
-#[derive(Default)]
-pub(crate) struct Args(pub Vec<u8>);
-
-impl Args {
-    pub(crate) fn u64(mut self, v: u64) -> Self {
-        while self.0.len() % 8 != 0 {
-            self.0.push(0);
-        }
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    pub(crate) fn u32(mut self, v: u32) -> Self {
-        while self.0.len() % 4 != 0 {
-            self.0.push(0);
-        }
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-}
+#[allow(unused_imports)] // not every test binary dispatches kernels
+pub(crate) use kfd_shader::testmem::Args;
 
 /// An AQL queue of the rig's GPU.
 pub(crate) struct Queue {

@@ -9,26 +9,7 @@ use kfd_shader::testmem::Rig;
 pub(crate) const CODE_OBJECT: &[u8] = include_bytes!("../../kernels/kernels.co");
 
 /// Kernel arguments, each aligned to its size.
-#[derive(Default)]
-pub(crate) struct Args(pub Vec<u8>);
-
-impl Args {
-    pub(crate) fn u64(mut self, v: u64) -> Self {
-        while self.0.len() % 8 != 0 {
-            self.0.push(0);
-        }
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-
-    pub(crate) fn u32(mut self, v: u32) -> Self {
-        while self.0.len() % 4 != 0 {
-            self.0.push(0);
-        }
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-}
+pub(crate) use kfd_shader::testmem::Args;
 
 /// `n` words that differ from lane to lane and from `seed` to seed.
 pub(crate) fn pattern(n: usize, seed: u32) -> Vec<u32> {

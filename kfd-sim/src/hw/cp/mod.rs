@@ -2,14 +2,15 @@
 //! compute queues, dispatching kernels to the gfx90a shader core (`kfd-shader`).
 //!
 //! - **What it knows.** What the driver maps for it, as for the SDMA engines: the runlist of
-//!   processes ([`Runlist`]), each queue's registers ([`MappedQueue`]: ring, read-pointer
+//!   processes ([`Runlist`]), each queue's registers ([`MappedQueue`](super::queue::MappedQueue): ring, read-pointer
 //!   address, doorbell), the process's doorbell slice and GPU VM, and the SVM ranges its GPU may
 //!   reach. It keeps its own state of each queue (the packet it is at, a dispatch in flight with
 //!   its stopped waves, a wait, an error) in the queue's registers ([`QueueState`]), which the
 //!   driver drops with the queue.
 //! - **When it runs.** One thread per GPU, started when a doorbell slice of that GPU is first
-//!   mapped, polling the doorbells of the active AQL queues (every [`POLL_MIN`] while there is
-//!   work, backing off to [`POLL_MAX`]); it holds the machine weakly and ends with it.
+//!   mapped, polling the doorbells of the active AQL queues in the SDMA engine's loop
+//!   ([`super::scheduler::poll`]: often while there is work, backing off when there is
+//!   none); it holds the machine weakly and ends with it.
 //! - **The ring.** 64-byte packets; the doorbell holds the index of the last packet made valid.
 //!   While the read index (`amd_queue_t.read_dispatch_id`, whose address CREATE_QUEUE gave as
 //!   the read pointer) is not past the doorbell and the packet's type is not INVALID, the packet
@@ -51,7 +52,6 @@ pub(crate) mod memory;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
 
 use kfd_shader::{
     Apertures, Dispatch, DispatchError, DispatchPacket, KernelDescriptor, ScratchSetup, ShaderError,
@@ -60,15 +60,11 @@ use kfd_shader::{
 use self::dispatch::{Failure, InFlight, RoundEnd};
 use self::memory::{fetch_add_u64, load_u64, read_u32, read_u64, store_u64, SvmView};
 use super::queue::Engine;
-use super::scheduler::{MappedProcess, Runlist};
+use super::scheduler::{poll, MappedProcess, Runlist};
 use super::sdma::{gpu_timestamp, read_va, write_va, Fault};
 use super::vm::Vm;
 use crate::host::lock;
 
-/// The poll interval while queues have work.
-const POLL_MIN: Duration = Duration::from_micros(100);
-/// The longest poll interval of an idle command processor.
-const POLL_MAX: Duration = Duration::from_millis(10);
 /// Packets one queue runs per pass (dispatch rounds count as one).
 const PACKETS_PER_PASS: usize = 64;
 
@@ -183,23 +179,11 @@ impl CommandProcessors {
 
 /// The command processor thread of GPU `device`: polls until the machine is gone.
 fn run<R: Runlist>(runlist: &Weak<R>, device: usize) {
-    let mut wait = POLL_MIN;
-    loop {
-        let Some(r) = runlist.upgrade() else {
-            return;
-        };
-        let mut worked = false;
-        for p in r.processes() {
-            worked |= service(&*r, &*p, device);
-        }
-        drop(r);
-        wait = if worked {
-            POLL_MIN
-        } else {
-            (wait * 2).min(POLL_MAX)
-        };
-        std::thread::sleep(wait);
-    }
+    poll(runlist, |r| {
+        r.processes()
+            .iter()
+            .fold(false, |worked, p| service(r, &**p, device) | worked)
+    });
 }
 
 /// One AQL queue the command processor looks at, taken under the process lock.
@@ -342,6 +326,12 @@ impl<R: Runlist> QueueRun<'_, R> {
         let at = self.packet_va();
         let pkt = match read_va(self.vm(), at, PACKET) {
             Ok(b) => b,
+            // A queue never rung (its doorbell and read pointer still at 0, as the driver made
+            // it) has given the hardware nothing to fetch: a ring the GPU cannot reach yet is not
+            // a fault before the queue is used (kfd-workload's compute queues are never rung,
+            // their rings never GPU-mapped). The cost: a first packet rung on an unmapped ring
+            // waits instead of faulting.
+            Err(_) if self.st.rptr == 0 && self.w.doorbell == 0 => return Step::Wait,
             Err(e) => {
                 self.log_once(
                     "AQL ring unreadable",
