@@ -6,11 +6,11 @@ use std::mem::{offset_of, size_of};
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use super::process::ProcState;
+use super::process::{KfdProcess, ProcState};
 use super::svm_range::{SvmAccess, SvmRange};
 use super::KfdCall;
 use crate::host::access_ok;
-use crate::host::lock;
+use crate::host::{lock, Vma};
 use crate::uaccess::{get_u32, get_u64, put_u32, IoctlResult};
 
 /// Byte offsets in `kfd_ioctl_svm_args`, whose attributes follow it in the ioctl buffer.
@@ -142,6 +142,78 @@ pub(super) fn svm_apply(st: &mut ProcState, start: u64, end: u64, attrs: &[(u32,
     keep.extend(inside);
     keep.sort_by_key(|r| r.start);
     st.svm = keep;
+}
+
+/// `svm_range_unmap_from_cpu`, as the MMU notifier calls it for an `MMU_NOTIFY_UNMAP` of
+/// `[start, end)` (bytes) in the process's address space: the unmapped part of every SVM range
+/// goes (a range across a border is split there, each part keeping its attributes; its GPU
+/// mappings of the part go with it). Nothing else of the process changes: BOs, userptr BOs
+/// included, stay as they are. Returns whether any range changed.
+pub(crate) fn unmap_from_cpu(process: &KfdProcess, start: u64, end: u64) -> bool {
+    if start >= end {
+        return false;
+    }
+    let mut st = process.lock();
+    let changed = unmap_ranges(&mut st.svm, start, end);
+    if changed {
+        log::debug!(
+            "kfd: pid {}: unmap of {start:#x}..{end:#x} dropped that part of its SVM ranges",
+            process.pid
+        );
+    }
+    changed
+}
+
+/// Removes `[start, end)` from `ranges` (kept in address order), splitting at the borders.
+fn unmap_ranges(ranges: &mut Vec<SvmRange>, start: u64, end: u64) -> bool {
+    if !ranges.iter().any(|r| r.start < end && start < r.end()) {
+        return false;
+    }
+    let old = std::mem::take(ranges);
+    for r in old {
+        if r.end() <= start || r.start >= end {
+            ranges.push(r);
+            continue;
+        }
+        if r.start < start {
+            ranges.push(SvmRange {
+                size: start - r.start,
+                ..r.clone()
+            });
+        }
+        if r.end() > end {
+            ranges.push(SvmRange {
+                start: end,
+                size: r.end() - end,
+                ..r
+            });
+        }
+    }
+    true
+}
+
+/// The fallback when unmaps went unrecorded: every part of an SVM range that no VMA of
+/// `vmas` (the process's mappings, in address order) covers any more is dropped, as the unmaps
+/// that made those holes would have dropped it. A range whose address was mapped again since
+/// cannot be told from one that never went, and stays. Returns whether any range changed.
+pub(crate) fn unmap_outside(process: &KfdProcess, vmas: &[Vma]) -> bool {
+    let mut st = process.lock();
+    let Some(lo) = st.svm.first().map(|r| r.start) else {
+        return false;
+    };
+    let hi = st.svm.iter().map(SvmRange::end).max().unwrap_or(lo);
+    let mut changed = false;
+    let mut at = lo;
+    for v in vmas.iter().filter(|v| v.end > lo && v.start < hi) {
+        if v.start > at {
+            changed |= unmap_ranges(&mut st.svm, at, v.start);
+        }
+        at = at.max(v.end);
+    }
+    if at < hi {
+        changed |= unmap_ranges(&mut st.svm, at, hi);
+    }
+    changed
 }
 
 fn svm_location_ok(st: &ProcState, v: u32) -> bool {
