@@ -193,7 +193,14 @@ impl Shared {
                 })
             }
             cmd => match &file.kind {
-                FileKind::Kfd(p) => crate::kfd::kfd_ioctl(&self.machine, p, &client, cmd, io.arg),
+                FileKind::Kfd(p) => {
+                    // What the process unmapped before this call, as amdkfd's notifier has
+                    // applied it by now (CRIU_OP comes on the dumped process's file: its too).
+                    if let Some(b) = &bridge {
+                        b.apply_unmaps(p);
+                    }
+                    crate::kfd::kfd_ioctl(&self.machine, p, &client, cmd, io.arg)
+                }
                 FileKind::Render(r) => {
                     crate::render::dispatch(&self.machine, r, &client, cmd, io.arg)
                 }
