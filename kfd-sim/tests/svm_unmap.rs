@@ -4,7 +4,7 @@
 //! munmap and then reports it ([`SimProcess::notify_unmap`]), as the notifier runs before munmap
 //! returns.
 
-#![allow(clippy::unwrap_used)] // test helpers, like the tests themselves, panic on failure
+#![allow(clippy::unwrap_used, clippy::cast_possible_truncation)] // test helpers, like the tests themselves, panic on failure; addresses and lengths of a 64-bit process
 
 mod common;
 
