@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * kfd_bridge: proxy character devices in front of CUSE devices, for the two things a CUSE
+ * kfd_bridge: proxy character devices in front of CUSE devices, for what a CUSE
  * server cannot do by itself and a device driver does:
  *
  *   - mmap: a proxy's mapping keeps the proxy file (so /proc/PID/maps names the device) and is
