@@ -17,15 +17,17 @@
 #                       leaves there on one guest is there on the others (see wait_for_guest)
 #   VM_LANE_KMOD_DIR    where the lane put the kfd_bridge module it built for this guest's kernel
 #                       (see need_kmod)
+#   VM_LANE_ROCM_DIR    where the lane put the programs of ci/rocm it built for this guest's
+#                       release (see need_rocm_programs)
 #   VM_LANE_UPSTREAM    what the lane says of upstream's criu builds for this guest (upstream.inc's
 #                       need_upstream reads it)
 #   KFD_*               passed through from the host's environment
 # A scenario may set CRIU_BIN (default `criu`, the guest's own) to run another criu build through
 # the criu_* helpers (upstream.inc does).
 # Helpers: note, pass, fail, skip, start_detached, wait_for, criu_run, criu_dump, criu_restore,
-# need_bin, need_kmod, need_guest, need_criu, criu_at_least, wait_for_guest (each described where
-# it is defined). A scenario that exits 0 without calling pass
-# passes; any other exit fails it.
+# need_bin, need_kmod, need_rocm_programs, need_guest, need_criu, criu_at_least, wait_for_guest
+# (each described where it is defined). A scenario that exits 0 without calling pass passes; any
+# other exit fails it.
 # shellcheck shell=bash
 set -euo pipefail
 
@@ -36,8 +38,9 @@ note() { printf '[%6.1fs] %s\n' "$(awk '{print $1}' /proc/uptime)" "$*"; }
 
 _record() { printf '%s\n' "$*" >"$VM_LANE_OUT/status"; }
 
-# Ends the scenario: pass, fail MESSAGE, or skip REASON (a skip does not fail the lane).
-pass() { note "PASS"; _record PASS; exit 0; }
+# Ends the scenario: pass [NOTE], fail MESSAGE, or skip REASON (a skip does not fail the lane). The
+# lane's report prints the note, message or reason after the scenario's name.
+pass() { note "PASS${1:+: $*}"; _record "PASS${1:+ $*}"; exit 0; }
 fail() { note "FAIL: $*"; _record "FAIL $*"; exit 1; }
 skip() { note "SKIP: $*"; _record "SKIP $*"; exit 0; }
 
@@ -184,6 +187,23 @@ need_kmod() {
     fi
     wait_for "/dev/kfd-bridge" 10 test -c /dev/kfd-bridge
     KMOD_FILE=$ko
+}
+
+# need_rocm_programs NAME...: the programs of ci/rocm (and hsa-kernels.co) that ci/rocm/build.sh
+# built on the host for this guest's release, once and cached (ci/vm-lane builds them only for
+# scenarios that call need_rocm_programs). Sets ROCM_PROGRAMS to their directory. Fails the
+# scenario when the build failed (with the host's reason); skips it when one could not be built
+# for want of a tool (hipcc not installed on the host, say), with that reason.
+need_rocm_programs() {
+    local dir=${VM_LANE_ROCM_DIR:-/nonexistent} name why
+    [[ ! -f $dir/error ]] || fail "the programs of ci/rocm were not built: $(cat "$dir/error")"
+    for name; do
+        why=$(grep -m 1 "^$name: " "$dir/missing" 2>/dev/null) || why=
+        [[ -z $why ]] || skip "$why"
+        [[ -e $dir/$name ]] || fail "ci/vm-lane built no $name for this guest ($dir)"
+    done
+    note "ci/rocm programs built on the host with: $(paste -sd, "$dir/toolchain" | sed 's/,/, /g')"
+    ROCM_PROGRAMS=$dir
 }
 
 # need_bin NAME...: skips the scenario unless each NAME is an executable in --bin-dir; use them as

@@ -1,17 +1,30 @@
-# rocm-hsa: a C program of ours (ci/rocm/hsa-probe.c), built here against Debian's ROCr
-# (libhsa-runtime-dev on the host root the guest shares), runs on kfd-simd served through the
-# kfd_bridge module with the simulated sysfs mounted where the kernel puts it: hsa_init, the agents,
-# their memory pools, VRAM and host buffers from hsa_amd_memory_pool_allocate, and a round trip
-# host -> VRAM -> host with hsa_amd_memory_async_copy, which ROCr runs on its SDMA queues (gfx9):
-# kfd-simd's user-mode queue engine executes ROCr's packets (HDP flush, copy, ATOMIC decrement of
-# the completion signal, FENCE + TRAP of its event).
+# rocm-hsa: ROCr programs of ours (ci/rocm, built once on the host against the guest release's
+# ROCr by ci/rocm/build.sh) on kfd-simd served through the kfd_bridge module with the simulated
+# sysfs mounted where the kernel puts it:
 #
-# Then hsa_memory_copy host -> VRAM -> host: ROCr copies there with a blit kernel (a dispatch of
-# its copy shader on an AQL compute queue it creates then), which kfd-simd's command processor
-# runs on its gfx90a shader core; the probe checks the bytes, frees everything and shuts ROCr
-# down. Then real criu dumps a probe that holds ROCr's state (its SDMA queues, signals, events,
-# VRAM and host buffers) and restores it, on the same node and on one with other gpu ids; the
-# restored probe checks its buffers and makes a new round trip through the restored SDMA queues.
+# 1. hsa-probe: hsa_init, the agents, their memory pools, VRAM and host buffers from
+#    hsa_amd_memory_pool_allocate, a round trip host -> VRAM -> host with
+#    hsa_amd_memory_async_copy (ROCr's SDMA queues, run by kfd-simd's user-mode queue engine:
+#    HDP flush, copy, ATOMIC decrement of the completion signal, FENCE + TRAP of its event), then
+#    hsa_memory_copy, which ROCr makes with a blit kernel on an AQL queue.
+# 2. hsa-compute: hsa_memory_copy in every direction (host, VRAM, locked malloc memory, the other
+#    GPU's VRAM), hsa_amd_memory_fill, then our kernels (hsa-kernels.cl, built by clang-15) loaded
+#    through ROCr's executable API and dispatched on an AQL queue: vector add, an LDS reduction
+#    with barriers, atomics, cross-lane shuffles, a 2D grid, double precision, 64-bit indexing;
+#    every result compared with the CPU's.
+# 3. hsa-long: a long kernel (xorshift chains with a progress counter in host memory), checked
+#    against the CPU, then a second dispatch on the same queue.
+# 4. real criu dumps a probe holding ROCr's state (SDMA queues, signals, events, VRAM and host
+#    buffers) and restores it, on the same node and on one with other gpu ids and render minors;
+#    the restored probe checks its buffers, makes a new round trip through the restored SDMA
+#    queues and (with the command processor) hsa_memory_copy, frees everything and shuts ROCr down.
+#
+# Until kfd-simd has an AQL command processor it executes no packet of an AQL queue (it logs the
+# first one rung: "not executed, there is no command processor"): then the scenario asserts that
+# each program stops exactly at its first kernel dispatch (hsa-probe at memcpy, hsa-compute at
+# copy_h2d, hsa-long at load: the loader copies the code object to VRAM with a blit kernel) and
+# passes with that said in its verdict; with the command processor every program must run to its
+# checked results.
 #
 # shellcheck shell=bash
 # shellcheck source=lib.sh
@@ -21,19 +34,14 @@
 # shellcheck source=rocm.inc
 . "$VM_LANE_REPO/ci/vm-lane.d/rocm.inc"
 
-command -v gcc >/dev/null || skip "no gcc on the host root"
-[[ -f /usr/include/hsa/hsa.h ]] ||
-    skip "libhsa-runtime-dev is not installed on the host (apt-get install libhsa-runtime-dev)"
+need_rocm_programs hsa-probe hsa-compute hsa-long hsa-kernels.co
 note "ROCr $(dpkg-query -W -f '${Version}' libhsa-runtime64-1 2>/dev/null)"
-
-probe=$VM_LANE_WORK/hsa-probe
-gcc -O1 -Wall -Wextra -Werror -o "$probe" "$VM_LANE_REPO/ci/rocm/hsa-probe.c" -lhsa-runtime64 \
-    2>"$VM_LANE_OUT/gcc.err" ||
-    fail "building hsa-probe failed: $(head -n 5 "$VM_LANE_OUT/gcc.err")"
+probe=$ROCM_PROGRAMS/hsa-probe
+code_object=$ROCM_PROGRAMS/hsa-kernels.co
 
 start_probe_simd
 
-# 1. The whole probe once, hsa_memory_copy's blit kernel included.
+# 1. The probe once, traced.
 rc=0
 timeout -k 5 180 strace -f --seccomp-bpf -e 'trace=openat,ioctl,mmap' -o "$VM_LANE_OUT/probe.strace" \
     "$probe" >"$VM_LANE_OUT/probe.out" 2>"$VM_LANE_OUT/probe.err" || rc=$?
@@ -45,19 +53,41 @@ grep '^GPU agent' "$VM_LANE_OUT/probe.out" | while read -r line; do note "$line"
     fail "an SDMA queue of ROCr hung: $(grep 'SDMA queue .* hung' "$VM_LANE_OUT/simd.err")"
 [[ $(grep -c '^GPU agent .*: gfx90a, AMD Instinct MI210, 104 CUs' "$VM_LANE_OUT/probe.out") == 2 ]] ||
     fail "ROCr does not see the preset's two MI210s"
-[[ $(probe_steps "$VM_LANE_OUT/probe.out") == "init agents pools alloc h2d d2h memcpy free shutdown" ]] ||
-    fail "hsa-probe stopped: $(grep '^STOP' "$VM_LANE_OUT/probe.out" || tail -n 3 "$VM_LANE_OUT/probe.err")"
-((rc == 0)) || fail "hsa-probe exited with status $rc"
+[[ $(probe_steps "$VM_LANE_OUT/probe.out") == "init agents pools alloc h2d d2h"* ]] ||
+    fail "hsa-probe stopped before hsa_memory_copy: $(grep '^STOP' "$VM_LANE_OUT/probe.out" || tail -n 3 "$VM_LANE_OUT/probe.err")"
 note "ROCr: hsa_init, agents, pools, allocations, SDMA copies host -> VRAM -> host"
 grep 'queue [0-9]* created' "$VM_LANE_OUT/simd.err" | while read -r line; do note "kfd-simd: $line"; done
-grep -q 'queue [0-9]* created .*: compute AQL' "$VM_LANE_OUT/simd.err" ||
-    fail "hsa_memory_copy completed, yet ROCr created no AQL queue for its blit kernel"
-grep 'logged once' "$VM_LANE_OUT/simd.err" | while read -r line; do note "kfd-simd: $line"; done
-! grep -q 'AQL queue [0-9]*: .*queue error' "$VM_LANE_OUT/simd.err" ||
-    fail "an AQL queue of ROCr stopped: $(grep 'queue error' "$VM_LANE_OUT/simd.err")"
-note "hsa_memory_copy: 1 MiB host -> VRAM -> host by ROCr's blit kernel on kfd-simd's command processor, checked"
+PROGRAM_RC=$rc
+SIMD_LINES_BEFORE=0
+cp "$VM_LANE_OUT/probe.out" "$VM_LANE_OUT/hsa-probe.out"
+probe_copies=true
+program_result hsa-probe memcpy || probe_copies=false
+if no_command_processor; then
+    grep -q 'queue [0-9]* created .*: compute AQL' "$VM_LANE_OUT/simd.err" ||
+        fail "hsa_memory_copy did not complete, yet ROCr created no AQL queue for its blit kernel"
+    grep -q 'AQL queue [0-9]* rung for a KERNEL_DISPATCH packet' "$VM_LANE_OUT/simd.err" ||
+        fail "hsa_memory_copy did not complete, yet ROCr rang no kernel dispatch on its AQL queue"
+    # Only the stop is left to see: short step limits.
+    seconds=20
+else
+    seconds=120
+fi
 
-# 2. criu dumps a probe holding ROCr's state and restores it; the restored probe copies again.
-probe_cycle held 120 "$probe" --no-memory-copy
-probe_cycle remapped 120 --between probe_remap_node "$probe" --no-memory-copy
-pass
+# 2. and 3. The programs that compute.
+run_program hsa-compute $((seconds * 30)) "$ROCM_PROGRAMS/hsa-compute" --code-object "$code_object" \
+    --step-seconds "$seconds"
+program_result hsa-compute copy_h2d || true
+run_program hsa-long $((seconds * 20)) "$ROCM_PROGRAMS/hsa-long" --code-object "$code_object" \
+    --items 1024 --steps 65536 --step-seconds "$seconds"
+program_result hsa-long load || true
+
+# 4. criu dumps a probe holding ROCr's state and restores it; the restored probe copies again
+# (where hsa_memory_copy completed in 1., with it too: a blit kernel on an AQL queue it creates
+# after the restore).
+no_memory_copy=()
+if no_command_processor || ! $probe_copies; then
+    no_memory_copy=(--no-memory-copy)
+fi
+probe_cycle held 120 "$probe" "${no_memory_copy[@]}"
+probe_cycle remapped 120 --between probe_remap_node "$probe" "${no_memory_copy[@]}"
+rocm_verdict "hsa-probe, hsa-compute and hsa-long"

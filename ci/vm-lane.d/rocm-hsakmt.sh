@@ -1,5 +1,5 @@
-# rocm-hsakmt: a C program of ours (ci/rocm/hsakmt-probe.c), built here against Debian's
-# libhsakmt (libhsakmt-dev on the host root the guest shares), runs on kfd-simd served through the
+# rocm-hsakmt: a C program of ours (ci/rocm/hsakmt-probe.c), built once on the host against the
+# guest release's libhsakmt by ci/rocm/build.sh (need_rocm_programs), runs on kfd-simd served through the
 # kfd_bridge module (mmap of /dev/kfd and the render nodes) with the simulated sysfs mounted where
 # the kernel puts it: open, topology, VRAM without host access, GTT and VRAM with host access
 # written and read through their mappings, userptr, mapping to one and to all GPUs, signal events,
@@ -8,8 +8,7 @@
 # restores it, on the same node and on one with other gpu ids, and the restored program checks its
 # data through its mappings and submits a second copy through the same queue.
 #
-# Guest-agnostic: it needs gcc, libhsakmt-dev and pkg-config on the (shared) root, whatever their
-# versions; the libhsakmt version is noted.
+# Guest-agnostic: the libhsakmt version is noted.
 # shellcheck shell=bash
 # shellcheck source=lib.sh
 . "$VM_LANE_LIB"
@@ -18,7 +17,10 @@
 # shellcheck source=rocm.inc
 . "$VM_LANE_REPO/ci/vm-lane.d/rocm.inc"
 
-build_hsakmt_probe
+need_rocm_programs hsakmt-probe
+note "libhsakmt $(dpkg-query -W -f '${Version}' libhsakmt1 2>/dev/null)"
+# What held_probe_cycle (rocm.inc) holds.
+HSAKMT_PROBE=$ROCM_PROGRAMS/hsakmt-probe
 probe=$HSAKMT_PROBE
 
 start_probe_simd

@@ -700,6 +700,160 @@ fn criu_dmabufs_and_the_smi_fd_arrive_installed_in_the_caller() {
     drop(d);
 }
 
+/// Anonymous memory of `pages` pages at an address of the kernel's choice.
+fn anon(pages: usize) -> Mapping {
+    // SAFETY: a new private anonymous mapping; it overlaps nothing of ours.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            pages * PAGE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(
+        p,
+        libc::MAP_FAILED,
+        "mmap: {}",
+        std::io::Error::last_os_error()
+    );
+    Mapping {
+        addr: p as usize,
+        len: pages * PAGE,
+    }
+}
+
+impl Mapping {
+    /// Maps `len` bytes at `at` again (fresh anonymous memory in a hole of this mapping).
+    fn remap_part(&self, at: usize, len: usize) {
+        let want = self.addr + at;
+        // SAFETY: a hole of our own mapping's range; MAP_FIXED_NOREPLACE fails rather than
+        // replace what another thread may have mapped there meanwhile.
+        let p = unsafe {
+            libc::mmap(
+                want as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        assert_eq!(p as usize, want, "the hole was taken meanwhile");
+    }
+}
+
+fn preferred_loc(value: u32) -> kfd_abi::kfd::SvmAttribute {
+    kfd_abi::kfd::SvmAttribute {
+        ty: kfd_sys::KFD_IOCTL_SVM_ATTR_PREFERRED_LOC,
+        value,
+    }
+}
+
+/// A userptr BO at `addr` (`pages` pages) on the first GPU: its errno, or freed again.
+fn userptr_at(c: &Client, addr: usize, pages: usize) -> Result<(), Errno> {
+    // SAFETY: the memory is the caller's mapping, which outlives the BO (freed at once).
+    let bo = unsafe {
+        c.kfd.alloc_userptr(
+            addr as u64,
+            (pages * PAGE) as u64,
+            c.gpus[0],
+            AllocFlags::WRITABLE,
+            addr as u64,
+        )
+    }
+    .map_err(|e| e.errno().expect("an errno"))?;
+    c.kfd.free_memory(bo.handle).expect("FREE_MEMORY_OF_GPU");
+    Ok(())
+}
+
+/// ROCr registers a locked host buffer as an SVM range; the program frees it, and libhsakmt
+/// then allocates host memory as a userptr BO at a fresh mapping, often at the same address. The
+/// module's MMU notifier tells the daemon of the munmap, which drops the range as amdkfd does.
+#[test]
+fn an_unmapped_svm_range_frees_its_address_for_a_userptr_bo() {
+    bridge_test!();
+    let mut d = Daemon::start();
+    let c = client();
+    let g1 = c.gpus[1].get();
+    let m = anon(4);
+    c.kfd
+        .svm_set_attr(m.addr as u64, (4 * PAGE) as u64, &[preferred_loc(g1)])
+        .expect("SVM SET_ATTR");
+    assert_eq!(
+        userptr_at(&c, m.addr, 4),
+        Err(Errno::EADDRINUSE),
+        "a live range refuses a BO"
+    );
+    // The middle goes: the ends keep their attributes, the middle is no range any more.
+    m.unmap_part(PAGE, 2 * PAGE);
+    m.remap_part(PAGE, 2 * PAGE);
+    let location = |at: usize, len: usize| {
+        let mut a = [preferred_loc(0)];
+        c.kfd
+            .svm_get_attr((m.addr + at) as u64, len as u64, &mut a)
+            .expect("SVM GET_ATTR");
+        a[0].value
+    };
+    assert_eq!(location(0, PAGE), g1);
+    assert_eq!(location(3 * PAGE, PAGE), g1);
+    assert_eq!(
+        location(PAGE, 2 * PAGE),
+        kfd_sys::KFD_IOCTL_SVM_LOCATION_UNDEFINED
+    );
+    assert_eq!(userptr_at(&c, m.addr + PAGE, 2), Ok(()));
+    // All of it, mapped again at once.
+    m.unmap_part(0, 4 * PAGE);
+    m.remap_part(0, 4 * PAGE);
+    assert_eq!(userptr_at(&c, m.addr, 4), Ok(()));
+    drop(m);
+    drop(c);
+    assert!(d.alive());
+    drop(d);
+}
+
+/// More unmaps between two calls than the module keeps: the daemon is told some were lost and
+/// cuts the ranges to the process's mappings, so the holes are free all the same.
+#[test]
+fn unmaps_beyond_the_modules_queue_fall_back_to_the_mappings() {
+    bridge_test!();
+    let mut d = Daemon::start();
+    let c = client();
+    // 300 separate holes (every other page): more than the module keeps (240).
+    let holes = 300;
+    let m = anon(2 * holes + 1);
+    c.kfd
+        .svm_set_attr(
+            m.addr as u64,
+            m.len as u64,
+            &[preferred_loc(c.gpus[1].get())],
+        )
+        .expect("SVM SET_ATTR");
+    for i in 0..holes {
+        m.unmap_part((2 * i + 1) * PAGE, PAGE);
+    }
+    // A call of the process: the daemon applies what it was told, and the fallback.
+    let mut a = [preferred_loc(0)];
+    c.kfd
+        .svm_get_attr(m.addr as u64, PAGE as u64, &mut a)
+        .expect("SVM GET_ATTR");
+    // The last hole was not among the recorded ones.
+    let last = (2 * holes - 1) * PAGE;
+    m.remap_part(last, PAGE);
+    assert_eq!(userptr_at(&c, m.addr + last, 1), Ok(()));
+    assert_eq!(
+        userptr_at(&c, m.addr + last + PAGE, 1),
+        Err(Errno::EADDRINUSE),
+        "the page after it is still a range"
+    );
+    drop(m);
+    drop(c);
+    assert!(d.alive());
+    drop(d);
+}
+
 #[test]
 fn fds_arrive_in_a_process_of_another_pid_namespace() {
     bridge_test!();

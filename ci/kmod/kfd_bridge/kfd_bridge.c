@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * kfd_bridge: proxy character devices in front of CUSE devices, for the two things a CUSE
+ * kfd_bridge: proxy character devices in front of CUSE devices, for what a CUSE
  * server cannot do by itself and a device driver does:
  *
  *   - mmap: a proxy's mapping keeps the proxy file (so /proc/PID/maps names the device) and is
@@ -11,7 +11,10 @@
  *   - the caller's device cgroup: when a proxy is opened, what the opener's device cgroup says of
  *     every proxy (read and write), evaluated in its context and kept for the daemon to read
  *     while it serves the open (amdkfd gives a process only the GPUs whose render node it may
- *     use).
+ *     use);
+ *   - the clients' unmaps: an MMU notifier on the mm of every process with a proxy file open
+ *     records the ranges it unmaps, which the daemon takes before it serves that process's next
+ *     call (amdkfd's SVM ranges end where the process unmaps them).
  *
  * Everything else (open, read, write, ioctl, poll, release) goes to the CUSE device's own file
  * operations, in the caller's context, so the daemon sees the caller's pid exactly as when the
@@ -26,6 +29,8 @@
  *     parent).
  *   - kb_map: one per successful mmap, shared by every VMA made from it (splits, forks); holds
  *     the memfd.
+ *   - kb_mm: one per (control file, mm) with a proxy file open; counted by those files (the
+ *     last close unregisters its notifier); counts the kb_ctl.
  */
 #include <linux/cdev.h>
 #include <linux/ctype.h>
@@ -38,6 +43,7 @@
 #include <linux/list.h>
 #include <linux/miscdevice.h>
 #include <linux/mm.h>
+#include <linux/mmu_notifier.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/namei.h>
@@ -57,6 +63,8 @@
 
 /* Bounds on what the daemon may leave pending in the module. */
 #define KB_MAX_PENDING_FDS 65536u
+/* Unmaps kept per process between two takes; beyond, the process's "lost" flag is set. */
+#define KB_MAX_UNMAPS 240u
 
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 3, 0)
 static void kb_vm_flags_set(struct vm_area_struct *vma, vm_flags_t f) { vm_flags_set(vma, f); }
@@ -86,6 +94,24 @@ struct kb_ctl {
 	struct list_head pending;	/* kb_pending.node: fds waiting for their caller */
 	unsigned int npending;
 	struct list_head opens;		/* kb_open_rec.node: opens waiting for the daemon */
+	struct list_head mms;		/* kb_mm.node: the mms with a proxy file open */
+};
+
+/*
+ * The unmaps of one mm with a proxy file of `ctl` open, recorded by its MMU notifier. The
+ * notifier may run where it must not sleep: its records are a fixed array under a spinlock.
+ */
+struct kb_mm {
+	struct mmu_notifier mn;		/* mn.mm: the mm (held by the registration) */
+	struct list_head node;		/* in ctl->mms, under ctl->lock */
+	struct kb_ctl *ctl;		/* counted */
+	struct pid *tgid;		/* the process that opened the first file */
+	unsigned int files;		/* proxy files of this mm open, under ctl->lock */
+	spinlock_t lock;		/* protects all below */
+	bool gone;			/* the mm is being torn down: nothing more to record */
+	bool lost;			/* some unmaps did not fit since the daemon last took them */
+	unsigned int count;
+	struct kfd_bridge_unmap unmaps[KB_MAX_UNMAPS];	/* oldest first */
 };
 
 /* One proxy device. */
@@ -103,6 +129,7 @@ struct kb_dev {
 struct kb_file {
 	struct kb_dev *dev;		/* alive while the file is (its cdev reference) */
 	struct file *backend;		/* the CUSE device opened for this file */
+	struct kb_mm *mm;		/* the opener's unmaps (one of its files) */
 };
 
 /* One mmap waiting for the daemon. */
@@ -195,6 +222,148 @@ static void kb_take_pending(struct kb_ctl *ctl, struct list_head *out)
 	mutex_unlock(&ctl->lock);
 }
 
+/* ---------------------------------------------------------------- unmaps */
+
+/*
+ * amdkfd learns of a process's unmaps from its MMU interval notifiers (an SVM range ends where
+ * the process unmaps it); the daemon cannot see them, so each mm with a proxy file open gets a
+ * notifier that records them (MMU_NOTIFY_UNMAP: munmap, mremap's old range, a mapping replaced
+ * by MAP_FIXED). It runs before munmap returns, so a daemon that takes a process's records before
+ * serving each of its calls never serves a call made after an unmap it has not seen.
+ */
+static int kb_mn_invalidate_range_start(struct mmu_notifier *mn,
+					const struct mmu_notifier_range *range)
+{
+	struct kb_mm *m = container_of(mn, struct kb_mm, mn);
+	struct kfd_bridge_unmap *last;
+
+	if (range->event != MMU_NOTIFY_UNMAP)
+		return 0;
+	/* A spinlock and no allocation: this may be a range that cannot block. */
+	spin_lock(&m->lock);
+	last = m->count ? &m->unmaps[m->count - 1] : NULL;
+	if (m->gone) {
+		/* nothing left to tell */
+	} else if (last && range->start <= last->end && last->start <= range->end) {
+		/* Touching the last record (a munmap in pieces): one record. */
+		last->start = min_t(u64, last->start, range->start);
+		last->end = max_t(u64, last->end, range->end);
+	} else if (m->count < KB_MAX_UNMAPS) {
+		m->unmaps[m->count].start = range->start;
+		m->unmaps[m->count].end = range->end;
+		m->count++;
+	} else {
+		m->lost = true;
+	}
+	spin_unlock(&m->lock);
+	return 0;
+}
+
+/* The mm is being torn down (its process exits): the daemon drops the whole process anyway. */
+static void kb_mn_release(struct mmu_notifier *mn, struct mm_struct *mm)
+{
+	struct kb_mm *m = container_of(mn, struct kb_mm, mn);
+
+	spin_lock(&m->lock);
+	m->gone = true;
+	m->count = 0;
+	spin_unlock(&m->lock);
+}
+
+static const struct mmu_notifier_ops kb_mn_ops = {
+	.release = kb_mn_release,
+	.invalidate_range_start = kb_mn_invalidate_range_start,
+};
+
+/* The live record of `mm` in `ctl`, counted for one more file; NULL if there is none. */
+static struct kb_mm *kb_mm_find(struct kb_ctl *ctl, struct mm_struct *mm)
+{
+	struct kb_mm *m;
+
+	lockdep_assert_held(&ctl->lock);
+	list_for_each_entry(m, &ctl->mms, node) {
+		if (m->mn.mm == mm) {
+			m->files++;
+			return m;
+		}
+	}
+	return NULL;
+}
+
+static void kb_mm_free(struct kb_mm *m)
+{
+	put_pid(m->tgid);
+	kref_put(&m->ctl->ref, kb_ctl_free);
+	kfree(m);
+}
+
+/*
+ * The caller's record in `ctl`, made (and its notifier registered) for the first proxy file of
+ * its mm. The registration takes the mmap lock: called from open, which holds none.
+ */
+static struct kb_mm *kb_mm_get(struct kb_ctl *ctl)
+{
+	struct mm_struct *mm = current->mm;
+	struct kb_mm *m, *fresh;
+	int err;
+
+	if (!mm)
+		return NULL;	/* a kernel thread: it unmaps nothing of a client's */
+	mutex_lock(&ctl->lock);
+	m = kb_mm_find(ctl, mm);
+	mutex_unlock(&ctl->lock);
+	if (m)
+		return m;
+
+	fresh = kzalloc(sizeof(*fresh), GFP_KERNEL);
+	if (!fresh)
+		return ERR_PTR(-ENOMEM);
+	spin_lock_init(&fresh->lock);
+	INIT_LIST_HEAD(&fresh->node);
+	fresh->mn.ops = &kb_mn_ops;
+	fresh->tgid = get_pid(task_tgid(current));
+	kref_get(&ctl->ref);
+	fresh->ctl = ctl;
+	err = mmu_notifier_register(&fresh->mn, mm);
+	if (err) {
+		kb_mm_free(fresh);
+		return ERR_PTR(err);
+	}
+	mutex_lock(&ctl->lock);
+	m = kb_mm_find(ctl, mm);	/* another thread of the process was quicker */
+	if (!m) {
+		fresh->files = 1;
+		list_add_tail(&fresh->node, &ctl->mms);
+	}
+	mutex_unlock(&ctl->lock);
+	if (!m)
+		return fresh;
+	mmu_notifier_unregister(&fresh->mn, mm);
+	kb_mm_free(fresh);
+	return m;
+}
+
+/* One proxy file of the mm closed; the last one unregisters the notifier. */
+static void kb_mm_put(struct kb_mm *m)
+{
+	struct kb_ctl *ctl;
+	bool last;
+
+	if (!m)
+		return;
+	ctl = m->ctl;
+	mutex_lock(&ctl->lock);
+	last = --m->files == 0;
+	if (last)
+		list_del_init(&m->node);
+	mutex_unlock(&ctl->lock);
+	if (!last)
+		return;
+	/* Waits for callbacks in flight; the mm stays valid until it returns (mmgrab'd). */
+	mmu_notifier_unregister(&m->mn, m->mn.mm);
+	kb_mm_free(m);
+}
+
 /* ---------------------------------------------------------------- proxy devices */
 
 static void kb_dev_release(struct device *dev)
@@ -285,12 +454,22 @@ static int kb_open(struct inode *inode, struct file *file)
 		path_put(&path);
 		return -ENOMEM;
 	}
+	/* Before the daemon hears of the open: no unmap after it can be missed. */
+	kf->mm = kb_mm_get(kd->ctl);
+	if (IS_ERR(kf->mm)) {
+		long err = PTR_ERR(kf->mm);
+
+		kfree(kf);
+		path_put(&path);
+		return err;
+	}
 	/* The CUSE device's open runs here, in the caller's context: the daemon sees its pid. */
 	kb_open_begin(kd->ctl, &rec);
 	backend = dentry_open(&path, file->f_flags, file->f_cred);
 	kb_open_end(kd->ctl, &rec);
 	path_put(&path);
 	if (IS_ERR(backend)) {
+		kb_mm_put(kf->mm);
 		kfree(kf);
 		return PTR_ERR(backend);
 	}
@@ -305,6 +484,7 @@ static int kb_release(struct inode *inode, struct file *file)
 	struct kb_file *kf = file->private_data;
 
 	fput(kf->backend);
+	kb_mm_put(kf->mm);
 	kfree(kf);
 	return 0;
 }
@@ -853,6 +1033,54 @@ static long kb_ctl_open_access(struct kb_ctl *ctl, struct kfd_bridge_open_access
 	return copy_to_user(uarg, &oa, sizeof(oa)) ? -EFAULT : 0;
 }
 
+static long kb_ctl_take_unmaps(struct kb_ctl *ctl, struct kfd_bridge_take_unmaps __user *uarg)
+{
+	struct kfd_bridge_take_unmaps tu;
+	struct kfd_bridge_unmap *buf;
+	unsigned int room, n = 0;
+	struct kb_mm *m;
+	long err = -ENOENT;
+
+	if (copy_from_user(&tu, uarg, sizeof(tu)))
+		return -EFAULT;
+	room = min(tu.count, KB_MAX_UNMAPS);
+	buf = kmalloc_array(max(room, 1u), sizeof(*buf), GFP_KERNEL);
+	if (!buf)
+		return -ENOMEM;
+	tu.flags = 0;
+	mutex_lock(&ctl->lock);
+	list_for_each_entry(m, &ctl->mms, node) {
+		if (pid_nr_ns(m->tgid, ctl->pid_ns) != tu.tgid)
+			continue;
+		spin_lock(&m->lock);
+		if (m->gone) {
+			spin_unlock(&m->lock);
+			continue;	/* an mm the process left by execve */
+		}
+		n = min(room, m->count);
+		memcpy(buf, m->unmaps, n * sizeof(*buf));
+		m->count -= n;
+		memmove(m->unmaps, m->unmaps + n, m->count * sizeof(*buf));
+		if (m->lost)
+			tu.flags |= KFD_BRIDGE_UNMAPS_LOST;
+		m->lost = false;
+		if (m->count)
+			tu.flags |= KFD_BRIDGE_UNMAPS_MORE;
+		spin_unlock(&m->lock);
+		err = 0;
+		break;
+	}
+	mutex_unlock(&ctl->lock);
+	/* Taken is taken: a daemon that gives a bad address loses them (EFAULT). */
+	if (!err && copy_to_user(u64_to_user_ptr(tu.ranges), buf, n * sizeof(*buf)))
+		err = -EFAULT;
+	kfree(buf);
+	if (err)
+		return err;
+	tu.count = n;
+	return copy_to_user(uarg, &tu, sizeof(tu)) ? -EFAULT : 0;
+}
+
 static long kb_ctl_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
 	struct kb_ctl *ctl = file->private_data;
@@ -871,6 +1099,8 @@ static long kb_ctl_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return kb_ctl_mmap_answer(ctl, uarg);
 	case KFD_BRIDGE_IOC_PUSH_FDS:
 		return kb_ctl_push_fds(ctl, uarg);
+	case KFD_BRIDGE_IOC_TAKE_UNMAPS:
+		return kb_ctl_take_unmaps(ctl, uarg);
 	default:
 		return -ENOTTY;
 	}
@@ -891,6 +1121,7 @@ static int kb_ctl_open(struct inode *inode, struct file *file)
 	INIT_LIST_HEAD(&ctl->devs);
 	INIT_LIST_HEAD(&ctl->pending);
 	INIT_LIST_HEAD(&ctl->opens);
+	INIT_LIST_HEAD(&ctl->mms);
 	xa_init_flags(&ctl->queries, XA_FLAGS_ALLOC1);
 	file->private_data = ctl;
 	return 0;

@@ -12,9 +12,10 @@
 /* Bumped on any incompatible change of what follows. */
 /*
  * Bumped on any change of what follows. 2 added KFD_BRIDGE_IOC_OPEN_ACCESS; a daemon that knows
- * it may still speak 1 (without the caller's device cgroup).
+ * it may still speak 1 (without the caller's device cgroup). 3 added KFD_BRIDGE_IOC_TAKE_UNMAPS;
+ * a daemon that knows it may still speak 1 or 2 (without the clients' unmaps).
  */
-#define KFD_BRIDGE_VERSION 2
+#define KFD_BRIDGE_VERSION 3
 
 /* ---- Requests on the control device, /dev/kfd-bridge ---- */
 
@@ -90,12 +91,31 @@ struct kfd_bridge_open_access {
 	__u64 devs;	/* address of `count` struct kfd_bridge_dev_access */
 };
 
+/* One address range a client unmapped (bytes, end exclusive). */
+struct kfd_bridge_unmap {
+	__u64 start;
+	__u64 end;
+};
+
+/* The unmaps recorded for one process since the daemon last took them, oldest first. */
+struct kfd_bridge_take_unmaps {
+	__u32 tgid;	/* in: the process, in the daemon's pid namespace */
+	__u32 count;	/* in: room at `ranges`; out: entries written */
+	__u32 flags;	/* out: KFD_BRIDGE_UNMAPS_* */
+	__u32 pad;
+	__u64 ranges;	/* address of `count` struct kfd_bridge_unmap */
+};
+
+#define KFD_BRIDGE_UNMAPS_LOST	(1u << 0)	/* some went unrecorded (the queue was full) */
+#define KFD_BRIDGE_UNMAPS_MORE	(1u << 1)	/* more are recorded than fitted: take again */
+
 #define KFD_BRIDGE_IOC_VERSION	   _IOR(KFD_BRIDGE_IOC_TYPE, 0, __u32)
 #define KFD_BRIDGE_IOC_CREATE	   _IOWR(KFD_BRIDGE_IOC_TYPE, 1, struct kfd_bridge_create)
 #define KFD_BRIDGE_IOC_MMAP_QUERY  _IOWR(KFD_BRIDGE_IOC_TYPE, 2, struct kfd_bridge_mmap_query)
 #define KFD_BRIDGE_IOC_MMAP_ANSWER _IOW(KFD_BRIDGE_IOC_TYPE, 3, struct kfd_bridge_mmap_answer)
 #define KFD_BRIDGE_IOC_PUSH_FDS	   _IOW(KFD_BRIDGE_IOC_TYPE, 4, struct kfd_bridge_push_fds)
 #define KFD_BRIDGE_IOC_OPEN_ACCESS _IOWR(KFD_BRIDGE_IOC_TYPE, 5, struct kfd_bridge_open_access)
+#define KFD_BRIDGE_IOC_TAKE_UNMAPS _IOWR(KFD_BRIDGE_IOC_TYPE, 6, struct kfd_bridge_take_unmaps)
 
 /* ---- Requests the module sends to the CUSE device (outside amdkfd's and amdgpu's tables) ---- */
 

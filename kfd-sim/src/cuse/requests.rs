@@ -193,7 +193,17 @@ impl Shared {
                 })
             }
             cmd => match &file.kind {
-                FileKind::Kfd(p) => crate::kfd::kfd_ioctl(&self.machine, p, &client, cmd, io.arg),
+                FileKind::Kfd(p) => {
+                    // What the process unmapped before this call, as amdkfd's notifier has
+                    // applied it by now (CRIU_OP comes on the dumped process's file: its too).
+                    if let Some(b) = &bridge {
+                        b.apply_unmaps(p);
+                        if let Some(target) = self.criu_resume_target(&client, cmd, io.arg) {
+                            b.apply_unmaps(&target);
+                        }
+                    }
+                    crate::kfd::kfd_ioctl(&self.machine, p, &client, cmd, io.arg)
+                }
                 FileKind::Render(r) => {
                     crate::render::dispatch(&self.machine, r, &client, cmd, io.arg)
                 }
@@ -205,6 +215,34 @@ impl Shared {
             (r, ..) => r,
         };
         proto::ioctl_reply(h.unique, r)
+    }
+
+    /// The process that a CRIU_OP RESUME at `arg` names, which criu issues on a file of its
+    /// own, not of that process. What the restored process unmapped until now (criu's restorer
+    /// moving its mappings into place) is applied before RESUME makes its SVM ranges, as amdkfd
+    /// creates them only then.
+    fn criu_resume_target(
+        &self,
+        client: &CuseClient<'_>,
+        cmd: u32,
+        arg: u64,
+    ) -> Option<Arc<KfdProcess>> {
+        use crate::client::Client;
+        use std::mem::offset_of;
+        if cmd != kfd_abi::ioctl::kfd::CRIU_OP {
+            return None;
+        }
+        let field = |off: usize| {
+            let mut w = [0u8; 4];
+            let at = arg.checked_add(off as u64)?;
+            client.read_user(at, &mut w).ok()?;
+            Some(u32::from_ne_bytes(w))
+        };
+        if field(offset_of!(kfd_sys::kfd_ioctl_criu_args, op))? != kfd_sys::KFD_CRIU_OP_RESUME {
+            return None;
+        }
+        let pid = field(offset_of!(kfd_sys::kfd_ioctl_criu_args, pid))?;
+        self.machine.find_process(pid)
     }
 
     /// Whether `fh` is an open file of ours.

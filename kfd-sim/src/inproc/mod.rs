@@ -279,6 +279,17 @@ impl SimProcess {
         self.inner.machine.vmas.of(self.pid())
     }
 
+    /// What the kernel's MMU notifier reports to amdkfd when the process unmaps `[start, end)`
+    /// (bytes; `MMU_NOTIFY_UNMAP`): the unmapped part of every SVM range of its KFD process goes
+    /// (`svm_range_unmap_from_cpu`). All simulated processes share this OS process's address
+    /// space, so nothing sees their munmaps: a test calls this after its munmap, as the
+    /// notifier runs before munmap returns. Nothing happens without a KFD process.
+    pub fn notify_unmap(&self, start: u64, end: u64) {
+        if let Some(p) = lock(&self.inner.kfd).as_ref() {
+            crate::kfd::svm::unmap_from_cpu(p, start, end);
+        }
+    }
+
     /// Ends a ptrace relation started with [`ptrace_attach`](Self::ptrace_attach).
     pub fn ptrace_detach(&self, tracee: &SimProcess) {
         self.inner.machine.inner.set_tracer(tracee.pid(), None);

@@ -33,7 +33,7 @@ pub(crate) mod process;
 pub(crate) mod queue;
 mod queues;
 mod runlist;
-mod svm;
+pub(crate) mod svm;
 pub(crate) mod svm_range;
 
 use std::sync::Arc;

@@ -6,11 +6,11 @@ use std::mem::{offset_of, size_of};
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use super::process::ProcState;
+use super::process::{KfdProcess, ProcState};
 use super::svm_range::{SvmAccess, SvmRange};
 use super::KfdCall;
 use crate::host::access_ok;
-use crate::host::lock;
+use crate::host::{lock, Vma};
 use crate::uaccess::{get_u32, get_u64, put_u32, IoctlResult};
 
 /// Byte offsets in `kfd_ioctl_svm_args`, whose attributes follow it in the ioctl buffer.
@@ -142,6 +142,89 @@ pub(super) fn svm_apply(st: &mut ProcState, start: u64, end: u64, attrs: &[(u32,
     keep.extend(inside);
     keep.sort_by_key(|r| r.start);
     st.svm = keep;
+}
+
+/// `svm_range_unmap_from_cpu`, as the MMU notifier calls it for an `MMU_NOTIFY_UNMAP` of
+/// `[start, end)` (bytes) in the process's address space: the unmapped part of every SVM range
+/// goes (a range across a border is split there, each part keeping its attributes; its GPU
+/// mappings of the part go with it). Nothing else of the process changes: BOs, userptr BOs
+/// included, stay as they are. Returns whether any range changed.
+pub(crate) fn unmap_from_cpu(process: &KfdProcess, start: u64, end: u64) -> bool {
+    if start >= end {
+        return false;
+    }
+    let mut st = process.lock();
+    let changed = unmap_ranges(&mut st.svm, start, end);
+    if changed {
+        log::debug!(
+            "kfd: pid {}: unmap of {start:#x}..{end:#x} dropped that part of its SVM ranges",
+            process.pid
+        );
+    }
+    changed
+}
+
+/// Removes `[start, end)` from `ranges` (kept in address order), splitting at the borders.
+fn unmap_ranges(ranges: &mut Vec<SvmRange>, start: u64, end: u64) -> bool {
+    if !ranges.iter().any(|r| r.start < end && start < r.end()) {
+        return false;
+    }
+    let old = std::mem::take(ranges);
+    for r in old {
+        if r.end() <= start || r.start >= end {
+            ranges.push(r);
+            continue;
+        }
+        if r.start < start {
+            ranges.push(SvmRange {
+                size: start - r.start,
+                ..r.clone()
+            });
+        }
+        if r.end() > end {
+            ranges.push(SvmRange {
+                start: end,
+                size: r.end() - end,
+                ..r
+            });
+        }
+    }
+    true
+}
+
+/// The fallback when unmaps went unrecorded: every part of an SVM range that no VMA of
+/// `vmas` (the process's mappings, in address order) covers any more is dropped, as the unmaps
+/// that made those holes would have dropped it. A range whose address was mapped again since
+/// cannot be told from one that never went, and stays. Returns whether any range changed.
+pub(crate) fn unmap_outside(process: &KfdProcess, vmas: &[Vma]) -> bool {
+    let changed = cut_to_vmas(&mut process.lock().svm, vmas);
+    if changed {
+        log::debug!(
+            "kfd: pid {}: SVM ranges cut to the process's mappings",
+            process.pid
+        );
+    }
+    changed
+}
+
+/// Removes from `ranges` every part outside `vmas` (in address order).
+fn cut_to_vmas(ranges: &mut Vec<SvmRange>, vmas: &[Vma]) -> bool {
+    let Some(lo) = ranges.first().map(|r| r.start) else {
+        return false;
+    };
+    let hi = ranges.iter().map(SvmRange::end).max().unwrap_or(lo);
+    let mut changed = false;
+    let mut at = lo;
+    for v in vmas.iter().filter(|v| v.end > lo && v.start < hi) {
+        if v.start > at {
+            changed |= unmap_ranges(ranges, at, v.start);
+        }
+        at = at.max(v.end);
+    }
+    if at < hi {
+        changed |= unmap_ranges(ranges, at, hi);
+    }
+    changed
 }
 
 fn svm_location_ok(st: &ProcState, v: u32) -> bool {
@@ -311,5 +394,72 @@ fn svm_op(
             Ok(0)
         }
         _ => Err(Errno::EINVAL),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    const P: u64 = 4096;
+
+    /// A range of `[start, end)` pages with a preferred location that tells it apart.
+    fn range(start: u64, end: u64, preferred: u32) -> SvmRange {
+        SvmRange {
+            start: start * P,
+            size: (end - start) * P,
+            preferred,
+            prefetch: SVM_UNDEFINED,
+            flags: SVM_DEFAULT_FLAGS,
+            granularity: 9,
+            access: vec![SvmAccess::None; 2],
+        }
+    }
+
+    /// What is left, as `(first page, end page, preferred)`.
+    fn left(ranges: &[SvmRange]) -> Vec<(u64, u64, u32)> {
+        ranges
+            .iter()
+            .map(|r| (r.start / P, r.end() / P, r.preferred))
+            .collect()
+    }
+
+    #[rstest]
+    #[case::the_middle_splits(2, 4, true, vec![(0, 2, 1), (4, 8, 1), (10, 12, 2)])]
+    #[case::a_border_of_each(6, 11, true, vec![(0, 6, 1), (11, 12, 2)])]
+    #[case::a_whole_range(0, 8, true, vec![(10, 12, 2)])]
+    #[case::both_and_the_gap(0, 12, true, vec![])]
+    #[case::the_gap_only(8, 10, false, vec![(0, 8, 1), (10, 12, 2)])]
+    #[case::beyond_every_range(12, 20, false, vec![(0, 8, 1), (10, 12, 2)])]
+    fn an_unmap_removes_its_part_of_every_range(
+        #[case] start: u64,
+        #[case] end: u64,
+        #[case] changed: bool,
+        #[case] want: Vec<(u64, u64, u32)>,
+    ) {
+        let mut ranges = vec![range(0, 8, 1), range(10, 12, 2)];
+        assert_eq!(unmap_ranges(&mut ranges, start * P, end * P), changed);
+        assert_eq!(left(&ranges), want);
+    }
+
+    #[test]
+    fn lost_unmaps_cut_the_ranges_to_the_mappings() {
+        let vma = |start: u64, end: u64| Vma {
+            start: start * P,
+            end: end * P,
+            device: false,
+        };
+        let mut ranges = vec![range(0, 8, 1), range(10, 12, 2), range(20, 22, 3)];
+        // Holes at pages 2..3 and 6..11; page 20.. is mapped beyond the last range's end.
+        let vmas = [vma(0, 2), vma(3, 6), vma(11, 12), vma(20, 30)];
+        assert!(cut_to_vmas(&mut ranges, &vmas));
+        assert_eq!(
+            left(&ranges),
+            vec![(0, 2, 1), (3, 6, 1), (11, 12, 2), (20, 22, 3)]
+        );
+        assert!(!cut_to_vmas(&mut ranges, &vmas), "nothing more to cut");
+        assert!(cut_to_vmas(&mut ranges, &[]), "no mappings: nothing stays");
+        assert!(ranges.is_empty());
     }
 }

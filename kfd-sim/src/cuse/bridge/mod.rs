@@ -22,6 +22,13 @@
 //!   `/dev/kfd` we read them ([`Bridge::open_access`]) and give the new KFD process per-device
 //!   records only for the GPUs whose render node (226:minor) it may use, as amdkfd does when it
 //!   creates a process. With a version 1 module every GPU gets a record (and a warning).
+//! - Unmaps (module version 3): amdkfd drops the part of an SVM range that its process unmaps
+//!   (its MMU notifier); the module's notifier on each client's mm records the unmapped ranges,
+//!   and before serving a `/dev/kfd` call we take those of the file's process
+//!   ([`Bridge::apply_unmaps`]) and apply them the driver's way
+//!   ([`unmap_from_cpu`](crate::kfd::svm::unmap_from_cpu)). The notifier runs before munmap
+//!   returns, so no call made after an unmap is served without it. When the module's queue
+//!   overflowed, the parts of ranges that no VMA of the process covers any more are dropped.
 
 pub(super) mod proto;
 mod sys;
@@ -113,6 +120,8 @@ pub(super) struct Bridge {
     version: u32,
     /// Whether the missing device cgroup of a version 1 module was reported.
     warned_no_cgroup: AtomicBool,
+    /// Whether lost unmaps were reported.
+    warned_lost: AtomicBool,
 }
 
 /// What a client's device cgroup allowed on the proxies when it opened one, as the module
@@ -213,11 +222,20 @@ impl Bridge {
                 got,
             });
         }
-        if got < proto::VERSION {
+        if got < proto::VERSION_OPEN_ACCESS {
             log::warn!(
                 "kfd-simd: {} speaks protocol version {got} (this kfd-simd {}): clients' device \
                  cgroups are not applied, every KFD process gets every GPU; rebuild the module \
                  from this checkout (ci/kmod/build.sh)",
+                path.display(),
+                proto::VERSION
+            );
+        }
+        if got < proto::VERSION_UNMAPS {
+            log::warn!(
+                "kfd-simd: {} speaks protocol version {got} (this kfd-simd {}): clients' unmaps \
+                 are not seen, SVM ranges outlive them; rebuild the module from this checkout \
+                 (ci/kmod/build.sh)",
                 path.display(),
                 proto::VERSION
             );
@@ -227,6 +245,7 @@ impl Bridge {
             path: path.to_owned(),
             version: got,
             warned_no_cgroup: AtomicBool::new(false),
+            warned_lost: AtomicBool::new(false),
         })
     }
 
@@ -235,7 +254,7 @@ impl Bridge {
     /// an open of our CUSE node that did not come through a proxy (root opening
     /// `/dev/kfd-sim/kfd` directly: no container's view to apply).
     pub(super) fn open_access(&self, tid: u32) -> Option<OpenAccess> {
-        if self.version < 2 {
+        if self.version < proto::VERSION_OPEN_ACCESS {
             if !self.warned_no_cgroup.swap(true, Ordering::Relaxed) {
                 log::warn!(
                     "kfd-simd: kfd_bridge version {} cannot report device cgroups: KFD \
@@ -259,6 +278,66 @@ impl Bridge {
                     return None;
                 }
             }
+        }
+    }
+
+    /// Applies to `process` the unmaps its process made since the last time (the module's
+    /// records, oldest first), as amdkfd's MMU notifier does: the unmapped part of every SVM
+    /// range goes. Called before serving each `/dev/kfd` call of the file's process. When some
+    /// went unrecorded, the ranges are cut to the process's VMAs instead (logged once).
+    pub(crate) fn apply_unmaps(&self, process: &KfdProcess) {
+        if self.version < proto::VERSION_UNMAPS {
+            return;
+        }
+        let tgid = process.pid;
+        let mut ranges = [proto::Unmap::default(); 64];
+        let mut lost = false;
+        loop {
+            match sys::take_unmaps(self.ctl.as_fd(), tgid, &mut ranges) {
+                Ok((n, flags)) => {
+                    for u in ranges.iter().take(n) {
+                        crate::kfd::svm::unmap_from_cpu(process, u.start, u.end);
+                    }
+                    lost |= flags & proto::UNMAPS_LOST != 0;
+                    if flags & proto::UNMAPS_MORE == 0 || n == 0 {
+                        break;
+                    }
+                }
+                // ENOENT: no proxy file of that process is open (a file it inherited, or
+                // the process is going): nothing was recorded for it.
+                Err(e) => {
+                    log::trace!("kfd-simd: pid {tgid}: no unmaps to take: {e}");
+                    break;
+                }
+            }
+        }
+        if lost {
+            self.unmaps_lost(process);
+        }
+    }
+
+    /// Some unmaps of `process` went unrecorded: every part of an SVM range outside the
+    /// process's VMAs goes (a part mapped again since stays: it cannot be told apart).
+    fn unmaps_lost(&self, process: &KfdProcess) {
+        let tgid = process.pid;
+        let level = if self.warned_lost.swap(true, Ordering::Relaxed) {
+            log::Level::Debug
+        } else {
+            log::Level::Warn
+        };
+        log::log!(
+            level,
+            "kfd-simd: pid {tgid}: unmaps were lost (more between two calls than the module \
+             keeps): its SVM ranges are cut to its mappings instead"
+        );
+        match libc::pid_t::try_from(tgid)
+            .map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))
+            .and_then(crate::host::vmas_of)
+        {
+            Ok(vmas) => {
+                crate::kfd::svm::unmap_outside(process, &vmas);
+            }
+            Err(e) => log::debug!("kfd-simd: pid {tgid}: its mappings: {e}"),
         }
     }
 

@@ -7,11 +7,18 @@ use std::mem::size_of;
 use kfd_abi::ioctl::{encode, Dir};
 
 /// `KFD_BRIDGE_VERSION`: the protocol version this daemon speaks.
-pub(crate) const VERSION: u32 = 2;
+pub(crate) const VERSION: u32 = 3;
 
 /// The oldest module version this daemon still works with: 1 lacks [`IOC_OPEN_ACCESS`], so the
-/// caller's device cgroup is not applied (every GPU gets a per-device record).
+/// caller's device cgroup is not applied (every GPU gets a per-device record); 1 and 2 lack
+/// [`IOC_TAKE_UNMAPS`], so SVM ranges outlive the clients' unmaps.
 pub(crate) const OLDEST_VERSION: u32 = 1;
+
+/// The first version with [`IOC_OPEN_ACCESS`].
+pub(crate) const VERSION_OPEN_ACCESS: u32 = 2;
+
+/// The first version with [`IOC_TAKE_UNMAPS`].
+pub(crate) const VERSION_UNMAPS: u32 = 3;
 
 const TYPE: u8 = 0xB7;
 
@@ -28,6 +35,14 @@ pub(crate) const IOC_PUSH_FDS: u32 = encode(Dir::Write, TYPE, 4, size_of::<PushF
 
 /// `KFD_BRIDGE_IOC_OPEN_ACCESS` (version 2): the device cgroup's verdicts of an open in flight.
 pub(crate) const IOC_OPEN_ACCESS: u32 = encode(Dir::ReadWrite, TYPE, 5, size_of::<OpenAccess>());
+
+/// `KFD_BRIDGE_IOC_TAKE_UNMAPS` (version 3): the ranges a process unmapped since the last take.
+pub(crate) const IOC_TAKE_UNMAPS: u32 = encode(Dir::ReadWrite, TYPE, 6, size_of::<TakeUnmaps>());
+
+/// `KFD_BRIDGE_UNMAPS_LOST`: some unmaps went unrecorded (the module's queue was full).
+pub(crate) const UNMAPS_LOST: u32 = 1 << 0;
+/// `KFD_BRIDGE_UNMAPS_MORE`: more are recorded than fitted; take again.
+pub(crate) const UNMAPS_MORE: u32 = 1 << 1;
 
 /// `KFD_BRIDGE_SIM_MMAP` (`_IO('K', 0x7c)`): the module asks the device to answer mmap query
 /// `arg`. Outside amdkfd's table (0x01..0x24) and amdgpu's driver ioctls, like the other
@@ -131,6 +146,32 @@ pub(crate) struct OpenAccess {
     pub devs: u64,
 }
 
+/// `struct kfd_bridge_unmap`: an address range a client unmapped.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Unmap {
+    /// Start address (bytes).
+    pub start: u64,
+    /// End address (bytes, exclusive).
+    pub end: u64,
+}
+
+/// `struct kfd_bridge_take_unmaps`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TakeUnmaps {
+    /// In: the process (our pid namespace).
+    pub tgid: u32,
+    /// In: room at `ranges`; out: entries written.
+    pub count: u32,
+    /// Out: [`UNMAPS_LOST`], [`UNMAPS_MORE`].
+    pub flags: u32,
+    /// Zero.
+    pub pad: u32,
+    /// Address of `count` [`Unmap`]s.
+    pub ranges: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,6 +185,7 @@ mod tests {
         assert_eq!(IOC_MMAP_ANSWER, 0x4018_b703);
         assert_eq!(IOC_PUSH_FDS, 0x4010_b704);
         assert_eq!(IOC_OPEN_ACCESS, 0xc010_b705);
+        assert_eq!(IOC_TAKE_UNMAPS, 0xc018_b706);
         assert_eq!(SIM_MMAP, 0x0000_4b7c);
     }
 
@@ -174,6 +216,8 @@ mod tests {
         assert_eq!(size_of::<PushFds>(), 16);
         assert_eq!(size_of::<DevAccess>(), 16);
         assert_eq!(size_of::<OpenAccess>(), 16);
+        assert_eq!(size_of::<Unmap>(), 16);
+        assert_eq!(size_of::<TakeUnmaps>(), 24);
     }
 
     /// Field offsets of the version 2 structs, as `offsetof` gives them for kfd_bridge.h.
@@ -187,6 +231,20 @@ mod tests {
         assert_eq!(offset_of!(OpenAccess, tid), 0);
         assert_eq!(offset_of!(OpenAccess, count), 4);
         assert_eq!(offset_of!(OpenAccess, devs), 8);
+    }
+
+    /// Field offsets of the version 3 structs, as `offsetof` gives them for kfd_bridge.h.
+    #[test]
+    fn take_unmaps_layout_matches_the_header() {
+        use std::mem::offset_of;
+        assert_eq!(offset_of!(Unmap, start), 0);
+        assert_eq!(offset_of!(Unmap, end), 8);
+        assert_eq!(offset_of!(TakeUnmaps, tgid), 0);
+        assert_eq!(offset_of!(TakeUnmaps, count), 4);
+        assert_eq!(offset_of!(TakeUnmaps, flags), 8);
+        assert_eq!(offset_of!(TakeUnmaps, pad), 12);
+        assert_eq!(offset_of!(TakeUnmaps, ranges), 16);
+        assert_eq!((UNMAPS_LOST, UNMAPS_MORE), (1, 2));
     }
 
     #[test]

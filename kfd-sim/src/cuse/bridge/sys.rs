@@ -6,7 +6,9 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 
 use kfd_abi::transport::ioctl_with;
 
-use super::proto::{self, Create, DevAccess, MmapAnswer, MmapQuery, OpenAccess, PushFd, PushFds};
+use super::proto::{
+    self, Create, DevAccess, MmapAnswer, MmapQuery, OpenAccess, PushFd, PushFds, TakeUnmaps, Unmap,
+};
 
 /// `KFD_BRIDGE_IOC_VERSION`.
 pub(super) fn version(fd: BorrowedFd<'_>) -> io::Result<u32> {
@@ -69,6 +71,29 @@ pub(super) fn open_access(
     usize::try_from(a.count).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))
 }
 
+/// `KFD_BRIDGE_IOC_TAKE_UNMAPS` for process `tgid`, into `ranges`. Returns how many entries the
+/// module wrote and its `KFD_BRIDGE_UNMAPS_*` flags.
+pub(super) fn take_unmaps(
+    fd: BorrowedFd<'_>,
+    tgid: u32,
+    ranges: &mut [Unmap],
+) -> io::Result<(usize, u32)> {
+    let count =
+        u32::try_from(ranges.len()).map_err(|_| io::Error::from_raw_os_error(libc::E2BIG))?;
+    let mut t = TakeUnmaps {
+        tgid,
+        count,
+        ranges: ranges.as_mut_ptr() as u64,
+        ..TakeUnmaps::default()
+    };
+    // SAFETY: IOC_TAKE_UNMAPS's argument is a `TakeUnmaps` whose `ranges` points to `count`
+    // writable entries that `ranges` keeps exclusively borrowed for the call; the module writes
+    // at most `count` of them (plain data).
+    unsafe { ioctl_with(fd, proto::IOC_TAKE_UNMAPS, &mut t) }?;
+    let n = usize::try_from(t.count).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+    Ok((n.min(ranges.len()), t.flags))
+}
+
 /// Whether `fd` is close-on-exec (`F_GETFD`).
 pub(super) fn is_cloexec(fd: BorrowedFd<'_>) -> io::Result<bool> {
     // SAFETY: F_GETFD on an fd borrowed for the call; no pointers.
@@ -106,5 +131,9 @@ mod tests {
         let e = open_access(f.as_fd(), 1, &mut devs).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ENOTTY));
         assert_eq!(devs, [DevAccess::default(); 2], "nothing written");
+        let mut ranges = [Unmap::default(); 2];
+        let e = take_unmaps(f.as_fd(), 1, &mut ranges).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTTY));
+        assert_eq!(ranges, [Unmap::default(); 2], "nothing written");
     }
 }
