@@ -37,12 +37,7 @@
 
 #include "probe.h"
 
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        hipError_t e_ = (call);                                                                    \
-        if (e_ != hipSuccess)                                                                      \
-            stop("%s: %s (%d)", #call, hipGetErrorString(e_), static_cast<int>(e_));               \
-    } while (0)
+#include "hip-common.h"
 
 namespace {
 

@@ -25,6 +25,8 @@
 
 #include "probe.h"
 
+#include "hip-common.h"
+
 namespace {
 
 constexpr size_t kBytes = 1u << 20;
@@ -32,12 +34,6 @@ constexpr unsigned kStepSeconds = 30;
 
 } // namespace
 
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        hipError_t e_ = (call);                                                                    \
-        if (e_ != hipSuccess)                                                                      \
-            stop("%s: %s (%d)", #call, hipGetErrorString(e_), static_cast<int>(e_));               \
-    } while (0)
 
 int main(int argc, char **argv)
 {

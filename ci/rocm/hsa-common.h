@@ -1,8 +1,9 @@
 /*
- * hsa-common.h: what the ROCr programs of ci/rocm (hsa-compute.c, hsa-long.c) share: the status
- * check, finding agents and memory pools, loading hsa-kernels.co through ROCr's executable API,
- * and dispatching one of its kernels by hand on an AQL queue (the packet written as the HSA
- * specification says: every field, then the header with a release store, then the doorbell).
+ * hsa-common.h: what the ROCr programs of ci/rocm (hsa-probe.c, hsa-compute.c, hsa-long.c)
+ * share: the status check, finding agents and memory pools, loading hsa-kernels.co through ROCr's
+ * executable API, and dispatching one of its kernels by hand on an AQL queue (the packet written
+ * as the HSA specification says: every field, then the header with a release store, then the
+ * doorbell).
  * Include probe.h first; one translation unit includes this once.
  */
 #ifndef ROCM_HSA_COMMON_H

@@ -25,97 +25,12 @@
  * libhsa-runtime-dev).
  */
 #define _GNU_SOURCE
-#include <inttypes.h>
-#include <stdbool.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <string.h>
-
-#include <hsa/hsa.h>
-#include <hsa/hsa_ext_amd.h>
-
 #include "probe.h"
 
-#define MAX_GPUS 16
+#include "hsa-common.h"
+
 #define BYTES (1u << 20)
 #define STEP_SECONDS 20
-
-/* Stops with the call's text, status and ROCr's description of it unless it succeeded. */
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        hsa_status_t s_ = (call);                                                                  \
-        if (s_ != HSA_STATUS_SUCCESS) {                                                            \
-            const char *why_ = NULL;                                                               \
-            hsa_status_string(s_, &why_);                                                          \
-            stop("%s: status %#x (%s)", #call, (unsigned)s_, why_ ? why_ : "?");                   \
-        }                                                                                          \
-    } while (0)
-
-struct agents {
-    hsa_agent_t cpu;
-    bool have_cpu;
-    hsa_agent_t gpu[MAX_GPUS];
-    unsigned ngpus;
-};
-
-static hsa_status_t each_agent(hsa_agent_t a, void *data)
-{
-    struct agents *all = data;
-    hsa_device_type_t type;
-    hsa_status_t s = hsa_agent_get_info(a, HSA_AGENT_INFO_DEVICE, &type);
-    if (s != HSA_STATUS_SUCCESS)
-        return s;
-    if (type == HSA_DEVICE_TYPE_CPU && !all->have_cpu) {
-        all->cpu = a;
-        all->have_cpu = true;
-    } else if (type == HSA_DEVICE_TYPE_GPU && all->ngpus < MAX_GPUS) {
-        all->gpu[all->ngpus++] = a;
-    }
-    return HSA_STATUS_SUCCESS;
-}
-
-/* The pool a search wants: a global segment pool that allows allocation, fine- or
- * coarse-grained. */
-struct pool_want {
-    bool fine;
-    hsa_amd_memory_pool_t pool;
-    bool found;
-};
-
-static hsa_status_t each_pool(hsa_amd_memory_pool_t pool, void *data)
-{
-    struct pool_want *w = data;
-    hsa_amd_segment_t seg;
-    uint32_t flags = 0;
-    bool alloc = false;
-    hsa_status_t s = hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_SEGMENT, &seg);
-    if (s != HSA_STATUS_SUCCESS)
-        return s;
-    if (seg != HSA_AMD_SEGMENT_GLOBAL)
-        return HSA_STATUS_SUCCESS;
-    s = hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS, &flags);
-    if (s != HSA_STATUS_SUCCESS)
-        return s;
-    s = hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED, &alloc);
-    if (s != HSA_STATUS_SUCCESS)
-        return s;
-    uint32_t want = w->fine ? HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED
-                            : HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED;
-    if (alloc && (flags & want) && !w->found) {
-        w->pool = pool;
-        w->found = true;
-    }
-    return HSA_STATUS_SUCCESS;
-}
-
-static hsa_amd_memory_pool_t find_pool(hsa_agent_t a, bool fine, const char *what)
-{
-    struct pool_want w = {.fine = fine};
-    CHECK(hsa_amd_agent_iterate_memory_pools(a, each_pool, &w));
-    if (!w.found)
-        stop("no %s pool", what);
-    return w.pool;
-}
 
 /* An asynchronous copy of BYTES, waited for on its completion signal (1 -> 0). */
 static void async_copy(void *dst, hsa_agent_t dst_agent, const void *src, hsa_agent_t src_agent)
@@ -156,13 +71,7 @@ int main(int argc, char **argv)
     ok("HSA %u.%u", major, minor);
 
     step("agents");
-    struct agents all;
-    memset(&all, 0, sizeof(all));
-    CHECK(hsa_iterate_agents(each_agent, &all));
-    if (!all.have_cpu)
-        stop("no CPU agent");
-    if (!all.ngpus)
-        stop("no GPU agent");
+    struct agents all = find_agents();
     for (unsigned i = 0; i < all.ngpus; i++) {
         char name[64] = {0}, product[64] = {0};
         uint32_t cus = 0;
@@ -177,8 +86,8 @@ int main(int argc, char **argv)
     hsa_agent_t gpu = all.gpu[0];
 
     step("pools");
-    hsa_amd_memory_pool_t vram_pool = find_pool(gpu, false, "coarse-grained GPU");
-    hsa_amd_memory_pool_t host_pool = find_pool(all.cpu, true, "fine-grained CPU");
+    hsa_amd_memory_pool_t vram_pool = find_pool(gpu, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED, "coarse-grained GPU");
+    hsa_amd_memory_pool_t host_pool = find_pool(all.cpu, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED, "fine-grained CPU");
     size_t vram_size = 0;
     CHECK(hsa_amd_memory_pool_get_info(vram_pool, HSA_AMD_MEMORY_POOL_INFO_SIZE, &vram_size));
     ok("VRAM pool of %zu MiB, a fine-grained system pool", vram_size >> 20);
