@@ -61,33 +61,21 @@ PROGRAM_RC=$rc
 SIMD_LINES_BEFORE=0
 cp "$VM_LANE_OUT/probe.out" "$VM_LANE_OUT/hsa-probe.out"
 probe_copies=true
-program_result hsa-probe memcpy || probe_copies=false
-if no_command_processor; then
-    grep -q 'queue [0-9]* created .*: compute AQL' "$VM_LANE_OUT/simd.err" ||
-        fail "hsa_memory_copy did not complete, yet ROCr created no AQL queue for its blit kernel"
-    grep -q 'AQL queue [0-9]* rung for a KERNEL_DISPATCH packet' "$VM_LANE_OUT/simd.err" ||
-        fail "hsa_memory_copy did not complete, yet ROCr rang no kernel dispatch on its AQL queue"
-    # Only the stop is left to see: short step limits.
-    seconds=20
-else
-    seconds=120
-fi
+program_result hsa-probe || probe_copies=false
 
 # 2. and 3. The programs that compute.
-run_program hsa-compute $((seconds * 30)) "$ROCM_PROGRAMS/hsa-compute" --code-object "$code_object" \
-    --step-seconds "$seconds"
-program_result hsa-compute copy_h2d || true
-run_program hsa-long $((seconds * 20)) "$ROCM_PROGRAMS/hsa-long" --code-object "$code_object" \
-    --items 1024 --steps 65536 --step-seconds "$seconds"
-program_result hsa-long load || true
+run_program hsa-compute 3600 "$ROCM_PROGRAMS/hsa-compute" --code-object "$code_object" \
+    --step-seconds 120
+program_result hsa-compute || true
+run_program hsa-long 2400 "$ROCM_PROGRAMS/hsa-long" --code-object "$code_object" \
+    --items 1024 --steps 65536 --step-seconds 120
+program_result hsa-long || true
 
 # 4. criu dumps a probe holding ROCr's state and restores it; the restored probe copies again
 # (where hsa_memory_copy completed in 1., with it too: a blit kernel on an AQL queue it creates
 # after the restore).
 no_memory_copy=()
-if no_command_processor || ! $probe_copies; then
-    no_memory_copy=(--no-memory-copy)
-fi
+$probe_copies || no_memory_copy=(--no-memory-copy)
 probe_cycle held 120 "$probe" "${no_memory_copy[@]}"
 probe_cycle remapped 120 --between probe_remap_node "$probe" "${no_memory_copy[@]}"
 rocm_verdict "hsa-probe, hsa-compute and hsa-long"
