@@ -726,8 +726,16 @@ impl<P: Platform> Engine<P> {
             lookup: &lookup,
             kfd_only: &kfd_only,
         };
-        let restored = gem::restore(&self.platform, render, minor, id, msg, self.dir()?, &opts)
-            .map_err(gem_failed)?;
+        let restored = gem::restore(&gem::RenderRestore {
+            platform: &self.platform,
+            render,
+            minor,
+            id,
+            msg,
+            dir: self.dir()?,
+            opts: &opts,
+        })
+        .map_err(gem_failed)?;
         log::info!(
             "{}: {} buffers of renderD{} restored on renderD{minor}, {} bytes",
             RenderNodeImage::file_name(id),

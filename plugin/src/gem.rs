@@ -562,19 +562,29 @@ pub(crate) struct RestoreGemOptions<'a> {
     pub kfd_only: &'a dyn Fn(u32) -> bool,
 }
 
-/// Recreates the buffers of render image `id` (`msg`) in `render` (the process's restored file,
-/// on render node `minor` now), fills them from their pages files and returns their offsets
-/// and the dma-bufs of the ones it created. If anything fails, the handles it added to the file
-/// are closed again: a failed restore leaves the file's buffers as they were.
-pub(crate) fn restore<P: Platform>(
-    platform: &P,
-    render: &RenderNode<P::Device>,
-    minor: u32,
-    id: u32,
-    msg: &CriuRenderNode,
-    dir: BorrowedFd<'_>,
-    opts: &RestoreGemOptions<'_>,
-) -> Result<RestoredGem, GemError> {
+/// One render-node image to restore: image `id` (`msg`), into `render` (the process's restored
+/// file, on render node `minor` now), its pages files in `dir`.
+pub(crate) struct RenderRestore<'a, P: Platform> {
+    pub platform: &'a P,
+    pub render: &'a RenderNode<P::Device>,
+    pub minor: u32,
+    pub id: u32,
+    pub msg: &'a CriuRenderNode,
+    pub dir: BorrowedFd<'a>,
+    pub opts: &'a RestoreGemOptions<'a>,
+}
+
+/// Recreates the buffers of `job`'s image in its file, fills them from their pages files and
+/// returns their offsets and the dma-bufs of the ones it created. If anything fails, the handles
+/// it added to the file are closed again: a failed restore leaves the file's buffers as they were.
+pub(crate) fn restore<P: Platform>(job: &RenderRestore<'_, P>) -> Result<RestoredGem, GemError> {
+    let RenderRestore {
+        render,
+        minor,
+        id,
+        msg,
+        ..
+    } = *job;
     let file = images::RenderNodeImage::file_name(id);
     let old_minor = msg.drm_render_minor;
     let before: BTreeSet<u32> = match render.gem_list_handles() {
@@ -592,9 +602,7 @@ pub(crate) fn restore<P: Platform>(
         before,
         handles: Vec::new(),
     };
-    let restored = recreate(
-        platform, render, minor, id, msg, dir, opts, &file, &mut made,
-    );
+    let restored = recreate(job, &file, &mut made);
     if restored.is_err() {
         made.undo(render, &file);
     }
@@ -646,18 +654,20 @@ impl Made {
 }
 
 /// [`restore`] once the kernel is known to list handles; what it adds to the file is in `made`.
-#[allow(clippy::too_many_arguments)]
 fn recreate<P: Platform>(
-    platform: &P,
-    render: &RenderNode<P::Device>,
-    minor: u32,
-    id: u32,
-    msg: &CriuRenderNode,
-    dir: BorrowedFd<'_>,
-    opts: &RestoreGemOptions<'_>,
+    job: &RenderRestore<'_, P>,
     file: &str,
     made: &mut Made,
 ) -> Result<RestoredGem, GemError> {
+    let RenderRestore {
+        platform,
+        render,
+        minor,
+        id,
+        msg,
+        dir,
+        opts,
+    } = *job;
     let old_minor = msg.drm_render_minor;
     let mut out = RestoredGem::default();
     // Buffers to fill: (entry index, dma-buf).
