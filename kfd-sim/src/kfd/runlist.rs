@@ -80,6 +80,9 @@ impl Queues for ProcessQueues<'_> {
                     rptr_addr: q.rptr,
                     doorbell_id: q.doorbell_id,
                     state: &mut q.ring_state,
+                    ctx: (q.ctx, u64::from(q.ctx_size)),
+                    ctl_stack: &mut q.ctl_stack,
+                    mqd: &mut q.mqd,
                     doorbells: self.process.mapped_doorbell(pdd.dev),
                     vm: pdd.drm.as_ref().map(|d| Arc::clone(&d.vm)),
                 })

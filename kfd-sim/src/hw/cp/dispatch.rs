@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use kfd_shader::{Dispatch, Executor, ShaderError, Stop, Workgroup};
 
 use super::super::vm::Vm;
+use super::cwsr::{CwsrError, SavedDispatch, SavedGroup};
 use super::memory::{GpuClock, GpuMemory, SvmView};
 use crate::host::lock;
 
@@ -115,6 +116,59 @@ impl InFlight {
             total,
             parked: Vec::new(),
             free_slots: slots,
+        }
+    }
+
+    /// The dispatch `saved` stopped, resumed: its stopped workgroups restored, those it had
+    /// not started still to start; `slots` as for [`InFlight::new`], less those the restored
+    /// workgroups own.
+    pub(crate) fn resume(
+        dispatch: Dispatch,
+        mut slots: Vec<u32>,
+        saved: SavedDispatch,
+    ) -> Result<Self, CwsrError> {
+        let total = dispatch.workgroup_count();
+        if saved.total != total || saved.next > total {
+            return Err(CwsrError::Format("progress of another grid"));
+        }
+        let mut parked = Vec::with_capacity(saved.groups.len());
+        for g in saved.groups {
+            let wg = Workgroup::restore(&g.bytes)?;
+            if let Some(k) = slots.iter().position(|&s| s == g.slot) {
+                slots.swap_remove(k);
+            }
+            parked.push(Live { wg, slot: g.slot });
+        }
+        Ok(Self {
+            index: saved.index,
+            signal: saved.signal,
+            start_ts: saved.start_ts,
+            dispatch,
+            next: saved.next,
+            total,
+            parked,
+            free_slots: slots,
+        })
+    }
+
+    /// What compute wave save/restore writes of the dispatch: its progress and every stopped
+    /// workgroup (they stop at an instruction boundary).
+    pub(crate) fn snapshot(&self) -> SavedDispatch {
+        SavedDispatch {
+            index: self.index,
+            signal: self.signal,
+            start_ts: self.start_ts,
+            next: self.next,
+            total: self.total,
+            groups: self
+                .parked
+                .iter()
+                .map(|l| SavedGroup {
+                    slot: l.slot,
+                    waves: u32::try_from(l.wg.waves.len()).unwrap_or(u32::MAX),
+                    bytes: l.wg.save(),
+                })
+                .collect(),
         }
     }
 
