@@ -388,6 +388,22 @@ fn set_u64(b: &mut [u8], off: usize, v: u64) {
 
 #[cfg(test)]
 mod tests {
+    #![allow(
+        clippy::unwrap_used,
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss
+    )]
+
+    use std::sync::Arc;
+
+    use kfd_shader::Dispatch;
+    use proptest::prelude::*;
+    use rstest::rstest;
+
+    use super::super::super::backing::{Backing, Domain};
+    use super::super::super::vm::{VmMapping, VmTarget};
+    use super::super::dispatch::{InFlight, RoundEnd};
+    use super::super::memory::SvmView;
     use super::*;
 
     fn sample(groups: usize) -> SavedDispatch {
@@ -445,5 +461,193 @@ mod tests {
             Layout::decode(&used),
             Err(CwsrError::Format("entry counts disagree with its size"))
         );
+    }
+
+    /// A dispatch of one of the committed test kernels in a GPU VM of GTT memory, with a
+    /// context save area and a control stack beside it.
+    struct Case {
+        vm: Arc<Mutex<Vm>>,
+        svm: Arc<SvmView>,
+        dispatch: Dispatch,
+        slots: Vec<u32>,
+        out: (u64, u64),
+        area: Area,
+        stack: Vec<u8>,
+        mqd: Vec<u8>,
+    }
+
+    const CODE_OBJECT: &[u8] = include_bytes!("../../../shader/kernels/kernels.co");
+    const AREA_VA: u64 = 0x5_0000_0000;
+
+    fn inputs(n: u32) -> Vec<u32> {
+        (0..n).map(|i| i.wrapping_mul(2_654_435_761) >> 9).collect()
+    }
+
+    /// Kernel 0: LDS and a barrier per level, four waves per workgroup; 1: private arrays in
+    /// scratch; 2: global atomics, whose end values do not depend on the order.
+    fn case(kernel: usize) -> Case {
+        use kfd_shader::testmem::{layout::*, Args, Rig};
+        let mut rig = Rig::new(CODE_OBJECT, 1 << 20).unwrap();
+        let (name, grid, wg, args, out) = match kernel {
+            0 => {
+                let pin = rig.alloc(1024 * 4).unwrap();
+                let pout = rig.alloc(16).unwrap();
+                rig.mem.write_u32s(pin, &inputs(1024));
+                (
+                    "lds_reduce",
+                    1024,
+                    256,
+                    Args::default().u64(pin).u64(pout),
+                    (pout, 16),
+                )
+            }
+            1 => {
+                let pin = rig.alloc(512).unwrap();
+                let pidx = rig.alloc(512).unwrap();
+                let pout = rig.alloc(512).unwrap();
+                rig.mem.write_u32s(pin, &inputs(128));
+                let idx: Vec<u32> = inputs(128).iter().map(|x| x >> 3).collect();
+                rig.mem.write_u32s(pidx, &idx);
+                let a = Args::default().u64(pin).u64(pidx).u64(pout);
+                ("scratch", 128, 64, a, (pout, 512))
+            }
+            _ => {
+                let counters = rig.alloc(16).unwrap();
+                let wide = rig.alloc(24).unwrap();
+                let slots = rig.alloc(512).unwrap();
+                let vals = rig.alloc(512).unwrap();
+                let v: Vec<u32> = inputs(128).iter().map(|x| x % 97).collect();
+                rig.mem.write_u32s(vals, &v);
+                rig.mem
+                    .write_u32s(counters, &[0, i32::MAX as u32, i32::MIN as u32, 0]);
+                let a = Args::default().u64(counters).u64(wide).u64(slots).u64(vals);
+                ("atomics", 128, 32, a, (counters, 16))
+            }
+        };
+        let dispatch = rig
+            .dispatch(name, [grid, 1, 1], [wg, 1, 1], &args.0, 1)
+            .unwrap();
+        // The rig's memory, copied into GTT mapped at the same addresses.
+        let co = kfd_shader::elf::CodeObject::parse(CODE_OBJECT).unwrap();
+        let code_end = co
+            .segments()
+            .unwrap()
+            .iter()
+            .map(|s| s.vaddr + s.memsz)
+            .max()
+            .unwrap();
+        let mut vm = Vm::new();
+        for (va, len) in [
+            (CODE_VA, code_end.div_ceil(4096) * 4096 + 4096),
+            (DATA_VA, 1 << 20),
+            (KERNARG_VA, 4096),
+            (PACKET_VA, 4096),
+            (QUEUE_VA, 4096),
+            (SCRATCH_VA, SCRATCH_BYTES),
+            (AREA_VA, 1 << 20),
+        ] {
+            let backing = Backing::new(len, Domain::Gtt, 0, false).unwrap();
+            if let Some(bytes) = rig.mem.read(va, len as usize) {
+                assert!(backing.write(0, &bytes));
+            }
+            let target = VmTarget::Memory {
+                backing: Arc::new(backing),
+                offset: 0,
+            };
+            vm.map(
+                va,
+                VmMapping {
+                    size: len,
+                    target,
+                    writable: true,
+                },
+            )
+            .unwrap();
+        }
+        Case {
+            vm: Arc::new(Mutex::new(vm)),
+            svm: Arc::new(SvmView::default()),
+            dispatch,
+            slots: vec![0],
+            out,
+            area: Area {
+                base: AREA_VA,
+                size: 1 << 20,
+                ctl_size: 4096,
+            },
+            stack: vec![0; 4096],
+            mqd: vec![0; 2048],
+        }
+    }
+
+    /// Runs the dispatch of `c`; at each of `stops` (instruction counts from its start) it is
+    /// evicted: saved into the area and the control stack, dropped, read back and resumed as
+    /// a restored queue does. The output and the instructions executed.
+    fn run(mut c: Case, stops: &[u64]) -> (Vec<u8>, u64) {
+        init_regs(&mut c.mqd, c.area.base, 1 << 20, 4096);
+        let mut d = InFlight::new(0, 0x40, 0, c.dispatch.clone(), c.slots.clone());
+        let mut done = 0u64;
+        let mut stops = stops.to_vec();
+        stops.sort_unstable();
+        stops.dedup();
+        for s in stops {
+            let (end, n) = d.round_for(&c.vm, &c.svm, s - done);
+            done += n;
+            match end {
+                RoundEnd::Done => break,
+                RoundEnd::More => {}
+                RoundEnd::Failed(f) => panic!("{f:?}"),
+            }
+            let saved = d.snapshot();
+            drop(d);
+            let (used, data) = c.area.save(&c.vm, &saved).unwrap();
+            store_stack(&mut c.stack, &mut c.mqd, &used, data);
+            let layout = take_stack(&mut c.stack, &mut c.mqd).unwrap().unwrap();
+            let back = c.area.load(&c.vm, layout).unwrap();
+            assert_eq!(
+                back, saved,
+                "the area and the control stack give the dispatch back"
+            );
+            d = InFlight::resume(c.dispatch.clone(), c.slots.clone(), back).unwrap();
+        }
+        let (end, n) = d.round_for(&c.vm, &c.svm, u64::MAX);
+        assert_eq!(end, RoundEnd::Done);
+        done += n;
+        let out = read_va(&c.vm, c.out.0, c.out.1).unwrap();
+        (out, done)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        /// Evicted and resumed at any instruction boundaries, with workgroups done, stopped
+        /// (at a barrier, with LDS or scratch in use) and not started, a dispatch ends with the
+        /// memory of a run never stopped, and no instruction runs twice.
+        #[test]
+        fn a_dispatch_evicted_anywhere_ends_with_the_same_memory(
+            kernel in 0usize..3,
+            fractions in prop::collection::vec(0.0f64..1.0, 1..6),
+        ) {
+            let (want, total) = run(case(kernel), &[]);
+            let stops: Vec<u64> =
+                fractions.iter().map(|f| 1 + (f * (total - 1) as f64) as u64).collect();
+            let (got, n) = run(case(kernel), &stops);
+            prop_assert_eq!(got, want);
+            prop_assert_eq!(n, total);
+        }
+    }
+
+    #[rstest]
+    #[case::lds_reduce(0)]
+    #[case::scratch(1)]
+    #[case::atomics(2)]
+    fn a_dispatch_evicted_at_each_of_many_points_ends_with_the_same_memory(#[case] kernel: usize) {
+        let (want, total) = run(case(kernel), &[]);
+        // About 40 points spread over the run, each its own eviction.
+        for s in (1..total).step_by((total / 40).max(1) as usize) {
+            let (got, n) = run(case(kernel), &[s]);
+            assert_eq!(got, want, "evicted after {s} of {total} instructions");
+            assert_eq!(n, total);
+        }
     }
 }

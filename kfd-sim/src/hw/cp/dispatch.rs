@@ -8,7 +8,7 @@
 //! eviction waits at most one round: the waves stop at an instruction boundary and stay parked
 //! in the queue until the process runs again.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -181,11 +181,47 @@ impl InFlight {
         interrupts: &mut Vec<u32>,
         stop: &AtomicBool,
     ) -> RoundEnd {
+        self.run_round(vm, svm, interrupts, stop, None)
+    }
+
+    /// A round on one worker that ends after exactly `instructions` wave instructions (or
+    /// when the dispatch ends): a preemption at a chosen instruction boundary, for tests of wave
+    /// save/restore. Also returns the instructions executed.
+    #[cfg(test)]
+    pub(crate) fn round_for(
+        &mut self,
+        vm: &Arc<Mutex<Vm>>,
+        svm: &Arc<SvmView>,
+        instructions: u64,
+    ) -> (RoundEnd, u64) {
+        let left = AtomicU64::new(instructions);
+        let end = self.run_round(
+            vm,
+            svm,
+            &mut Vec::new(),
+            &AtomicBool::new(false),
+            Some(&left),
+        );
+        (end, instructions - left.into_inner())
+    }
+
+    fn run_round(
+        &mut self,
+        vm: &Arc<Mutex<Vm>>,
+        svm: &Arc<SvmView>,
+        interrupts: &mut Vec<u32>,
+        stop: &AtomicBool,
+        budget: Option<&AtomicU64>,
+    ) -> RoundEnd {
         let left = self.total - self.next + self.parked.len() as u64;
-        let threads = usize::try_from(left)
-            .unwrap_or(usize::MAX)
-            .min(workers())
-            .max(1);
+        let threads = if budget.is_some() {
+            1
+        } else {
+            usize::try_from(left)
+                .unwrap_or(usize::MAX)
+                .min(workers())
+                .max(1)
+        };
         let pool = Mutex::new(Pool {
             parked: std::mem::take(&mut self.parked),
             next: self.next,
@@ -194,7 +230,8 @@ impl InFlight {
         let failure: Mutex<Option<Failure>> = Mutex::new(None);
         let sent: Mutex<Vec<u32>> = Mutex::new(Vec::new());
         let failed = AtomicBool::new(false);
-        let deadline = Instant::now() + ROUND;
+        // An instruction budget, not the clock, ends a round that has one.
+        let deadline = Instant::now() + budget.map_or(ROUND, |_| Duration::from_secs(3600));
         let dispatch = &self.dispatch;
         let total = self.total;
         // One translation of the VM for the round, shared by its workers: mirrored client
@@ -205,6 +242,7 @@ impl InFlight {
             let mut ex = Executor::new();
             worker(
                 dispatch, total, &pool, &mut ex, &mem, deadline, &failed, stop, &failure, &sent,
+                budget,
             );
         };
         if threads == 1 {
@@ -254,12 +292,15 @@ fn worker(
     stop: &AtomicBool,
     failure: &Mutex<Option<Failure>>,
     sent: &Mutex<Vec<u32>>,
+    budget: Option<&AtomicU64>,
 ) {
     let clock = GpuClock;
+    let slice = || budget.map_or(SLICE, |b| b.load(Ordering::SeqCst).min(SLICE));
     loop {
         if failed.load(Ordering::SeqCst)
             || stop.load(Ordering::SeqCst)
             || Instant::now() >= deadline
+            || slice() == 0
         {
             return;
         }
@@ -287,7 +328,15 @@ fn worker(
             return;
         };
         loop {
-            let st = ex.run(&mut live.wg, mem, &clock, SLICE);
+            let n = slice();
+            if n == 0 {
+                lock(pool).parked.push(live);
+                return;
+            }
+            let st = ex.run(&mut live.wg, mem, &clock, n);
+            if let Some(b) = budget {
+                b.fetch_sub(st.instructions.min(n), Ordering::SeqCst);
+            }
             match st.stop {
                 Stop::Done => {
                     lock(pool).free_slots.push(live.slot);
