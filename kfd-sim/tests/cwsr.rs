@@ -1,6 +1,7 @@
 //! Compute wave save/restore: a dispatch stopped by an eviction with waves in flight (four waves
 //! per workgroup between two `s_barrier`s, LDS written, an atomic already done) is written to
-//! the queue's context save area (a KFD BO, as ROCr 5.2 allocates it) and control stack; it
+//! the queue's context save area (a KFD BO, as ROCr 5.2 allocates it, or anonymous memory
+//! registered as an SVM range, as 6.1 does) and control stack; it
 //! resumes from there after UNPAUSE, and after a CRIU checkpoint restored into a fresh machine
 //! whose GPUs have other ids, with the memory of a run never stopped: no workgroup runs twice.
 
@@ -19,6 +20,7 @@ use common::aql::{dispatch_packet, Args, Buf, Queue, Rig, INVALID};
 use common::criu::{criu_view, read_dmabuf, restore_on_other_gpu_ids, write_dmabuf};
 use common::{env, gpu, GTT_W, VRAM_W};
 use kfd_abi::criu::{Checkpoint, RestoreDevice};
+use kfd_abi::kfd::SvmAttribute;
 use kfd_abi::{AllocFlags, Errno, Kfd, Prot, QueueId, RenderNode, Share};
 use kfd_sim::{Machine, Preset, SimFile};
 use rstest::rstest;
@@ -111,6 +113,7 @@ struct Spinning {
     done: common::aql::Signal,
     groups: u32,
     _code: Buf,
+    _host: Vec<u8>,
 }
 
 /// What the context save area of the queue is.
@@ -118,6 +121,8 @@ struct Spinning {
 enum SaveArea {
     /// A KFD BO in GTT mapped for the GPU (ROCr 5.2).
     Bo,
+    /// Anonymous memory registered as an SVM range the GPU may access (ROCr 6.1).
+    Svm,
     /// None (`ctx_save_restore_address` 0).
     None,
 }
@@ -127,12 +132,22 @@ fn spinning(groups: u32, area: SaveArea) -> Spinning {
     let rig = Rig::new(env(Preset::mi210x2()));
     let (code, kernel) = spin_lds(&rig);
     let area_buf = rig.buf(AREA, GTT_W);
+    let host = vec![0u8; (AREA + 4096) as usize];
+    let host_area = (host.as_ptr() as u64 + 4095) & !4095;
+    if let SaveArea::Svm = area {
+        let access = SvmAttribute {
+            ty: kfd_sys::KFD_IOCTL_SVM_ATTR_ACCESS,
+            value: rig.g.get(),
+        };
+        rig.e.kfd.svm_set_attr(host_area, AREA, &[access]).unwrap();
+    }
     let q = Queue::with_save_area(
         &rig,
         64,
         None,
         match area {
             SaveArea::Bo => Some((area_buf.va, AREA as u32)),
+            SaveArea::Svm => Some((host_area, AREA as u32)),
             SaveArea::None => Some((0, 0)),
         },
     );
@@ -162,6 +177,7 @@ fn spinning(groups: u32, area: SaveArea) -> Spinning {
         done,
         groups,
         _code: code,
+        _host: host,
     };
     let deadline = Instant::now() + Duration::from_secs(20);
     while s.entered() == 0 {
@@ -227,6 +243,7 @@ fn wait_u64(read: impl Fn() -> u64, want: u64) {
 
 #[rstest]
 #[case::kfd_bo(SaveArea::Bo, 6)]
+#[case::svm_range(SaveArea::Svm, 6)]
 #[case::no_area(SaveArea::None, 6)]
 #[case::one_workgroup(SaveArea::Bo, 1)]
 fn an_evicted_dispatch_resumes_after_unpause_with_nothing_run_twice(
@@ -240,7 +257,7 @@ fn an_evicted_dispatch_resumes_after_unpause_with_nothing_run_twice(
     let (stack, data) = s.wave_state();
     let saved = saved_groups(&stack);
     match area {
-        SaveArea::Bo => {
+        SaveArea::Bo | SaveArea::Svm => {
             assert!(saved >= 1, "the spinning workgroups are saved");
             assert!(data > 0 && u64::from(data) <= AREA - CTL_STACK as u64);
             assert!(
@@ -268,9 +285,11 @@ fn devices<'a>(c: &Checkpoint, m: &Machine, renders: &'a [SimFile]) -> Vec<Resto
     common::criu::restore_devices(c, m, renders)
 }
 
-#[test]
-fn a_checkpoint_mid_kernel_resumes_on_a_fresh_machine_with_other_gpu_ids() {
-    let s = spinning(5, SaveArea::Bo);
+#[rstest]
+#[case::kfd_bo(SaveArea::Bo)]
+#[case::svm_range(SaveArea::Svm)]
+fn a_checkpoint_mid_kernel_resumes_on_a_fresh_machine_with_other_gpu_ids(#[case] area: SaveArea) {
+    let s = spinning(5, area);
     let (_criu, ck) = criu_view(&s.rig.e.kfd, &s.rig.e.proc);
     let info = ck.criu_process_info().unwrap();
     let (stack, _) = s.wave_state();

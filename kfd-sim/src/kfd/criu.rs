@@ -649,7 +649,7 @@ fn restore_objects(
         match rd.peek_object_type()? {
             OBJECT_QUEUE => queues.push(restore_queue(call, st, rd)?),
             OBJECT_EVENT => restore_event(st, rd)?,
-            OBJECT_SVM_RANGE => restore_svm(st, rd)?,
+            OBJECT_SVM_RANGE => restore_svm(call, st, rd)?,
             _ => return Err(Errno::EINVAL),
         }
     }
@@ -814,7 +814,11 @@ fn restore_event(st: &mut ProcState, rd: &mut PrivReader<'_>) -> Result<(), Errn
     Ok(())
 }
 
-fn restore_svm(st: &mut ProcState, rd: &mut PrivReader<'_>) -> Result<(), Errno> {
+fn restore_svm(
+    call: &KfdCall<'_>,
+    st: &mut ProcState,
+    rd: &mut PrivReader<'_>,
+) -> Result<(), Errno> {
     let h = rd.take(SVM_PRIV_SIZE as u64)?;
     let nattr = 4 + st.pdds.len() as u64;
     let raw = rd.take(8 * nattr)?;
@@ -824,6 +828,9 @@ fn restore_svm(st: &mut ProcState, rd: &mut PrivReader<'_>) -> Result<(), Errno>
         .collect();
     st.svm_restored
         .push((get_u64(&h, 8), get_u64(&h, 16), attrs));
+    // The range is the restoring process's memory (the plugin restores from inside it), as
+    // SET_ATTR would record: what the GPU reaches there, a context save area among it.
+    st.svm_mem = Some(call.client.process_memory());
     Ok(())
 }
 

@@ -25,8 +25,11 @@
 
 use std::sync::Mutex;
 
+use kfd_abi::Errno;
+
 use super::super::sdma::{read_va, write_va, Fault};
 use super::super::vm::Vm;
+use super::memory::SvmView;
 
 /// Byte offsets of the CWSR registers in the simulator's compute MQD image.
 pub(crate) mod regs {
@@ -76,6 +79,9 @@ pub(crate) enum CwsrError {
     /// The save area is not reachable through the GPU VM.
     #[error("context save area: {0}")]
     Memory(#[from] Fault),
+    /// The save area is an SVM range whose memory could not be read or written.
+    #[error("context save area in an SVM range: {0}")]
+    Svm(Errno),
     /// The control stack does not hold what this simulator writes.
     #[error("the control stack is not a saved dispatch: {0}")]
     Format(&'static str),
@@ -256,12 +262,51 @@ pub(crate) struct Area {
     pub ctl_size: usize,
 }
 
+/// The SVM range of `svm` that holds `[va, va + len)`, with the memory it is.
+fn svm_range(svm: &SvmView, va: u64, len: u64) -> Option<crate::hw::backing::ProcessMemory> {
+    let end = va.checked_add(len)?;
+    let mem = svm.mem?;
+    svm.ranges
+        .iter()
+        .any(|&(lo, hi)| lo <= va && end <= hi)
+        .then_some(mem)
+}
+
+/// Writes `bytes` at `va` as the CP does: through the GPU VM (a KFD BO: ROCr 5.2's area), else
+/// into the SVM range that holds it (ROCr 6.1's area: anonymous memory at the same address).
+fn write_gpu(vm: &Mutex<Vm>, svm: &SvmView, va: u64, bytes: &[u8]) -> Result<(), CwsrError> {
+    match write_va(vm, va, bytes) {
+        Ok(()) => Ok(()),
+        Err(e) => match svm_range(svm, va, bytes.len() as u64) {
+            Some(mem) => mem.write(va, bytes).map_err(CwsrError::Svm),
+            None => Err(e.into()),
+        },
+    }
+}
+
+/// Reads `len` bytes at `va` as [`write_gpu`] writes them.
+fn read_gpu(vm: &Mutex<Vm>, svm: &SvmView, va: u64, len: u64) -> Result<Vec<u8>, CwsrError> {
+    match read_va(vm, va, len) {
+        Ok(b) => Ok(b),
+        Err(e) => match svm_range(svm, va, len) {
+            Some(mem) => {
+                let n = usize::try_from(len).map_err(|_| CwsrError::Svm(Errno::EFAULT))?;
+                let mut b = vec![0; n];
+                mem.read(va, &mut b).map_err(CwsrError::Svm)?;
+                Ok(b)
+            }
+            None => Err(e.into()),
+        },
+    }
+}
+
 impl Area {
-    /// Writes `d`'s wave data into the area through `vm`; the control stack's used part, to go
-    /// at its end, and the bytes of wave data.
+    /// Writes `d`'s wave data into the area through `vm` (or the SVM ranges of `svm`); the
+    /// control stack's used part, to go at its end, and the bytes of wave data.
     pub(crate) fn save(
         &self,
         vm: &Mutex<Vm>,
+        svm: &SvmView,
         d: &SavedDispatch,
     ) -> Result<(Vec<u8>, usize), CwsrError> {
         if self.base == 0 {
@@ -281,12 +326,18 @@ impl Area {
                 have: self.size,
             });
         }
-        write_va(vm, self.base + self.ctl_size as u64, &data)?;
+        write_gpu(vm, svm, self.base + self.ctl_size as u64, &data)?;
         Ok((ctl, data.len()))
     }
 
-    /// Reads the wave data `l` names from the area through `vm`: the saved dispatch.
-    pub(crate) fn load(&self, vm: &Mutex<Vm>, l: Layout) -> Result<SavedDispatch, CwsrError> {
+    /// Reads the wave data `l` names from the area as [`Area::save`] wrote them: the saved
+    /// dispatch.
+    pub(crate) fn load(
+        &self,
+        vm: &Mutex<Vm>,
+        svm: &SvmView,
+        l: Layout,
+    ) -> Result<SavedDispatch, CwsrError> {
         if self.base == 0 {
             return Err(CwsrError::NoArea);
         }
@@ -303,7 +354,7 @@ impl Area {
                 have: self.size,
             });
         }
-        let data = read_va(vm, self.base + self.ctl_size as u64, end)?;
+        let data = read_gpu(vm, svm, self.base + self.ctl_size as u64, end)?;
         let mut d = l.dispatch;
         for (g, &(off, len)) in d.groups.iter_mut().zip(&l.blocks) {
             let (off, len) = (off as usize, len as usize);
@@ -403,7 +454,6 @@ mod tests {
     use super::super::super::backing::{Backing, Domain};
     use super::super::super::vm::{VmMapping, VmTarget};
     use super::super::dispatch::{InFlight, RoundEnd};
-    use super::super::memory::SvmView;
     use super::*;
 
     fn sample(groups: usize) -> SavedDispatch {
@@ -600,10 +650,10 @@ mod tests {
             }
             let saved = d.snapshot();
             drop(d);
-            let (used, data) = c.area.save(&c.vm, &saved).unwrap();
+            let (used, data) = c.area.save(&c.vm, &c.svm, &saved).unwrap();
             store_stack(&mut c.stack, &mut c.mqd, &used, data);
             let layout = take_stack(&mut c.stack, &mut c.mqd).unwrap().unwrap();
-            let back = c.area.load(&c.vm, layout).unwrap();
+            let back = c.area.load(&c.vm, &c.svm, layout).unwrap();
             assert_eq!(
                 back, saved,
                 "the area and the control stack give the dispatch back"

@@ -209,9 +209,20 @@ pub(crate) fn save_waves<P: MappedProcess>(p: &P) {
         qid: u32,
         state: Arc<Mutex<QueueState>>,
         vm: Arc<Mutex<Vm>>,
+        svm: SvmView,
         area: Area,
     }
     let targets = p.with_queues(|qs| {
+        let mapped: Vec<(u32, usize)> = qs
+            .mapped()
+            .iter()
+            .filter(|q| q.engine == Engine::Aql)
+            .map(|q| (q.qid, q.device))
+            .collect();
+        let svms: Vec<(u32, SvmView)> = mapped
+            .into_iter()
+            .map(|(id, dev)| (id, qs.svm(dev)))
+            .collect();
         qs.mapped()
             .into_iter()
             .filter(|q| q.engine == Engine::Aql)
@@ -220,6 +231,10 @@ pub(crate) fn save_waves<P: MappedProcess>(p: &P) {
                     qid: q.qid,
                     state: Arc::clone(q.state.cp.as_ref()?),
                     vm: q.vm?,
+                    svm: svms
+                        .iter()
+                        .find(|(id, _)| *id == q.qid)
+                        .map(|(_, s)| s.clone())?,
                     area: Area {
                         base: q.ctx.0,
                         size: q.ctx.1,
@@ -236,7 +251,7 @@ pub(crate) fn save_waves<P: MappedProcess>(p: &P) {
             (None, Some(r)) => r.clone(),
             (None, None) => continue,
         };
-        match t.area.save(&t.vm, &saved) {
+        match t.area.save(&t.vm, &t.svm, &saved) {
             Ok((used, data)) => {
                 p.with_queues(|qs| {
                     for q in qs.mapped().into_iter().filter(|q| q.qid == t.qid) {
@@ -390,7 +405,7 @@ impl<R: Runlist> QueueRun<'_, R> {
             self.st.started = true;
         }
         if let Some(layout) = self.st.saved_layout.take() {
-            match layout.and_then(|l| self.w.area.load(self.vm(), l)) {
+            match layout.and_then(|l| self.w.area.load(self.vm(), &self.w.svm, l)) {
                 Ok(d) => {
                     log::debug!(
                         "kfd-sim: pid {}: AQL queue {}: dispatch {} restored from the context \
