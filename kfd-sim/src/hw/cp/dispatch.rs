@@ -6,7 +6,8 @@
 //! unfinished in the dispatch. So a kernel that never ends (a wave spinning on a flag in memory)
 //! uses its time and lets the command processor go on to other queues and processes, and an
 //! eviction waits at most one round: the waves stop at an instruction boundary and stay parked
-//! in the queue until the process runs again.
+//! in the dispatch, which compute wave save/restore then writes out ([`InFlight::snapshot`])
+//! and reads back ([`InFlight::resume`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
