@@ -417,11 +417,12 @@ pub(crate) fn store_stack(stack: &mut [u8], mqd: &mut [u8], used: &[u8], data_us
 /// so); `None` when nothing is saved.
 pub(crate) fn take_stack(stack: &mut [u8], mqd: &mut [u8]) -> Result<Option<Layout>, CwsrError> {
     let size = stack.len();
-    let (used, _) = regs_used(mqd, size);
-    let r = Layout::decode(&stack[size - used..]);
-    if matches!(r, Ok(Some(_)) | Err(_)) {
-        store_stack(stack, mqd, &[], 0);
+    let (used, data) = regs_used(mqd, size);
+    if used == 0 && data == 0 {
+        return Ok(None);
     }
+    let r = Layout::decode(&stack[size - used..]);
+    store_stack(stack, mqd, &[], 0);
     r
 }
 
@@ -665,6 +666,44 @@ mod tests {
         done += n;
         let out = read_va(&c.vm, c.out.0, c.out.1).unwrap();
         (out, done)
+    }
+
+    #[test]
+    fn waves_that_do_not_fit_the_area_or_the_control_stack_are_not_saved() {
+        let c = case(0);
+        let mut d = InFlight::new(0, 0, 0, c.dispatch.clone(), c.slots.clone());
+        assert_eq!(d.round_for(&c.vm, &c.svm, 300).0, RoundEnd::More);
+        let saved = d.snapshot();
+        assert_eq!(saved.groups.len(), 1);
+        let small = Area {
+            size: 4096 + 1000,
+            ..c.area
+        };
+        assert!(matches!(
+            small.save(&c.vm, &c.svm, &saved),
+            Err(CwsrError::Area { have: 5096, .. })
+        ));
+        let short = Area {
+            ctl_size: 64,
+            ..c.area
+        };
+        assert_eq!(
+            short.save(&c.vm, &c.svm, &saved),
+            Err(CwsrError::ControlStack {
+                need: DISPATCH_ENTRY + GROUP_ENTRY + 4 * WAVE_ENTRY,
+                have: 64
+            })
+        );
+        let unmapped = Area {
+            base: 0x9_0000_0000,
+            ..c.area
+        };
+        assert!(matches!(
+            unmapped.save(&c.vm, &c.svm, &saved),
+            Err(CwsrError::Memory(_))
+        ));
+        let none = Area { base: 0, ..c.area };
+        assert_eq!(none.save(&c.vm, &c.svm, &saved), Err(CwsrError::NoArea));
     }
 
     proptest! {
