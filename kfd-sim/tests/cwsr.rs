@@ -290,6 +290,17 @@ fn devices<'a>(c: &Checkpoint, m: &Machine, renders: &'a [SimFile]) -> Vec<Resto
 #[case::svm_range(SaveArea::Svm)]
 fn a_checkpoint_mid_kernel_resumes_on_a_fresh_machine_with_other_gpu_ids(#[case] area: SaveArea) {
     let s = spinning(5, area);
+    // A packet behind the spinning dispatch, rung: it waits in the ring.
+    let out = s.rig.buf(4096, GTT_W);
+    let next = s.rig.signal(1, false);
+    let ka = s.rig.kernargs(&Args::default().u64(out.va).u32(8).0);
+    s.q.submit(dispatch_packet(
+        s.rig.kernel("grid2d"),
+        [8, 1, 1],
+        [8, 1, 1],
+        ka,
+        next.va,
+    ));
     let (_criu, ck) = criu_view(&s.rig.e.kfd, &s.rig.e.proc);
     let info = ck.criu_process_info().unwrap();
     let (stack, _) = s.wave_state();
@@ -337,6 +348,17 @@ fn a_checkpoint_mid_kernel_resumes_on_a_fresh_machine_with_other_gpu_ids(#[case]
     };
     assert_eq!(c32(0), 5 * WG, "no work-item entered twice");
     assert_eq!(c32(64), want_sum(5, 9));
+    // The packet behind it runs too, without a new doorbell: the MQD latched the old one.
+    let next_value = (next.va - s.rig.signals.va) as usize + 8;
+    wait_u64(|| signals.load_u64(next_value).unwrap(), 0);
+    let grid = map(&out, 4096);
+    let mut b = [0u8; 32];
+    assert!(grid.read(0, &mut b));
+    let got: Vec<u32> = b
+        .chunks(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(got, (0..8).map(|x| x * 1000).collect::<Vec<u32>>());
     std::thread::sleep(Duration::from_millis(20));
     assert_eq!(signals.load_u64(done), Some(0), "decremented once");
     // The source, unpaused, finishes on its own machine too.

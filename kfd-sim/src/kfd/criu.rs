@@ -370,7 +370,7 @@ fn checkpoint(call: &KfdCall<'_>, a: &CriuArgs) -> IoctlResult {
         },
     );
     for (&qid, qu) in st.queues.iter_mut() {
-        if qu.kind != QueueKind::Compute {
+        if qu.kind != QueueKind::Compute || qu.aql {
             qu.refresh_mqd(qid);
         }
     }

@@ -11,7 +11,9 @@
 //!   mapped, polling the doorbells of the active AQL queues in the SDMA engine's loop
 //!   ([`super::scheduler::poll`]: often while there is work, backing off when there is
 //!   none); it holds the machine weakly and ends with it.
-//! - **The ring.** 64-byte packets; the doorbell holds the index of the last packet made valid.
+//! - **The ring.** 64-byte packets; the doorbell holds the index of the last packet made valid
+//!   (CHECKPOINT latches it into the MQD, and a restored queue starts from that value, its new
+//!   doorbell slice being zero).
 //!   While the read index (`amd_queue_t.read_dispatch_id`, whose address CREATE_QUEUE gave as
 //!   the read pointer) is not past the doorbell and the packet's type is not INVALID, the packet
 //!   runs; an INVALID packet in that range is one the client has reserved and not written yet:
@@ -312,7 +314,9 @@ fn service<R: Runlist>(runlist: &R, p: &R::Process, device: usize) -> bool {
             .into_iter()
             .filter(|q| q.engine == Engine::Aql && q.device == device && q.active)
             .filter_map(|q| {
-                let doorbell = q.doorbell()?;
+                // The last packet made valid: the doorbell, or what the MQD latched before a
+                // checkpoint (a restored process's doorbell slice starts at zero).
+                let doorbell = q.doorbell()?.max(q.state.wptr);
                 q.state.wptr = doorbell;
                 let state = Arc::clone(q.state.cp.get_or_insert_with(Arc::default));
                 let vm = q.vm?;
