@@ -22,6 +22,7 @@ use common::{env, gpu, GTT_W, VRAM_W};
 use kfd_abi::criu::{Checkpoint, RestoreDevice};
 use kfd_abi::kfd::SvmAttribute;
 use kfd_abi::{AllocFlags, Errno, Kfd, Prot, QueueId, RenderNode, Share};
+use kfd_sim::criu::{BO_PRIV_SIZE, DEVICE_PRIV_SIZE, PROCESS_PRIV_SIZE, QUEUE_PRIV_SIZE};
 use kfd_sim::{Machine, Preset, SimFile};
 use rstest::rstest;
 
@@ -406,4 +407,61 @@ fn a_restore_that_fails_half_way_leaves_no_saved_waves() {
         (0, 0),
         "a half-restored queue has none"
     );
+}
+
+/// An MQD the simulator did not write (another driver's image) has no CWSR registers: the
+/// restored queue is not stopped by a control stack it cannot read, and runs the dispatch from
+/// its packet, as before wave save/restore.
+#[test]
+fn a_restored_mqd_of_another_driver_runs_the_dispatch_from_its_packet() {
+    let s = spinning(2, SaveArea::Bo);
+    let (_criu, ck) = criu_view(&s.rig.e.kfd, &s.rig.e.proc);
+    let info = ck.criu_process_info().unwrap();
+    let mut c = ck.criu_checkpoint(&info).unwrap();
+    // The queue record comes first after the BO records; its MQD after its 120-byte header.
+    let objects =
+        PROCESS_PRIV_SIZE + DEVICE_PRIV_SIZE * c.devices.len() + BO_PRIV_SIZE * c.bos.len();
+    assert_eq!(c.priv_data[objects], 0, "a queue record");
+    let mqd = objects + QUEUE_PRIV_SIZE;
+    c.priv_data[mqd..mqd + 4].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+    let r = restore_on_other_gpu_ids(&c);
+    for (b, rb) in c.bos.iter().zip(&r.bos) {
+        if let (Some(from), Some(to)) = (&b.dmabuf, &rb.dmabuf) {
+            write_dmabuf(to, &read_dmabuf(from, b.size));
+        }
+    }
+    let (stack, data) = wave_state(&r.kfd, s.q.id);
+    assert_eq!(
+        (stack.len(), data),
+        (CTL_STACK, 0),
+        "the whole stack, as before"
+    );
+    let rr = RenderNode::new(
+        r.renders[0].used_by(&r.process).unwrap(),
+        "render (restored)",
+    );
+    let offset = |va: u64| {
+        c.bos
+            .iter()
+            .zip(&r.bos)
+            .find(|(x, _)| x.addr == va)
+            .map(|(_, rb)| rb.restored_offset)
+            .unwrap()
+    };
+    let flag = rr
+        .map_bo(offset(s.flag.va), 4096, Prot::RW, Share::Shared)
+        .unwrap();
+    let signals = rr
+        .map_bo(offset(s.rig.signals.va), 4096, Prot::RW, Share::Shared)
+        .unwrap();
+    assert!(flag.write_u64(0, 2));
+    let _doorbells = r.kfd.map_doorbells(gpu(0x3a01), 8192).unwrap();
+    let criu_b = r.machine.spawn_process();
+    Kfd::new(criu_b.open_kfd().unwrap(), "/dev/kfd (criu)")
+        .criu_resume(r.process.pid())
+        .unwrap();
+    let done = (s.done.va - s.rig.signals.va) as usize + 8;
+    wait_u64(|| signals.load_u64(done).unwrap(), 0);
+    let inactive = (s.q.inactive.va - s.rig.signals.va) as usize + 8;
+    assert_eq!(signals.load_u64(inactive), Some(0), "no queue error");
 }

@@ -627,7 +627,7 @@ fn restore(call: &KfdCall<'_>, a: &CriuArgs) -> IoctlResult {
         // The queues restored so far stay (the driver does not roll back), but no wave of a
         // half-restored process is resumed: their control stacks are emptied.
         for qid in queues {
-            if let Some(q) = st.queues.get_mut(&qid) {
+            if let Some(q) = st.queues.get_mut(&qid).filter(|q| q.cwsr_mqd()) {
                 cwsr::store_stack(&mut q.ctl_stack, &mut q.mqd, &[], 0);
             }
         }

@@ -150,6 +150,13 @@ impl Queue {
         }
     }
 
+    /// Whether the MQD image is the simulator's compute MQD, which holds the CWSR registers (an
+    /// image of another driver's MQD has none the simulator can read).
+    pub(crate) fn cwsr_mqd(&self) -> bool {
+        self.kind == QueueKind::Compute
+            && self.mqd.get(..4) == Some(&mqd_layout::COMPUTE_MAGIC.to_le_bytes()[..])
+    }
+
     /// Writes the fields the simulator tracks into the MQD image.
     pub(crate) fn refresh_mqd(&mut self, qid: u32) {
         let magic = match self.kind {

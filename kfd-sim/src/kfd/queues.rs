@@ -289,7 +289,11 @@ pub(super) fn get_queue_wave_state(call: &KfdCall<'_>, kdata: &mut [u8]) -> Ioct
         // The used part of the control stack (it grows down to `cntl_stack_offset`) and how much
         // wave data the save area holds, as the MQD's CWSR registers say.
         let size = q.ctl_stack.len();
-        let (used, data) = cwsr::regs_used(&q.mqd, size);
+        let (used, data) = if q.cwsr_mqd() {
+            cwsr::regs_used(&q.mqd, size)
+        } else {
+            (size, 0)
+        };
         copy_to_user(
             call.client,
             a.ctl_stack_address,
