@@ -61,6 +61,12 @@ pub(crate) struct MappedQueue<'a> {
     pub doorbell_id: u32,
     /// Where the engine is in the ring.
     pub state: &'a mut RingState,
+    /// Compute queues: the context save area's GPU VA (0: none) and size.
+    pub ctx: (u64, u64),
+    /// Compute queues: the control stack beside the MQD (`cntl_stack_size` bytes).
+    pub ctl_stack: &'a mut [u8],
+    /// The MQD image, whose CWSR registers say what the control stack and area hold.
+    pub mqd: &'a mut [u8],
     /// The process's doorbell slice on the queue's GPU, once mapped.
     pub doorbells: Option<Arc<Backing>>,
     /// The process's GPU VM on the queue's GPU, once acquired.

@@ -176,9 +176,16 @@ pub(crate) fn wait_idle(p: &impl MappedProcess) {
     drop(lock(p.cp_preemption()));
 }
 
-/// Latches every mapped SDMA doorbell of process `pid` into its queue's write pointer.
+/// Latches every mapped SDMA doorbell of process `pid` into its queue's write pointer, and
+/// every AQL doorbell into the index of its queue's last valid packet.
 pub(crate) fn latch_doorbells(pid: u32, queues: &mut dyn Queues) {
     for q in queues.mapped() {
+        if q.engine == Engine::Aql {
+            if let Some(value) = q.doorbell() {
+                q.state.wptr = q.state.wptr.max(value);
+            }
+            continue;
+        }
         if q.engine != Engine::Sdma {
             continue;
         }

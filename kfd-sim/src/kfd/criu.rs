@@ -28,6 +28,7 @@ use super::svm_range::SvmAccess;
 use super::{kmalloc_check, KfdCall};
 use crate::client::{Client, FdSlot};
 use crate::host::Pod;
+use crate::hw::cp::cwsr;
 use crate::limits::*;
 use crate::uaccess::{
     copy_from_user, copy_to_user, fd_from_field, fd_to_field, get_u32, get_u64, put_u32, put_u64,
@@ -217,8 +218,10 @@ fn process_info(call: &KfdCall<'_>, a: &mut CriuArgs) -> IoctlResult {
     a.num_objects = info.num_objects;
     a.priv_data_size = info.priv_size;
     drop(st);
-    // The queues are preempted: the engine finishes the packet it is running, if any.
+    // The queues are preempted: the SDMA engine finishes the packet it is running, if any; the
+    // command processors stop their waves, which go into the context save areas.
     crate::hw::scheduler::wait_idle(call.process);
+    crate::hw::cp::save_waves(call.process);
     Ok(0)
 }
 
@@ -367,7 +370,7 @@ fn checkpoint(call: &KfdCall<'_>, a: &CriuArgs) -> IoctlResult {
         },
     );
     for (&qid, qu) in st.queues.iter_mut() {
-        if qu.kind != QueueKind::Compute {
+        if qu.kind != QueueKind::Compute || qu.aql {
             qu.refresh_mqd(qid);
         }
     }
@@ -619,19 +622,41 @@ fn restore(call: &KfdCall<'_>, a: &CriuArgs) -> IoctlResult {
     copy_to_user(call.client, a.bos, &out)?;
 
     // Objects.
+    let mut queues = Vec::new();
+    if let Err(e) = restore_objects(call, &mut st, &mut rd, a, &mut queues) {
+        // The queues restored so far stay (the driver does not roll back), but no wave of a
+        // half-restored process is resumed: their control stacks are emptied.
+        for qid in queues {
+            if let Some(q) = st.queues.get_mut(&qid).filter(|q| q.cwsr_mqd()) {
+                cwsr::store_stack(&mut q.ctl_stack, &mut q.mqd, &[], 0);
+            }
+        }
+        return Err(e);
+    }
+    installed.keep();
+    Ok(0)
+}
+
+/// The object records of a RESTORE; the ids of the queues restored go to `queues`.
+fn restore_objects(
+    call: &KfdCall<'_>,
+    st: &mut ProcState,
+    rd: &mut PrivReader<'_>,
+    a: &CriuArgs,
+    queues: &mut Vec<u32>,
+) -> Result<(), Errno> {
     for _ in 0..a.num_objects {
         match rd.peek_object_type()? {
-            OBJECT_QUEUE => restore_queue(call, &mut st, &mut rd)?,
-            OBJECT_EVENT => restore_event(&mut st, &mut rd)?,
-            OBJECT_SVM_RANGE => restore_svm(&mut st, &mut rd)?,
+            OBJECT_QUEUE => queues.push(restore_queue(call, st, rd)?),
+            OBJECT_EVENT => restore_event(st, rd)?,
+            OBJECT_SVM_RANGE => restore_svm(call, st, rd)?,
             _ => return Err(Errno::EINVAL),
         }
     }
     if rd.off != a.priv_data_size {
         return Err(Errno::EINVAL);
     }
-    installed.keep();
-    Ok(0)
+    Ok(())
 }
 
 fn restore_bo(
@@ -698,7 +723,7 @@ fn restore_queue(
     call: &KfdCall<'_>,
     st: &mut ProcState,
     rd: &mut PrivReader<'_>,
-) -> Result<(), Errno> {
+) -> Result<u32, Errno> {
     let h = rd.take(QUEUE_PRIV_SIZE as u64)?;
     let mqd_size = u64::from(get_u32(&h, q::MQD_SIZE));
     let ctl_size = u64::from(get_u32(&h, q::CTL_STACK_SIZE));
@@ -743,13 +768,13 @@ fn restore_queue(
         ctl_stack,
     };
     let ctl = len32(restore.ctl_stack.len());
-    create_queue_locked(call.machine, st, queue, ctl, Some(restore))?;
+    let (qid, _) = create_queue_locked(call.machine, st, queue, ctl, Some(restore))?;
     if gws {
         if let Some(p) = st.pdds.get_mut(pi) {
             p.gws_taken = true;
         }
     }
-    Ok(())
+    Ok(qid)
 }
 
 fn restore_event(st: &mut ProcState, rd: &mut PrivReader<'_>) -> Result<(), Errno> {
@@ -789,7 +814,11 @@ fn restore_event(st: &mut ProcState, rd: &mut PrivReader<'_>) -> Result<(), Errn
     Ok(())
 }
 
-fn restore_svm(st: &mut ProcState, rd: &mut PrivReader<'_>) -> Result<(), Errno> {
+fn restore_svm(
+    call: &KfdCall<'_>,
+    st: &mut ProcState,
+    rd: &mut PrivReader<'_>,
+) -> Result<(), Errno> {
     let h = rd.take(SVM_PRIV_SIZE as u64)?;
     let nattr = 4 + st.pdds.len() as u64;
     let raw = rd.take(8 * nattr)?;
@@ -799,6 +828,9 @@ fn restore_svm(st: &mut ProcState, rd: &mut PrivReader<'_>) -> Result<(), Errno>
         .collect();
     st.svm_restored
         .push((get_u64(&h, 8), get_u64(&h, 16), attrs));
+    // The range is the restoring process's memory (the plugin restores from inside it), as
+    // SET_ATTR would record: what the GPU reaches there, a context save area among it.
+    st.svm_mem = Some(call.client.process_memory());
     Ok(())
 }
 

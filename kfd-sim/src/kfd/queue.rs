@@ -97,7 +97,8 @@ pub(crate) mod mqd_layout {
     pub(crate) const QUEUE_ID: usize = 32;
     /// Ring read pointer: bytes executed (SDMA queues).
     pub(crate) const RPTR: usize = 40;
-    /// Ring write pointer: bytes submitted (SDMA queues).
+    /// Ring write pointer: bytes submitted (SDMA queues); the index of the last valid packet
+    /// (AQL queues: the doorbell's value, latched at checkpoint).
     pub(crate) const WPTR: usize = 48;
     /// Magic value of a compute MQD.
     pub(crate) const COMPUTE_MAGIC: u32 = 0xC031_0800;
@@ -112,8 +113,9 @@ impl Queue {
         self.ring_size > 0 && self.ring != 0 && self.percent > 0
     }
 
-    /// The ring pointers of a restored SDMA MQD image (zero for anything else: an MQD the
-    /// simulator did not write starts its ring afresh).
+    /// The ring pointers of a restored SDMA MQD image, and the last valid packet of an AQL
+    /// queue's (zero for anything else: an MQD the simulator did not write starts its ring
+    /// afresh).
     pub(crate) fn ring_state_from_mqd(&self) -> RingState {
         let u64_at = |off: usize| {
             self.mqd
@@ -126,7 +128,17 @@ impl Queue {
             .get(..4)
             .and_then(|b| b.try_into().ok())
             .map(u32::from_le_bytes);
-        if self.kind == QueueKind::Compute || magic != Some(mqd_layout::SDMA_MAGIC) {
+        if self.kind == QueueKind::Compute {
+            return if self.aql && magic == Some(mqd_layout::COMPUTE_MAGIC) {
+                RingState {
+                    wptr: u64_at(mqd_layout::WPTR),
+                    ..RingState::default()
+                }
+            } else {
+                RingState::default()
+            };
+        }
+        if magic != Some(mqd_layout::SDMA_MAGIC) {
             return RingState::default();
         }
         RingState {
@@ -136,6 +148,13 @@ impl Queue {
             hung: false,
             cp: None,
         }
+    }
+
+    /// Whether the MQD image is the simulator's compute MQD, which holds the CWSR registers (an
+    /// image of another driver's MQD has none the simulator can read).
+    pub(crate) fn cwsr_mqd(&self) -> bool {
+        self.kind == QueueKind::Compute
+            && self.mqd.get(..4) == Some(&mqd_layout::COMPUTE_MAGIC.to_le_bytes()[..])
     }
 
     /// Writes the fields the simulator tracks into the MQD image.

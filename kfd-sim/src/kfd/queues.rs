@@ -10,6 +10,7 @@ use super::process::ProcState;
 use super::queue::{mqd_layout, sdma_doorbell_id, Queue, QueueKind};
 use super::KfdCall;
 use crate::host::access_ok;
+use crate::hw::cp::cwsr;
 use crate::limits::*;
 use crate::machine::MachineInner;
 use crate::uaccess::{copy_from_user, copy_to_user, get_u32, with_args, IoctlResult};
@@ -157,6 +158,9 @@ pub(super) fn create_queue_locked(
                 Vec::new()
             };
             q.refresh_mqd(qid);
+            if q.kind == QueueKind::Compute {
+                cwsr::init_regs(&mut q.mqd, q.ctx, q.ctx_size, ctl_stack_size);
+            }
         }
     }
     if let Some(p) = st.pdds.get_mut(q.pdd) {
@@ -282,9 +286,21 @@ pub(super) fn get_queue_wave_state(call: &KfdCall<'_>, kdata: &mut [u8]) -> Ioct
         if q.kind != QueueKind::Compute || queue_active(&st, q) {
             return Err(Errno::EINVAL);
         }
-        copy_to_user(call.client, a.ctl_stack_address, &q.ctl_stack)?;
-        a.ctl_stack_used_size = u32::try_from(q.ctl_stack.len()).unwrap_or(u32::MAX);
-        a.save_area_used_size = 0;
+        // The used part of the control stack (it grows down to `cntl_stack_offset`) and how much
+        // wave data the save area holds, as the MQD's CWSR registers say.
+        let size = q.ctl_stack.len();
+        let (used, data) = if q.cwsr_mqd() {
+            cwsr::regs_used(&q.mqd, size)
+        } else {
+            (size, 0)
+        };
+        copy_to_user(
+            call.client,
+            a.ctl_stack_address,
+            &q.ctl_stack[size - used..],
+        )?;
+        a.ctl_stack_used_size = u32::try_from(used).unwrap_or(u32::MAX);
+        a.save_area_used_size = u32::try_from(data).unwrap_or(u32::MAX);
         Ok(0)
     })
 }

@@ -66,6 +66,7 @@ impl Queues for ProcessQueues<'_> {
             .iter_mut()
             .filter_map(|(&qid, q)| {
                 let pdd = pdds.get(q.pdd)?;
+                let ours = q.cwsr_mqd();
                 Some(MappedQueue {
                     qid,
                     device: pdd.dev,
@@ -80,6 +81,11 @@ impl Queues for ProcessQueues<'_> {
                     rptr_addr: q.rptr,
                     doorbell_id: q.doorbell_id,
                     state: &mut q.ring_state,
+                    ctx: (q.ctx, u64::from(q.ctx_size)),
+                    // The CWSR registers are in the simulator's own compute MQD; an MQD it did
+                    // not write (an image of another driver) has none to read or to write.
+                    ctl_stack: if ours { &mut q.ctl_stack } else { &mut [] },
+                    mqd: if ours { &mut q.mqd } else { &mut [] },
                     doorbells: self.process.mapped_doorbell(pdd.dev),
                     vm: pdd.drm.as_ref().map(|d| Arc::clone(&d.vm)),
                 })

@@ -265,6 +265,17 @@ impl Queue {
     /// A queue of `slots` packets whose scratch is `scratch` (a GTT buffer, `wave_bytes` per
     /// wave for `waves` waves) if given.
     pub(crate) fn new(rig: &Rig, slots: u64, scratch: Option<(&Buf, u32, u32)>) -> Self {
+        Self::with_save_area(rig, slots, scratch, None)
+    }
+
+    /// A queue as [`Queue::new`] makes it, whose context save area is `area` (GPU VA and bytes;
+    /// ROCr 5.2 allocates it as a KFD BO) if given, else host memory the GPU cannot reach.
+    pub(crate) fn with_save_area(
+        rig: &Rig,
+        slots: u64,
+        scratch: Option<(&Buf, u32, u32)>,
+        area: Option<(u64, u32)>,
+    ) -> Self {
         let ring = rig.buf(slots * 64, GTT_W | AllocFlags::EXECUTABLE);
         for i in 0..slots as usize {
             ring.write(i * 64, &[INVALID, 0]);
@@ -294,8 +305,8 @@ impl Queue {
         d.write_ptr = amd.va + 56;
         d.eop_buffer = host.as_ptr() as u64;
         d.eop_buffer_size = 4096;
-        d.ctx_save_restore = host.as_ptr() as u64 + 4096;
-        d.ctx_save_restore_size = 64 << 10;
+        (d.ctx_save_restore, d.ctx_save_restore_size) =
+            area.unwrap_or((host.as_ptr() as u64 + 4096, 64 << 10));
         d.ctl_stack_size = 4096;
         // SAFETY: ring and pointers are GPU-mapped buffers of the rig, the EOP buffer and save
         // area are `host`, all alive as long as the queue.

@@ -6,15 +6,17 @@
 //! unfinished in the dispatch. So a kernel that never ends (a wave spinning on a flag in memory)
 //! uses its time and lets the command processor go on to other queues and processes, and an
 //! eviction waits at most one round: the waves stop at an instruction boundary and stay parked
-//! in the queue until the process runs again.
+//! in the dispatch, which compute wave save/restore then writes out ([`InFlight::snapshot`])
+//! and reads back ([`InFlight::resume`]).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kfd_shader::{Dispatch, Executor, ShaderError, Stop, Workgroup};
 
 use super::super::vm::Vm;
+use super::cwsr::{CwsrError, SavedDispatch, SavedGroup};
 use super::memory::{GpuClock, GpuMemory, SvmView};
 use crate::host::lock;
 
@@ -118,6 +120,59 @@ impl InFlight {
         }
     }
 
+    /// The dispatch `saved` stopped, resumed: its stopped workgroups restored, those it had
+    /// not started still to start; `slots` as for [`InFlight::new`], less those the restored
+    /// workgroups own.
+    pub(crate) fn resume(
+        dispatch: Dispatch,
+        mut slots: Vec<u32>,
+        saved: SavedDispatch,
+    ) -> Result<Self, CwsrError> {
+        let total = dispatch.workgroup_count();
+        if saved.total != total || saved.next > total {
+            return Err(CwsrError::Format("progress of another grid"));
+        }
+        let mut parked = Vec::with_capacity(saved.groups.len());
+        for g in saved.groups {
+            let wg = Workgroup::restore(&g.bytes)?;
+            if let Some(k) = slots.iter().position(|&s| s == g.slot) {
+                slots.swap_remove(k);
+            }
+            parked.push(Live { wg, slot: g.slot });
+        }
+        Ok(Self {
+            index: saved.index,
+            signal: saved.signal,
+            start_ts: saved.start_ts,
+            dispatch,
+            next: saved.next,
+            total,
+            parked,
+            free_slots: slots,
+        })
+    }
+
+    /// What compute wave save/restore writes of the dispatch: its progress and every stopped
+    /// workgroup (they stop at an instruction boundary).
+    pub(crate) fn snapshot(&self) -> SavedDispatch {
+        SavedDispatch {
+            index: self.index,
+            signal: self.signal,
+            start_ts: self.start_ts,
+            next: self.next,
+            total: self.total,
+            groups: self
+                .parked
+                .iter()
+                .map(|l| SavedGroup {
+                    slot: l.slot,
+                    waves: u32::try_from(l.wg.waves.len()).unwrap_or(u32::MAX),
+                    bytes: l.wg.save(),
+                })
+                .collect(),
+        }
+    }
+
     /// Runs one round on `vm`; the M0 of every `s_sendmsg` interrupt goes to `interrupts`.
     /// `stop` ends the round early (at the next slice).
     pub(crate) fn round(
@@ -127,11 +182,47 @@ impl InFlight {
         interrupts: &mut Vec<u32>,
         stop: &AtomicBool,
     ) -> RoundEnd {
+        self.run_round(vm, svm, interrupts, stop, None)
+    }
+
+    /// A round on one worker that ends after exactly `instructions` wave instructions (or
+    /// when the dispatch ends): a preemption at a chosen instruction boundary, for tests of wave
+    /// save/restore. Also returns the instructions executed.
+    #[cfg(test)]
+    pub(crate) fn round_for(
+        &mut self,
+        vm: &Arc<Mutex<Vm>>,
+        svm: &Arc<SvmView>,
+        instructions: u64,
+    ) -> (RoundEnd, u64) {
+        let left = AtomicU64::new(instructions);
+        let end = self.run_round(
+            vm,
+            svm,
+            &mut Vec::new(),
+            &AtomicBool::new(false),
+            Some(&left),
+        );
+        (end, instructions - left.into_inner())
+    }
+
+    fn run_round(
+        &mut self,
+        vm: &Arc<Mutex<Vm>>,
+        svm: &Arc<SvmView>,
+        interrupts: &mut Vec<u32>,
+        stop: &AtomicBool,
+        budget: Option<&AtomicU64>,
+    ) -> RoundEnd {
         let left = self.total - self.next + self.parked.len() as u64;
-        let threads = usize::try_from(left)
-            .unwrap_or(usize::MAX)
-            .min(workers())
-            .max(1);
+        let threads = if budget.is_some() {
+            1
+        } else {
+            usize::try_from(left)
+                .unwrap_or(usize::MAX)
+                .min(workers())
+                .max(1)
+        };
         let pool = Mutex::new(Pool {
             parked: std::mem::take(&mut self.parked),
             next: self.next,
@@ -140,7 +231,8 @@ impl InFlight {
         let failure: Mutex<Option<Failure>> = Mutex::new(None);
         let sent: Mutex<Vec<u32>> = Mutex::new(Vec::new());
         let failed = AtomicBool::new(false);
-        let deadline = Instant::now() + ROUND;
+        // An instruction budget, not the clock, ends a round that has one.
+        let deadline = Instant::now() + budget.map_or(ROUND, |_| Duration::from_secs(3600));
         let dispatch = &self.dispatch;
         let total = self.total;
         // One translation of the VM for the round, shared by its workers: mirrored client
@@ -151,6 +243,7 @@ impl InFlight {
             let mut ex = Executor::new();
             worker(
                 dispatch, total, &pool, &mut ex, &mem, deadline, &failed, stop, &failure, &sent,
+                budget,
             );
         };
         if threads == 1 {
@@ -200,12 +293,15 @@ fn worker(
     stop: &AtomicBool,
     failure: &Mutex<Option<Failure>>,
     sent: &Mutex<Vec<u32>>,
+    budget: Option<&AtomicU64>,
 ) {
     let clock = GpuClock;
+    let slice = || budget.map_or(SLICE, |b| b.load(Ordering::SeqCst).min(SLICE));
     loop {
         if failed.load(Ordering::SeqCst)
             || stop.load(Ordering::SeqCst)
             || Instant::now() >= deadline
+            || slice() == 0
         {
             return;
         }
@@ -233,7 +329,15 @@ fn worker(
             return;
         };
         loop {
-            let st = ex.run(&mut live.wg, mem, &clock, SLICE);
+            let n = slice();
+            if n == 0 {
+                lock(pool).parked.push(live);
+                return;
+            }
+            let st = ex.run(&mut live.wg, mem, &clock, n);
+            if let Some(b) = budget {
+                b.fetch_sub(st.instructions.min(n), Ordering::SeqCst);
+            }
             match st.stop {
                 Stop::Done => {
                     lock(pool).free_slots.push(live.slot);

@@ -11,7 +11,9 @@
 //!   mapped, polling the doorbells of the active AQL queues in the SDMA engine's loop
 //!   ([`super::scheduler::poll`]: often while there is work, backing off when there is
 //!   none); it holds the machine weakly and ends with it.
-//! - **The ring.** 64-byte packets; the doorbell holds the index of the last packet made valid.
+//! - **The ring.** 64-byte packets; the doorbell holds the index of the last packet made valid
+//!   (CHECKPOINT latches it into the MQD, and a restored queue starts from that value, its new
+//!   doorbell slice being zero).
 //!   While the read index (`amd_queue_t.read_dispatch_id`, whose address CREATE_QUEUE gave as
 //!   the read pointer) is not past the doorbell and the packet's type is not INVALID, the packet
 //!   runs; an INVALID packet in that range is one the client has reserved and not written yet:
@@ -42,11 +44,18 @@
 //!   stops the thread or the daemon.
 //! - **Eviction.** An evicted process runs nothing; evicting waits for the round in flight
 //!   ([`wait_idle`](super::scheduler::wait_idle)), whose waves stop at an instruction boundary
-//!   and stay parked in the queue until the process runs again (RESUME). The waves are not in
-//!   the context save area (compute wave save/restore is not simulated yet), so CRIU's
-//!   checkpoint does not carry them: a restored queue finds the dispatch's packet still valid at
-//!   its read index and runs it again from the start.
-
+//!   (a kernel that never ends stops at the end of its time slice, [`dispatch::ROUND`]). Then
+//!   [`save_waves`] does what compute wave save/restore does ([`cwsr`]): each stopped dispatch's
+//!   waves and LDS go into the queue's context save area in the client's memory, its progress
+//!   and one entry per wave onto the control stack beside the MQD, which CRIU's CHECKPOINT
+//!   copies into the queue's private data; the packet stays valid at the read index. When the
+//!   queue runs again (UNPAUSE, or RESUME of a restored process, on any GPU: the area is the
+//!   queue's), the command processor takes the control stack, reads the waves back from the area
+//!   and the dispatch goes on where it stopped. A queue without a context save area (or one the
+//!   GPU cannot reach) keeps its stopped waves in the simulator, parked until the process runs
+//!   again (logged): a checkpoint does not carry them, and a restored queue runs that dispatch
+//!   again from the start.
+pub(crate) mod cwsr;
 mod dispatch;
 pub(crate) mod memory;
 
@@ -57,6 +66,7 @@ use kfd_shader::{
     Apertures, Dispatch, DispatchError, DispatchPacket, KernelDescriptor, ScratchSetup, ShaderError,
 };
 
+use self::cwsr::{Area, CwsrError, Layout, SavedDispatch};
 use self::dispatch::{Failure, InFlight, RoundEnd};
 use self::memory::{fetch_add_u64, load_u64, read_u32, read_u64, store_u64, SvmView};
 use super::queue::Engine;
@@ -140,6 +150,12 @@ pub(crate) struct QueueState {
     rptr: u64,
     /// The dispatch in flight.
     dispatch: Option<InFlight>,
+    /// A control stack taken when the queue was mapped again: its waves are still to be read
+    /// from the context save area.
+    saved_layout: Option<Result<Layout, CwsrError>>,
+    /// A dispatch read back from the context save area, resumed when the command processor
+    /// meets its packet at the read index.
+    resume: Option<SavedDispatch>,
     /// A scratch request is out: wait until ROCr answers it.
     scratch_wait: bool,
     /// A scratch request was answered for the packet at the read index.
@@ -186,6 +202,90 @@ fn run<R: Runlist>(runlist: &Weak<R>, device: usize) {
     });
 }
 
+/// Compute wave save, after an eviction stopped every round of `p`'s AQL queues (call with
+/// the process unlocked): each dispatch stopped in flight goes into its queue's context save
+/// area and control stack ([`cwsr`]). A queue without an area, or whose area the GPU cannot
+/// reach, keeps its stopped waves parked in the simulator, and says so.
+pub(crate) fn save_waves<P: MappedProcess>(p: &P) {
+    struct Target {
+        qid: u32,
+        state: Arc<Mutex<QueueState>>,
+        vm: Arc<Mutex<Vm>>,
+        svm: SvmView,
+        area: Area,
+    }
+    let targets = p.with_queues(|qs| {
+        let mapped: Vec<(u32, usize)> = qs
+            .mapped()
+            .iter()
+            .filter(|q| q.engine == Engine::Aql)
+            .map(|q| (q.qid, q.device))
+            .collect();
+        let svms: Vec<(u32, SvmView)> = mapped
+            .into_iter()
+            .map(|(id, dev)| (id, qs.svm(dev)))
+            .collect();
+        qs.mapped()
+            .into_iter()
+            .filter(|q| q.engine == Engine::Aql)
+            .filter_map(|q| {
+                Some(Target {
+                    qid: q.qid,
+                    state: Arc::clone(q.state.cp.as_ref()?),
+                    vm: q.vm?,
+                    svm: svms
+                        .iter()
+                        .find(|(id, _)| *id == q.qid)
+                        .map(|(_, s)| s.clone())?,
+                    area: Area {
+                        base: q.ctx.0,
+                        size: q.ctx.1,
+                        ctl_size: q.ctl_stack.len(),
+                    },
+                })
+            })
+            .collect::<Vec<_>>()
+    });
+    for t in targets {
+        let mut st = lock(&t.state);
+        let saved = match (&st.dispatch, &st.resume) {
+            (Some(d), _) => d.snapshot(),
+            (None, Some(r)) => r.clone(),
+            (None, None) => continue,
+        };
+        match t.area.save(&t.vm, &t.svm, &saved) {
+            Ok((used, data)) => {
+                p.with_queues(|qs| {
+                    for q in qs.mapped().into_iter().filter(|q| q.qid == t.qid) {
+                        cwsr::store_stack(q.ctl_stack, q.mqd, &used, data);
+                    }
+                });
+                st.dispatch = None;
+                st.resume = None;
+                log::debug!(
+                    "kfd-sim: pid {}: AQL queue {}: dispatch {} saved: {} stopped workgroups \
+                     ({data} bytes of wave data, {} of control stack), {} of {} started",
+                    p.pid(),
+                    t.qid,
+                    saved.index,
+                    saved.groups.len(),
+                    used.len(),
+                    saved.next,
+                    saved.total
+                );
+            }
+            Err(e) => log::warn!(
+                "kfd-sim: pid {}: AQL queue {}: the waves of dispatch {} are not saved ({e}): they \
+                 stay in the simulator until the queue runs again, and a checkpoint does not \
+                 carry them",
+                p.pid(),
+                t.qid,
+                saved.index
+            ),
+        }
+    }
+}
+
 /// One AQL queue the command processor looks at, taken under the process lock.
 struct Work {
     qid: u32,
@@ -196,6 +296,10 @@ struct Work {
     vm: Arc<Mutex<Vm>>,
     svm: Arc<SvmView>,
     state: Arc<Mutex<QueueState>>,
+    /// The context save area.
+    area: Area,
+    /// What the control stack held when the queue was mapped (taken off it).
+    saved: Option<Result<Layout, CwsrError>>,
 }
 
 /// Runs what `p`'s AQL queues on `device` have; whether anything ran.
@@ -210,25 +314,41 @@ fn service<R: Runlist>(runlist: &R, p: &R::Process, device: usize) -> bool {
             .into_iter()
             .filter(|q| q.engine == Engine::Aql && q.device == device && q.active)
             .filter_map(|q| {
-                let doorbell = q.doorbell()?;
+                // The last packet made valid: the doorbell, or what the MQD latched before a
+                // checkpoint (a restored process's doorbell slice starts at zero).
+                let doorbell = q.doorbell()?.max(q.state.wptr);
                 q.state.wptr = doorbell;
                 let state = Arc::clone(q.state.cp.get_or_insert_with(Arc::default));
+                let vm = q.vm?;
+                let area = Area {
+                    base: q.ctx.0,
+                    size: q.ctx.1,
+                    ctl_size: q.ctl_stack.len(),
+                };
+                // Mapped again after an eviction: the firmware takes the saved waves off the
+                // control stack.
+                let saved = cwsr::take_stack(q.ctl_stack, q.mqd).transpose();
                 Some(Work {
                     qid: q.qid,
                     ring: q.ring,
                     slots: q.ring_size / PACKET,
                     rptr_addr: q.rptr_addr,
                     doorbell,
-                    vm: q.vm?,
+                    vm,
                     svm: Arc::clone(&svm),
                     state,
+                    area,
+                    saved,
                 })
             })
             .collect::<Vec<_>>()
     });
     let mut worked = false;
-    for w in work {
+    for mut w in work {
         let mut st = lock(&w.state);
+        if let Some(s) = w.saved.take() {
+            st.saved_layout = Some(s);
+        }
         let mut q = QueueRun {
             runlist,
             p,
@@ -288,6 +408,31 @@ impl<R: Runlist> QueueRun<'_, R> {
             self.st.rptr = load_u64(self.vm(), self.w.rptr_addr).unwrap_or(0);
             self.st.started = true;
         }
+        if let Some(layout) = self.st.saved_layout.take() {
+            match layout.and_then(|l| self.w.area.load(self.vm(), &self.w.svm, l)) {
+                Ok(d) => {
+                    log::debug!(
+                        "kfd-sim: pid {}: AQL queue {}: dispatch {} restored from the context \
+                         save area: {} stopped workgroups, {} of {} started",
+                        self.p.pid(),
+                        self.w.qid,
+                        d.index,
+                        d.groups.len(),
+                        d.next,
+                        d.total
+                    );
+                    self.st.resume = Some(d);
+                }
+                Err(e) => {
+                    self.log_once(
+                        "AQL CWSR restore",
+                        &format!("saved waves unreadable ({e}): queue error"),
+                    );
+                    self.queue_error(code::MEMORY_VIOLATION);
+                    return true;
+                }
+            }
+        }
         let mut worked = false;
         for _ in 0..PACKETS_PER_PASS {
             match self.step() {
@@ -319,8 +464,14 @@ impl<R: Runlist> QueueRun<'_, R> {
         if let Some(d) = self.st.dispatch.take() {
             return self.round(d);
         }
-        // The doorbell names the last packet made valid.
-        if self.w.doorbell.wrapping_sub(self.st.rptr) >= 1 << 63 {
+        // The doorbell names the last packet made valid; a dispatch restored from the context
+        // save area was valid before (a restored process's doorbells start at zero).
+        let resuming = self
+            .st
+            .resume
+            .as_ref()
+            .is_some_and(|r| r.index == self.st.rptr);
+        if !resuming && self.w.doorbell.wrapping_sub(self.st.rptr) >= 1 << 63 {
             return Step::Wait;
         }
         let at = self.packet_va();
@@ -566,13 +717,32 @@ impl<R: Runlist> QueueRun<'_, R> {
             d.workgroup_count(),
             d.entry()
         );
-        self.round(InFlight::new(
-            self.st.rptr,
-            signal,
-            gpu_timestamp(),
-            d,
-            slots,
-        ))
+        let in_flight = match self.st.resume.take() {
+            Some(saved) if saved.index == self.st.rptr && saved.signal == signal => {
+                match InFlight::resume(d, slots, saved) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        return self.dispatch_error(
+                            code::MEMORY_VIOLATION,
+                            &format!("saved waves do not resume: {e}"),
+                        )
+                    }
+                }
+            }
+            other => {
+                if let Some(saved) = other {
+                    self.log_once(
+                        "AQL CWSR stale",
+                        &format!(
+                            "saved waves of dispatch {} dropped: the read index is at {}",
+                            saved.index, self.st.rptr
+                        ),
+                    );
+                }
+                InFlight::new(self.st.rptr, signal, gpu_timestamp(), d, slots)
+            }
+        };
+        self.round(in_flight)
     }
 
     /// Asks ROCr for more scratch (or waits for its answer).
