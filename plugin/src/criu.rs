@@ -1458,4 +1458,25 @@ mod tests {
         );
         assert_eq!(s.map_pages, on);
     }
+
+    #[rstest::rstest]
+    #[case::unset(None, false)]
+    #[case::on(Some("1"), true)]
+    #[case::yes(Some("yes"), true)]
+    #[case::off(Some("0"), false)]
+    #[case::garbage_is_ignored(Some("fast"), false)]
+    fn the_parallel_restore_comes_from_the_environment(
+        #[case] value: Option<&str>,
+        #[case] on: bool,
+    ) {
+        let s = Settings::from_lookup(
+            |k| {
+                (k == PARALLEL_RESTORE_ENV)
+                    .then(|| value.map(String::from))
+                    .flatten()
+            },
+            false,
+        );
+        assert_eq!(s.parallel_restore, on);
+    }
 }
