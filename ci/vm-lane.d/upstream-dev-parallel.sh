@@ -48,7 +48,7 @@ for i in 1 2; do
     note "workload $i: $(head -n 1 "$VM_LANE_OUT/w$i.out")"
 done
 criu_dump "$PARENT" "$VM_LANE_WORK/pair"
-check_images ours "$VM_LANE_WORK/pair"
+(($(find "$VM_LANE_WORK/pair" -name 'amdgpu-kfd-*.img' | wc -l) == 2)) || fail "the dump has not two /dev/kfd images"
 for i in 1 2; do cp "$VM_LANE_OUT/w$i.out" "$VM_LANE_WORK/w$i.out.dumped"; done
 
 # verify_pair: each restored workload verifies once more (a new VERIFY line, OK).

@@ -645,19 +645,20 @@ impl Hub {
         }
     }
 
-    /// Takes every message waiting in the socket, starting a fill for each complete job.
-    pub(crate) fn pump(self: &Arc<Self>) {
+    /// Takes every message waiting in the socket, starting a fill for each complete job;
+    /// `false` when the socket failed (nothing more will come).
+    pub(crate) fn pump(self: &Arc<Self>) -> bool {
         let _one = lock(&self.receiving);
         loop {
             match recv_message(self.sock.as_fd()) {
-                Ok(None) => return,
+                Ok(None) => return true,
                 Ok(Some(m)) => self.take(m),
                 Err(e) => {
                     log::error!("parallel restore: receiving from the restored tasks: {e}");
                     lock(&self.state)
                         .errors
                         .push(format!("receiving from the restored tasks: {e}"));
-                    return;
+                    return false;
                 }
             }
         }
@@ -730,8 +731,13 @@ impl Hub {
                 };
                 // SAFETY: one valid pollfd.
                 let n = unsafe { libc::poll(&mut pfd, 1, POLL_MS) };
-                if n > 0 {
-                    hub.pump();
+                if n > 0 && !hub.pump() {
+                    break;
+                }
+                // Every task end closed (or the socket broken): what was queued is taken, and
+                // nothing else can come; RESUME_DEVICES_LATE sees any job left incomplete.
+                if pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+                    break;
                 }
             }
         })?);
@@ -740,7 +746,7 @@ impl Hub {
 
     /// Takes what is waiting, waits for every fill, and says whether all went well.
     pub(crate) fn wait(self: &Arc<Self>) -> Result<Summary, String> {
-        self.pump();
+        let _ = self.pump();
         let mut state = lock(&self.state);
         while state.running > 0 {
             state = self
@@ -979,6 +985,30 @@ mod tests {
             })
         );
         hub.shut_down();
+    }
+
+    #[test]
+    fn the_receiver_ends_when_every_task_end_is_closed() {
+        let (master, task) = socket_pair().unwrap();
+        let filler: Arc<Filler> = Arc::new(|job: Job| Ok(job.bos.len() as u64));
+        let sock = task.try_clone().unwrap();
+        drop(task);
+        let (spare, _) = socket_pair().unwrap();
+        let hub = Arc::new(Hub::new(master, TaskEnd::Inherited(spare), 1, filler));
+        hub.start().unwrap();
+        let one = fds(1);
+        send_message(
+            sock.as_fd(),
+            &part(0, 1, vec![0]).encode(),
+            &[one[0].as_fd()],
+        )
+        .unwrap();
+        drop(sock);
+        // The receiver takes what was queued and stops by itself (no stop flag: a receiver
+        // that went on would hang the test here).
+        let receiver = lock(&hub.worker).take().unwrap();
+        receiver.join().unwrap();
+        assert_eq!(hub.wait(), Ok(Summary { jobs: 1, bytes: 1 }));
     }
 
     #[test]
