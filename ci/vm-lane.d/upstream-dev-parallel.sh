@@ -5,8 +5,8 @@
 # on (AMDGPU_CR_PARALLEL_RESTORE=1: the tasks hand their buffers to criu's master, which writes
 # them while the tasks go on restoring). Both restores verify every byte of both processes, and
 # each is timed from criu's log (first to last timestamped line: criu's restore wall time).
-# KFD_PAR_ROUNDS rounds (default 1), off then on. Needs a guest with more memory than the
-# default: e.g.
+# KFD_PAR_ROUNDS rounds (default 1), off then on in odd rounds, on then off in even ones. Needs
+# a guest with more memory than the default: e.g.
 #     VM_LANE_MEM=4096 VM_LANE_SCENARIO_TIMEOUT=1200 ci/vm-lane --guest bookworm --scenario upstream-dev-parallel
 # It prints one `PARALLEL` line per restore and the ratio.
 # shellcheck source=lib.sh
@@ -75,8 +75,11 @@ kill_pair() {
     wait_for "the restored tree to exit" 60 bash -c "! kill -0 $PARENT $pids 2>/dev/null"
 }
 
+# Odd rounds off then on, even rounds on then off: the machine's load drifts.
 for ((r = 1; r <= rounds; r++)); do
-    for mode in 0 1; do
+    modes=(0 1)
+    ((r % 2)) || modes=(1 0)
+    for mode in "${modes[@]}"; do
         name=pair-$mode-$r dir=$VM_LANE_WORK/pair-$mode-$r
         cp -a "$VM_LANE_WORK/pair" "$dir"
         for i in 1 2; do cp "$VM_LANE_WORK/w$i.out.dumped" "$VM_LANE_OUT/w$i.out"; done
