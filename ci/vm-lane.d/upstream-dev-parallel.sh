@@ -7,7 +7,7 @@
 # each is timed from criu's log (first to last timestamped line: criu's restore wall time).
 # KFD_PAR_ROUNDS rounds (default 1), off then on in odd rounds, on then off in even ones. Needs
 # a guest with more memory than the default: e.g.
-#     VM_LANE_MEM=4096 VM_LANE_SCENARIO_TIMEOUT=1200 ci/vm-lane --guest bookworm --scenario upstream-dev-parallel
+#     VM_LANE_MEM=4096 VM_LANE_SCENARIO_TIMEOUT=1500 ci/vm-lane --guest bookworm --scenario upstream-dev-parallel
 # It prints one `PARALLEL` line per restore and the ratio.
 # shellcheck source=lib.sh
 . "$VM_LANE_LIB"
