@@ -366,6 +366,27 @@ pub fn restore_tree(
     tasks: &[TaskIds],
     settings: &Settings,
 ) -> Result<Vec<RestoredTask>, NodeError> {
+    restore_tree_as(node, dir, tasks, settings, CriuHooksSet::Release)
+}
+
+/// Which restore hooks the simulated criu calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CriuHooksSet {
+    /// criu up to 4.2: `init`, RESTORE_EXT_FILE in the tasks, RESUME_DEVICES_LATE.
+    Release,
+    /// criu's development branch: also RESTORE_INIT in criu's process before it forks the tasks
+    /// (after `init`), and POST_FORKING once they are forked, before they restore their files.
+    Dev,
+}
+
+/// [`restore_tree`] as a criu with `hooks` calls the plugin.
+pub fn restore_tree_as(
+    node: &SimNode,
+    dir: &Path,
+    tasks: &[TaskIds],
+    settings: &Settings,
+    hooks: CriuHooksSet,
+) -> Result<Vec<RestoredTask>, NodeError> {
     let dirf = open_dir(dir)?;
     // The tasks' pids are taken before criu's own process gets one.
     let processes: Vec<SimProcess> = tasks
@@ -375,12 +396,34 @@ pub fn restore_tree(
     let criu = node.machine.spawn_process();
     let master = node.engine(&|p| p, &criu, &dirf, settings);
     master.init(Stage::Restore).map_err(hook("init"))?;
+    let dev = hooks == CriuHooksSet::Dev;
+    if dev {
+        match master.restore_init() {
+            Ok(()) | Err(HookError::NotOurs) => {}
+            Err(e) => {
+                master.fini(Stage::Restore, -1);
+                return Err(hook("RESTORE_INIT")(e));
+            }
+        }
+    }
     let mut engines = Vec::new();
     let result = (|| {
+        let forked: Vec<_> = processes
+            .into_iter()
+            .map(|p| {
+                let engine = master.forked(node.platform_of(&p));
+                (p, engine)
+            })
+            .collect();
+        if dev {
+            match master.post_forking() {
+                Ok(()) | Err(HookError::NotOurs) => {}
+                Err(e) => return Err(hook("POST_FORKING")(e)),
+            }
+        }
         let mut restored = Vec::new();
-        for (t, process) in tasks.iter().zip(processes) {
+        for (t, (process, engine)) in tasks.iter().zip(forked) {
             let platform = node.platform_of(&process);
-            let engine = master.forked(node.platform_of(&process));
             let mut files = Vec::new();
             for &id in &t.files {
                 let fd = engine

@@ -29,8 +29,8 @@ pub mod workload;
 
 pub use criu::{
     checkpoint, checkpoint_files, checkpoint_new, checkpoint_restored, checkpoint_tree, restore,
-    restore_tree, restore_with, ImageIds, RestoredFile, RestoredTarget, RestoredTask, TaskFiles,
-    TaskIds,
+    restore_tree, restore_tree_as, restore_with, CriuHooksSet, ImageIds, RestoredFile,
+    RestoredTarget, RestoredTask, TaskFiles, TaskIds,
 };
 pub use node::{
     remapped_variant, start_target, start_target_in, NodeError, SimNode, Target, TOPOLOGY_DIR_BASE,

@@ -32,7 +32,7 @@ pub enum DeviceKind {
 }
 
 /// The devices and paths of one machine, real or simulated.
-pub trait Platform: Send + Sync + fmt::Debug {
+pub trait Platform: Send + Sync + fmt::Debug + 'static {
     /// The transport of its device files.
     type Device: Transport + 'static;
 

@@ -25,6 +25,9 @@ pub(crate) const WRITE_BEHIND_ENV: &str = "AMDGPU_CR_WRITE_BEHIND";
 /// Turns off restoring from mappings of the pages files ([`Settings::map_pages`]).
 pub(crate) const MAP_PAGES_ENV: &str = "AMDGPU_CR_MAP_PAGES";
 
+/// Turns on the parallel restore from criu's master ([`Settings::parallel_restore`]).
+pub const PARALLEL_RESTORE_ENV: &str = "AMDGPU_CR_PARALLEL_RESTORE";
+
 /// The settings that come from the environment (read once, at `init`).
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -44,6 +47,11 @@ pub struct Settings {
     /// mappings of the pages files (see `copy::restore_gpu`); off, they read them into
     /// staging buffers.
     pub map_pages: bool,
+    /// `AMDGPU_CR_PARALLEL_RESTORE` (default off): under a criu that calls RESTORE_INIT and
+    /// POST_FORKING, the restored tasks hand their BOs to criu's master, which writes their
+    /// contents while the tasks go on restoring (see `crate::parallel`). Other criu versions
+    /// restore contents in the task whatever it says.
+    pub parallel_restore: bool,
 }
 
 impl Settings {
@@ -77,6 +85,12 @@ impl Settings {
                 topology::options::parse_bool(&v).unwrap_or_else(|| {
                     log::warn!("ignoring {MAP_PAGES_ENV}={v:?}: expected 0, 1, NO or YES");
                     true
+                })
+            }),
+            parallel_restore: lookup(PARALLEL_RESTORE_ENV).is_some_and(|v| {
+                topology::options::parse_bool(&v).unwrap_or_else(|| {
+                    log::warn!("ignoring {PARALLEL_RESTORE_ENV}={v:?}: expected 0, 1, NO or YES");
+                    false
                 })
             }),
         }
@@ -126,6 +140,9 @@ struct State<P: Platform> {
     created: Option<std::sync::Arc<std::collections::BTreeSet<u32>>>,
     /// At dump: the render minors whose buffers the kernel could not list (before Linux 6.18).
     unlisted: std::collections::BTreeSet<u32>,
+    /// At restore, with the parallel restore on: the master's socket and fills, made at
+    /// RESTORE_INIT (the tasks use its task end).
+    parallel: Option<std::sync::Arc<crate::parallel::Hub>>,
 }
 
 impl<P: Platform> Default for State<P> {
@@ -147,13 +164,14 @@ impl<P: Platform> Default for State<P> {
             needed: None,
             created: None,
             unlisted: std::collections::BTreeSet::new(),
+            parallel: None,
         }
     }
 }
 
 /// The plugin engine over a platform.
 pub struct Engine<P: Platform> {
-    platform: P,
+    platform: std::sync::Arc<P>,
     settings: Mutex<Option<Settings>>,
     state: Mutex<State<P>>,
     image_dir: std::sync::Arc<dyn Fn() -> Option<RawFd> + Send + Sync>,
@@ -198,7 +216,7 @@ impl<P: Platform> Engine<P> {
     /// `criu_get_image_dir()`).
     pub fn new(platform: P, image_dir: impl Fn() -> Option<RawFd> + Send + Sync + 'static) -> Self {
         Self {
-            platform,
+            platform: std::sync::Arc::new(platform),
             settings: Mutex::new(None),
             state: Mutex::new(State::default()),
             image_dir: std::sync::Arc::new(image_dir),
@@ -224,11 +242,12 @@ impl<P: Platform> Engine<P> {
         let copy = State {
             topology: state.topology.clone(),
             shared: state.shared.clone(),
+            parallel: state.parallel.clone(),
             ..State::default()
         };
         drop(state);
         Self {
-            platform,
+            platform: std::sync::Arc::new(platform),
             settings: Mutex::new(lock(&self.settings).clone()),
             state: Mutex::new(copy),
             image_dir: std::sync::Arc::clone(&self.image_dir),
@@ -321,7 +340,7 @@ impl<P: Platform> Engine<P> {
             }
         }
         let t = std::sync::Arc::new(restore::usable_topology(
-            &self.platform,
+            &*self.platform,
             &*self.local_topology()?,
         ));
         lock(&self.state).usable = Some((pid, std::sync::Arc::clone(&t)));
@@ -383,7 +402,7 @@ impl<P: Platform> Engine<P> {
                     write_behind: settings.write_behind,
                 };
                 msg.pages_checksums =
-                    gem::dump_contents(&self.platform, minor, id, self.dir()?, &listed, &opts)
+                    gem::dump_contents(&*self.platform, minor, id, self.dir()?, &listed, &opts)
                         .map_err(gem_failed)?;
                 msg.num_of_bos = listed.len() as u64;
                 msg.bo_entries = listed.into_iter().map(|l| l.entry).collect();
@@ -492,6 +511,7 @@ impl<P: Platform> Engine<P> {
             map_pages: settings.map_pages,
             checks: settings.checks,
             progress: settings.progress,
+            handoff: lock(&self.state).parallel.clone(),
         };
         if !restore::has_kfd_image(dir, id) {
             if let Some(msg) =
@@ -506,7 +526,7 @@ impl<P: Platform> Engine<P> {
         let needed = self.needed_keys();
         let keep = |key: u32| needed.contains(&key);
         let mut restored =
-            restore::restore_kfd(&self.platform, &local, id, dir, &opts, preopened, &keep)
+            restore::restore_kfd(&*self.platform, &local, id, dir, &opts, preopened, &keep)
                 .map_err(|e| HookError::failed(e.errno(), e.to_string()))?
                 .ok_or(HookError::NotOurs)?;
         let shared = std::mem::take(&mut restored.shared);
@@ -727,7 +747,7 @@ impl<P: Platform> Engine<P> {
             kfd_only: &kfd_only,
         };
         let restored = gem::restore(&gem::RenderRestore {
-            platform: &self.platform,
+            platform: &*self.platform,
             render,
             minor,
             id,
@@ -971,6 +991,50 @@ impl<P: Platform> Engine<P> {
     }
 }
 
+impl<P: Platform> Engine<P> {
+    /// RESTORE_INIT with the parallel restore on: the socket the restored tasks send their BOs
+    /// on, and the fills in this (criu's master) process.
+    fn start_parallel(&self) -> HookResult<()> {
+        let dir = self.dir()?;
+        let settings = self.settings();
+        let opts = RestoreOptions {
+            staging: settings.staging,
+            map_pages: settings.map_pages,
+            checks: settings.checks,
+            progress: settings.progress,
+            handoff: None,
+        };
+        let io = |e: std::io::Error| failed(Errno::from_io(&e), e);
+        let (master, task) = crate::parallel::socket_pair().map_err(io)?;
+        let task_end = if crate::shim::in_criu() {
+            match crate::shim::fdstore_add(task.as_fd()) {
+                Some(id) => crate::parallel::TaskEnd::Stored(id),
+                None => {
+                    log::warn!(
+                        "criu's fd store did not take the parallel restore's socket: buffer \
+                         contents are restored in the restored tasks"
+                    );
+                    return Err(HookError::NotOurs);
+                }
+            }
+        } else {
+            crate::parallel::TaskEnd::Inherited(task)
+        };
+        let platform = std::sync::Arc::clone(&self.platform);
+        let fill: std::sync::Arc<crate::parallel::Filler> =
+            std::sync::Arc::new(move |job: crate::parallel::Job| {
+                restore::fill_job(&*platform, dir, &opts, job).map_err(|e| e.to_string())
+            });
+        let hub = crate::parallel::Hub::new(master, task_end, self.platform.process_id(), fill);
+        lock(&self.state).parallel = Some(std::sync::Arc::new(hub));
+        log::info!(
+            "parallel restore on: the restored tasks hand their buffers to criu's master, which \
+             restores their contents"
+        );
+        Ok(())
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -1048,6 +1112,17 @@ impl<P: Platform> CriuHooks for Engine<P> {
         state.needed = None;
         state.created = None;
         state.unlisted.clear();
+        let parallel = state.parallel.take();
+        drop(state);
+        if let Some(hub) = parallel {
+            if hub.owner == self.platform.process_id() {
+                hub.shut_down();
+            } else {
+                // A restored task's copy of the master's: its fd numbers are the task's own
+                // files by now (criu closed the inherited ones), so they are never closed here.
+                std::mem::forget(hub);
+            }
+        }
         log::debug!("exit {stage:?} ({ret})");
     }
 
@@ -1090,9 +1165,16 @@ impl<P: Platform> CriuHooks for Engine<P> {
                     Unpause::AtEnd
                 };
                 let topo = self.local_topology()?;
-                let report =
-                    dump::dump_kfd(&self.platform, &topo, &kfd, id, self.dir()?, &opts, unpause)
-                        .map_err(|e| HookError::failed(e.errno(), e.to_string()))?;
+                let report = dump::dump_kfd(
+                    &*self.platform,
+                    &topo,
+                    &kfd,
+                    id,
+                    self.dir()?,
+                    &opts,
+                    unpause,
+                )
+                .map_err(|e| HookError::failed(e.errno(), e.to_string()))?;
                 log::info!(
                     "dumped pid {}: {} BOs, {} bytes of GPU memory in {:.3}s",
                     report.pid,
@@ -1184,6 +1266,35 @@ impl<P: Platform> CriuHooks for Engine<P> {
 
     fn resume_devices_late(&self, pid: i32) -> HookResult<()> {
         self.enabled()?;
+        let parallel = lock(&self.state).parallel.clone();
+        if let Some(hub) = parallel {
+            // Every fill of the restore, not only this pid's: its queues may use buffers other
+            // tasks restored.
+            match hub.wait() {
+                Ok(s) => log::debug!(
+                    "parallel restore: {} jobs, {} bytes, all written before resuming pid {pid}",
+                    s.jobs,
+                    s.bytes
+                ),
+                Err(e) => {
+                    // criu only logs a failing RESUME_DEVICES_LATE and would let the task run
+                    // on zeros: killed, it makes criu's restore fail before any task runs.
+                    let killed = crate::shim::kill_restored_task(pid);
+                    return Err(failed(
+                        Errno::EIO,
+                        format!(
+                            "the parallel restore of buffer contents failed: {e}; pid {pid} is \
+                             not resumed{}",
+                            if killed {
+                                " and was killed so that criu fails the restore"
+                            } else {
+                                ""
+                            }
+                        ),
+                    ));
+                }
+            }
+        }
         let pid = u32::try_from(pid).map_err(|_| HookError::NotOurs)?;
         if let Ok(dir) = self.dir() {
             if restore::pid_needs_resume(dir, pid) == Some(false) {
@@ -1208,11 +1319,27 @@ impl<P: Platform> CriuHooks for Engine<P> {
     }
 
     fn post_forking(&self) -> HookResult<()> {
-        Err(HookError::NotOurs)
+        self.enabled()?;
+        let Some(hub) = lock(&self.state).parallel.clone() else {
+            return Err(HookError::NotOurs);
+        };
+        hub.start()
+            .map_err(|e| failed(Errno::from_io(&e), format!("starting the fill thread: {e}")))
     }
 
     fn restore_init(&self) -> HookResult<()> {
-        Err(HookError::NotOurs)
+        self.enabled()?;
+        if !self.settings().parallel_restore {
+            log::info!(
+                "buffer contents are restored in the restored tasks ({PARALLEL_RESTORE_ENV}=1 \
+                 restores them from criu's master)"
+            );
+            return Err(HookError::NotOurs);
+        }
+        if lock(&self.state).parallel.is_some() {
+            return Ok(());
+        }
+        self.start_parallel()
     }
 
     fn dump_devices_late(&self, _id: u32) -> HookResult<()> {
@@ -1355,5 +1482,26 @@ mod tests {
             false,
         );
         assert_eq!(s.map_pages, on);
+    }
+
+    #[rstest::rstest]
+    #[case::unset(None, false)]
+    #[case::on(Some("1"), true)]
+    #[case::yes(Some("yes"), true)]
+    #[case::off(Some("0"), false)]
+    #[case::garbage_is_ignored(Some("fast"), false)]
+    fn the_parallel_restore_comes_from_the_environment(
+        #[case] value: Option<&str>,
+        #[case] on: bool,
+    ) {
+        let s = Settings::from_lookup(
+            |k| {
+                (k == PARALLEL_RESTORE_ENV)
+                    .then(|| value.map(String::from))
+                    .flatten()
+            },
+            false,
+        );
+        assert_eq!(s.parallel_restore, on);
     }
 }

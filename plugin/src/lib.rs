@@ -28,6 +28,7 @@ pub mod hooks;
 pub mod inventory;
 mod kfd_version;
 mod logger;
+mod parallel;
 mod priv_data;
 pub mod restore;
 mod shim;

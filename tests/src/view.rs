@@ -17,7 +17,7 @@ use kfd_abi::{DeviceKind, IoctlError, Kfd, Platform, RenderNode, Transport};
 
 /// What a test changes in platform `P`. Only the methods that some test changes are here (add
 /// one, with a default that forwards, when a test needs it); [`Viewed`] forwards the rest.
-pub trait View<P: Platform>: Send + Sync + fmt::Debug {
+pub trait View<P: Platform>: Send + Sync + fmt::Debug + 'static {
     /// The transport of the device files as the test hands them out.
     type Device: Transport + 'static;
 

@@ -241,6 +241,59 @@ pub(crate) fn unused_fd_of(pid: u32) -> Option<std::os::fd::RawFd> {
     (fd > 0).then_some(fd)
 }
 
+/// criu's `fdstore_add(fd)`: keeps a copy of `fd` in criu's fd store (a service socket every
+/// restored task inherits) and returns its id; `None` outside criu or when criu refused.
+pub(crate) fn fdstore_add(fd: std::os::fd::BorrowedFd<'_>) -> Option<i32> {
+    use std::os::fd::AsRawFd;
+    let f = lookup_symbol(c"fdstore_add");
+    if f.is_null() {
+        return None;
+    }
+    // SAFETY: the symbol is criu's `int fdstore_add(int fd)` (criu/include/fdstore.h, since criu
+    // 3.6), which duplicates `fd` into its store; a non-null data pointer to a function converts
+    // to that function's pointer.
+    let id = unsafe {
+        let add = std::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int) -> c_int>(f);
+        add(fd.as_raw_fd())
+    };
+    (id >= 0).then_some(id)
+}
+
+/// criu's `fdstore_get(id)`: a new fd of what [`fdstore_add`] stored under `id`, in the calling
+/// process (criu's master or a restored task); `None` outside criu or on failure.
+pub(crate) fn fdstore_get(id: i32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let f = lookup_symbol(c"fdstore_get");
+    if f.is_null() {
+        return None;
+    }
+    // SAFETY: the symbol is criu's `int fdstore_get(int id)` (criu/include/fdstore.h), which
+    // returns a new fd the caller owns, or -1; a non-null data pointer to a function converts to
+    // that function's pointer.
+    let fd = unsafe {
+        let get = std::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int) -> c_int>(f);
+        get(id)
+    };
+    // SAFETY: a non-negative result is a new fd of this process that nothing else owns.
+    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Whether this process is criu (its fd store is there to look up).
+pub(crate) fn in_criu() -> bool {
+    !lookup_symbol(c"fdstore_get").is_null()
+}
+
+/// Kills restored task `pid` (criu's view of it), only inside criu: a task whose buffer contents
+/// could not be restored must not run, and criu fails the restore when it cannot finish a task.
+/// Outside criu (tests) it does nothing and says so.
+pub(crate) fn kill_restored_task(pid: i32) -> bool {
+    if !in_criu() || pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill(2) has no memory effects; `pid` is a task criu restored.
+    unsafe { libc::kill(pid, libc::SIGKILL) == 0 }
+}
+
 /// Runs inside criu's `dlopen`, before criu reads the descriptor (see the module documentation).
 extern "C" fn on_load() {
     trampoline::guard("load", (), || {
