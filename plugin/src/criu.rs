@@ -11,7 +11,7 @@ use images::{DmabufImage, ImageFile, KfdImage, RenderNodeImage};
 use kfd_abi::{Errno, Kfd};
 
 use crate::copy::Staging;
-use crate::dump::{self, DumpOptions, Unpause};
+use crate::dump::{self, DumpOptions};
 use crate::gem::{self, GemError, Patch};
 use crate::hooks::{CriuHooks, HookError, HookResult, Stage, VmaUpdate};
 use crate::inventory::{self, Inventory, NoInventory};
@@ -35,7 +35,8 @@ pub struct Settings {
     pub staging: Staging,
     /// `KFD_*_CHECK`.
     pub checks: topology::CheckOptions,
-    /// Whether the host criu calls DUMP_DEVICES_LATE (then unpausing waits for it).
+    /// Whether the host criu calls DUMP_DEVICES_LATE (the dumped queues are unpaused there; else
+    /// in the exit hook).
     pub dump_devices_late: bool,
     /// Whether dumps write per-chunk checksums of the pages files.
     pub checksums: bool,
@@ -305,13 +306,21 @@ impl<P: Platform> Engine<P> {
             .collect()
     }
 
-    fn unpause_all(&self) {
+    /// Unpauses every dumped process's queues; the first failure, if any (each is logged).
+    fn unpause_all(&self) -> Result<(), kfd_abi::IoctlError> {
+        let mut first = Ok(());
         for kfd in lock(&self.state).paused.drain(..) {
             match kfd.criu_unpause() {
                 Ok(()) => log::info!("unpaused a dumped process's GPU queues"),
-                Err(e) => log::error!("{e}"),
+                Err(e) => {
+                    log::error!("{e}");
+                    if first.is_ok() {
+                        first = Err(e);
+                    }
+                }
             }
         }
+        first
     }
 
     /// This machine's topology, parsed on first use in this criu run. A restore reads it in
@@ -1088,8 +1097,9 @@ impl<P: Platform> CriuHooks for Engine<P> {
     }
 
     fn fini(&self, stage: Stage, ret: i32) {
-        // Never leave a process paused, whatever happened in between.
-        self.unpause_all();
+        // Never leave a process paused, whatever happened in between (a failure is logged: the
+        // exit hook cannot fail the dump any more).
+        let _ = self.unpause_all();
         let mut state = lock(&self.state);
         state.restored.clear();
         state.topology = None;
@@ -1159,22 +1169,19 @@ impl<P: Platform> CriuHooks for Engine<P> {
                     progress: settings.progress.clone(),
                     write_behind: settings.write_behind,
                 };
-                let unpause = if settings.dump_devices_late {
-                    Unpause::Deferred
-                } else {
-                    Unpause::AtEnd
-                };
+                // The queues stay paused until criu has dumped the tasks' memory: at
+                // DUMP_DEVICES_LATE, or, for a criu without it (3.17 to 4.2), in the exit hook,
+                // which criu calls after the memory and before it lets the tasks run or kills
+                // them. A kernel running in between would write host memory past the point its
+                // saved waves resume from (the restored kernel would do that work twice).
+                if !settings.dump_devices_late {
+                    log::debug!(
+                        "this criu has no DUMP_DEVICES_LATE: queues unpaused at its exit hook"
+                    );
+                }
                 let topo = self.local_topology()?;
-                let report = dump::dump_kfd(
-                    &*self.platform,
-                    &topo,
-                    &kfd,
-                    id,
-                    self.dir()?,
-                    &opts,
-                    unpause,
-                )
-                .map_err(|e| HookError::failed(e.errno(), e.to_string()))?;
+                let report = dump::dump_kfd(&*self.platform, &topo, &kfd, id, self.dir()?, &opts)
+                    .map_err(|e| HookError::failed(e.errno(), e.to_string()))?;
                 log::info!(
                     "dumped pid {}: {} BOs, {} bytes of GPU memory in {:.3}s",
                     report.pid,
@@ -1182,9 +1189,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
                     report.bytes(),
                     report.elapsed.as_secs_f64()
                 );
-                if unpause == Unpause::Deferred {
-                    lock(&self.state).paused.push(kfd);
-                }
+                lock(&self.state).paused.push(kfd);
                 self.learn_user_ids(&report.gpus)?;
                 let mut patches = Vec::new();
                 {
@@ -1344,7 +1349,9 @@ impl<P: Platform> CriuHooks for Engine<P> {
 
     fn dump_devices_late(&self, _id: u32) -> HookResult<()> {
         let had = !lock(&self.state).paused.is_empty();
-        self.unpause_all();
+        // A process left paused would hang: criu fails the dump instead.
+        self.unpause_all()
+            .map_err(|e| failed(e.errno().unwrap_or(Errno::EIO), e.to_string()))?;
         let (lost, unlisted) = {
             let state = lock(&self.state);
             (state.ledger.unresolved(), state.unlisted.clone())

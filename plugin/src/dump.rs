@@ -1,9 +1,10 @@
 //! Dumping a process's `/dev/kfd` state: devices, BOs and their contents, queues and events.
 //!
 //! `PROCESS_INFO` pauses the process's GPU queues; from then on a [`PauseGuard`] owns the duty to
-//! unpause them, so every way out of [`dump_kfd`] — success, error or panic — leaves the process
-//! running unless the caller explicitly defers the unpause (newer criu unpauses in
-//! DUMP_DEVICES_LATE, after every file of the tree was dumped).
+//! unpause them, so every way out of [`dump_kfd`] but success — an error or a panic — leaves the
+//! process running. A successful dump leaves them paused: the caller unpauses once criu has dumped
+//! the tasks' memory (at DUMP_DEVICES_LATE, or in the exit hook of a criu without it), so that no
+//! kernel writes host memory after the point its saved waves resume from.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -146,12 +147,6 @@ impl<'k, T: Transport> PauseGuard<'k, T> {
     fn defuse(mut self) {
         self.armed = false;
     }
-
-    /// Unpauses now and reports whether that worked (the process would stay frozen otherwise).
-    fn unpause(mut self) -> Result<(), IoctlError> {
-        self.armed = false;
-        self.kfd.criu_unpause()
-    }
 }
 
 impl<T: Transport> Drop for PauseGuard<'_, T> {
@@ -165,18 +160,9 @@ impl<T: Transport> Drop for PauseGuard<'_, T> {
     }
 }
 
-/// Whether the queues are unpaused at the end of [`dump_kfd`] or left to the caller.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Unpause {
-    /// Unpause before returning (criu 3.17 to 4.2).
-    AtEnd,
-    /// Leave paused on success; the caller unpauses later (DUMP_DEVICES_LATE). Errors still
-    /// unpause at once.
-    Deferred,
-}
-
 /// Dumps the KFD state of the process whose `/dev/kfd` is `kfd` (criu's dup of the target's fd)
-/// as image `id` into `dir`.
+/// as image `id` into `dir`, and leaves its queues paused (the caller unpauses them); a failed
+/// dump unpauses them.
 pub(crate) fn dump_kfd<P: Platform>(
     platform: &P,
     topo: &Topology,
@@ -184,7 +170,6 @@ pub(crate) fn dump_kfd<P: Platform>(
     id: u32,
     dir: BorrowedFd<'_>,
     opts: &DumpOptions,
-    unpause: Unpause,
 ) -> Result<DumpReport, DumpError> {
     let start = Instant::now();
     crate::kfd_version::check_platform(platform)?;
@@ -230,11 +215,7 @@ pub(crate) fn dump_kfd<P: Platform>(
     }
     KfdImage::write(dir, id, &msg)?;
 
-    if unpause == Unpause::Deferred {
-        guard.defuse();
-    } else {
-        guard.unpause()?;
-    }
+    guard.defuse();
     Ok(DumpReport {
         pid: info.pid,
         bos: checkpoint.bos.len(),

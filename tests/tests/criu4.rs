@@ -201,3 +201,45 @@ fn a_restore_on_a_kfd_without_criu_op_is_refused_and_creates_nothing() {
         assert_eq!(dst.machine.vram_used(gpu), Some(0), "no BO was created");
     }
 }
+
+/// criu dumps a task's files, then its memory. The dumped process's GPU queues stay paused until
+/// the memory is dumped too: a kernel running in between would write host memory past the point
+/// its saved waves resume from. A criu with DUMP_DEVICES_LATE calls it after every task's memory;
+/// criu 3.17 to 4.2 call only the exit hook, before they let the tasks run or kill them.
+#[rstest]
+#[case::with_dump_devices_late(true)]
+#[case::without_it(false)]
+fn a_dumped_process_stays_paused_until_criu_has_dumped_its_memory(#[case] late: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let dirf = File::open(dir.path()).unwrap();
+    let node = SimNode::new(&Preset::mi210x2()).unwrap();
+    let target = harness::start_target(&node, &spec()).unwrap();
+    let pid = target.process.pid();
+    let criu = node.machine.spawn_process();
+    criu.ptrace_attach(&target.process);
+    let engine = node.engine(&|p| p, &criu, &dirf, &Settings::from_lookup(|_| None, late));
+    engine.init(Stage::Dump).unwrap();
+    engine
+        .dump_ext_file(target.workload.kfd().as_fd(), 1)
+        .unwrap();
+    assert_eq!(
+        node.machine.queues_paused(pid),
+        Some(true),
+        "after DUMP_EXT_FILE"
+    );
+    if late {
+        engine.dump_devices_late(pid).unwrap();
+        assert_eq!(
+            node.machine.queues_paused(pid),
+            Some(false),
+            "after DUMP_DEVICES_LATE"
+        );
+    }
+    engine.fini(Stage::Dump, 0);
+    assert_eq!(
+        node.machine.queues_paused(pid),
+        Some(false),
+        "after the exit hook"
+    );
+    criu.ptrace_detach(&target.process);
+}
