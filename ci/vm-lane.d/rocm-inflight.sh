@@ -28,10 +28,13 @@
 need_rocm_programs hsa-long hip-loop hsa-kernels.co
 start_probe_simd
 
-hsa_long=("$ROCM_PROGRAMS/hsa-long" --code-object "$ROCM_PROGRAMS/hsa-kernels.co" --items 2048
-    --steps 1048576 --step-seconds 300)
-hip_loop=("$ROCM_PROGRAMS/hip-loop" --kernels 1000 --batch 50 --long-every 250 --long-steps 65536
-    --step-seconds 300)
+# The long kernel's size: KFD_INFLIGHT_ITEMS work-items of KFD_INFLIGHT_STEPS steps (default
+# 1024 x 131072: about 2 minutes under TCG at load 5, 2026-12-05, where criu's dump takes 10-20 s
+# to pause the queues after the program holds; 2048 x 1048576 ran 16 minutes).
+hsa_long=("$ROCM_PROGRAMS/hsa-long" --code-object "$ROCM_PROGRAMS/hsa-kernels.co"
+    --items "${KFD_INFLIGHT_ITEMS:-1024}" --steps "${KFD_INFLIGHT_STEPS:-131072}" --step-seconds 600)
+hip_loop=("$ROCM_PROGRAMS/hip-loop" --kernels 400 --batch 50 --long-every 100 --long-steps 16384
+    --step-seconds 600)
 
 # A short run of hsa-long first: its kernels run on kfd-simd's command processor.
 run_program hsa-long-first 120 "$ROCM_PROGRAMS/hsa-long" --code-object "$ROCM_PROGRAMS/hsa-kernels.co" \
@@ -43,6 +46,7 @@ in_flight() { sed -n 's/^HOLDING [0-9]* (in flight: \([a-z]*\)).*/\1/p' "$VM_LAN
 
 probe_cycle hsa-long-same 900 "${hsa_long[@]}"
 note "hsa-long-same: in flight at the dump: $(in_flight hsa-long-same); $(grep -c '^PROGRESS' "$VM_LANE_OUT/hsa-long-same.out") progress lines"
+[[ $(in_flight hsa-long-same) == yes ]] || fail "hsa-long's kernel had ended before the dump: nothing was in flight"
 probe_cycle hip-loop-same 900 "${hip_loop[@]}"
 note "hip-loop-same: in flight at the dump: $(in_flight hip-loop-same)"
 probe_cycle hsa-long-remapped 900 --between probe_remap_node "${hsa_long[@]}"
