@@ -16,6 +16,8 @@
 # the program held ("in flight: yes").
 #
 # Needs kfd-simd's compute wave save/restore for the dump to catch waves mid-kernel.
+# Four checkpoints of programs that compute under TCG take longer than most scenarios:
+# vm-lane-timeout: 2400
 #
 # shellcheck shell=bash
 # shellcheck source=lib.sh
