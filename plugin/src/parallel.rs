@@ -747,13 +747,7 @@ impl Hub {
     /// Takes what is waiting, waits for every fill, and says whether all went well.
     pub(crate) fn wait(self: &Arc<Self>) -> Result<Summary, String> {
         let _ = self.pump();
-        let mut state = lock(&self.state);
-        while state.running > 0 {
-            state = self
-                .done
-                .wait(state)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-        }
+        let state = self.idle();
         let mut errors = state.errors.clone();
         errors.extend(
             state
@@ -780,6 +774,11 @@ impl Hub {
         if let Some(w) = lock(&self.worker).take() {
             let _ = w.join();
         }
+        drop(self.idle());
+    }
+
+    /// The state, once no fill runs any more.
+    fn idle(&self) -> std::sync::MutexGuard<'_, HubState> {
         let mut state = lock(&self.state);
         while state.running > 0 {
             state = self
@@ -787,6 +786,7 @@ impl Hub {
                 .wait(state)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
+        state
     }
 }
 
