@@ -744,9 +744,13 @@ impl<P: Platform> Engine<P> {
         };
         let settings = self.settings();
         let lookup = |key: u32, what: &str| self.lookup_shared(key, what);
+        // The render images' keys are read once, and only for an image that asks (criu-dev's).
+        let render_created = std::cell::OnceCell::new();
         let kfd_only = |key: u32| {
             self.created_keys().contains(&key)
-                && !self.scan_keys(Keys::RenderCreated).contains(&key)
+                && !render_created
+                    .get_or_init(|| self.scan_keys(Keys::RenderCreated))
+                    .contains(&key)
         };
         let opts = gem::RestoreGemOptions {
             staging: settings.staging,
