@@ -1456,6 +1456,14 @@ fn check_render_counts(id: u32, msg: &CriuRenderNode) -> HookResult<()> {
 mod tests {
     use super::*;
 
+    /// The settings of an environment that holds `value` (or nothing) under `env` alone.
+    fn settings_with(env: &str, value: Option<&str>) -> Settings {
+        Settings::from_lookup(
+            |k| (k == env).then(|| value.map(String::from)).flatten(),
+            false,
+        )
+    }
+
     #[rstest::rstest]
     #[case::unset(None, false)]
     #[case::on(Some("1"), true)]
@@ -1463,14 +1471,7 @@ mod tests {
     #[case::off(Some("0"), false)]
     #[case::garbage_is_ignored(Some("sometimes"), false)]
     fn write_behind_comes_from_the_environment(#[case] value: Option<&str>, #[case] on: bool) {
-        let s = Settings::from_lookup(
-            |k| {
-                (k == WRITE_BEHIND_ENV)
-                    .then(|| value.map(String::from))
-                    .flatten()
-            },
-            false,
-        );
+        let s = settings_with(WRITE_BEHIND_ENV, value);
         assert_eq!(s.write_behind, on);
     }
 
@@ -1484,14 +1485,7 @@ mod tests {
         #[case] value: Option<&str>,
         #[case] on: bool,
     ) {
-        let s = Settings::from_lookup(
-            |k| {
-                (k == MAP_PAGES_ENV)
-                    .then(|| value.map(String::from))
-                    .flatten()
-            },
-            false,
-        );
+        let s = settings_with(MAP_PAGES_ENV, value);
         assert_eq!(s.map_pages, on);
     }
 
@@ -1505,14 +1499,7 @@ mod tests {
         #[case] value: Option<&str>,
         #[case] on: bool,
     ) {
-        let s = Settings::from_lookup(
-            |k| {
-                (k == PARALLEL_RESTORE_ENV)
-                    .then(|| value.map(String::from))
-                    .flatten()
-            },
-            false,
-        );
+        let s = settings_with(PARALLEL_RESTORE_ENV, value);
         assert_eq!(s.parallel_restore, on);
     }
 }
