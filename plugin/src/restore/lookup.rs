@@ -61,7 +61,7 @@ pub(crate) fn kfd_image_of(dir: BorrowedFd<'_>, pid: u32) -> Result<Option<u32>,
 }
 
 /// The render minor on this machine of GPU `gpu_id` of the process whose `/dev/kfd` image is
-/// `kfd_id`: where the image maps it, as [`restore_kfd`] will; for a GPU the process's KFD does
+/// `kfd_id`: where the image maps it, as [`super::restore_kfd`] will; for a GPU the process's KFD does
 /// not use (or a process without `/dev/kfd`), the GPU of that id on this machine, and where
 /// this machine has none, where another process's `/dev/kfd` image of the checkpoint maps it
 /// (a render-only child of a ROCm process goes where its parent goes: a buffer they share

@@ -51,7 +51,7 @@ pub(crate) struct RestoreOptions {
     /// Staging geometry per GPU.
     pub staging: Staging,
     /// Whether the GPU copies straight out of mappings of the pages files (see
-    /// [`copy::restore_gpu`]).
+    /// [`crate::copy::restore_gpu`]).
     pub map_pages: bool,
     /// The `KFD_*_CHECK` rules of the GPU mapping.
     pub checks: CheckOptions,
