@@ -17,7 +17,7 @@ use crate::dump::{self, DumpOptions};
 use crate::gem::{self, GemError};
 use crate::hooks::{CriuHooks, HookError, HookResult, Stage, VmaUpdate};
 use crate::inventory::{self, Inventory, NoInventory};
-use crate::restore::{self, RestoreOptions, Restored};
+use crate::restore::{self, Restored};
 use crate::vma::{MappedOn, SharedBuffer, SharedVmas, VmaDevice};
 use kfd_abi::platform::{DeviceKind, HostPlatform, Platform};
 
@@ -290,14 +290,8 @@ impl<P: Platform> Engine<P> {
             check_render_counts(id, &msg)?;
             return self.restore_render(id, &msg);
         }
-        let settings = self.settings();
-        let opts = RestoreOptions {
-            staging: settings.staging,
-            map_pages: settings.map_pages,
-            checks: settings.checks,
-            progress: settings.progress,
-            handoff: lock(&self.state).parallel.clone(),
-        };
+        let handoff = lock(&self.state).parallel.clone();
+        let opts = self.settings().restore_options(handoff);
         if !restore::has_kfd_image(dir, id) {
             if let Some(msg) =
                 DmabufImage::try_read(dir, id).map_err(|e| failed(Errno::EINVAL, e))?
@@ -356,14 +350,7 @@ impl<P: Platform> Engine<P> {
     /// on, and the fills in this (criu's master) process.
     fn start_parallel(&self) -> HookResult<()> {
         let dir = self.dir()?;
-        let settings = self.settings();
-        let opts = RestoreOptions {
-            staging: settings.staging,
-            map_pages: settings.map_pages,
-            checks: settings.checks,
-            progress: settings.progress,
-            handoff: None,
-        };
+        let opts = self.settings().restore_options(None);
         let io = |e: std::io::Error| failed(Errno::from_io(&e), e);
         let (master, task) = crate::parallel::socket_pair().map_err(io)?;
         let task_end = if crate::shim::in_criu() {

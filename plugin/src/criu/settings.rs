@@ -1,6 +1,7 @@
 //! The plugin's settings: what criu's environment asks of it, read once at `init`.
 
 use crate::copy::Staging;
+use crate::restore::RestoreOptions;
 
 /// Turns on write-behind of the pages files at dump ([`Settings::write_behind`]).
 const WRITE_BEHIND_ENV: &str = "AMDGPU_CR_WRITE_BEHIND";
@@ -39,6 +40,21 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// How a restore goes under these settings; `handoff`: criu's master fills the contents
+    /// (the parallel restore).
+    pub(crate) fn restore_options(
+        self,
+        handoff: Option<std::sync::Arc<crate::parallel::Hub>>,
+    ) -> RestoreOptions {
+        RestoreOptions {
+            staging: self.staging,
+            map_pages: self.map_pages,
+            checks: self.checks,
+            progress: self.progress,
+            handoff,
+        }
+    }
+
     /// From the process environment.
     pub fn from_env(dump_devices_late: bool) -> Self {
         Self::from_lookup(|k| std::env::var(k).ok(), dump_devices_late)
