@@ -29,6 +29,7 @@ use std::os::unix::fs::FileExt;
 
 use crate::checksum::{self, ChecksumAlgorithm, Chunker};
 use crate::dir;
+use crate::direct;
 use crate::frame::{Framing, HeaderFault, HEADER_LEN};
 use crate::names::PagesFile;
 use crate::proto::{KfdBoEntry, PagesChecksums};
@@ -458,6 +459,9 @@ pub struct PagesReader {
     verify: Option<(Chunker, PagesChecksums)>,
     /// Where the file's holes are.
     extents: Extents,
+    /// The file opened again for direct I/O, once the caller chose it
+    /// ([`PagesReader::use_direct_io_if_cold`]).
+    direct: Option<File>,
 }
 
 impl PagesReader {
@@ -533,6 +537,7 @@ impl PagesReader {
             ahead,
             verify,
             extents: Extents::default(),
+            direct: None,
         }
     }
 
@@ -670,6 +675,115 @@ impl PagesReader {
         })
     }
 
+    /// Switches the reader to direct I/O (`O_DIRECT`, see [`crate::direct`]) when less than
+    /// `cached` (a share, 0.0 to 1.0) of the payload not read yet is in the page cache and the
+    /// file system reads the file directly; whether it did. From then on the caller reads with
+    /// [`PagesReader::read_direct_skipping_holes`] and the reader asks for no read-ahead. Taken
+    /// before the first read: the read-ahead of the first read would fill the cache.
+    pub fn use_direct_io_if_cold(&mut self, cached: f64) -> bool {
+        if self.direct.is_some() {
+            return true;
+        }
+        let (from, end) = (page_offset(self.pos), HEADER_LEN + self.total);
+        let share = match direct::cached_fraction(&self.file, from, end - from) {
+            Ok(share) => share,
+            Err(e) => {
+                log::debug!(
+                    "{}: cannot tell what is cached ({e}): reading it buffered",
+                    self.name
+                );
+                return false;
+            }
+        };
+        if share >= cached {
+            log::debug!(
+                "{}: {:.0}% in the page cache: reading it buffered",
+                self.name,
+                share * 100.0
+            );
+            return false;
+        }
+        // A file system may open for direct I/O and still refuse the read: try its first page.
+        let mut probe = direct::AlignedBuf::new(direct::DIRECT_ALIGN);
+        match direct::reopen_direct(&self.file)
+            .and_then(|f| direct::read_direct_at(&f, probe.as_mut_slice(), 0).map(|_| f))
+        {
+            Ok(f) => {
+                log::debug!(
+                    "{}: {:.0}% in the page cache: reading it with direct I/O",
+                    self.name,
+                    share * 100.0
+                );
+                self.direct = Some(f);
+                true
+            }
+            Err(e) => {
+                log::debug!(
+                    "{}: no direct I/O here ({e}): reading it buffered",
+                    self.name
+                );
+                false
+            }
+        }
+    }
+
+    /// Whether the reader reads with direct I/O.
+    pub fn is_direct(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    /// As [`PagesReader::read_skipping_holes`] for the next `len` payload bytes, read with direct
+    /// I/O into `window`, a buffer whose start is aligned to [`direct::DIRECT_ALIGN`] and whose
+    /// byte [`buffer_offset`]`(pos)` is to hold payload byte `pos` (the position): the pages that
+    /// hold the `len` bytes are read whole, in one direct read, and the bytes are verified in
+    /// `window` as [`PagesReader::verify_skipping_holes`] verifies a mapping. Holes are returned
+    /// as there; `window`'s bytes outside the `len` bytes (and in holes) are left undefined.
+    ///
+    /// # Errors
+    /// [`PagesError::ReadPastEnd`]; [`PagesError::Read`] when the reader is not direct, `window`
+    /// is too small or misaligned, or the read fails or ends early;
+    /// [`PagesError::ChecksumMismatch`].
+    pub fn read_direct_skipping_holes(
+        &mut self,
+        window: &mut [u8],
+        len: usize,
+    ) -> Result<Vec<Range<usize>>, PagesError> {
+        let from = page_offset(self.pos);
+        let off = buffer_offset(self.pos);
+        let fail = |source: io::Error| PagesError::Read {
+            file: self.name.clone(),
+            offset: from,
+            source,
+        };
+        if len as u64 > self.remaining() {
+            return Err(PagesError::ReadPastEnd {
+                file: self.name.clone(),
+                offset: self.pos + HEADER_LEN,
+                len: len as u64,
+                total: self.total,
+            });
+        }
+        let Some(direct) = &self.direct else {
+            return Err(fail(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the reader was not switched to direct I/O",
+            )));
+        };
+        let want = (off + len).next_multiple_of(direct::DIRECT_ALIGN);
+        let Some(buf) = window.get_mut(..want) else {
+            return Err(fail(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a window of {} bytes for {want}", window.len()),
+            )));
+        };
+        let got = direct::read_direct_at(direct, buf, from).map_err(fail)?;
+        if got < off + len {
+            return Err(fail(io::ErrorKind::UnexpectedEof.into()));
+        }
+        let window = &*window;
+        self.verify_skipping_holes(len, |r| Ok(&window[off + r.start..off + r.end]))
+    }
+
     /// The file, for callers that map it: payload byte `pos` is at file offset `pos + 8`. The
     /// reader checked its length when it opened it; reading it does not move the reader.
     pub fn file(&self) -> BorrowedFd<'_> {
@@ -780,6 +894,9 @@ impl PagesReader {
     /// stays busy with large requests while the reader checksums and the copiers move the
     /// previous pieces, instead of waiting for each read to come back.
     fn read_ahead(&mut self, len: u64) {
+        if self.direct.is_some() {
+            return;
+        }
         self.ahead
             .advance_and_ask(&self.file, HEADER_LEN + self.pos + len);
     }
