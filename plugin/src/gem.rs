@@ -552,8 +552,8 @@ pub(crate) type Lookup<'a> = &'a dyn Fn(u32, &str) -> Result<OwnedFd, GemError>;
 pub(crate) struct RestoreGemOptions<'a> {
     /// Staging geometry.
     pub staging: Staging,
-    /// Restore from mappings of the pages files.
-    pub map_pages: bool,
+    /// How the pages files are read.
+    pub reading: crate::copy::Reading,
     /// Byte counter.
     pub progress: &'a Progress,
     /// Where the buffers other files create come from.
@@ -803,7 +803,7 @@ fn recreate<P: Platform>(
                 &own,
                 &[src],
                 opts.staging,
-                opts.map_pages,
+                opts.reading,
                 opts.progress,
                 &mut reader,
             )

@@ -1,6 +1,6 @@
 //! The plugin's settings: what criu's environment asks of it, read once at `init`.
 
-use crate::copy::Staging;
+use crate::copy::{DirectIo, Reading, Staging};
 use crate::restore::RestoreOptions;
 
 /// Turns on write-behind of the pages files at dump ([`Settings::write_behind`]).
@@ -8,6 +8,9 @@ const WRITE_BEHIND_ENV: &str = "AMDGPU_CR_WRITE_BEHIND";
 
 /// Turns off restoring from mappings of the pages files ([`Settings::map_pages`]).
 const MAP_PAGES_ENV: &str = "AMDGPU_CR_MAP_PAGES";
+
+/// Chooses which pages files restores read with direct I/O ([`Settings::direct_io`]).
+const DIRECT_IO_ENV: &str = "AMDGPU_CR_DIRECT_IO";
 
 /// Turns on the parallel restore from criu's master ([`Settings::parallel_restore`]).
 pub const PARALLEL_RESTORE_ENV: &str = "AMDGPU_CR_PARALLEL_RESTORE";
@@ -32,6 +35,9 @@ pub struct Settings {
     /// mappings of the pages files (see `copy::restore_gpu`); off, they read them into
     /// staging buffers.
     pub map_pages: bool,
+    /// `AMDGPU_CR_DIRECT_IO` (default: files mostly not in the page cache; `1`: every file, `0`:
+    /// none): restores read those pages files with direct I/O into staging buffers.
+    pub direct_io: DirectIo,
     /// `AMDGPU_CR_PARALLEL_RESTORE` (default off): under a criu that calls RESTORE_INIT and
     /// POST_FORKING, the restored tasks hand their BOs to criu's master, which writes their
     /// contents while the tasks go on restoring (see `crate::parallel`). Other criu versions
@@ -48,10 +54,18 @@ impl Settings {
     ) -> RestoreOptions {
         RestoreOptions {
             staging: self.staging,
-            map_pages: self.map_pages,
+            reading: self.reading(),
             checks: self.checks,
             progress: self.progress,
             handoff,
+        }
+    }
+
+    /// How restores read the pages files.
+    pub(crate) fn reading(&self) -> Reading {
+        Reading {
+            map_pages: self.map_pages,
+            direct: self.direct_io,
         }
     }
 
@@ -86,6 +100,21 @@ impl Settings {
                     log::warn!("ignoring {MAP_PAGES_ENV}={v:?}: expected 0, 1, NO or YES");
                     true
                 })
+            }),
+            direct_io: lookup(DIRECT_IO_ENV).map_or(DirectIo::Cold, |v| {
+                if v.eq_ignore_ascii_case("cold") {
+                    return DirectIo::Cold;
+                }
+                match topology::options::parse_bool(&v) {
+                    Some(true) => DirectIo::Always,
+                    Some(false) => DirectIo::Never,
+                    None => {
+                        log::warn!(
+                            "ignoring {DIRECT_IO_ENV}={v:?}: expected 0, 1, NO, YES or COLD"
+                        );
+                        DirectIo::Cold
+                    }
+                }
             }),
             parallel_restore: lookup(PARALLEL_RESTORE_ENV).is_some_and(|v| {
                 topology::options::parse_bool(&v).unwrap_or_else(|| {
@@ -146,5 +175,17 @@ mod tests {
     ) {
         let s = settings_with(PARALLEL_RESTORE_ENV, value);
         assert_eq!(s.parallel_restore, on);
+    }
+
+    #[rstest::rstest]
+    #[case::unset(None, DirectIo::Cold)]
+    #[case::cold(Some("cold"), DirectIo::Cold)]
+    #[case::on(Some("1"), DirectIo::Always)]
+    #[case::yes(Some("YES"), DirectIo::Always)]
+    #[case::off(Some("0"), DirectIo::Never)]
+    #[case::garbage_is_ignored(Some("sometimes"), DirectIo::Cold)]
+    fn direct_io_comes_from_the_environment(#[case] value: Option<&str>, #[case] want: DirectIo) {
+        let s = settings_with(DIRECT_IO_ENV, value);
+        assert_eq!(s.direct_io, want);
     }
 }

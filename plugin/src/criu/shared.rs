@@ -236,7 +236,7 @@ impl<P: Platform> Engine<P> {
         };
         let opts = gem::RestoreGemOptions {
             staging: settings.staging,
-            map_pages: settings.map_pages,
+            reading: settings.reading(),
             progress: &settings.progress,
             lookup: &lookup,
             kfd_only: &kfd_only,

@@ -202,7 +202,7 @@ pub(super) fn copy_contents<P: Platform>(
                         &render,
                         &bos,
                         opts.staging,
-                        opts.map_pages,
+                        opts.reading,
                         &opts.progress,
                         &mut reader,
                     )

@@ -27,7 +27,7 @@ use kfd_abi::criu::{RestoreBo, RestoreDevice};
 use kfd_abi::{AllocFlags, GpuId, Kfd, RenderNode, Transport};
 use topology::{CheckOptions, Mapping};
 
-use crate::copy::{Progress, Staging};
+use crate::copy::{Progress, Reading, Staging};
 use crate::shm::SharedMem;
 use crate::vma::VmaRemaps;
 use kfd_abi::platform::Platform;
@@ -50,9 +50,8 @@ pub(crate) use lookup::{has_kfd_image, kfd_image_of, pid_needs_resume, render_mi
 pub(crate) struct RestoreOptions {
     /// Staging geometry per GPU.
     pub staging: Staging,
-    /// Whether the GPU copies straight out of mappings of the pages files (see
-    /// [`crate::copy::restore_gpu`]).
-    pub map_pages: bool,
+    /// How the pages files are read (see [`crate::copy::restore_gpu`]).
+    pub reading: Reading,
     /// The `KFD_*_CHECK` rules of the GPU mapping.
     pub checks: CheckOptions,
     /// Counts the bytes copied.
