@@ -1,6 +1,7 @@
 //! The raw limits of the bench directory: the same bytes written with plain `write(2)` and read
-//! with `read(2)`, in the plugin's I/O shape (one file and thread per GPU, calls of the pages
-//! writer's size, its read-ahead and write-behind cadence).
+//! with `read(2)` (or direct reads, for files not in the page cache), in the plugin's I/O shape
+//! (one file and thread per GPU, calls of the pages writer's size or of the staging buffers',
+//! its read-ahead and write-behind cadence).
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -8,6 +9,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use images::direct::{AlignedBuf, DIRECT_ALIGN};
 use images::readahead::{ReadAhead, ReadAheadSchedule};
 
 /// Size of each raw `write(2)` and `read(2)`: the pages writer's and reader's (see
@@ -77,31 +79,26 @@ pub(super) fn raw_write(paths: &[PathBuf], bytes: u64, sync: bool) -> io::Result
     Ok(start.elapsed())
 }
 
-/// Reads the files `paths` to the end, each by its own thread with sequential [`RAW_IO`]-byte
-/// read(2) calls into a buffer written beforehand, with the pages reader's read-ahead
-/// (`POSIX_FADV_SEQUENTIAL`, and `WILLNEED` in pieces of the device's size kept ahead by the same
-/// [`images::readahead::ReadAheadSchedule`]); returns the time taken.
-pub(super) fn raw_read(paths: &[PathBuf]) -> io::Result<Duration> {
-    let mut bufs: Vec<Vec<u8>> = paths.iter().map(|_| vec![0xa5u8; RAW_IO]).collect();
+/// Reads the files `paths` to the end, each by its own thread, as the restore's pages reader
+/// reads them: a file mostly not in the page cache (the bench's `--sync`) with direct I/O in
+/// reads of `direct_size` bytes (the restore's staging buffer) where the file system allows it;
+/// else with sequential [`RAW_IO`]-byte read(2) calls into a buffer written beforehand, with the
+/// reader's read-ahead (`POSIX_FADV_SEQUENTIAL`, and `WILLNEED` in pieces of the device's size
+/// kept ahead by the same [`images::readahead::ReadAheadSchedule`]). Returns the time taken.
+pub(super) fn raw_read(paths: &[PathBuf], direct_size: usize) -> io::Result<Duration> {
+    let direct_size = direct_size.next_multiple_of(DIRECT_ALIGN);
     let start = Instant::now();
     std::thread::scope(|s| {
         let threads: Vec<_> = paths
             .iter()
-            .zip(&mut bufs)
-            .map(|(path, buf)| {
+            .map(|path| {
                 s.spawn(move || -> io::Result<()> {
-                    let mut f = File::open(path)?;
-                    images::dir::advise_sequential(&f);
+                    let f = File::open(path)?;
                     let len = f.metadata()?.len();
-                    let mut ahead = ReadAheadSchedule::new(ReadAhead::for_file(&f), 0, len);
-                    let mut pos = 0u64;
-                    loop {
-                        ahead.advance_and_ask(&f, pos + RAW_IO as u64);
-                        let n = f.read(buf)?;
-                        if n == 0 {
-                            return Ok(());
-                        }
-                        pos += n as u64;
+                    let cold = images::direct::cached_fraction(&f, 0, len)? < COLD;
+                    match cold.then(|| images::direct::reopen_direct(&f)) {
+                        Some(Ok(direct)) => read_direct(&direct, direct_size),
+                        _ => read_buffered(f, len),
                     }
                 })
             })
@@ -112,6 +109,49 @@ pub(super) fn raw_read(paths: &[PathBuf]) -> io::Result<Duration> {
         })
     })?;
     Ok(start.elapsed())
+}
+
+/// Reads the files `paths` through the page cache (untimed: to have them there).
+pub(super) fn load_into_cache(paths: &[PathBuf]) -> io::Result<()> {
+    for p in paths {
+        let f = File::open(p)?;
+        let len = f.metadata()?.len();
+        read_buffered(f, len)?;
+    }
+    Ok(())
+}
+
+/// The share of a file in the page cache below which the restore reads it directly
+/// (`AMDGPU_CR_DIRECT_IO`'s default).
+const COLD: f64 = 0.5;
+
+/// `file` (opened for direct I/O) read to its end in `size`-byte direct reads.
+fn read_direct(file: &File, size: usize) -> io::Result<()> {
+    let mut buf = AlignedBuf::new(size);
+    let mut pos = 0u64;
+    loop {
+        let n = images::direct::read_direct_at(file, buf.as_mut_slice(), pos)?;
+        if n < size {
+            return Ok(());
+        }
+        pos += n as u64;
+    }
+}
+
+/// `file` (`len` bytes) read to its end in [`RAW_IO`]-byte reads with the reader's read-ahead.
+fn read_buffered(mut file: File, len: u64) -> io::Result<()> {
+    let mut buf = vec![0xa5u8; RAW_IO];
+    images::dir::advise_sequential(&file);
+    let mut ahead = ReadAheadSchedule::new(ReadAhead::for_file(&file), 0, len);
+    let mut pos = 0u64;
+    loop {
+        ahead.advance_and_ask(&file, pos + RAW_IO as u64);
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            return Ok(());
+        }
+        pos += n as u64;
+    }
 }
 
 /// The file system's limit: the faster of two runs.

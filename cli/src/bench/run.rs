@@ -14,7 +14,7 @@ use kfd_sim::Preset;
 
 use super::files::{drop_caches, files, image_files, on_disk, remove, settle, settle_and_drop};
 use super::measure::{measure, mem_available, with_cpu, Cost};
-use super::raw::{best, raw_paths, raw_read, raw_write};
+use super::raw::{best, load_into_cache, raw_paths, raw_read, raw_write};
 use super::report::{
     per_second, BenchReport, Cpu, CpuPhase, Detail, Phase, Speedup, Upstream, UpstreamPhase,
 };
@@ -168,7 +168,7 @@ impl BenchDir {
             drop_caches(&files(self.ours())?)?;
             drop_caches(&files(&self.up_dir)?)
         } else {
-            raw_read(load)?;
+            load_into_cache(load)?;
             drop_caches(done)
         }
     }
@@ -249,7 +249,7 @@ fn read_side(
 ) -> Result<ReadSide, BenchError> {
     d.prepare(plan.sync, raw2, &[])
         .map_err(io_err("preparing the raw read"))?;
-    let (raw_r1, cpu_r1) = with_cpu(|| raw_read(raw2));
+    let (raw_r1, cpu_r1) = with_cpu(|| raw_read(raw2, plan.settings.staging.buffer_size));
     let raw_r1 = raw_r1.map_err(io_err("measuring the raw read"))?;
     // The source's VRAM is freed just before the restore allocates its own, as the restored
     // node's is before upstream's restore: both restores start with the same memory freed.
@@ -263,7 +263,7 @@ fn read_side(
     let (target_back, restore_time) = restored?;
     d.prepare(plan.sync, raw2, &w.images)
         .map_err(io_err("preparing the raw read"))?;
-    let (raw_r2, cpu_r2) = with_cpu(|| raw_read(raw2));
+    let (raw_r2, cpu_r2) = with_cpu(|| raw_read(raw2, plan.settings.staging.buffer_size));
     let raw_r2 = raw_r2.map_err(io_err("measuring the raw read"))?;
     target_back.verify(manifest)?;
     Ok(ReadSide {
