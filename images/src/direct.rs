@@ -121,6 +121,48 @@ pub fn reopen_direct(file: &File) -> io::Result<File> {
         .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
 }
 
+/// `file` opened again, write-only, for direct I/O (as [`reopen_direct`]).
+///
+/// # Errors
+/// As [`reopen_direct`].
+pub fn reopen_direct_write(file: &File) -> io::Result<File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC)
+        .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
+}
+
+/// Writes all of `buf` to `file` (opened with [`reopen_direct_write`]) at `offset` with direct
+/// writes.
+///
+/// # Errors
+/// `InvalidInput` when `buf`'s address, its length or `offset` is not a multiple of
+/// [`DIRECT_ALIGN`]; else the `pwrite(2)` error.
+pub fn write_direct_at(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+    check_aligned(buf, offset)?;
+    file.write_all_at(buf, offset)
+}
+
+/// `InvalidInput` unless `buf`'s address and length and `offset` are multiples of
+/// [`DIRECT_ALIGN`].
+fn check_aligned(buf: &[u8], offset: u64) -> io::Result<()> {
+    if (buf.as_ptr() as usize) % DIRECT_ALIGN != 0
+        || buf.len() % DIRECT_ALIGN != 0
+        || offset % DIRECT_ALIGN as u64 != 0
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "direct I/O needs {DIRECT_ALIGN}-byte alignment: buffer at {:p}, {} bytes, file \
+                 offset {offset}",
+                buf.as_ptr(),
+                buf.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Fills `buf` from `file` (opened with [`reopen_direct`]) at `offset` with direct reads, up to
 /// the end of the file; returns how many bytes it read (fewer than `buf.len()` only at the end).
 ///
@@ -128,21 +170,7 @@ pub fn reopen_direct(file: &File) -> io::Result<File> {
 /// `InvalidInput` when `buf`'s address, its length or `offset` is not a multiple of
 /// [`DIRECT_ALIGN`]; else the `pread(2)` error.
 pub fn read_direct_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    let align = DIRECT_ALIGN as u64;
-    if (buf.as_ptr() as usize) % DIRECT_ALIGN != 0
-        || buf.len() % DIRECT_ALIGN != 0
-        || offset % align != 0
-    {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "a direct read needs {DIRECT_ALIGN}-byte alignment: buffer at {:p}, {} bytes, \
-                 file offset {offset}",
-                buf.as_ptr(),
-                buf.len()
-            ),
-        ));
-    }
+    check_aligned(buf, offset)?;
     let mut done = 0;
     while done < buf.len() {
         match file.read_at(&mut buf[done..], offset + done as u64) {

@@ -39,11 +39,40 @@ fn zero_ranges() -> Vec<Range<usize>> {
 }
 
 fn write(d: &Dir, data: &[u8], checksums: bool) -> Option<PagesChecksums> {
+    write_as(d, data, checksums, Write::Buffered)
+}
+
+/// How a dump writes the pages file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Write {
+    /// Through the page cache, from any buffer (`write_chunk`).
+    Buffered,
+    /// With direct I/O, from aligned windows congruent with the file (`write_direct`), as a
+    /// dump that must reach the disk writes.
+    Direct,
+}
+
+fn write_as(d: &Dir, data: &[u8], checksums: bool, how: Write) -> Option<PagesChecksums> {
     let chunk = checksums.then_some(DEFAULT_CHUNK_SIZE);
     let mut w = PagesWriter::new(d.fd.as_fd(), KFD, data.len() as u64, chunk).unwrap();
+    if how == Write::Direct {
+        assert!(w.use_direct_io(), "the test directory takes direct I/O");
+    }
+    let mut window = AlignedBuf::new(3 * M + 2 * DIRECT_ALIGN);
     // Pieces that do not line up with the chunks (3 MiB, as staging buffers of another size).
+    let mut pos = 0;
     for piece in data.chunks(3 * M) {
-        w.write_chunk(piece).unwrap();
+        match how {
+            Write::Buffered => w.write_chunk(piece).unwrap(),
+            Write::Direct => {
+                let off = pages::buffer_offset(pos as u64);
+                let win = window.as_mut_slice();
+                win.fill(0xee);
+                win[off..off + piece.len()].copy_from_slice(piece);
+                w.write_direct(win, piece.len()).unwrap();
+            }
+        }
+        pos += piece.len();
     }
     // Zero blocks are holes; the block at each end of a zero run also holds data (the payload
     // starts 8 bytes into the file), so up to a block per run is written.
@@ -130,11 +159,12 @@ fn read_sparse(
 #[case::without_checksums(false)]
 fn zero_chunks_are_holes_that_read_back_the_same(
     #[case] checksums: bool,
+    #[values(Write::Buffered, Write::Direct)] written: Write,
     #[values(Read::Buffered, Read::Direct)] how: Read,
 ) {
     let d = dir();
     let data = payload();
-    let sums = write(&d, &data, checksums);
+    let sums = write_as(&d, &data, checksums, written);
     // Upstream's view: the same length and the same bytes, holes included.
     let raw = std::fs::read(d.path(NAME)).unwrap();
     assert_eq!(raw.len(), 8 + LEN);

@@ -77,6 +77,16 @@ pub enum DirectIo {
 }
 
 impl DirectIo {
+    /// Whether a dump writes its pages files with direct I/O: with write-behind (a dump that
+    /// must be on the disk when criu ends), or always.
+    pub(crate) fn at_dump(self, write_behind: bool) -> bool {
+        match self {
+            DirectIo::Cold => write_behind,
+            DirectIo::Always => true,
+            DirectIo::Never => false,
+        }
+    }
+
     /// The share of a file's pages in the page cache below which it is read directly.
     fn below(self) -> Option<f64> {
         match self {
@@ -611,8 +621,17 @@ pub(crate) fn dump_gpu<T: Transport>(
                 continue;
             }
             early.insert(full.pos, full);
-            while let Some(Full { buf, off, len, .. }) = early.remove(&next) {
-                writer.write_chunk(&buf.as_slice()[off..off + len])?;
+            while let Some(Full {
+                mut buf, off, len, ..
+            }) = early.remove(&next)
+            {
+                // A direct writer takes the whole buffer: congruent with the file, one page
+                // larger than the data (the page before the data, the last page's rest).
+                if writer.is_direct() {
+                    writer.write_direct(buf.as_mut_slice(), len)?;
+                } else {
+                    writer.write_chunk(&buf.as_slice()[off..off + len])?;
+                }
                 next += len as u64;
                 // The copiers may all be done already; a closed channel is fine here.
                 let _ = empty_tx.send(buf);

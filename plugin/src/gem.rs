@@ -261,6 +261,9 @@ pub(crate) fn dump_contents<P: Platform>(
         let which = PagesFile::Drm { id, minor, index };
         let mut writer = PagesWriter::new(dir, which, b.entry.size, chunk)?;
         writer.set_write_behind(opts.write_behind);
+        if opts.direct {
+            writer.use_direct_io();
+        }
         let src = BoSource {
             dmabuf: b.dmabuf.as_fd(),
             size: b.entry.size,

@@ -119,3 +119,47 @@ fn images_in_the_page_cache_are_read_from_it() {
     restored.verify(&manifest).unwrap();
     assert!(cached(&files) > 0.9, "read through the cache");
 }
+
+#[rstest::rstest]
+#[case::with_write_behind(DirectIo::Cold, true)]
+#[case::whenever_asked(DirectIo::Always, false)]
+fn a_dump_that_must_reach_the_disk_writes_it_directly(
+    #[case] direct_io: DirectIo,
+    #[case] write_behind: bool,
+) {
+    use std::os::unix::fs::MetadataExt;
+    let preset = Preset::by_name("mi210x2").unwrap();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // Half of each buffer never written: holes in the pages files, direct or not.
+    let spec = Spec {
+        untouched_permille: 500,
+        ..Spec::new(7, vec![24 * M, 64 * 1024], vec![4 * M])
+    };
+    let mut settings = Settings::from_lookup(|_| None, false);
+    settings.direct_io = direct_io;
+    settings.write_behind = write_behind;
+    let (ids, manifest) = harness::checkpoint_new(&preset, &spec, dir.path(), &settings).unwrap();
+    let files = pages_files(dir.path());
+    // Written from the staging buffers to the disk: nothing of them in the page cache.
+    let after_dump = cached(&files);
+    assert!(
+        after_dump < 0.1,
+        "{after_dump} of a pages file cached after the dump"
+    );
+    for p in &files {
+        let f = File::open(p).unwrap();
+        f.sync_all().unwrap();
+        let meta = f.metadata().unwrap();
+        assert!(
+            meta.blocks() * 512 < meta.len() * 3 / 4,
+            "{}: {} bytes on disk of {}: the zeros were written",
+            p.display(),
+            meta.blocks() * 512,
+            meta.len()
+        );
+    }
+    // Read back by upstream's rules (whole file, length header) and ours (checksums).
+    let dst = SimNode::new(&preset).unwrap();
+    let (restored, _) = harness::restore(&dst, dir.path(), &ids, &settings).unwrap();
+    restored.verify(&manifest).unwrap();
+}

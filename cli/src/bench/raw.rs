@@ -1,7 +1,8 @@
 //! The raw limits of the bench directory: the same bytes written with plain `write(2)` and read
-//! with `read(2)` (or direct reads, for files not in the page cache), in the plugin's I/O shape
-//! (one file and thread per GPU, calls of the pages writer's size or of the staging buffers',
-//! its read-ahead and write-behind cadence).
+//! with `read(2)`, or, where the plugin uses direct I/O (writes that must reach the disk, reads
+//! of files not in the page cache), with direct writes and reads; in the plugin's I/O shape (one
+//! file and thread per GPU, calls of the pages writer's size or of the staging buffers', its
+//! read-ahead and write-behind cadence).
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -23,15 +24,27 @@ pub(super) fn raw_paths(dir: &Path, run: u32, streams: usize) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Writes `bytes` split evenly over the new files `paths`, each by its own thread with
-/// sequential [`RAW_IO`]-byte write(2) calls from a buffer written beforehand, each ending with
-/// `fsync` when `sync`; returns the time from the first `open` to the last thread's end.
-pub(super) fn raw_write(paths: &[PathBuf], bytes: u64, sync: bool) -> io::Result<Duration> {
+/// Writes `bytes` split evenly over the new files `paths`, each by its own thread, each ending
+/// with `fsync` when `sync`; returns the time from the first `open` to the last thread's end.
+/// With `sync` as the dump then writes (direct I/O where the file system takes it, in writes of
+/// `direct_size` bytes, the staging buffers'); else, or where direct I/O is refused, with
+/// sequential [`RAW_IO`]-byte write(2) calls from a buffer written beforehand (with the dump's
+/// write-behind cadence when `sync`).
+pub(super) fn raw_write(
+    paths: &[PathBuf],
+    bytes: u64,
+    sync: bool,
+    direct_size: usize,
+) -> io::Result<Duration> {
     let share = bytes / paths.len().max(1) as u64;
-    let mut bufs: Vec<Vec<u8>> = paths.iter().map(|_| vec![0xa5u8; RAW_IO]).collect();
+    let direct_size = direct_size.next_multiple_of(DIRECT_ALIGN);
+    let mut bufs: Vec<AlignedBuf> = paths
+        .iter()
+        .map(|_| AlignedBuf::new(if sync { direct_size } else { RAW_IO }))
+        .collect();
     for b in &mut bufs {
         // Written, not only allocated: no page fault inside the timed part.
-        b.fill(0x5a);
+        b.as_mut_slice().fill(0x5a);
     }
     let start = Instant::now();
     std::thread::scope(|s| {
@@ -47,22 +60,22 @@ pub(super) fn raw_write(paths: &[PathBuf], bytes: u64, sync: bool) -> io::Result
                     share
                 };
                 s.spawn(move || -> io::Result<()> {
-                    let mut f = std::fs::OpenOptions::new()
+                    let f = std::fs::OpenOptions::new()
                         .write(true)
                         .create_new(true)
                         .mode(0o600)
                         .open(path)?;
-                    let (mut left, mut behind, mut done) = (len, 0u64, 0u64);
-                    while left > 0 {
-                        let n = usize::try_from(left.min(RAW_IO as u64)).unwrap_or(RAW_IO);
-                        f.write_all(&buf[..n])?;
-                        left -= n as u64;
-                        done += n as u64;
-                        // The dump's write-behind, which --sync turns on, at the same cadence.
-                        if sync && done - behind >= images::pages::WRITE_BEHIND {
-                            images::dir::write_behind(&f, behind, done - behind);
-                            behind = done;
-                        }
+                    let direct = sync
+                        .then(|| images::direct::reopen_direct_write(&f).ok())
+                        .flatten();
+                    match direct {
+                        Some(d) => write_direct(&d, buf.as_slice(), len)?,
+                        None => write_buffered(
+                            &f,
+                            &buf.as_slice()[..RAW_IO.min(buf.as_slice().len())],
+                            len,
+                            sync,
+                        )?,
                     }
                     if sync {
                         f.sync_all()?;
@@ -77,6 +90,37 @@ pub(super) fn raw_write(paths: &[PathBuf], bytes: u64, sync: bool) -> io::Result
         })
     })?;
     Ok(start.elapsed())
+}
+
+/// `len` bytes written to `file` (opened for direct I/O) in direct writes of `buf`, the last
+/// one padded to a whole page and the file then cut to `len`.
+fn write_direct(file: &File, buf: &[u8], len: u64) -> io::Result<()> {
+    let mut done = 0u64;
+    while done < len {
+        let n = usize::try_from(len - done).map_or(buf.len(), |left| left.min(buf.len()));
+        let whole = n.next_multiple_of(DIRECT_ALIGN).min(buf.len());
+        images::direct::write_direct_at(file, &buf[..whole], done)?;
+        done += n as u64;
+    }
+    file.set_len(len)
+}
+
+/// `len` bytes written to `file` in sequential `buf`-sized write(2) calls, with the dump's
+/// write-behind cadence when `sync`.
+fn write_buffered(mut file: &File, buf: &[u8], len: u64, sync: bool) -> io::Result<()> {
+    let (mut left, mut behind, mut done) = (len, 0u64, 0u64);
+    while left > 0 {
+        let n = usize::try_from(left).map_or(buf.len(), |l| l.min(buf.len()));
+        file.write_all(&buf[..n])?;
+        left -= n as u64;
+        done += n as u64;
+        // The dump's write-behind, which --sync turns on, at the same cadence.
+        if sync && done - behind >= images::pages::WRITE_BEHIND {
+            images::dir::write_behind(file, behind, done - behind);
+            behind = done;
+        }
+    }
+    Ok(())
 }
 
 /// Reads the files `paths` to the end, each by its own thread, as the restore's pages reader

@@ -201,11 +201,13 @@ fn write_side(
     let dir = d.ours();
     settle(dir).map_err(io_err("syncing the bench directory"))?;
     let primer = raw_paths(dir, 0, plan.gpus);
-    raw_write(&primer, bytes, false).map_err(io_err("writing the primer"))?;
+    raw_write(&primer, bytes, false, plan.settings.staging.buffer_size)
+        .map_err(io_err("writing the primer"))?;
     settle_and_drop(dir).map_err(io_err("syncing the bench directory"))?;
     remove(&primer).map_err(io_err("removing the primer"))?;
     let raw1 = raw_paths(dir, 1, plan.gpus);
-    let (raw_w1, cpu_w1) = with_cpu(|| raw_write(&raw1, bytes, plan.sync));
+    let (raw_w1, cpu_w1) =
+        with_cpu(|| raw_write(&raw1, bytes, plan.sync, plan.settings.staging.buffer_size));
     let raw_w1 = raw_w1.map_err(io_err("measuring the raw write"))?;
     settle_and_drop(dir).map_err(io_err("syncing the bench directory"))?;
     remove(&raw1).map_err(io_err("removing the raw files"))?;
@@ -222,7 +224,8 @@ fn write_side(
     settle_and_drop(dir).map_err(io_err("syncing the bench directory"))?;
     let images = image_files(dir).map_err(io_err("listing the image files"))?;
     let bytes_on_disk = on_disk(&images).map_err(io_err("measuring the image files"))?;
-    let (raw_w2, cpu_w2) = with_cpu(|| raw_write(raw2, bytes, plan.sync));
+    let (raw_w2, cpu_w2) =
+        with_cpu(|| raw_write(raw2, bytes, plan.sync, plan.settings.staging.buffer_size));
     let raw_w2 = raw_w2.map_err(io_err("measuring the raw write"))?;
     d.settle_both()
         .map_err(io_err("syncing the bench directory"))?;

@@ -13,7 +13,7 @@ use std::sync::{Mutex, OnceLock};
 use images::{DmabufImage, ImageFile, RenderNodeImage};
 use kfd_abi::{Errno, Kfd};
 
-use crate::dump::{self, DumpOptions};
+use crate::dump::{self};
 use crate::gem::{self, GemError};
 use crate::hooks::{CriuHooks, HookError, HookResult, Stage, VmaUpdate};
 use crate::inventory::{self, Inventory, NoInventory};
@@ -501,12 +501,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
                     .platform
                     .kfd_from_fd(dup(fd)?)
                     .map_err(|e| failed(Errno::EIO, e))?;
-                let opts = DumpOptions {
-                    staging: settings.staging,
-                    checksums: settings.checksums,
-                    progress: settings.progress.clone(),
-                    write_behind: settings.write_behind,
-                };
+                let opts = settings.dump_options();
                 // The queues stay paused until criu has dumped the tasks' memory: at
                 // DUMP_DEVICES_LATE, or, for a criu without it (3.17 to 4.2), in the exit hook,
                 // which criu calls after the memory and before it lets the tasks run or kills

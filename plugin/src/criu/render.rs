@@ -11,7 +11,6 @@ use kfd_abi::platform::Platform;
 use kfd_abi::Errno;
 
 use super::{dup, failed, gem_failed, lock, Engine};
-use crate::dump::DumpOptions;
 use crate::gem::{self, Patch};
 use crate::hooks::{HookError, HookResult};
 use crate::restore;
@@ -65,12 +64,7 @@ impl<P: Platform> Engine<P> {
                     }
                 }
                 let settings = self.settings();
-                let opts = DumpOptions {
-                    staging: settings.staging,
-                    checksums: settings.checksums,
-                    progress: settings.progress.clone(),
-                    write_behind: settings.write_behind,
-                };
+                let opts = settings.dump_options();
                 msg.pages_checksums =
                     gem::dump_contents(&*self.platform, minor, id, self.dir()?, &listed, &opts)
                         .map_err(gem_failed)?;

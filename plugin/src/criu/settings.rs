@@ -1,6 +1,7 @@
 //! The plugin's settings: what criu's environment asks of it, read once at `init`.
 
 use crate::copy::{DirectIo, Reading, Staging};
+use crate::dump::DumpOptions;
 use crate::restore::RestoreOptions;
 
 /// Turns on write-behind of the pages files at dump ([`Settings::write_behind`]).
@@ -36,7 +37,8 @@ pub struct Settings {
     /// staging buffers.
     pub map_pages: bool,
     /// `AMDGPU_CR_DIRECT_IO` (default: files mostly not in the page cache; `1`: every file, `0`:
-    /// none): restores read those pages files with direct I/O into staging buffers.
+    /// none): restores read those pages files with direct I/O into staging buffers; dumps with
+    /// write-behind (by default; every dump with `1`) write them with direct I/O.
     pub direct_io: DirectIo,
     /// `AMDGPU_CR_PARALLEL_RESTORE` (default off): under a criu that calls RESTORE_INIT and
     /// POST_FORKING, the restored tasks hand their BOs to criu's master, which writes their
@@ -58,6 +60,17 @@ impl Settings {
             checks: self.checks,
             progress: self.progress,
             handoff,
+        }
+    }
+
+    /// How a dump goes under these settings.
+    pub(crate) fn dump_options(&self) -> DumpOptions {
+        DumpOptions {
+            staging: self.staging,
+            checksums: self.checksums,
+            progress: self.progress.clone(),
+            write_behind: self.write_behind,
+            direct: self.direct_io.at_dump(self.write_behind),
         }
     }
 
