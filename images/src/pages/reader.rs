@@ -19,7 +19,7 @@ use crate::sparse::Extents;
 use super::{buffer_offset, next_slice, page_offset, PagesError};
 
 /// Reads one pages file as a stream, verifying checksums when the image has them. See the
-/// [module docs](self).
+/// [module docs](crate::pages).
 #[derive(Debug)]
 pub struct PagesReader {
     file: File,

@@ -16,7 +16,7 @@ use crate::sparse::{self};
 
 use super::{buffer_offset, next_slice, page_offset, PagesError, WRITE_BEHIND};
 
-/// Writes one pages file as a stream. See the [module docs](self).
+/// Writes one pages file as a stream. See the [module docs](crate::pages).
 #[derive(Debug)]
 pub struct PagesWriter {
     file: File,
