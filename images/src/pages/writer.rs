@@ -39,7 +39,7 @@ pub struct PagesWriter {
 impl PagesWriter {
     /// Creates `which` in `dir` (mode 0600, old content truncated: the holes the writer leaves
     /// for zeros read as zeros) and writes the length header `total_len`. `chunk_size`: `Some(n)` computes a CRC-32C per `n`-byte chunk (use
-    /// [`checksum::DEFAULT_CHUNK_SIZE`]), `None` writes no checksums (as upstream).
+    /// [`crate::checksum::DEFAULT_CHUNK_SIZE`]), `None` writes no checksums (as upstream).
     ///
     /// # Errors
     /// [`PagesError::InvalidChunkSize`], [`PagesError::Create`], [`PagesError::Write`].
@@ -265,7 +265,7 @@ impl PagesWriter {
 
     /// Appends `data` to the payload: the next piece in order, of any length (pieces need not
     /// line up with checksum chunks). Written straight from `data`, without a copy, in calls of
-    /// up to [`IO_SLICE`] bytes; file-system blocks that are all zero at the start or the end of
+    /// up to [`IO_SLICE`](super::IO_SLICE) bytes; file-system blocks that are all zero at the start or the end of
     /// a call's range, or all of it, are not written (the file keeps holes there).
     ///
     /// # Errors
