@@ -122,7 +122,10 @@ struct Args {
     #[arg(long)]
     share_child: Option<u64>,
     /// With `--share-child`: the child keeps the dma-buf fd after importing it (by default it
-    /// closes it and holds the buffer through its GEM handle only).
+    /// closes it and holds the buffer through its GEM handle only). On kfd-simd a dma-buf is a
+    /// memfd of the simulator, which criu checkpoints as a memfd without asking a plugin: the
+    /// restored fd is a copy of the bytes, and VERIFY says the child's fd is no longer its
+    /// buffer.
     #[arg(long)]
     share_keep_fd: bool,
     /// The child of `--share-child` (started by the workload itself):
