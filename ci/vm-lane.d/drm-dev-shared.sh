@@ -53,7 +53,7 @@
 # so that no tick runs into it first), with the warnings in the restore log.
 #
 # Upstream's plugin dumps only on node A (drm-dev: it stats /dev/dri/renderD128).
-# About 13 minutes on a loaded machine (2026-12-05), hence a longer limit than the lane's default.
+# 449-475 s on bookworm at load 9-11 (2026-12-05), hence a longer limit than the lane's default.
 # vm-lane-timeout: 1500
 # shellcheck source=lib.sh
 . "$VM_LANE_LIB"

@@ -255,11 +255,10 @@ impl ShareParent {
         }
         p.ask("check 1 e")?;
         println!(
-            "share child pid={} handle={} bytes={bytes} keep_fd={} {}",
-            p.child.id(),
+            "share child {} handle={} bytes={bytes} keep_fd={}",
+            &ready["ready ".len()..],
             p.side.handle().get(),
             args.share_keep_fd,
-            &ready["ready ".len()..]
         );
         Ok(p)
     }
