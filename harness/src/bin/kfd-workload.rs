@@ -190,7 +190,6 @@ struct ShareParent {
     seed: u64,
     round: u64,
     sock: BufReader<UnixStream>,
-    child: std::process::Child,
 }
 
 /// `fd` kept open across exec.
@@ -232,8 +231,8 @@ impl ShareParent {
         if args.share_keep_fd {
             cmd.arg("--share-keep-fd");
         }
-        let child = cmd
-            .spawn()
+        // The child dies with this process (its parent-death signal) and says its pid itself.
+        cmd.spawn()
             .map_err(|e| format!("starting the child: {e}"))?;
         // The exporter holds the buffer through its handle and mapping only.
         drop(theirs);
@@ -247,7 +246,6 @@ impl ShareParent {
             seed: args.seed,
             round: 1,
             sock: BufReader::new(ours),
-            child,
         };
         let ready = p.read_line()?;
         if !ready.starts_with("ready ") {
