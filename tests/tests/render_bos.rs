@@ -814,3 +814,132 @@ fn a_kfd_buffer_imported_into_a_childs_render_node_stays_one_buffer() {
     parent_side.write(&parent_render, MIB, &reply).unwrap();
     assert!(side.read(&child_render, MIB, 4096).unwrap() == reply);
 }
+
+/// kfd-workload's `--share-child` as its two processes run it, in process: the workload exports
+/// a buffer, its child imports it at the same handle through [`Importer`] (buffers of its own at
+/// the handles below), and the two take turns writing and checking it through their mappings
+/// with the child's one-line commands. The tree is checkpointed and restored through the plugin's
+/// hooks (same node and other gpu ids; the child keeping its dma-buf fd or holding the handle
+/// only), and the restored sides go on: the round at the checkpoint reads back on both, the
+/// child's handle, VA and dma-buf fd are its import, and each side's next write is what the
+/// other reads.
+#[rstest::rstest]
+#[case::same_node_fd_kept(false, true)]
+#[case::same_node_handle_only(false, false)]
+#[case::remapped_fd_kept(true, true)]
+#[case::remapped_handle_only(true, false)]
+fn the_workloads_share_child_goes_on_sharing_after_a_checkpoint(
+    #[case] remap: bool,
+    #[case] keep_fd: bool,
+) {
+    use harness::workload::{fill_mapping, Importer, Writer};
+    const SEED: u64 = 0x5eed;
+    let p = Preset::by_name("mi210x2").unwrap();
+    let src = node(&p, Kernel::Linux6_18);
+    let target = harness::start_target(&src, &render_spec()).unwrap();
+    let manifest = target.workload.manifest().clone();
+    let size = 512 << 10;
+    let parent_render = &target.workload.renders()[0];
+    let (parent, dmabuf) = SharedSide::create(parent_render, size, SHARED_VA).unwrap();
+    let map = parent.cpu_map(parent_render).unwrap();
+    let minor = src.machine.render_minors()[0];
+    let child = src.machine.spawn_process();
+    let child_render = src.platform_of(&child).open_render(minor).unwrap();
+    let importer =
+        Importer::import(child_render, dmabuf, parent.handle(), size, SEED, keep_fd).unwrap();
+    assert_eq!(importer.side().handle(), parent.handle());
+    assert_eq!(importer.fillers(), 2, "the workload's two render buffers");
+    // Rounds 1 to 4: the exporter writes the odd ones, the importer the even ones.
+    let n = usize::try_from(size).unwrap();
+    for round in 1..=4u64 {
+        match Writer::of_round(round) {
+            Writer::Exporter => {
+                fill_mapping(&map, n, SEED, round, Writer::Exporter).unwrap();
+                assert_eq!(importer.answer(&format!("check {round} e")), "ok");
+            }
+            Writer::Importer => {
+                assert_eq!(importer.answer(&format!("write {round}")), "ok");
+                parent
+                    .check(parent_render, SEED, round, Writer::Importer)
+                    .unwrap();
+            }
+        }
+    }
+    let fd = if keep_fd { "kept" } else { "closed" };
+    let handle = parent.handle();
+    let verified = format!("ok handle={} va=ok fd={fd}", handle.get());
+    assert_eq!(importer.answer("verify 4 i"), verified);
+    // A check of a round nobody wrote fails, naming the first byte.
+    let stale = importer.answer("check 3 e");
+    assert!(
+        stale.starts_with("err shared buffer byte 0x0 is"),
+        "{stale}"
+    );
+    drop(map);
+
+    let dir = tempfile::tempdir().unwrap();
+    // The child's files in its fd order: its render node, then the dma-buf fd it keeps.
+    let mut child_files = vec![importer.render().as_fd()];
+    child_files.extend(importer.dmabuf());
+    let w = &target.workload;
+    let mut parent_files = vec![w.kfd().as_fd()];
+    parent_files.extend(w.renders().iter().map(AsFd::as_fd));
+    let tasks = [
+        harness::TaskFiles {
+            process: &target.process,
+            files: parent_files,
+        },
+        harness::TaskFiles {
+            process: &child,
+            files: child_files,
+        },
+    ];
+    let ids = harness::checkpoint_tree(&src, &tasks, dir.path(), &settings()).unwrap();
+    let dirf = std::fs::File::open(dir.path()).unwrap();
+    let dmabuf_images = (1..=6)
+        .filter(|&id| DmabufImage::read(dirf.as_fd(), id).is_ok())
+        .count();
+    assert_eq!(dmabuf_images, usize::from(keep_fd));
+    drop(importer);
+    drop(target);
+
+    let dst = node(
+        &if remap { remapped_variant(&p) } else { p },
+        Kernel::Linux6_18,
+    );
+    let mut tasks = harness::restore_tree(&dst, dir.path(), &ids, &settings()).unwrap();
+    let c = tasks.pop().unwrap();
+    let t = tasks.pop().unwrap();
+    let mut cfiles = c.files.into_iter();
+    let child_render = cfiles.next().unwrap().into_render().unwrap();
+    let child_dmabuf = cfiles.next().map(|f| f.into_other().unwrap());
+    assert_eq!(child_dmabuf.is_some(), keep_fd);
+    let importer = Importer::restored(child_render, child_dmabuf, handle, size, SEED).unwrap();
+    let mut files = t.files.into_iter();
+    let kfd = files.next().unwrap().into_kfd().unwrap();
+    let renders: Vec<_> = files.map(|f| f.into_render().unwrap()).collect();
+    let parent = SharedSide::at(handle, size);
+
+    // Round 4 (the importer's) on both sides; then one more round each way.
+    parent
+        .check(&renders[0], SEED, 4, Writer::Importer)
+        .unwrap();
+    assert_eq!(importer.answer("verify 4 i"), verified);
+    parent.fill(&renders[0], SEED, 5, Writer::Exporter).unwrap();
+    assert_eq!(importer.answer("check 5 e"), "ok");
+    assert_eq!(importer.answer("write 6"), "ok");
+    parent
+        .check(&renders[0], SEED, 6, Writer::Importer)
+        .unwrap();
+    // The workload itself is whole.
+    let restored = harness::RestoredTarget {
+        process: t.process,
+        kfd,
+        renders,
+        mapping: Vec::new(),
+    };
+    assert_eq!(
+        restored.verify(&manifest).unwrap().bytes,
+        manifest.pattern_bytes()
+    );
+}

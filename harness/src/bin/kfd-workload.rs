@@ -23,7 +23,21 @@
 //! asked), and says so once with a `HOLD <generation>` line: a checkpoint taken after that line
 //! holds no submission in flight, so a restore whose GPU state is known to be wrong can be
 //! verified before any tick runs into it.
+//! With `--share-child KIB` it shares a render-node buffer with a child process through a
+//! dma-buf, as multi-process inference does (Linux 6.18 carries that across a checkpoint): it
+//! creates the buffer on its first GPU's render node (VRAM the CPU can map), maps it in its VM at
+//! `SHARED_VA` and for the CPU, exports it and starts a child (this program again) that imports
+//! the dma-buf into a render-node file of its own at the same GEM handle number, maps it too, and
+//! keeps the dma-buf fd (`--share-keep-fd`) or closes it; the parent closes its own. The two talk
+//! over a socket pair. Each tick one side writes the whole buffer through its mapping and the
+//! other checks it through its own (they take turns); VERIFY checks it from both sides (the
+//! parent through its mapping and by SDMA at its GPU address, the child through its mapping, its
+//! handle, VA and dma-buf fd) and has each side write once more for the other to read:
+//! `shared=<bytes> shared_handle=<handle> shared_sides=2 child=<what it checked>`.
 
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,10 +45,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use harness::workload::{Dma, Spec, Workload};
+use harness::workload::{
+    check_mapping, fill_mapping, shared_contents, Dma, Importer, SharedSide, Spec, Workload,
+    Writer, SHARED_VA,
+};
 use kfd_abi::{
-    Errno, EventId, EventType, FdTransport, GpuId, HostPlatform, IoctlError, Kfd, Platform,
-    WaitResult,
+    BoHandle, Errno, EventId, EventType, FdTransport, GpuId, HostPlatform, IoctlError, Kfd,
+    Mapping, Platform, WaitResult,
 };
 
 #[derive(Parser)]
@@ -99,6 +116,22 @@ struct Args {
     /// the render node's command submission (for devices that cannot be mapped), or `auto`.
     #[arg(long, value_enum, default_value_t = DmaArg::Auto)]
     dma: DmaArg,
+    /// Share a render-node buffer of this many KiB with a child process through a dma-buf: the
+    /// child imports it into a render-node file of its own; each tick one writes it and the
+    /// other checks it. A checkpoint carries it on Linux 6.18.
+    #[arg(long)]
+    share_child: Option<u64>,
+    /// With `--share-child`: the child keeps the dma-buf fd after importing it (by default it
+    /// closes it and holds the buffer through its GEM handle only). On kfd-simd a dma-buf is a
+    /// memfd of the simulator, which criu checkpoints as a memfd without asking a plugin: the
+    /// restored fd is a copy of the bytes, and VERIFY says the child's fd is no longer its
+    /// buffer.
+    #[arg(long)]
+    share_keep_fd: bool,
+    /// The child of `--share-child` (started by the workload itself):
+    /// `SOCKET_FD,DMABUF_FD,RENDER_MINOR,GEM_HANDLE,BYTES`.
+    #[arg(long, hide = true)]
+    share_importer: Option<String>,
 }
 
 /// `--dma`: the workload's [`Dma`] as a command-line value.
@@ -143,6 +176,232 @@ fn fork_idle_child() -> std::io::Result<libc::pid_t> {
         }
         pid => Ok(pid),
     }
+}
+
+/// How long one side of a shared buffer waits for the other's answer.
+const SHARE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The exporting side of `--share-child`: the buffer on the first GPU's render node of the
+/// workload, its CPU mapping, the socket to the child, and the last round written.
+struct ShareParent {
+    side: SharedSide,
+    map: Mapping,
+    size: usize,
+    seed: u64,
+    round: u64,
+    sock: BufReader<UnixStream>,
+}
+
+/// `fd` kept open across exec.
+fn inheritable(fd: BorrowedFd<'_>) -> Result<(), String> {
+    // SAFETY: fcntl on an fd this process owns, with integer arguments only.
+    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, 0) };
+    if r < 0 {
+        return Err(format!("fcntl: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+impl ShareParent {
+    fn start(w: &Workload<FdTransport>, minor: u32, args: &Args, kib: u64) -> Result<Self, String> {
+        let render = w
+            .renders()
+            .first()
+            .ok_or("no render node to share a buffer on")?;
+        let bytes = kib << 10;
+        let size = usize::try_from(bytes).map_err(|_| "--share-child: too large")?;
+        let (side, dmabuf) =
+            SharedSide::create(render, bytes, SHARED_VA).map_err(|e| e.to_string())?;
+        let map = side.cpu_map(render).map_err(|e| e.to_string())?;
+        fill_mapping(&map, size, args.seed, 1, Writer::Exporter).map_err(|e| e.to_string())?;
+        let (ours, theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+        inheritable(theirs.as_fd())?;
+        inheritable(dmabuf.as_fd())?;
+        let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
+        let mut cmd = std::process::Command::new(exe);
+        cmd.arg("--share-importer")
+            .arg(format!(
+                "{},{},{minor},{},{bytes}",
+                theirs.as_raw_fd(),
+                dmabuf.as_raw_fd(),
+                side.handle().get()
+            ))
+            .arg("--seed")
+            .arg(args.seed.to_string());
+        if args.share_keep_fd {
+            cmd.arg("--share-keep-fd");
+        }
+        // The child dies with this process (its parent-death signal) and says its pid itself.
+        cmd.spawn()
+            .map_err(|e| format!("starting the child: {e}"))?;
+        // The exporter holds the buffer through its handle and mapping only.
+        drop(theirs);
+        drop(dmabuf);
+        ours.set_read_timeout(Some(SHARE_TIMEOUT))
+            .map_err(|e| e.to_string())?;
+        let mut p = Self {
+            side,
+            map,
+            size,
+            seed: args.seed,
+            round: 1,
+            sock: BufReader::new(ours),
+        };
+        let ready = p.read_line()?;
+        if !ready.starts_with("ready ") {
+            return Err(format!("the share child: {ready}"));
+        }
+        p.ask("check 1 e")?;
+        println!(
+            "share child {} handle={} bytes={bytes} keep_fd={}",
+            &ready["ready ".len()..],
+            p.side.handle().get(),
+            args.share_keep_fd,
+        );
+        Ok(p)
+    }
+
+    fn read_line(&mut self) -> Result<String, String> {
+        let mut line = String::new();
+        match self.sock.read_line(&mut line) {
+            Ok(0) => Err("the share child is gone (its socket closed)".into()),
+            Ok(_) => Ok(line.trim_end().to_owned()),
+            Err(e) => Err(format!("no answer from the share child: {e}")),
+        }
+    }
+
+    /// Sends `command` to the child; its answer after `ok`.
+    fn ask(&mut self, command: &str) -> Result<String, String> {
+        writeln!(self.sock.get_mut(), "{command}")
+            .map_err(|e| format!("telling the share child {command:?}: {e}"))?;
+        let answer = self.read_line()?;
+        match answer.strip_prefix("ok") {
+            Some(rest) => Ok(rest.trim().to_owned()),
+            None => Err(format!("the share child, asked {command:?}: {answer}")),
+        }
+    }
+
+    /// One more round: one side writes, the other checks.
+    fn exchange(&mut self) -> Result<(), String> {
+        let round = self.round + 1;
+        match Writer::of_round(round) {
+            Writer::Exporter => {
+                fill_mapping(&self.map, self.size, self.seed, round, Writer::Exporter)
+                    .map_err(|e| e.to_string())?;
+                self.round = round;
+                self.ask(&format!("check {round} e"))?;
+            }
+            Writer::Importer => {
+                self.ask(&format!("write {round}"))?;
+                self.round = round;
+                check_mapping(&self.map, self.size, self.seed, round, Writer::Importer)
+                    .map_err(|e| format!("the parent's side: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the buffer from both sides as the last round left it, then has each side write
+    /// once for the other. Returns the VERIFY line's part.
+    fn verify(&mut self, w: &Workload<FdTransport>) -> Result<String, String> {
+        let (round, writer) = (self.round, Writer::of_round(self.round));
+        check_mapping(&self.map, self.size, self.seed, round, writer)
+            .map_err(|e| format!("the parent's side: {e}"))?;
+        // What the GPU sees at the buffer's address in the parent's VM, a page in the middle.
+        let page = 4096.min(self.size);
+        let at = (self.size / 2) & !(page - 1);
+        let by_gpu = w
+            .read_gpu(0, SHARED_VA + at as u64, page)
+            .map_err(|e| format!("the parent's side, by SDMA: {e}"))?;
+        let mut want = vec![0u8; page];
+        shared_contents(self.seed, round, writer, at as u64, &mut want);
+        if by_gpu != want {
+            return Err(format!(
+                "the parent's side: SDMA reads other bytes at {:#x} than round {round} put                  there",
+                SHARED_VA + at as u64
+            ));
+        }
+        let child = self.ask(&format!("verify {round} {}", writer.letter()))?;
+        self.exchange()?;
+        self.exchange()?;
+        Ok(format!(
+            " shared={} shared_handle={} shared_sides=2 child={}",
+            self.size,
+            self.side.handle().get(),
+            child.replace(' ', ",")
+        ))
+    }
+}
+
+/// The child of `--share-child`: imports the dma-buf and answers the parent until its socket
+/// closes.
+fn share_importer(spec: &str, args: &Args) -> Result<(), String> {
+    // SAFETY: prctl/getppid take no pointers.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        if libc::getppid() == 1 {
+            return Err("the parent is gone".into());
+        }
+    }
+    let bad = || format!("--share-importer {spec:?}: SOCKET_FD,DMABUF_FD,MINOR,HANDLE,BYTES");
+    let v: Vec<u64> = spec
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .map_err(|_| bad())?;
+    let [sock, dmabuf, minor, handle, bytes] = v[..] else {
+        return Err(bad());
+    };
+    let fd = |n: u64| -> Result<OwnedFd, String> {
+        let raw = i32::try_from(n).map_err(|_| bad())?;
+        // SAFETY: the parent passed these fds, open across exec, for this process alone; nothing
+        // else in it owns them.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: fcntl on the fd just taken, integer arguments only.
+        unsafe { libc::fcntl(raw, libc::F_SETFD, libc::FD_CLOEXEC) };
+        Ok(fd)
+    };
+    let sock = UnixStream::from(fd(sock)?);
+    let dmabuf = fd(dmabuf)?;
+    let minor = u32::try_from(minor).map_err(|_| bad())?;
+    let handle = u32::try_from(handle)
+        .ok()
+        .and_then(BoHandle::new)
+        .ok_or_else(bad)?;
+    let platform = HostPlatform::from_env();
+    let render = platform.open_render(minor).map_err(|e| e.to_string())?;
+    let mut out = sock.try_clone().map_err(|e| e.to_string())?;
+    let imported = Importer::import(render, dmabuf, handle, bytes, args.seed, args.share_keep_fd);
+    let me = match imported {
+        Ok(me) => me,
+        Err(e) => {
+            let _ = writeln!(out, "err {e}");
+            return Err(e.to_string());
+        }
+    };
+    writeln!(
+        out,
+        "ready pid={} fillers={}",
+        std::process::id(),
+        me.fillers()
+    )
+    .map_err(|e| e.to_string())?;
+    for line in BufReader::new(sock).lines() {
+        let line = line.map_err(|e| format!("reading the parent's commands: {e}"))?;
+        writeln!(out, "{}", me.answer(&line)).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// The first GPU's render minor, as [`start`] picks the GPUs.
+fn first_minor(args: &Args) -> Result<u32, String> {
+    let platform = HostPlatform::from_env();
+    let topo = topology::parse(&platform.topology_root()).map_err(|e| e.to_string())?;
+    let minor = topo
+        .gpus()
+        .map(|n| n.render_minor())
+        .find(|m| args.render_minors.is_empty() || args.render_minors.contains(m));
+    minor.ok_or_else(|| "no GPU to share a buffer on".into())
 }
 
 fn start(args: &Args) -> Result<Workload<kfd_abi::FdTransport>, String> {
@@ -265,17 +524,25 @@ impl EventThread {
     }
 }
 
-fn verify_line(w: &Workload<FdTransport>, events: Option<&EventThread>) -> (bool, String) {
+fn verify_line(
+    w: &Workload<FdTransport>,
+    events: Option<&EventThread>,
+    share: Option<&mut ShareParent>,
+) -> (bool, String) {
     let wakeups = match events.map(|t| t.answers(w.kfd())).transpose() {
         Ok(n) => n,
         Err(e) => return (false, format!("VERIFY FAIL {e}")),
+    };
+    let shared = match share.map(|s| s.verify(w)).transpose() {
+        Ok(s) => s.unwrap_or_default(),
+        Err(e) => return (false, format!("VERIFY FAIL shared buffer: {e}")),
     };
     match w.verify() {
         Ok(r) => (
             true,
             format!(
                 "VERIFY OK buffers={} bytes={} queues={} events={} generation={} rebuilds={} \
-                 page_slots={}{}",
+                 page_slots={}{}{shared}",
                 r.buffers,
                 r.bytes,
                 r.queues,
@@ -292,6 +559,15 @@ fn verify_line(w: &Workload<FdTransport>, events: Option<&EventThread>) -> (bool
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(spec) = &args.share_importer {
+        return match share_importer(spec, &args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("kfd-workload (share child): {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let mut w = match start(&args) {
         Ok(w) => w,
         Err(e) => {
@@ -312,8 +588,18 @@ fn main() -> ExitCode {
             _ => "cs",
         }
     );
+    let mut share = match args.share_child {
+        Some(kib) => match first_minor(&args).and_then(|m| ShareParent::start(&w, m, &args, kib)) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                eprintln!("kfd-workload: sharing a buffer with a child: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
     if args.once {
-        let (ok, line) = verify_line(&w, None);
+        let (ok, line) = verify_line(&w, None, share.as_mut());
         println!("{line}");
         return if ok {
             ExitCode::SUCCESS
@@ -343,7 +629,7 @@ fn main() -> ExitCode {
         std::thread::sleep(Duration::from_millis(args.tick_ms));
         if let Some(trigger) = &args.verify_trigger {
             if trigger.exists() {
-                let (_, line) = verify_line(&w, Some(&events));
+                let (_, line) = verify_line(&w, Some(&events), share.as_mut());
                 println!("{line}");
                 let _ = std::fs::remove_file(trigger);
             }
@@ -364,6 +650,10 @@ fn main() -> ExitCode {
                         "kfd-workload: tick {g}: a step lost its render-node objects (restored \
                          mid-step) and ran again on new ones"
                     );
+                }
+                if let Some(Err(e)) = share.as_mut().map(ShareParent::exchange) {
+                    println!("TICK FAIL shared buffer: {e}");
+                    return ExitCode::FAILURE;
                 }
                 if let Err(e) = w.kfd().set_event(events.event) {
                     println!("TICK FAIL setting the event thread's event: {e}");

@@ -44,7 +44,9 @@ mod user_queue;
 mod verify;
 
 pub use manifest::{Buffer, Dma, GpuManifest, Kind, Manifest, Queue, Report, Spec, WorkloadError};
-pub use share::{SharedSide, SHARED_VA};
+pub use share::{
+    check_mapping, fill_mapping, shared_contents, Importer, SharedSide, Writer, SHARED_VA,
+};
 pub use user_queue::STAMP_SLOT;
 pub(crate) use verify::verify;
 

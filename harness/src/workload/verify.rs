@@ -80,6 +80,30 @@ impl<T: Transport> Workload<T> {
         Ok(slots)
     }
 
+    /// The `n` bytes (at most a staging buffer's) at GPU VA `va` of the VM of the workload's
+    /// GPU number `gpu`, read by SDMA the way the workload moves data: what the GPU sees there,
+    /// a buffer of the workload's or any other mapped in that VM (a shared render-node buffer).
+    ///
+    /// # Errors
+    /// A failed submission; [`WorkloadError::Mismatch`] for a GPU the workload does not have.
+    pub fn read_gpu(&self, gpu: usize, va: u64, n: usize) -> Result<Vec<u8>, WorkloadError> {
+        if let Some(q) = self.user.get(gpu) {
+            let mut q = lock(q);
+            return UserRun {
+                kfd: &self.kfd,
+                q: &mut q,
+            }
+            .read_gpu(va, n);
+        }
+        let (Some(gm), Some(render)) = (self.manifest.gpus.get(gpu), self.renders.get(gpu)) else {
+            return Err(WorkloadError::Mismatch(format!(
+                "the workload has no GPU number {gpu}"
+            )));
+        };
+        let mut staging = VA_BASE + (1 << 41);
+        GpuDma::new(gm.gpu_id, render, &mut staging)?.read_gpu(va, n)
+    }
+
     /// Checks the workload's own state (after criu restored this process), moving data the
     /// way the workload does.
     pub fn verify(&self) -> Result<Report, WorkloadError> {

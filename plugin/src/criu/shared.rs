@@ -259,7 +259,10 @@ impl<P: Platform> Engine<P> {
             restored.bytes
         );
         self.publish_dmabufs(restored.created)?;
-        let keep = self.render_at_or_above(render, 0)?;
+        // Kept for UPDATE_VMA_MAP: above every fd the task will have, like the KFD's files (at
+        // the lowest free number it took an fd criu then restores the task's own file at).
+        let above = crate::shim::unused_fd_of(self.platform.process_id()).unwrap_or(0);
+        let keep = self.render_at_or_above(render, above)?;
         lock(&self.state)
             .gem_remaps
             .push((msg.drm_render_minor, restored.remaps, keep));
