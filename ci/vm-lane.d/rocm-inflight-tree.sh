@@ -1,0 +1,108 @@
+# rocm-inflight-tree: two of our ROCm programs with kernels in flight, children of one shell, are
+# dumped by real criu as one process tree (the shell's pid) and restored together (issue
+# "Checkpoint with kernels in flight", item 4, "the same with two processes in one tree"):
+#
+# - the tree: a bash root that starts hsa-long (ROCr) and hip-loop (HIP) as its children and waits
+#   for them. Each child is a program of its own (fork and exec), so each initialises its runtime
+#   in its own process (ROCr is not fork-safe: no child inherits an initialised runtime). Both
+#   hold on one trigger file once their kernels run ("HOLDING <pid> (in flight: yes|no)", as in
+#   rocm-inflight): hsa-long once its long kernel's counter moved, hip-loop early (20 kernels: it
+#   holds at its second batch, with its long kernel, about two minutes under TCG). Both hold
+#   within half a minute of their start, so criu dumps two KFD processes with their queues busy;
+#   hsa-long's progress at its release after the restore (below its total) shows its kernel was
+#   still running when it was dumped. (With hip-loop's usual hold in the middle of 200 kernels,
+#   hsa-long's kernel had completed before hip-loop held.)
+# - the checkpoints: dumped and restored on the same node; then, run anew, dumped on the preset's
+#   node and restored on a kfd-simd with other gpu ids and render minors. After each restore both
+#   children are let go and must finish with every result checked against the CPU (hsa-long's
+#   chains and progress counter, hip-loop's state, counter and log), the root shell collecting
+#   both.
+#
+# The kernels are smaller than rocm-inflight's (the two programs share kfd-simd's command
+# processor): hsa-long's about a minute under TCG.
+# vm-lane-timeout: 1800
+#
+# shellcheck shell=bash
+# shellcheck source=lib.sh
+. "$VM_LANE_LIB"
+# shellcheck source=kfd.inc
+. "$VM_LANE_REPO/ci/vm-lane.d/kfd.inc"
+# shellcheck source=rocm.inc
+. "$VM_LANE_REPO/ci/vm-lane.d/rocm.inc"
+
+need_rocm_programs hsa-long hip-loop hsa-kernels.co
+start_probe_simd
+
+hsa_long=("$ROCM_PROGRAMS/hsa-long" --code-object "$ROCM_PROGRAMS/hsa-kernels.co"
+    --items "${KFD_TREE_ITEMS:-512}" --steps "${KFD_TREE_STEPS:-65536}" --step-seconds 600)
+hip_loop=("$ROCM_PROGRAMS/hip-loop" --kernels 20 --batch 10 --long-every 20 --long-steps 16384
+    --step-seconds 600)
+
+# in_flight FILE: what the program's HOLDING line in FILE said.
+in_flight() { sed -n 's/^HOLDING [0-9]* (in flight: \([a-z]*\)).*/\1/p' "$1"; }
+
+# tree_cycle NAME [--between FN]: the tree (root NAME, children NAME-hsa and NAME-hip, their output
+# in NAME-hsa.out and NAME-hip.out) started, held with both children's kernels in flight, dumped
+# by its root's pid, FN run between dump and restore, restored, let go; both children must print
+# DONE and the root exit.
+tree_cycle() {
+    local name=$1 between=true trigger=$VM_LANE_WORK/$1.go root c pid maps progress done total
+    shift
+    if [[ ${1:-} == --between ]]; then
+        between=$2
+        shift 2
+    fi
+    rm -f "$trigger"
+    # shellcheck disable=SC2016 # the inner shell's arguments
+    root=$(start_detached "$name" bash -c '
+        out=$1 trigger=$2 n_hsa=$3
+        shift 3
+        "${@:1:n_hsa}" --hold "$trigger" >"$out-hsa.out" 2>"$out-hsa.err" &
+        "${@:n_hsa+1}" --hold "$trigger" >"$out-hip.out" 2>"$out-hip.err" &
+        wait' "$name" "$VM_LANE_OUT/$name" "$trigger" "${#hsa_long[@]}" "${hsa_long[@]}" "${hip_loop[@]}")
+    declare -gA TREE_PID=()
+    for c in hsa hip; do
+        wait_for "$name-$c to hold" 900 grep -qE '^(HOLDING|STOP)' "$VM_LANE_OUT/$name-$c.out"
+        grep -q '^HOLDING' "$VM_LANE_OUT/$name-$c.out" ||
+            fail "$name-$c stopped before its hold: $(grep '^STOP' "$VM_LANE_OUT/$name-$c.out")"
+        pid=$(sed -n 's/^HOLDING \([0-9]*\) .*/\1/p' "$VM_LANE_OUT/$name-$c.out")
+        [[ $(awk '/^PPid:/ {print $2}' "/proc/$pid/status") == "$root" ]] ||
+            fail "$name-$c (pid $pid) is not a child of the tree's root $root"
+        maps=$VM_LANE_OUT/$name-$c-maps.txt
+        grep -E '/dev/(kfd|dri/renderD)' "/proc/$pid/maps" >"$maps" || true
+        grep -q '/dev/kfd$' "$maps" || fail "$name-$c maps nothing of /dev/kfd"
+        note "$name-$c: pid $pid, $(wc -l <"$maps") device mappings, $(find "/proc/$pid/task" -mindepth 1 -maxdepth 1 | wc -l) threads, in flight at its hold: $(in_flight "$VM_LANE_OUT/$name-$c.out")"
+        TREE_PID[$c]=$pid
+    done
+    criu_dump "$root" "$VM_LANE_WORK/$name-images" "${PROBE_DUMP_ARGS[@]}"
+    n=$(find "$VM_LANE_WORK/$name-images" -name 'amdgpu-kfd-*.img' | wc -l)
+    ((n == 2)) || fail "the plugin wrote $n KFD images for $name, expected one per child"
+    "$between"
+    criu_restore "$VM_LANE_WORK/$name-images"
+    for c in hsa hip; do
+        kill -0 "${TREE_PID[$c]}" 2>/dev/null || fail "$name-$c (pid ${TREE_PID[$c]}) was not restored"
+    done
+    touch "$trigger"
+    for c in hsa hip; do
+        wait_for "$name-$c to finish" 900 grep -qE '^(DONE|STOP)' "$VM_LANE_OUT/$name-$c.out"
+        grep -q '^DONE' "$VM_LANE_OUT/$name-$c.out" ||
+            fail "$name-$c after restore: $(grep '^STOP' "$VM_LANE_OUT/$name-$c.out")"
+        note "$name-$c restored and finished: steps $(probe_steps "$VM_LANE_OUT/$name-$c.out")"
+        [[ $(in_flight "$VM_LANE_OUT/$name-$c.out") == yes ]] ||
+            fail "$name-$c's kernels had ended before its hold: nothing was in flight"
+    done
+    # hsa-long's counter when it was let go, after the restore: below its total, its kernel was
+    # running when criu dumped it.
+    progress=$(sed -n 's/^RELEASED [0-9]*: progress \([0-9]*\)\/\([0-9]*\)$/\1 \2/p' "$VM_LANE_OUT/$name-hsa.out")
+    note "$name-hsa: progress at its release after the restore: ${progress/ //}"
+    read -r done total <<<"$progress"
+    ((done < total)) || fail "$name-hsa's kernel had completed before the dump: nothing was in flight"
+    wait_for "the root of $name to exit" 60 bash -c "! kill -0 $root 2>/dev/null"
+}
+
+tree_cycle tree-same
+note "tree-same: both children restored on the same node and verified"
+tree_cycle tree-remapped --between probe_remap_node
+note "tree-remapped: both children restored on other gpu ids and verified"
+simd_no_gone_mm
+pass "hsa-long and hip-loop, children of one shell, dumped as one tree with kernels in flight, restored (same node, other gpu ids), verified"
