@@ -46,7 +46,7 @@ in_flight() { sed -n 's/^HOLDING [0-9]* (in flight: \([a-z]*\)).*/\1/p' "$1"; }
 # by its root's pid, FN run between dump and restore, restored, let go; both children must print
 # DONE and the root exit.
 tree_cycle() {
-    local name=$1 between=true trigger=$VM_LANE_WORK/$1.go root c pid maps progress done total
+    local name=$1 between=true trigger=$VM_LANE_WORK/$1.go root c pid maps progress ticks total
     shift
     if [[ ${1:-} == --between ]]; then
         between=$2
@@ -95,8 +95,8 @@ tree_cycle() {
     # running when criu dumped it.
     progress=$(sed -n 's/^RELEASED [0-9]*: progress \([0-9]*\)\/\([0-9]*\)$/\1 \2/p' "$VM_LANE_OUT/$name-hsa.out")
     note "$name-hsa: progress at its release after the restore: ${progress/ //}"
-    read -r done total <<<"$progress"
-    ((done < total)) || fail "$name-hsa's kernel had completed before the dump: nothing was in flight"
+    read -r ticks total <<<"$progress"
+    ((ticks < total)) || fail "$name-hsa's kernel had completed before the dump: nothing was in flight"
     wait_for "the root of $name to exit" 60 bash -c "! kill -0 $root 2>/dev/null"
 }
 
