@@ -7,19 +7,19 @@
 #   in its own process (ROCr is not fork-safe: no child inherits an initialised runtime). Both
 #   hold on one trigger file once their kernels run ("HOLDING <pid> (in flight: yes|no)", as in
 #   rocm-inflight): hsa-long once its long kernel's counter moved, hip-loop early (20 kernels: it
-#   holds at its second batch, with its long kernel, about two minutes under TCG). Both hold
-#   within half a minute of their start, so criu dumps two KFD processes with their queues busy;
-#   hsa-long's progress at its release after the restore (below its total) shows its kernel was
-#   still running when it was dumped. (With hip-loop's usual hold in the middle of 200 kernels,
-#   hsa-long's kernel had completed before hip-loop held.)
+#   holds at its second batch, the one with its long kernel, and criu dumps at once). hip-loop
+#   holds about 25 s after hsa-long (HIP's start is the slower), so hsa-long's kernel is sized to
+#   outlast that and the dump's pause (about a minute and a half under TCG; 512 x 65536 steps,
+#   half a minute, had completed before the dump on both guests). So criu dumps two KFD
+#   processes with their queues busy: hsa-long's progress at its release after the restore
+#   (below its total) shows its kernel was still running when it was dumped;
 # - the checkpoints: dumped and restored on the same node; then, run anew, dumped on the preset's
 #   node and restored on a kfd-simd with other gpu ids and render minors. After each restore both
 #   children are let go and must finish with every result checked against the CPU (hsa-long's
 #   chains and progress counter, hip-loop's state, counter and log), the root shell collecting
 #   both.
 #
-# The kernels are smaller than rocm-inflight's (the two programs share kfd-simd's command
-# processor): hsa-long's about a minute under TCG.
+# hsa-long's kernel is smaller than rocm-inflight's, hip-loop runs 20 kernels instead of 400.
 # vm-lane-timeout: 1800
 #
 # shellcheck shell=bash
@@ -34,7 +34,7 @@ need_rocm_programs hsa-long hip-loop hsa-kernels.co
 start_probe_simd
 
 hsa_long=("$ROCM_PROGRAMS/hsa-long" --code-object "$ROCM_PROGRAMS/hsa-kernels.co"
-    --items "${KFD_TREE_ITEMS:-512}" --steps "${KFD_TREE_STEPS:-65536}" --step-seconds 600)
+    --items "${KFD_TREE_ITEMS:-1024}" --steps "${KFD_TREE_STEPS:-98304}" --step-seconds 600)
 hip_loop=("$ROCM_PROGRAMS/hip-loop" --kernels 20 --batch 10 --long-every 20 --long-steps 16384
     --step-seconds 600)
 
