@@ -7,11 +7,11 @@
 #   dumped, restored, verified, on plain CUSE;
 # - then KFD_STRESS_ROUNDS rounds on kernels in flight (issue "Checkpoint with kernels in flight",
 #   item 5), on kfd-simd served through the kfd_bridge module: odd rounds hsa-long (one long
-#   kernel, held once its progress counter moved; its counter at its release after the restore
-#   must be below its total: the kernel was running at the dump), even rounds hip-loop (its
-#   second batch, with a long kernel, launched, then held), each dumped while its kernels run,
-#   restored on the same node and run to its checked results; at the end no queue of kfd-simd
-#   met the memory of a process that was gone (the dumped processes criu killed). A completion signal or event lost or fired twice
+#   kernel, held once its progress counter moved), even rounds hip-loop (its second batch, with a
+#   long kernel, launched, then held), each dumped while its kernels run (kfd-simd's log of the
+#   dump's pause names a dispatch of it saved: dumped_in_flight), restored on the same node and
+#   run to its checked results; at the end no queue of kfd-simd met the memory of a process that
+#   was gone (the dumped processes criu killed). A completion signal or event lost or fired twice
 #   across criu's freeze, the queues' eviction and the restore shows as a program that hangs or
 #   whose results differ from the CPU's. Without the ROCm programs (ci/rocm/build.sh could not
 #   build them) these rounds are skipped and the scenario says so.
@@ -56,18 +56,19 @@ hsa_long=("$ROCM_PROGRAMS/hsa-long" --code-object "$ROCM_PROGRAMS/hsa-kernels.co
 hip_loop=("$ROCM_PROGRAMS/hip-loop" --kernels 20 --batch 10 --long-every 20 --long-steps 16384
     --step-seconds 600)
 in_flight() { sed -n 's/^HOLDING [0-9]* (in flight: \([a-z]*\)).*/\1/p' "$VM_LANE_OUT/$1.out"; }
+# Between the dump and the restore of round $name: a dispatch of it was saved at the dump.
+round_dumped_in_flight() {
+    dumped_in_flight "$name" "$(sed -n 's/^HOLDING \([0-9]*\) .*/\1/p' "$VM_LANE_OUT/$name.out")"
+}
 flights=()
 for ((round = 1; round <= KFD_STRESS_ROUNDS; round++)); do
     if ((round % 2)); then
         name=inflight-$round-hsa-long
-        probe_cycle "$name" 900 "${hsa_long[@]}"
-        progress=$(sed -n 's/^RELEASED [0-9]*: progress \([0-9]*\)\/\([0-9]*\)$/\1 \2/p' "$VM_LANE_OUT/$name.out")
-        read -r ticks total <<<"$progress"
-        ((ticks < total)) || fail "$name: the kernel had completed before the dump (progress ${progress/ //} at its release)"
-        note "$name: progress at its release after the restore: ${progress/ //}"
+        probe_cycle "$name" 900 --between round_dumped_in_flight "${hsa_long[@]}"
+        note "$name: $(grep '^RELEASED' "$VM_LANE_OUT/$name.out")"
     else
         name=inflight-$round-hip-loop
-        probe_cycle "$name" 900 "${hip_loop[@]}"
+        probe_cycle "$name" 900 --between round_dumped_in_flight "${hip_loop[@]}"
     fi
     [[ $(in_flight "$name") == yes ]] || fail "$name: its kernels had ended before its hold: nothing was in flight"
     note "$name: dumped in flight, restored, verified: $(probe_steps "$VM_LANE_OUT/$name.out")"
