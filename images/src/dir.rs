@@ -123,9 +123,20 @@ pub fn open_read_at(dir: BorrowedFd<'_>, name: &str) -> io::Result<File> {
 /// # Errors
 /// The `posix_fadvise(2)` error.
 pub fn drop_page_cache(file: &File) -> io::Result<()> {
+    drop_page_cache_from(file, 0)
+}
+
+/// As [`drop_page_cache`] for the pages from file offset `offset` (rounded down to a page) to
+/// the end.
+///
+/// # Errors
+/// The `posix_fadvise(2)` error; `InvalidInput` for an offset beyond `off_t`.
+pub fn drop_page_cache_from(file: &File, offset: u64) -> io::Result<()> {
     use std::os::fd::AsRawFd;
+    let offset =
+        libc::off_t::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: posix_fadvise reads only the fd number and the range; it touches no memory of ours.
-    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), offset, 0, libc::POSIX_FADV_DONTNEED) };
     if rc == 0 {
         Ok(())
     } else {

@@ -19,6 +19,7 @@
 
 pub mod checksum;
 pub mod dir;
+pub mod direct;
 pub mod frame;
 pub mod names;
 pub mod pages;

@@ -29,6 +29,7 @@ use std::os::unix::fs::FileExt;
 
 use crate::checksum::{self, ChecksumAlgorithm, Chunker};
 use crate::dir;
+use crate::direct;
 use crate::frame::{Framing, HeaderFault, HEADER_LEN};
 use crate::names::PagesFile;
 use crate::proto::{KfdBoEntry, PagesChecksums};
@@ -263,6 +264,10 @@ pub struct PagesWriter {
     write_behind: bool,
     behind: u64,
     checksums: Option<(Chunker, u32, Vec<u64>)>,
+    /// The file opened again for direct I/O, once the caller chose it
+    /// ([`PagesWriter::use_direct_io`]), and the bytes of the page the writer is in that are
+    /// not written yet (from the page's start to the position: the header at first).
+    direct: Option<(File, Vec<u8>)>,
 }
 
 impl PagesWriter {
@@ -309,7 +314,162 @@ impl PagesWriter {
             write_behind: false,
             behind: 0,
             checksums,
+            direct: None,
         })
+    }
+
+    /// Switches the writer to direct I/O (`O_DIRECT`, see [`crate::direct`]) before any payload
+    /// is written, where the file system takes it; whether it did. The caller then writes with
+    /// [`PagesWriter::write_direct`]: from the staging buffer to the device, without a copy into
+    /// the page cache or its memory, for a dump that must be on the disk anyway.
+    pub fn use_direct_io(&mut self) -> bool {
+        if self.direct.is_some() {
+            return true;
+        }
+        if self.written > 0 {
+            return false;
+        }
+        match direct::reopen_direct_write(&self.file) {
+            Ok(f) => {
+                log::debug!("{}: writing it with direct I/O", self.name);
+                self.direct = Some((f, self.total.to_ne_bytes().to_vec()));
+                true
+            }
+            Err(e) => {
+                log::debug!(
+                    "{}: no direct I/O here ({e}): writing it buffered",
+                    self.name
+                );
+                false
+            }
+        }
+    }
+
+    /// Whether the writer writes with direct I/O.
+    pub fn is_direct(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    /// As [`PagesWriter::write_chunk`] for the next `len` payload bytes, which lie in `window`
+    /// at [`buffer_offset`]`(pos)` (`pos`: the payload written so far), written with direct
+    /// I/O. `window` starts on a [`direct::DIRECT_ALIGN`] boundary and has room for the whole
+    /// pages of the `len` bytes: its bytes before them take the part of the page the previous
+    /// call left unwritten, and after them, zeros to fill the file's last page. The pages whose
+    /// bytes are all complete are written, in one call per run of pages that are not all zero
+    /// (zero pages stay holes); the last, partial page waits for the next call or, at the end
+    /// of the payload, is written whole and the file cut to its length in
+    /// [`PagesWriter::finish`].
+    ///
+    /// # Errors
+    /// [`PagesError::Overrun`]; [`PagesError::Write`] when the writer is not direct, `window` is
+    /// too small or misaligned, or the write fails.
+    pub fn write_direct(&mut self, window: &mut [u8], len: usize) -> Result<(), PagesError> {
+        let (pos, off) = (self.written, buffer_offset(self.written));
+        let base = page_offset(pos);
+        let fail = |name: &str, at: u64, source: io::Error| PagesError::Write {
+            file: name.to_owned(),
+            offset: at,
+            source,
+        };
+        if len as u64 > self.total - pos {
+            return Err(PagesError::Overrun {
+                file: self.name.clone(),
+                offset: pos + HEADER_LEN,
+                len: len as u64,
+                total: self.total,
+            });
+        }
+        let end = off + len;
+        let last = pos + len as u64 == self.total;
+        let align = direct::DIRECT_ALIGN;
+        let full = if last {
+            end.next_multiple_of(align)
+        } else {
+            end / align * align
+        };
+        let Some((_, carry)) = &self.direct else {
+            return Err(fail(
+                &self.name,
+                base,
+                io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "the writer was not switched to direct I/O",
+                ),
+            ));
+        };
+        if window.len() < full.max(end) || carry.len() != off {
+            return Err(fail(
+                &self.name,
+                base,
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "a window of {} bytes for {} (the page's first {} bytes carried)",
+                        window.len(),
+                        full.max(end),
+                        carry.len()
+                    ),
+                ),
+            ));
+        }
+        window[..off].copy_from_slice(carry);
+        if last {
+            window[end..full].fill(0);
+        }
+        // Checksums and zero counts as the buffered writer takes them, slice by slice.
+        let mut at = off;
+        while at < end {
+            let n = next_slice(base + at as u64, end - at);
+            self.account(&window[at..at + n], base + at as u64);
+            at += n;
+        }
+        // The complete pages, written in runs of pages that are not all zero.
+        let mut runs: Vec<Range<usize>> = Vec::new();
+        let mut at = 0;
+        while at < full {
+            let n = next_slice(base + at as u64, full - at);
+            if let Some(span) = sparse::nonzero_span(&window[at..at + n], base + at as u64) {
+                let run = at + span.start..at + span.end;
+                match runs.last_mut() {
+                    Some(prev) if prev.end == run.start => prev.end = run.end,
+                    _ => runs.push(run),
+                }
+            }
+            at += n;
+        }
+        if let Some((file, carry)) = &mut self.direct {
+            for run in runs {
+                let at = base + run.start as u64;
+                direct::write_direct_at(file, &window[run], at)
+                    .map_err(|e| fail(&self.name, at, e))?;
+            }
+            carry.clear();
+            if !last {
+                carry.extend_from_slice(&window[full..end]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes payload `piece` (at file offset `offset`, the position) into the checksums, counts
+    /// it as zeros when it is all zero, and moves the position past it; returns the part of it
+    /// to write ([`sparse::nonzero_span`]), `None` for none.
+    fn account(&mut self, piece: &[u8], offset: u64) -> Option<Range<usize>> {
+        let span = sparse::nonzero_span(piece, offset);
+        if let Some((chunker, _, sums)) = &mut self.checksums {
+            let push = |_, sum| -> Result<(), std::convert::Infallible> {
+                sums.push(sum);
+                Ok(())
+            };
+            let Ok(()) = match span {
+                None => chunker.update_zeros(piece.len() as u64, push),
+                Some(_) => chunker.update(piece, push),
+            };
+        }
+        let written = span.as_ref().map_or(0, ExactSizeIterator::len);
+        self.zeros += (piece.len() - written) as u64;
+        self.written += piece.len() as u64;
+        span
     }
 
     /// The file's name in the image directory.
@@ -368,20 +528,7 @@ impl PagesWriter {
             rest = tail;
             let offset = self.written + HEADER_LEN;
             // Only the blocks that hold data are written: zero blocks around them stay holes.
-            let span = sparse::nonzero_span(piece, offset);
-            if let Some((chunker, _, sums)) = &mut self.checksums {
-                let push = |_, sum| -> Result<(), std::convert::Infallible> {
-                    sums.push(sum);
-                    Ok(())
-                };
-                let Ok(()) = match span {
-                    None => chunker.update_zeros(piece.len() as u64, push),
-                    Some(_) => chunker.update(piece, push),
-                };
-            }
-            let written = span.as_ref().map_or(0, ExactSizeIterator::len);
-            self.zeros += (piece.len() - written) as u64;
-            if let Some(span) = span {
+            if let Some(span) = self.account(piece, offset) {
                 let at = offset + span.start as u64;
                 self.file
                     .write_all_at(&piece[span], at)
@@ -391,7 +538,6 @@ impl PagesWriter {
                         source,
                     })?;
             }
-            self.written += piece.len() as u64;
             if self.write_behind && self.written - self.behind >= WRITE_BEHIND {
                 dir::write_behind(
                     &self.file,
@@ -418,8 +564,9 @@ impl PagesWriter {
                 total: self.total,
             });
         }
-        if self.zeros > 0 {
-            // Extends the file over a trailing hole; a no-op otherwise.
+        if self.zeros > 0 || self.direct.is_some() {
+            // Extends the file over a trailing hole, or cuts the last page a direct write wrote
+            // whole; a no-op otherwise.
             let len = HEADER_LEN + self.total;
             self.file.set_len(len).map_err(|source| PagesError::Write {
                 file: self.name.clone(),
@@ -458,6 +605,9 @@ pub struct PagesReader {
     verify: Option<(Chunker, PagesChecksums)>,
     /// Where the file's holes are.
     extents: Extents,
+    /// The file opened again for direct I/O, once the caller chose it
+    /// ([`PagesReader::use_direct_io_if_cold`]).
+    direct: Option<File>,
 }
 
 impl PagesReader {
@@ -533,6 +683,7 @@ impl PagesReader {
             ahead,
             verify,
             extents: Extents::default(),
+            direct: None,
         }
     }
 
@@ -670,6 +821,115 @@ impl PagesReader {
         })
     }
 
+    /// Switches the reader to direct I/O (`O_DIRECT`, see [`crate::direct`]) when less than
+    /// `cached` (a share, 0.0 to 1.0) of the payload not read yet is in the page cache and the
+    /// file system reads the file directly; whether it did. From then on the caller reads with
+    /// [`PagesReader::read_direct_skipping_holes`] and the reader asks for no read-ahead. Taken
+    /// before the first read: the read-ahead of the first read would fill the cache.
+    pub fn use_direct_io_if_cold(&mut self, cached: f64) -> bool {
+        if self.direct.is_some() {
+            return true;
+        }
+        let (from, end) = (page_offset(self.pos), HEADER_LEN + self.total);
+        let share = match direct::cached_fraction(&self.file, from, end - from) {
+            Ok(share) => share,
+            Err(e) => {
+                log::debug!(
+                    "{}: cannot tell what is cached ({e}): reading it buffered",
+                    self.name
+                );
+                return false;
+            }
+        };
+        if share >= cached {
+            log::debug!(
+                "{}: {:.0}% in the page cache: reading it buffered",
+                self.name,
+                share * 100.0
+            );
+            return false;
+        }
+        // A file system may open for direct I/O and still refuse the read: try its first page.
+        let mut probe = direct::AlignedBuf::new(direct::DIRECT_ALIGN);
+        match direct::reopen_direct(&self.file)
+            .and_then(|f| direct::read_direct_at(&f, probe.as_mut_slice(), 0).map(|_| f))
+        {
+            Ok(f) => {
+                log::debug!(
+                    "{}: {:.0}% in the page cache: reading it with direct I/O",
+                    self.name,
+                    share * 100.0
+                );
+                self.direct = Some(f);
+                true
+            }
+            Err(e) => {
+                log::debug!(
+                    "{}: no direct I/O here ({e}): reading it buffered",
+                    self.name
+                );
+                false
+            }
+        }
+    }
+
+    /// Whether the reader reads with direct I/O.
+    pub fn is_direct(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    /// As [`PagesReader::read_skipping_holes`] for the next `len` payload bytes, read with direct
+    /// I/O into `window`, a buffer whose start is aligned to [`direct::DIRECT_ALIGN`] and whose
+    /// byte [`buffer_offset`]`(pos)` is to hold payload byte `pos` (the position): the pages that
+    /// hold the `len` bytes are read whole, in one direct read, and the bytes are verified in
+    /// `window` as [`PagesReader::verify_skipping_holes`] verifies a mapping. Holes are returned
+    /// as there; `window`'s bytes outside the `len` bytes (and in holes) are left undefined.
+    ///
+    /// # Errors
+    /// [`PagesError::ReadPastEnd`]; [`PagesError::Read`] when the reader is not direct, `window`
+    /// is too small or misaligned, or the read fails or ends early;
+    /// [`PagesError::ChecksumMismatch`].
+    pub fn read_direct_skipping_holes(
+        &mut self,
+        window: &mut [u8],
+        len: usize,
+    ) -> Result<Vec<Range<usize>>, PagesError> {
+        let from = page_offset(self.pos);
+        let off = buffer_offset(self.pos);
+        let fail = |source: io::Error| PagesError::Read {
+            file: self.name.clone(),
+            offset: from,
+            source,
+        };
+        if len as u64 > self.remaining() {
+            return Err(PagesError::ReadPastEnd {
+                file: self.name.clone(),
+                offset: self.pos + HEADER_LEN,
+                len: len as u64,
+                total: self.total,
+            });
+        }
+        let Some(direct) = &self.direct else {
+            return Err(fail(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the reader was not switched to direct I/O",
+            )));
+        };
+        let want = (off + len).next_multiple_of(direct::DIRECT_ALIGN);
+        let Some(buf) = window.get_mut(..want) else {
+            return Err(fail(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a window of {} bytes for {want}", window.len()),
+            )));
+        };
+        let got = direct::read_direct_at(direct, buf, from).map_err(fail)?;
+        if got < off + len {
+            return Err(fail(io::ErrorKind::UnexpectedEof.into()));
+        }
+        let window = &*window;
+        self.verify_skipping_holes(len, |r| Ok(&window[off + r.start..off + r.end]))
+    }
+
     /// The file, for callers that map it: payload byte `pos` is at file offset `pos + 8`. The
     /// reader checked its length when it opened it; reading it does not move the reader.
     pub fn file(&self) -> BorrowedFd<'_> {
@@ -780,6 +1040,9 @@ impl PagesReader {
     /// stays busy with large requests while the reader checksums and the copiers move the
     /// previous pieces, instead of waiting for each read to come back.
     fn read_ahead(&mut self, len: u64) {
+        if self.direct.is_some() {
+            return;
+        }
         self.ahead
             .advance_and_ask(&self.file, HEADER_LEN + self.pos + len);
     }

@@ -331,27 +331,10 @@ mod tests {
         assert!(s.advance(8 + 100 * KIB).is_empty());
     }
 
-    /// Pages of `file`'s first `len` bytes in the page cache (`mincore` of a mapping).
+    /// Pages of `file`'s first `len` bytes in the page cache.
     fn resident(file: &File, len: usize) -> usize {
-        // SAFETY: a fresh read-only shared mapping of a regular file of at least `len` bytes;
-        // nothing of it is read here (mincore only asks the kernel), and it is unmapped below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        let mut vec = vec![0u8; len.div_ceil(4096)];
-        // SAFETY: `p` maps `len` bytes; `vec` has a byte per page of them.
-        assert_eq!(unsafe { libc::mincore(p, len, vec.as_mut_ptr()) }, 0);
-        // SAFETY: the mapping made above, not used after this.
-        unsafe { libc::munmap(p, len) };
-        vec.iter().filter(|&&b| b & 1 == 1).count()
+        let pages = crate::direct::resident_pages(file, 0, len as u64).unwrap();
+        usize::try_from(pages).unwrap()
     }
 
     /// On the device the tests run on, the pieces of the device's size are each read whole (a

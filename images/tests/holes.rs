@@ -9,7 +9,8 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 
 use common::*;
-use images::pages::verify_pages_file;
+use images::direct::{AlignedBuf, DIRECT_ALIGN};
+use images::pages::{self, verify_pages_file};
 use images::proto::PagesChecksums;
 use images::{PagesError, PagesFile, PagesReader, PagesWriter, DEFAULT_CHUNK_SIZE};
 use rstest::rstest;
@@ -38,11 +39,40 @@ fn zero_ranges() -> Vec<Range<usize>> {
 }
 
 fn write(d: &Dir, data: &[u8], checksums: bool) -> Option<PagesChecksums> {
+    write_as(d, data, checksums, Write::Buffered)
+}
+
+/// How a dump writes the pages file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Write {
+    /// Through the page cache, from any buffer (`write_chunk`).
+    Buffered,
+    /// With direct I/O, from aligned windows congruent with the file (`write_direct`), as a
+    /// dump that must reach the disk writes.
+    Direct,
+}
+
+fn write_as(d: &Dir, data: &[u8], checksums: bool, how: Write) -> Option<PagesChecksums> {
     let chunk = checksums.then_some(DEFAULT_CHUNK_SIZE);
     let mut w = PagesWriter::new(d.fd.as_fd(), KFD, data.len() as u64, chunk).unwrap();
+    if how == Write::Direct {
+        assert!(w.use_direct_io(), "the test directory takes direct I/O");
+    }
+    let mut window = AlignedBuf::new(3 * M + 2 * DIRECT_ALIGN);
     // Pieces that do not line up with the chunks (3 MiB, as staging buffers of another size).
+    let mut pos = 0;
     for piece in data.chunks(3 * M) {
-        w.write_chunk(piece).unwrap();
+        match how {
+            Write::Buffered => w.write_chunk(piece).unwrap(),
+            Write::Direct => {
+                let off = pages::buffer_offset(pos as u64);
+                let win = window.as_mut_slice();
+                win.fill(0xee);
+                win[off..off + piece.len()].copy_from_slice(piece);
+                w.write_direct(win, piece.len()).unwrap();
+            }
+        }
+        pos += piece.len();
     }
     // Zero blocks are holes; the block at each end of a zero run also holds data (the payload
     // starts 8 bytes into the file), so up to a block per run is written.
@@ -65,23 +95,52 @@ fn keeps_holes(d: &Dir) -> bool {
     f.metadata().unwrap().blocks() * 512 < 1 << 20
 }
 
-/// Reads the whole file with `read_skipping_holes` in `buf`-sized reads; returns the bytes
-/// (holes as zeros) and the skipped ranges, as payload offsets.
+/// How a restore reads the pages file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Read {
+    /// Through the page cache, into any buffer (`read_skipping_holes`).
+    Buffered,
+    /// With direct I/O, into aligned windows congruent with the file
+    /// (`read_direct_skipping_holes`), as the restore reads a file not in the page cache.
+    Direct,
+}
+
+/// Reads the whole file in `buf`-sized reads, `how`; returns the bytes (holes as zeros) and the
+/// skipped ranges, as payload offsets.
 fn read_sparse(
     d: &Dir,
     sums: Option<&PagesChecksums>,
     buf: usize,
+    how: Read,
 ) -> Result<(Vec<u8>, Vec<Range<usize>>), PagesError> {
     let mut r = PagesReader::open(d.fd.as_fd(), KFD, LEN as u64, sums)?;
+    if how == Read::Direct {
+        // Whatever the page cache holds: the test asks for direct reads.
+        assert!(
+            r.use_direct_io_if_cold(2.0),
+            "the test directory takes direct I/O"
+        );
+    }
     let (mut out, mut skipped) = (Vec::new(), Vec::<Range<usize>>::new());
-    let mut b = vec![0xeeu8; buf];
+    let mut window = AlignedBuf::new(buf + DIRECT_ALIGN);
     while r.remaining() > 0 {
         let n = (r.remaining() as usize).min(buf);
         let at = out.len();
-        b[..n].fill(0xee);
-        for z in r.read_skipping_holes(&mut b[..n])? {
+        let off = match how {
+            Read::Buffered => 0,
+            Read::Direct => pages::buffer_offset(at as u64),
+        };
+        let w = window.as_mut_slice();
+        w.fill(0xee);
+        let zeros = match how {
+            Read::Buffered => r.read_skipping_holes(&mut w[..n])?,
+            Read::Direct => r.read_direct_skipping_holes(w, n)?,
+        };
+        let b = &mut w[off..off + n];
+        for z in zeros {
+            // A direct read reads whole pages, the holes' too; a buffered one skips them.
             assert!(
-                b[z.clone()].iter().all(|&x| x == 0xee),
+                how == Read::Direct || b[z.clone()].iter().all(|&x| x == 0xee),
                 "a skipped range was written"
             );
             b[z.clone()].fill(0);
@@ -90,7 +149,7 @@ fn read_sparse(
                 _ => skipped.push(at + z.start..at + z.end),
             }
         }
-        out.extend_from_slice(&b[..n]);
+        out.extend_from_slice(b);
     }
     Ok((out, skipped))
 }
@@ -98,10 +157,14 @@ fn read_sparse(
 #[rstest]
 #[case::with_checksums(true)]
 #[case::without_checksums(false)]
-fn zero_chunks_are_holes_that_read_back_the_same(#[case] checksums: bool) {
+fn zero_chunks_are_holes_that_read_back_the_same(
+    #[case] checksums: bool,
+    #[values(Write::Buffered, Write::Direct)] written: Write,
+    #[values(Read::Buffered, Read::Direct)] how: Read,
+) {
     let d = dir();
     let data = payload();
-    let sums = write(&d, &data, checksums);
+    let sums = write_as(&d, &data, checksums, written);
     // Upstream's view: the same length and the same bytes, holes included.
     let raw = std::fs::read(d.path(NAME)).unwrap();
     assert_eq!(raw.len(), 8 + LEN);
@@ -132,7 +195,7 @@ fn zero_chunks_are_holes_that_read_back_the_same(#[case] checksums: bool) {
     }
     // A restore gets the same bytes, and is told which chunks it need not copy.
     for buf in [8 * M, 2 * M, 3 * M + 4096] {
-        let (got, skipped) = read_sparse(&d, sums.as_ref(), buf).unwrap();
+        let (got, skipped) = read_sparse(&d, sums.as_ref(), buf, how).unwrap();
         assert!(got == data, "content read back with {buf}-byte reads");
         if holes && buf == 8 * M {
             assert_eq!(skipped, zero_ranges());
@@ -147,8 +210,10 @@ fn zero_chunks_are_holes_that_read_back_the_same(#[case] checksums: bool) {
     verify_pages_file(d.fd.as_fd(), KFD, LEN as u64, sums.as_ref(), 2 * M).unwrap();
 }
 
-#[test]
-fn a_copy_without_holes_reads_the_same_and_skips_nothing() {
+#[rstest]
+fn a_copy_without_holes_reads_the_same_and_skips_nothing(
+    #[values(Read::Buffered, Read::Direct)] how: Read,
+) {
     let d = dir();
     let data = payload();
     let sums = write(&d, &data, true).unwrap();
@@ -156,7 +221,7 @@ fn a_copy_without_holes_reads_the_same_and_skips_nothing() {
     let raw = std::fs::read(d.path(NAME)).unwrap();
     std::fs::remove_file(d.path(NAME)).unwrap();
     std::fs::write(d.path(NAME), &raw).unwrap();
-    let (got, skipped) = read_sparse(&d, Some(&sums), 8 * M).unwrap();
+    let (got, skipped) = read_sparse(&d, Some(&sums), 8 * M, how).unwrap();
     assert!(got == data);
     assert_eq!(skipped, []);
 }
@@ -183,6 +248,7 @@ fn damage_to_zeros_or_holes_is_a_checksum_mismatch(
     #[case] damage: Damage,
     #[case] at: usize,
     #[case] chunk: u64,
+    #[values(Read::Buffered, Read::Direct)] how: Read,
 ) {
     let d = dir();
     let sums = write(&d, &payload(), true).unwrap();
@@ -210,7 +276,7 @@ fn damage_to_zeros_or_holes_is_a_checksum_mismatch(
     }
     drop(f);
     for buf in [8 * M, M] {
-        let e = read_sparse(&d, Some(&sums), buf).unwrap_err();
+        let e = read_sparse(&d, Some(&sums), buf, how).unwrap_err();
         assert!(
             matches!(e, PagesError::ChecksumMismatch { chunk: c, .. } if c == chunk),
             "{e}"

@@ -61,6 +61,53 @@ impl Progress {
     }
 }
 
+/// `AMDGPU_CR_DIRECT_IO`: which pages files a restore reads with direct I/O (`O_DIRECT`, from
+/// the device straight into the staging buffers; see [`images::direct`]) instead of through the
+/// page cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DirectIo {
+    /// Files mostly not in the page cache (less than half of their pages): a restore from the
+    /// disk. Files just dumped on this node are read from the cache (default).
+    #[default]
+    Cold,
+    /// Every file whose file system takes direct I/O.
+    Always,
+    /// None: every file through the page cache.
+    Never,
+}
+
+impl DirectIo {
+    /// Whether a dump writes its pages files with direct I/O: with write-behind (a dump that
+    /// must be on the disk when criu ends), or always.
+    pub(crate) fn at_dump(self, write_behind: bool) -> bool {
+        match self {
+            DirectIo::Cold => write_behind,
+            DirectIo::Always => true,
+            DirectIo::Never => false,
+        }
+    }
+
+    /// The share of a file's pages in the page cache below which it is read directly.
+    fn below(self) -> Option<f64> {
+        match self {
+            DirectIo::Cold => Some(0.5),
+            // Whatever is cached: a share is at most 1.
+            DirectIo::Always => Some(2.0),
+            DirectIo::Never => None,
+        }
+    }
+}
+
+/// How a restore reads a pages file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Reading {
+    /// The GPU copies straight out of read-only mappings of the file (a file read with direct
+    /// I/O is not mapped: its pages would come through the page cache).
+    pub map_pages: bool,
+    /// Which files are read with direct I/O.
+    pub direct: DirectIo,
+}
+
 /// Staging geometry per GPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Staging {
@@ -574,8 +621,17 @@ pub(crate) fn dump_gpu<T: Transport>(
                 continue;
             }
             early.insert(full.pos, full);
-            while let Some(Full { buf, off, len, .. }) = early.remove(&next) {
-                writer.write_chunk(&buf.as_slice()[off..off + len])?;
+            while let Some(Full {
+                mut buf, off, len, ..
+            }) = early.remove(&next)
+            {
+                // A direct writer takes the whole buffer: congruent with the file, one page
+                // larger than the data (the page before the data, the last page's rest).
+                if writer.is_direct() {
+                    writer.write_direct(buf.as_mut_slice(), len)?;
+                } else {
+                    writer.write_chunk(&buf.as_slice()[off..off + len])?;
+                }
                 next += len as u64;
                 // The copiers may all be done already; a closed channel is fine here.
                 let _ = empty_tx.send(buf);
@@ -653,12 +709,18 @@ pub(crate) fn restore_gpu<T: Transport>(
     render: &RenderNode<T>,
     bos: &[BoSource<'_>],
     staging: Staging,
-    map: bool,
+    reading: Reading,
     progress: &Progress,
     reader: &mut PagesReader,
 ) -> Result<u64, CopyError> {
     let (total, mut dma) = prepare(render, bos)?;
-    let slots = restore_slots(&mut dma, reader, staging, map && total > 0)?;
+    let direct = total > 0
+        && reading
+            .direct
+            .below()
+            .is_some_and(|share| reader.use_direct_io_if_cold(share));
+    let map = reading.map_pages && total > 0 && !direct;
+    let slots = restore_slots(&mut dma, reader, staging, map)?;
     let Ring {
         full_tx,
         full_rx,
@@ -680,6 +742,12 @@ pub(crate) fn restore_gpu<T: Transport>(
             let len = len as usize;
             let off = pages::buffer_offset(pos);
             let (buf, zeros) = match slot {
+                // Congruent with the file (payload byte `pos` at `off`), one page larger than
+                // the data: the whole pages a direct read needs fit.
+                Slot::Buffer(mut buf) if direct => {
+                    let zeros = reader.read_direct_skipping_holes(buf.as_mut_slice(), len)?;
+                    (Staged::Buffer(buf), zeros)
+                }
                 Slot::Buffer(mut buf) => {
                     let zeros =
                         reader.read_skipping_holes(&mut buf.as_mut_slice()[off..off + len])?;

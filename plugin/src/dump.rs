@@ -32,6 +32,9 @@ pub(crate) struct DumpOptions {
     /// Start writing the pages files back to the disk while dumping
     /// ([`PagesWriter::set_write_behind`]).
     pub write_behind: bool,
+    /// Write the pages files with direct I/O where the file system takes it
+    /// ([`PagesWriter::use_direct_io`]).
+    pub direct: bool,
 }
 
 impl Default for DumpOptions {
@@ -41,6 +44,7 @@ impl Default for DumpOptions {
             checksums: true,
             progress: Progress::default(),
             write_behind: false,
+            direct: false,
         }
     }
 }
@@ -309,6 +313,9 @@ fn copy_contents<P: Platform>(
                     let which = PagesFile::Kfd { id, gpu_id: user };
                     let mut writer = PagesWriter::new(dir, which, total, chunk)?;
                     writer.set_write_behind(opts.write_behind);
+                    if opts.direct {
+                        writer.use_direct_io();
+                    }
                     if !bos.is_empty() {
                         let render = platform.open_render(minor)?;
                         copy::dump_gpu(&render, &bos, opts.staging, &opts.progress, &mut writer)

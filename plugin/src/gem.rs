@@ -261,6 +261,9 @@ pub(crate) fn dump_contents<P: Platform>(
         let which = PagesFile::Drm { id, minor, index };
         let mut writer = PagesWriter::new(dir, which, b.entry.size, chunk)?;
         writer.set_write_behind(opts.write_behind);
+        if opts.direct {
+            writer.use_direct_io();
+        }
         let src = BoSource {
             dmabuf: b.dmabuf.as_fd(),
             size: b.entry.size,
@@ -552,8 +555,8 @@ pub(crate) type Lookup<'a> = &'a dyn Fn(u32, &str) -> Result<OwnedFd, GemError>;
 pub(crate) struct RestoreGemOptions<'a> {
     /// Staging geometry.
     pub staging: Staging,
-    /// Restore from mappings of the pages files.
-    pub map_pages: bool,
+    /// How the pages files are read.
+    pub reading: crate::copy::Reading,
     /// Byte counter.
     pub progress: &'a Progress,
     /// Where the buffers other files create come from.
@@ -803,7 +806,7 @@ fn recreate<P: Platform>(
                 &own,
                 &[src],
                 opts.staging,
-                opts.map_pages,
+                opts.reading,
                 opts.progress,
                 &mut reader,
             )

@@ -149,3 +149,44 @@ fn only_binaries_parse_arguments(#[case] package: &str) {
          src/bin/): {naming_clap:?}"
     );
 }
+
+/// The lines of a source file before its unit tests (`#[cfg(test)]` at the top level).
+fn lines_before_tests(text: &str) -> usize {
+    text.lines()
+        .position(|l| l.starts_with("#[cfg(test)]"))
+        .unwrap_or_else(|| text.lines().count())
+}
+
+#[rstest]
+#[case::the_bindings("kfd-sys")]
+#[case::typed_ioctls("kfd-abi")]
+#[case::the_simulator("kfd-sim")]
+#[case::the_shader_core("kfd-sim/shader")]
+#[case::topology("topology")]
+#[case::images("images")]
+#[case::the_plugin("plugin")]
+#[case::the_simulated_node("harness")]
+#[case::the_cli("cli")]
+fn no_source_file_mixes_more_than_it_can_say_in_900_lines(#[case] package: &str) {
+    const MOST: usize = 900;
+    let src = workspace().join(package).join("src");
+    let files = rust_files(&src);
+    assert!(!files.is_empty(), "no Rust files under {}", src.display());
+    // Generated code (bindgen, prost) is as long as what it is generated from.
+    let generated = |f: &Path| {
+        f.file_name().is_some_and(|n| n == "bindings.rs") || f.starts_with(src.join("proto"))
+    };
+    let long: Vec<_> = files
+        .iter()
+        .filter(|f| !generated(f))
+        .filter_map(|f| {
+            let n = lines_before_tests(&std::fs::read_to_string(f).unwrap());
+            (n > MOST).then(|| format!("{} ({n} lines)", f.display()))
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "{package}: over {MOST} lines before their unit tests; split them along what they hold: \
+         {long:?}"
+    );
+}

@@ -9,6 +9,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use amdgpu_plugin::copy::DirectIo;
 use amdgpu_plugin::criu::Settings;
 use harness::workload::{Kind, Manifest, Spec};
 use harness::{self, SimNode};
@@ -26,12 +27,31 @@ fn spec() -> Spec {
     }
 }
 
-/// Small staging buffers; `map_pages`: the restore copies out of mappings of the pages files,
-/// or reads them into the staging buffers.
-fn settings(map_pages: bool) -> Settings {
+/// How the restore reads the pages files.
+#[derive(Clone, Copy, Debug)]
+enum Read {
+    /// The GPU copies out of mappings of the files.
+    Mapped,
+    /// Read into the staging buffers through the page cache.
+    Staged,
+    /// Read into the staging buffers with direct I/O.
+    Direct,
+}
+
+/// Small staging buffers, the pages files read `how`.
+fn settings(how: Read) -> Settings {
     let mut s = tests::staged_settings(2 << 20, 3);
-    s.map_pages = map_pages;
+    s.map_pages = matches!(how, Read::Mapped);
+    s.direct_io = match how {
+        Read::Direct => DirectIo::Always,
+        Read::Mapped | Read::Staged => DirectIo::Never,
+    };
     s
+}
+
+/// A directory for images on a disk (`/tmp` may be a tmpfs, which has no direct I/O).
+fn image_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
 }
 
 /// Bytes the file system holds for `path`, after syncing it.
@@ -53,12 +73,12 @@ fn first_pages_file(dir: &Path, ids: &harness::ImageIds, manifest: &Manifest) ->
 
 #[rstest::rstest]
 fn untouched_memory_is_a_hole_at_dump_and_a_fill_at_restore(
-    #[values(true, false)] map_pages: bool,
+    #[values(Read::Mapped, Read::Staged, Read::Direct)] how: Read,
 ) {
     let preset = Preset::by_name("mi210x2").unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = image_dir();
     let (ids, manifest) =
-        harness::checkpoint_new(&preset, &spec(), dir.path(), &settings(true)).unwrap();
+        harness::checkpoint_new(&preset, &spec(), dir.path(), &settings(Read::Mapped)).unwrap();
 
     // The file has its full length; of the buffers' 10 MiB, 7.5 MiB are untouched and holes.
     // The workload's user-mode queue buffers (the staging buffer it moved the data through, the
@@ -79,7 +99,7 @@ fn untouched_memory_is_a_hole_at_dump_and_a_fill_at_restore(
     );
 
     let dst = SimNode::new(&preset).unwrap();
-    let (restored, _) = harness::restore(&dst, dir.path(), &ids, &settings(map_pages)).unwrap();
+    let (restored, _) = harness::restore(&dst, dir.path(), &ids, &settings(how)).unwrap();
     // Before anything reads it (a read through the simulated VRAM's mapping allocates memory):
     // the restored VRAM buffer holds memory only for the quarter that was copied. Copying the
     // zeros would have allocated all of it; the fills punched it out.
@@ -111,11 +131,13 @@ fn untouched_memory_is_a_hole_at_dump_and_a_fill_at_restore(
 }
 
 #[rstest::rstest]
-fn a_data_chunk_zeroed_in_the_image_is_refused(#[values(true, false)] map_pages: bool) {
+fn a_data_chunk_zeroed_in_the_image_is_refused(
+    #[values(Read::Mapped, Read::Staged, Read::Direct)] how: Read,
+) {
     let preset = Preset::by_name("mi210x2").unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = image_dir();
     let (ids, manifest) =
-        harness::checkpoint_new(&preset, &spec(), dir.path(), &settings(true)).unwrap();
+        harness::checkpoint_new(&preset, &spec(), dir.path(), &settings(Read::Mapped)).unwrap();
     // The file's second MiB held data (the end of the payload's first chunk and most of its
     // second): it becomes a hole, as a zeroed-out chunk.
     let (pages, _) = first_pages_file(dir.path(), &ids, &manifest);
@@ -127,6 +149,6 @@ fn a_data_chunk_zeroed_in_the_image_is_refused(#[values(true, false)] map_pages:
     rustix::fs::fallocate(f.as_fd(), flags, M, M).unwrap();
     drop(f);
     let dst = SimNode::new(&preset).unwrap();
-    let e = harness::restore(&dst, dir.path(), &ids, &settings(map_pages)).unwrap_err();
+    let e = harness::restore(&dst, dir.path(), &ids, &settings(how)).unwrap_err();
     assert!(e.to_string().contains("is corrupt: chunk 0"), "{e}");
 }

@@ -14,7 +14,7 @@ use kfd_sim::Preset;
 
 use super::files::{drop_caches, files, image_files, on_disk, remove, settle, settle_and_drop};
 use super::measure::{measure, mem_available, with_cpu, Cost};
-use super::raw::{best, raw_paths, raw_read, raw_write};
+use super::raw::{best, load_into_cache, raw_paths, raw_read, raw_write};
 use super::report::{
     per_second, BenchReport, Cpu, CpuPhase, Detail, Phase, Speedup, Upstream, UpstreamPhase,
 };
@@ -168,7 +168,7 @@ impl BenchDir {
             drop_caches(&files(self.ours())?)?;
             drop_caches(&files(&self.up_dir)?)
         } else {
-            raw_read(load)?;
+            load_into_cache(load)?;
             drop_caches(done)
         }
     }
@@ -201,11 +201,13 @@ fn write_side(
     let dir = d.ours();
     settle(dir).map_err(io_err("syncing the bench directory"))?;
     let primer = raw_paths(dir, 0, plan.gpus);
-    raw_write(&primer, bytes, false).map_err(io_err("writing the primer"))?;
+    raw_write(&primer, bytes, false, plan.settings.staging.buffer_size)
+        .map_err(io_err("writing the primer"))?;
     settle_and_drop(dir).map_err(io_err("syncing the bench directory"))?;
     remove(&primer).map_err(io_err("removing the primer"))?;
     let raw1 = raw_paths(dir, 1, plan.gpus);
-    let (raw_w1, cpu_w1) = with_cpu(|| raw_write(&raw1, bytes, plan.sync));
+    let (raw_w1, cpu_w1) =
+        with_cpu(|| raw_write(&raw1, bytes, plan.sync, plan.settings.staging.buffer_size));
     let raw_w1 = raw_w1.map_err(io_err("measuring the raw write"))?;
     settle_and_drop(dir).map_err(io_err("syncing the bench directory"))?;
     remove(&raw1).map_err(io_err("removing the raw files"))?;
@@ -222,7 +224,8 @@ fn write_side(
     settle_and_drop(dir).map_err(io_err("syncing the bench directory"))?;
     let images = image_files(dir).map_err(io_err("listing the image files"))?;
     let bytes_on_disk = on_disk(&images).map_err(io_err("measuring the image files"))?;
-    let (raw_w2, cpu_w2) = with_cpu(|| raw_write(raw2, bytes, plan.sync));
+    let (raw_w2, cpu_w2) =
+        with_cpu(|| raw_write(raw2, bytes, plan.sync, plan.settings.staging.buffer_size));
     let raw_w2 = raw_w2.map_err(io_err("measuring the raw write"))?;
     d.settle_both()
         .map_err(io_err("syncing the bench directory"))?;
@@ -249,7 +252,7 @@ fn read_side(
 ) -> Result<ReadSide, BenchError> {
     d.prepare(plan.sync, raw2, &[])
         .map_err(io_err("preparing the raw read"))?;
-    let (raw_r1, cpu_r1) = with_cpu(|| raw_read(raw2));
+    let (raw_r1, cpu_r1) = with_cpu(|| raw_read(raw2, plan.settings.staging.buffer_size));
     let raw_r1 = raw_r1.map_err(io_err("measuring the raw read"))?;
     // The source's VRAM is freed just before the restore allocates its own, as the restored
     // node's is before upstream's restore: both restores start with the same memory freed.
@@ -263,7 +266,7 @@ fn read_side(
     let (target_back, restore_time) = restored?;
     d.prepare(plan.sync, raw2, &w.images)
         .map_err(io_err("preparing the raw read"))?;
-    let (raw_r2, cpu_r2) = with_cpu(|| raw_read(raw2));
+    let (raw_r2, cpu_r2) = with_cpu(|| raw_read(raw2, plan.settings.staging.buffer_size));
     let raw_r2 = raw_r2.map_err(io_err("measuring the raw read"))?;
     target_back.verify(manifest)?;
     Ok(ReadSide {

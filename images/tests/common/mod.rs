@@ -12,8 +12,10 @@ pub(crate) struct Dir {
     pub fd: File,
 }
 
+/// A fresh directory under the target directory (a disk, where `/tmp` may be a tmpfs without
+/// direct I/O).
 pub(crate) fn dir() -> Dir {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let fd = File::open(tmp.path()).unwrap();
     Dir { tmp, fd }
 }

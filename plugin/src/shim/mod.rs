@@ -46,7 +46,7 @@
 //! both serve the upstream amdgpu plugin's dma-buf support.
 //!
 //! The decision is [`decide`](host::decide), a pure function of [`HostFacts`](host::HostFacts); the engine reads it with
-//! [`host`] (for instance [`HostCriu::has_dump_devices_late`]: when false, the engine must unpause
+//! [`host()`] (for instance [`HostCriu::has_dump_devices_late`]: when false, the engine must unpause
 //! the dumped process inside DUMP_EXT_FILE). [`criu_image_dir`] calls criu's
 //! `criu_get_image_dir()` the same way (looked up, never linked).
 //!
