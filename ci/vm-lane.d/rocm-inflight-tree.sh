@@ -10,7 +10,9 @@
 #   with its long kernel, sized to outlast hsa-long's start (ROCr starts faster than HIP: started
 #   together, hip-loop held 25 to 124 s after hsa-long, 2026-12-05, by when hsa-long's kernel of
 #   this size had completed); hsa-long once its long kernel's counter moved, and criu dumps at
-#   once;
+#   once. criu's dump of the two took up to 137 s to reach the pause at load 12 (2026-12-05), so
+#   hsa-long's kernel is rocm-inflight's, about two minutes under TCG (512 x 65536 steps had
+#   completed by the pause on trixie);
 # - in flight at the dump: kfd-simd's log of the dump's pause must name, for each child, at least
 #   one dispatch saved into its context save area (dumped_in_flight);
 # - the checkpoints: dumped and restored on the same node; then, run anew, dumped on the preset's
@@ -19,7 +21,7 @@
 #   chains and progress counter, hip-loop's state, counter and log), the root shell collecting
 #   both.
 #
-# hsa-long's kernel is smaller than rocm-inflight's; hip-loop runs 20 kernels instead of 400.
+# hip-loop runs 20 kernels instead of rocm-inflight's 400.
 # vm-lane-timeout: 1800
 #
 # shellcheck shell=bash
@@ -34,7 +36,7 @@ need_rocm_programs hsa-long hip-loop hsa-kernels.co
 start_probe_simd
 
 hsa_long=("$ROCM_PROGRAMS/hsa-long" --code-object "$ROCM_PROGRAMS/hsa-kernels.co"
-    --items 512 --steps 65536 --step-seconds 600)
+    --items "${KFD_TREE_ITEMS:-1024}" --steps "${KFD_TREE_STEPS:-131072}" --step-seconds 600)
 hip_loop=("$ROCM_PROGRAMS/hip-loop" --kernels 20 --batch 10 --long-every 20
     --long-steps "${KFD_TREE_HIP_STEPS:-65536}" --step-seconds 600)
 
