@@ -62,4 +62,5 @@ probe_original_node() {
 }
 probe_cycle hip-loop-remapped 900 --between probe_original_node "${hip_loop[@]}"
 note "hip-loop-remapped: in flight at the dump: $(in_flight hip-loop-remapped)"
+simd_no_gone_mm
 pass "hsa-long and hip-loop dumped with kernels in flight ($(in_flight hsa-long-same), $(in_flight hip-loop-same), $(in_flight hsa-long-remapped), $(in_flight hip-loop-remapped)), restored, verified"

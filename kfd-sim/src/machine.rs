@@ -14,6 +14,11 @@ use crate::hw::backing::Backing;
 use crate::kfd::process::KfdProcess;
 use crate::render::file::{Gem, RenderFile};
 
+/// How often, and how long apart, [`MachineInner::mm_released`] asks again about a process that
+/// is between dropping its mm and the mm's release.
+const MM_RELEASE_POLLS: u32 = 50;
+const MM_RELEASE_POLL: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// Why a machine could not be built from a topology.
 #[derive(Debug, thiserror::Error)]
 pub enum MachineError {
@@ -149,6 +154,9 @@ pub(crate) struct MachineInner {
     pub(crate) scheduler: crate::hw::scheduler::Scheduler,
     /// The command processors: a thread per GPU runs the AQL queues.
     pub(crate) cp: crate::hw::cp::CommandProcessors,
+    /// Who reports the release of clients' mms, when someone does (the CUSE server behind the
+    /// kfd_bridge module).
+    mm_watch: Mutex<Option<Arc<dyn crate::kfd::process::MmWatch>>>,
     reg: Mutex<Registry>,
 }
 
@@ -213,6 +221,7 @@ impl MachineInner {
             ),
             engine: crate::hw::sdma::EngineTime::default(),
             kernel: std::sync::atomic::AtomicU8::new(0),
+            mm_watch: Mutex::new(None),
             reg: Mutex::new(Registry {
                 next_pid: 1000,
                 ..Registry::default()
@@ -403,6 +412,36 @@ impl MachineInner {
         self.log_once(what, &format!("not simulated: {what}"));
     }
 
+    /// Sets (or, with `None`, drops) who reports the release of clients' mms.
+    pub(crate) fn set_mm_watch(&self, watch: Option<Arc<dyn crate::kfd::process::MmWatch>>) {
+        *lock(&self.mm_watch) = watch;
+    }
+
+    /// Whether the watch reports the mm of OS process `pid` released (`false` without a watch).
+    /// A process whose memory cannot be reached although the watch does not report it yet may be
+    /// between dropping its mm and the mm's release (the kernel's `exit_mm`: the task lets go of
+    /// its mm, then the last reference's `mmput` runs the notifiers); when it has no mappings
+    /// left, the watch is asked again for a short while.
+    pub(crate) fn mm_released(&self, pid: u32) -> bool {
+        let Some(watch) = lock(&self.mm_watch).clone() else {
+            return false;
+        };
+        if watch.released(pid) {
+            return true;
+        }
+        let exiting = libc::pid_t::try_from(pid)
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::ESRCH))
+            .and_then(crate::host::vmas_of)
+            .map_or(true, |v| v.is_empty());
+        if !exiting {
+            return false;
+        }
+        (0..MM_RELEASE_POLLS).any(|_| {
+            std::thread::sleep(MM_RELEASE_POLL);
+            watch.released(pid)
+        })
+    }
+
     /// The keys of what [`log_once`](Self::log_once) has logged on this machine, in order.
     pub(crate) fn logged_once(&self) -> Vec<String> {
         lock(&self.unanswered).iter().cloned().collect()
@@ -423,6 +462,66 @@ impl MachineInner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kfd::process::MmWatch;
+
+    /// A watch that reports the mms of `released` torn down, and counts the questions.
+    #[derive(Debug)]
+    struct Watch {
+        released: Vec<u32>,
+        asked: std::sync::atomic::AtomicU32,
+    }
+
+    impl MmWatch for Watch {
+        fn released(&self, pid: u32) -> bool {
+            self.asked
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.released.contains(&pid)
+        }
+    }
+
+    fn machine() -> Arc<MachineInner> {
+        let preset = crate::Preset::by_name("mi210x2").unwrap();
+        Arc::new(MachineInner::new(preset.to_topology().unwrap()).unwrap())
+    }
+
+    #[test]
+    fn a_process_whose_mm_the_watch_reports_released_is_released_once() {
+        let m = machine();
+        let watch = Arc::new(Watch {
+            released: vec![77],
+            asked: 0.into(),
+        });
+        let p = m.new_kfd_process(77, &|_| true).unwrap();
+        assert!(!p.mm_gone(), "no watch: nothing is known of any mm");
+        m.set_mm_watch(Some(watch.clone()));
+        assert!(p.mm_gone());
+        assert!(p.lock().mm_released);
+        assert!(p.mm_gone(), "still gone");
+        assert!(!p.release_mm(), "released before");
+        assert_eq!(
+            watch.asked.load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "once released, the watch is not asked again"
+        );
+    }
+
+    #[test]
+    fn a_live_process_the_watch_does_not_report_keeps_its_queues() {
+        let m = machine();
+        let watch = Arc::new(Watch {
+            released: vec![77],
+            asked: 0.into(),
+        });
+        m.set_mm_watch(Some(watch.clone()));
+        // This test's own process: alive, with mappings, so the watch is asked once.
+        let me = std::process::id();
+        let p = m.new_kfd_process(me, &|_| true).unwrap();
+        assert!(!p.mm_gone());
+        assert!(!p.lock().mm_released);
+        assert_eq!(watch.asked.load(std::sync::atomic::Ordering::Relaxed), 1);
+        m.set_mm_watch(None);
+        assert!(!m.mm_released(77), "no watch any more");
+    }
 
     #[test]
     fn a_new_process_never_inherits_a_dead_holders_kfd_process() {

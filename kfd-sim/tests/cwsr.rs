@@ -465,3 +465,51 @@ fn a_restored_mqd_of_another_driver_runs_the_dispatch_from_its_packet() {
     let inactive = (s.q.inactive.va - s.rig.signals.va) as usize + 8;
     assert_eq!(signals.load_u64(inactive), Some(0), "no queue error");
 }
+
+/// The process's mm torn down with a dispatch in flight (criu kills the task it dumped, whose
+/// queues it had just let run again): as amdkfd's MMU notifier release, the process's queues are
+/// destroyed. The dispatch stops where it was, for good: no wave goes on, its completion signal
+/// and the queue's `queue_inactive_signal` are never written (a queue error there would be a
+/// write into a dead process), and nothing is logged as a fault of the queue.
+#[rstest]
+#[case::spinning(SaveArea::Bo)]
+#[case::evicted_then_released(SaveArea::Svm)]
+fn the_release_of_the_mm_destroys_the_queues_with_their_dispatch(#[case] area: SaveArea) {
+    let s = spinning(3, area);
+    let evicted = matches!(area, SaveArea::Svm);
+    let criu = evicted.then(|| criu_view(&s.rig.e.kfd, &s.rig.e.proc));
+    if let Some((_, ck)) = &criu {
+        // Saved into its context save area, as at a dump.
+        ck.criu_process_info().unwrap();
+        assert!(saved_groups(&s.wave_state().0) >= 1);
+    }
+    let logged = s.rig.e.machine.logged_once();
+    s.rig.e.proc.notify_mm_release();
+    assert_eq!(
+        s.rig.e.kfd.destroy_queue(s.q.id).unwrap_err().errno(),
+        Some(Errno::EINVAL),
+        "the queue is gone"
+    );
+    if let Some((_, ck)) = &criu {
+        // criu's unpause after the dump: nothing is left to resume.
+        ck.criu_unpause().unwrap();
+    }
+    let entered = s.entered();
+    assert!(s.flag.map.write_u64(0, 3));
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(s.rig.value(&s.done), 1, "the dispatch never completes");
+    assert_eq!(s.sum(), 0, "no wave went past its spin");
+    assert_eq!(s.entered(), entered, "no workgroup started");
+    assert_eq!(
+        s.rig.value(&s.q.inactive),
+        0,
+        "no queue error was written into the process"
+    );
+    assert_eq!(
+        s.rig.e.machine.logged_once(),
+        logged,
+        "nothing of the queue was logged since (no fault, no queue error)"
+    );
+    // Released once: a second release (the watch asked again) changes nothing.
+    s.rig.e.proc.notify_mm_release();
+}

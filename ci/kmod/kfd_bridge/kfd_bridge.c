@@ -65,6 +65,8 @@
 #define KB_MAX_PENDING_FDS 65536u
 /* Unmaps kept per process between two takes; beyond, the process's "lost" flag is set. */
 #define KB_MAX_UNMAPS 240u
+/* Processes whose mm was torn down that are still reported after their last proxy file closed. */
+#define KB_MAX_RELEASED 64u
 
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 3, 0)
 static void kb_vm_flags_set(struct vm_area_struct *vma, vm_flags_t f) { vm_flags_set(vma, f); }
@@ -95,6 +97,12 @@ struct kb_ctl {
 	unsigned int npending;
 	struct list_head opens;		/* kb_open_rec.node: opens waiting for the daemon */
 	struct list_head mms;		/* kb_mm.node: the mms with a proxy file open */
+	/*
+	 * The processes of the last mms that were torn down before their last proxy file closed
+	 * (counted; a ring, oldest overwritten): the daemon may ask after the files closed.
+	 */
+	struct pid *released[KB_MAX_RELEASED];
+	unsigned int next_released;
 };
 
 /*
@@ -178,7 +186,10 @@ struct kb_pending {
 static void kb_ctl_free(struct kref *ref)
 {
 	struct kb_ctl *ctl = container_of(ref, struct kb_ctl, ref);
+	unsigned int i;
 
+	for (i = 0; i < KB_MAX_RELEASED; i++)
+		put_pid(ctl->released[i]);
 	xa_destroy(&ctl->queries);
 	put_pid_ns(ctl->pid_ns);
 	kfree(ctl);
@@ -259,7 +270,11 @@ static int kb_mn_invalidate_range_start(struct mmu_notifier *mn,
 	return 0;
 }
 
-/* The mm is being torn down (its process exits): the daemon drops the whole process anyway. */
+/*
+ * The mm is being torn down (its process exits or has exec'd): nothing more to record, and the
+ * daemon learns of it at its next take (KFD_BRIDGE_UNMAPS_RELEASED), as amdkfd tears the
+ * process's queues down from its own notifier's release. The records left are of no use now.
+ */
 static void kb_mn_release(struct mmu_notifier *mn, struct mm_struct *mm)
 {
 	struct kb_mm *m = container_of(mn, struct kb_mm, mn);
@@ -347,15 +362,25 @@ static struct kb_mm *kb_mm_get(struct kb_ctl *ctl)
 static void kb_mm_put(struct kb_mm *m)
 {
 	struct kb_ctl *ctl;
-	bool last;
+	bool last, gone;
 
 	if (!m)
 		return;
 	ctl = m->ctl;
 	mutex_lock(&ctl->lock);
 	last = --m->files == 0;
-	if (last)
+	if (last) {
 		list_del_init(&m->node);
+		spin_lock(&m->lock);
+		gone = m->gone;
+		spin_unlock(&m->lock);
+		if (gone) {
+			/* Still reported as released after the files close (the daemon may ask late). */
+			put_pid(ctl->released[ctl->next_released]);
+			ctl->released[ctl->next_released] = get_pid(m->tgid);
+			ctl->next_released = (ctl->next_released + 1) % KB_MAX_RELEASED;
+		}
+	}
 	mutex_unlock(&ctl->lock);
 	if (!last)
 		return;
@@ -1039,6 +1064,7 @@ static long kb_ctl_take_unmaps(struct kb_ctl *ctl, struct kfd_bridge_take_unmaps
 	struct kfd_bridge_unmap *buf;
 	unsigned int room, n = 0;
 	struct kb_mm *m;
+	bool released = false;
 	long err = -ENOENT;
 
 	if (copy_from_user(&tu, uarg, sizeof(tu)))
@@ -1054,8 +1080,10 @@ static long kb_ctl_take_unmaps(struct kb_ctl *ctl, struct kfd_bridge_take_unmaps
 			continue;
 		spin_lock(&m->lock);
 		if (m->gone) {
+			/* Torn down: exited, or left by execve (a live mm of the process wins). */
 			spin_unlock(&m->lock);
-			continue;	/* an mm the process left by execve */
+			released = true;
+			continue;
 		}
 		n = min(room, m->count);
 		memcpy(buf, m->unmaps, n * sizeof(*buf));
@@ -1063,14 +1091,28 @@ static long kb_ctl_take_unmaps(struct kb_ctl *ctl, struct kfd_bridge_take_unmaps
 		memmove(m->unmaps, m->unmaps + n, m->count * sizeof(*buf));
 		if (m->lost)
 			tu.flags |= KFD_BRIDGE_UNMAPS_LOST;
-		m->lost = false;
+		/* A look (no room) leaves the flag for the take that follows. */
+		if (room)
+			m->lost = false;
 		if (m->count)
 			tu.flags |= KFD_BRIDGE_UNMAPS_MORE;
 		spin_unlock(&m->lock);
+		released = false;
 		err = 0;
 		break;
 	}
+	if (err && !released) {
+		unsigned int i;
+
+		for (i = 0; i < KB_MAX_RELEASED; i++)
+			if (ctl->released[i] && pid_nr_ns(ctl->released[i], ctl->pid_ns) == tu.tgid)
+				released = true;
+	}
 	mutex_unlock(&ctl->lock);
+	if (err && released) {
+		tu.flags = KFD_BRIDGE_UNMAPS_RELEASED;
+		err = 0;
+	}
 	/* Taken is taken: a daemon that gives a bad address loses them (EFAULT). */
 	if (!err && copy_to_user(u64_to_user_ptr(tu.ranges), buf, n * sizeof(*buf)))
 		err = -EFAULT;

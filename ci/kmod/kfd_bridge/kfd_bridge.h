@@ -9,13 +9,14 @@
 #include <linux/ioctl.h>
 #include <linux/types.h>
 
-/* Bumped on any incompatible change of what follows. */
 /*
  * Bumped on any change of what follows. 2 added KFD_BRIDGE_IOC_OPEN_ACCESS; a daemon that knows
  * it may still speak 1 (without the caller's device cgroup). 3 added KFD_BRIDGE_IOC_TAKE_UNMAPS;
- * a daemon that knows it may still speak 1 or 2 (without the clients' unmaps).
+ * a daemon that knows it may still speak 1 or 2 (without the clients' unmaps). 4 added
+ * KFD_BRIDGE_UNMAPS_RELEASED and the take of no entries (a look); a daemon that knows it may
+ * still speak 1 to 3 (without the release of the clients' mms).
  */
-#define KFD_BRIDGE_VERSION 3
+#define KFD_BRIDGE_VERSION 4
 
 /* ---- Requests on the control device, /dev/kfd-bridge ---- */
 
@@ -97,10 +98,13 @@ struct kfd_bridge_unmap {
 	__u64 end;
 };
 
-/* The unmaps recorded for one process since the daemon last took them, oldest first. */
+/*
+ * The unmaps recorded for one process since the daemon last took them, oldest first. With
+ * `count` 0 (version 4) nothing is taken: the flags say what there is (MORE: some are recorded).
+ */
 struct kfd_bridge_take_unmaps {
 	__u32 tgid;	/* in: the process, in the daemon's pid namespace */
-	__u32 count;	/* in: room at `ranges`; out: entries written */
+	__u32 count;	/* in: room at `ranges` (0: a look); out: entries written */
 	__u32 flags;	/* out: KFD_BRIDGE_UNMAPS_* */
 	__u32 pad;
 	__u64 ranges;	/* address of `count` struct kfd_bridge_unmap */
@@ -108,6 +112,12 @@ struct kfd_bridge_take_unmaps {
 
 #define KFD_BRIDGE_UNMAPS_LOST	(1u << 0)	/* some went unrecorded (the queue was full) */
 #define KFD_BRIDGE_UNMAPS_MORE	(1u << 1)	/* more are recorded than fitted: take again */
+/*
+ * Version 4: the process's mm with a proxy file open was torn down (it exited, or called execve
+ * and has no proxy file open from its new mm): amdkfd's MMU notifier release. Nothing more is
+ * recorded for it; set on every take until its last proxy file closes.
+ */
+#define KFD_BRIDGE_UNMAPS_RELEASED (1u << 2)
 
 #define KFD_BRIDGE_IOC_VERSION	   _IOR(KFD_BRIDGE_IOC_TYPE, 0, __u32)
 #define KFD_BRIDGE_IOC_CREATE	   _IOWR(KFD_BRIDGE_IOC_TYPE, 1, struct kfd_bridge_create)

@@ -217,7 +217,12 @@ impl CuseServer {
                 "kfd-simd: serving through the kernel module ({}): mmap and installed fds",
                 b.path().display()
             );
-            *lock(&shared.bridge) = Some(Arc::new(b));
+            let b = Arc::new(b);
+            if b.watches_mms() {
+                let watch: Arc<dyn crate::kfd::process::MmWatch> = b.clone();
+                shared.machine.set_mm_watch(Some(watch));
+            }
+            *lock(&shared.bridge) = Some(b);
         }
         for (role, public) in roles {
             let devname = if bridged {
@@ -371,6 +376,7 @@ impl CuseServer {
         }
         // Closing the module's control device removes the proxies (files open through them keep
         // what they opened, and get errors from here on).
+        self.shared.machine.set_mm_watch(None);
         drop(lock(&self.shared.bridge).take());
         // Dropping the devices closes the /dev/cuse fds: the kernel removes the nodes.
         self.devices.clear();

@@ -84,6 +84,12 @@ pub(crate) trait MappedProcess {
 
     /// Runs `f` on the process's queues, under the lock the driver keeps them under.
     fn with_queues<R>(&self, f: impl FnOnce(&mut dyn Queues) -> R) -> R;
+
+    /// Whether the process's mm is gone (it exited while its queues ran): asked when an engine
+    /// could not reach its memory. The driver destroys the queues of such a process from its MMU
+    /// notifier's release, so what the engine met is no fault of the queue: it stops without a
+    /// word, and the process's queues are gone. Call without the process's lock.
+    fn mm_gone(&self) -> bool;
 }
 
 /// The queues of one process, under its lock.
@@ -344,6 +350,14 @@ fn run_queue(p: &impl MappedProcess, w: &Work) -> bool {
     })();
     match result {
         Ok(ran) => ran,
+        Err(e) if p.mm_gone() => {
+            log::debug!(
+                "kfd-sim: pid {}: SDMA queue {} stopped: its process's mm is gone ({e})",
+                p.pid(),
+                w.qid
+            );
+            true
+        }
         Err(e) => {
             log::warn!("kfd-sim: pid {}: SDMA queue {} hung: {e}", p.pid(), w.qid);
             p.with_queues(|qs| {

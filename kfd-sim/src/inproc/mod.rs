@@ -290,6 +290,21 @@ impl SimProcess {
         }
     }
 
+    /// What the kernel's MMU notifier reports to amdkfd when the process's mm is torn down (it
+    /// exits or calls execve: `release`): amdkfd destroys the queues of its KFD process
+    /// (`kfd_process_notifier_release`), so nothing of it runs on the GPU again, although its
+    /// files may stay open a while (another process holds them, or the exit has not closed them
+    /// yet). Returns once no engine runs a round of it. All simulated processes share this OS
+    /// process's mm, which never goes: a test calls this as if this process had exited. Nothing
+    /// happens without a KFD process.
+    pub fn notify_mm_release(&self) {
+        let process = lock(&self.inner.kfd).clone();
+        if let Some(p) = process {
+            p.release_mm();
+            crate::hw::scheduler::wait_idle(&*p);
+        }
+    }
+
     /// Ends a ptrace relation started with [`ptrace_attach`](Self::ptrace_attach).
     pub fn ptrace_detach(&self, tracee: &SimProcess) {
         self.inner.machine.inner.set_tracer(tracee.pid(), None);

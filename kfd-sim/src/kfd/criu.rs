@@ -222,6 +222,19 @@ fn process_info(call: &KfdCall<'_>, a: &mut CriuArgs) -> IoctlResult {
     // command processors stop their waves, which go into the context save areas.
     crate::hw::scheduler::wait_idle(call.process);
     crate::hw::cp::save_waves(call.process);
+    // What the eviction caught in flight: the AQL queues whose control stack now holds a
+    // dispatch (GET_QUEUE_WAVE_STATE would report it).
+    let saved = call
+        .process
+        .lock()
+        .queues
+        .values()
+        .filter(|q| q.cwsr_mqd() && cwsr::regs_used(&q.mqd, q.ctl_stack.len()).0 > 0)
+        .count();
+    log::info!(
+        "kfd-sim: pid {}: {saved} dispatch(es) in flight saved at the pause",
+        call.process.pid
+    );
     Ok(0)
 }
 

@@ -111,6 +111,8 @@ pub(crate) struct ProcState {
     /// The simulator's ends of the SMI event fds handed out (`kfd_smi_events.c`'s clients): kept
     /// open so that the caller's end reads empty rather than at its end.
     pub smi_clients: Vec<std::os::unix::net::UnixStream>,
+    /// The process's mm was torn down ([`KfdProcess::release_mm`]): its queues are gone.
+    pub mm_released: bool,
 }
 
 impl ProcState {
@@ -137,6 +139,14 @@ impl ProcState {
             .map(|p| p.bos.values().filter(|b| b.va > GPUVM_BASE).count())
             .sum()
     }
+}
+
+/// Who tells the driver that a client's mm was torn down (the MMU notifier's `release`, which
+/// amdkfd registers for every process): the kfd_bridge module, for the CUSE server behind it.
+pub(crate) trait MmWatch: Send + Sync + std::fmt::Debug {
+    /// Whether the mm of OS process `pid` (the daemon's pid namespace) was torn down: it exited,
+    /// or called execve.
+    fn released(&self, pid: u32) -> bool;
 }
 
 /// A KFD process: one per simulated mm.
@@ -194,6 +204,7 @@ impl KfdProcess {
             restore_pending: false,
             svm_restored: Vec::new(),
             smi_clients: Vec::new(),
+            mm_released: false,
         };
         Self {
             pid,
@@ -247,6 +258,47 @@ impl KfdProcess {
         {
             self.machine.release_system(aligned);
         }
+    }
+
+    /// amdkfd's MMU notifier release (`kfd_process_notifier_release_internal`): the process's mm
+    /// is gone, so its queues are destroyed (`kfd_process_dequeue_from_all_devices`,
+    /// `pqm_uninit`) and nothing of it runs on the GPU again; a round of the engines in flight
+    /// finds its queue gone. Returns whether this call released it (not done before). Does not
+    /// wait for that round (the command processor calls it from inside one; see
+    /// [`wait_idle`](crate::hw::scheduler::wait_idle)).
+    pub(crate) fn release_mm(&self) -> bool {
+        let mut st = self.lock();
+        if st.mm_released {
+            return false;
+        }
+        st.mm_released = true;
+        let queues = std::mem::take(&mut st.queues);
+        for q in queues.values() {
+            self.release_queue(&mut st, q);
+        }
+        drop(st);
+        log::info!(
+            "kfd-sim: pid {}: its mm was released: {} queue(s) destroyed, as amdkfd's MMU \
+             notifier release does",
+            self.pid,
+            queues.len()
+        );
+        true
+    }
+
+    /// Whether the process's mm is gone: released before, or the machine's watch
+    /// ([`MmWatch`]) says so now, and then it is released here ([`release_mm`](Self::release_mm)).
+    /// Asked when the engines could not reach the process's memory, before they call that a
+    /// fault of the queue.
+    pub(crate) fn mm_gone(&self) -> bool {
+        if self.lock().mm_released {
+            return true;
+        }
+        if self.machine.mm_released(self.pid) {
+            self.release_mm();
+            return true;
+        }
+        false
     }
 
     /// Releases a queue's device resources.

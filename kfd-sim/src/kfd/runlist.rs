@@ -45,6 +45,10 @@ impl MappedProcess for KfdProcess {
             st: &mut st,
         })
     }
+
+    fn mm_gone(&self) -> bool {
+        KfdProcess::mm_gone(self)
+    }
 }
 
 /// The queues of a locked KFD process, as the scheduler reads them.

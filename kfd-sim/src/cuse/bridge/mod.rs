@@ -29,6 +29,13 @@
 //!   ([`unmap_from_cpu`](crate::kfd::svm::unmap_from_cpu)). The notifier runs before munmap
 //!   returns, so no call made after an unmap is served without it. When the module's queue
 //!   overflowed, the parts of ranges that no VMA of the process covers any more are dropped.
+//! - The release of a client's mm (module version 4): amdkfd destroys a process's queues from its
+//!   MMU notifier's `release` (the process exited, or called execve). The module's notifier marks
+//!   the mm released, and a take for that process says so ([`proto::UNMAPS_RELEASED`], also for a
+//!   while after its files closed). The bridge is the machine's [`MmWatch`]: when an engine cannot
+//!   reach a process's memory, the machine asks it (a take of no entries, which takes nothing),
+//!   and a released process has its queues destroyed instead of their faulting: criu kills the
+//!   processes it dumped, whose queues it had just let run again.
 
 pub(super) mod proto;
 mod sys;
@@ -44,7 +51,7 @@ use std::sync::{Arc, Mutex};
 use kfd_abi::Errno;
 
 use crate::host::lock;
-use crate::kfd::process::KfdProcess;
+use crate::kfd::process::{KfdProcess, MmWatch};
 use crate::machine::{MachineInner, OpenFile};
 
 /// Where the module's control device appears.
@@ -203,7 +210,18 @@ impl HandOvers {
     }
 }
 
+impl MmWatch for Bridge {
+    fn released(&self, pid: u32) -> bool {
+        Bridge::released(self, pid)
+    }
+}
+
 impl Bridge {
+    /// Whether the module reports the release of clients' mms (version 4).
+    pub(super) fn watches_mms(&self) -> bool {
+        self.version >= proto::VERSION_RELEASED
+    }
+
     /// Opens the control device at `path` and checks the protocol version.
     pub(super) fn open(path: &Path) -> Result<Self, BridgeError> {
         let ctl = OpenOptions::new()
@@ -227,6 +245,15 @@ impl Bridge {
                 "kfd-simd: {} speaks protocol version {got} (this kfd-simd {}): clients' device \
                  cgroups are not applied, every KFD process gets every GPU; rebuild the module \
                  from this checkout (ci/kmod/build.sh)",
+                path.display(),
+                proto::VERSION
+            );
+        }
+        if got < proto::VERSION_RELEASED {
+            log::warn!(
+                "kfd-simd: {} speaks protocol version {got} (this kfd-simd {}): the release of \
+                 clients' mms is not seen, the queues of a process that exits run until its \
+                 files close; rebuild the module from this checkout (ci/kmod/build.sh)",
                 path.display(),
                 proto::VERSION
             );
@@ -313,6 +340,22 @@ impl Bridge {
         }
         if lost {
             self.unmaps_lost(process);
+        }
+    }
+
+    /// Whether the module has seen the mm of process `tgid` torn down: a take of no entries,
+    /// which leaves the records in place. `false` with a module older than version 4, and when
+    /// the module knows nothing of the process.
+    fn released(&self, tgid: u32) -> bool {
+        if self.version < proto::VERSION_RELEASED {
+            return false;
+        }
+        match sys::take_unmaps(self.ctl.as_fd(), tgid, &mut []) {
+            Ok((_, flags)) => flags & proto::UNMAPS_RELEASED != 0,
+            Err(e) => {
+                log::trace!("kfd-simd: pid {tgid}: nothing known of its mm: {e}");
+                false
+            }
         }
     }
 

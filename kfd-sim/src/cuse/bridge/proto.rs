@@ -7,11 +7,12 @@ use std::mem::size_of;
 use kfd_abi::ioctl::{encode, Dir};
 
 /// `KFD_BRIDGE_VERSION`: the protocol version this daemon speaks.
-pub(crate) const VERSION: u32 = 3;
+pub(crate) const VERSION: u32 = 4;
 
 /// The oldest module version this daemon still works with: 1 lacks [`IOC_OPEN_ACCESS`], so the
 /// caller's device cgroup is not applied (every GPU gets a per-device record); 1 and 2 lack
-/// [`IOC_TAKE_UNMAPS`], so SVM ranges outlive the clients' unmaps.
+/// [`IOC_TAKE_UNMAPS`], so SVM ranges outlive the clients' unmaps; 1 to 3 lack
+/// [`UNMAPS_RELEASED`], so the queues of a process that exits run until its files close.
 pub(crate) const OLDEST_VERSION: u32 = 1;
 
 /// The first version with [`IOC_OPEN_ACCESS`].
@@ -19,6 +20,9 @@ pub(crate) const VERSION_OPEN_ACCESS: u32 = 2;
 
 /// The first version with [`IOC_TAKE_UNMAPS`].
 pub(crate) const VERSION_UNMAPS: u32 = 3;
+
+/// The first version with [`UNMAPS_RELEASED`] and the take of no entries (a look).
+pub(crate) const VERSION_RELEASED: u32 = 4;
 
 const TYPE: u8 = 0xB7;
 
@@ -43,6 +47,9 @@ pub(crate) const IOC_TAKE_UNMAPS: u32 = encode(Dir::ReadWrite, TYPE, 6, size_of:
 pub(crate) const UNMAPS_LOST: u32 = 1 << 0;
 /// `KFD_BRIDGE_UNMAPS_MORE`: more are recorded than fitted; take again.
 pub(crate) const UNMAPS_MORE: u32 = 1 << 1;
+/// `KFD_BRIDGE_UNMAPS_RELEASED` (version 4): the process's mm was torn down (it exited, or
+/// called execve with no proxy file open from its new mm): the MMU notifier's release.
+pub(crate) const UNMAPS_RELEASED: u32 = 1 << 2;
 
 /// `KFD_BRIDGE_SIM_MMAP` (`_IO('K', 0x7c)`): the module asks the device to answer mmap query
 /// `arg`. Outside amdkfd's table (0x01..0x24) and amdgpu's driver ioctls, like the other
@@ -164,7 +171,7 @@ pub(crate) struct TakeUnmaps {
     pub tgid: u32,
     /// In: room at `ranges`; out: entries written.
     pub count: u32,
-    /// Out: [`UNMAPS_LOST`], [`UNMAPS_MORE`].
+    /// Out: [`UNMAPS_LOST`], [`UNMAPS_MORE`], [`UNMAPS_RELEASED`].
     pub flags: u32,
     /// Zero.
     pub pad: u32,
@@ -244,7 +251,11 @@ mod tests {
         assert_eq!(offset_of!(TakeUnmaps, flags), 8);
         assert_eq!(offset_of!(TakeUnmaps, pad), 12);
         assert_eq!(offset_of!(TakeUnmaps, ranges), 16);
-        assert_eq!((UNMAPS_LOST, UNMAPS_MORE), (1, 2));
+        assert_eq!(
+            (UNMAPS_LOST, UNMAPS_MORE, UNMAPS_RELEASED),
+            (1, 2, 4),
+            "KFD_BRIDGE_UNMAPS_*"
+        );
     }
 
     #[test]

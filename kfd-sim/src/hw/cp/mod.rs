@@ -326,10 +326,13 @@ impl<R: Runlist> QueueRun<'_, R> {
     }
 
     fn log_once(&self, key: &str, message: &str) {
-        self.runlist.log_once(
-            key,
-            &format!("pid {}: AQL queue {}: {message}", self.p.pid(), self.w.qid),
-        );
+        let message = format!("pid {}: AQL queue {}: {message}", self.p.pid(), self.w.qid);
+        // A process gone under its queue: the driver destroyed the queue, nothing to report.
+        if self.p.mm_gone() {
+            log::debug!("kfd-sim: {message} (its process's mm is gone)");
+            return;
+        }
+        self.runlist.log_once(key, &message);
     }
 
     /// Runs packets until the queue waits, up to a pass's worth; whether anything ran.

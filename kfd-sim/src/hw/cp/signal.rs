@@ -22,6 +22,10 @@ impl<R: Runlist> QueueRun<'_, R> {
     pub(super) fn queue_error(&mut self, code: u64) -> Step {
         self.st.stopped = Some(code);
         self.st.dispatch = None;
+        // A process gone under its queue: the driver destroyed the queue, nothing to report.
+        if self.p.mm_gone() {
+            return Step::Stopped;
+        }
         let sig = self
             .queue_va()
             .and_then(|q| read_u64(self.vm(), q + off::INACTIVE_SIGNAL as u64));
