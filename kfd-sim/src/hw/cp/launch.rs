@@ -38,7 +38,7 @@ impl<R: Runlist> QueueRun<'_, R> {
         let kd_bytes = match read_va(self.vm(), packet.kernel_object, 64) {
             Ok(b) => b,
             Err(e) => {
-                self.log_once(
+                self.log_failure(
                     "AQL kernel object",
                     &format!(
                         "kernel descriptor at {:#x} unreadable ({e}): queue error",
@@ -239,7 +239,7 @@ impl<R: Runlist> QueueRun<'_, R> {
             Failure::Trap { id, .. } => format!("shader s_trap {id}"),
             Failure::WriteBack { .. } => "shader write-back".to_owned(),
         };
-        self.log_once(
+        self.log_failure(
             &key,
             &format!(
                 "dispatch {} stopped: {what}: queue error {code:#x}",

@@ -326,13 +326,27 @@ impl<R: Runlist> QueueRun<'_, R> {
     }
 
     fn log_once(&self, key: &str, message: &str) {
-        let message = format!("pid {}: AQL queue {}: {message}", self.p.pid(), self.w.qid);
-        // A process gone under its queue: the driver destroyed the queue, nothing to report.
+        self.runlist.log_once(
+            key,
+            &format!("pid {}: AQL queue {}: {message}", self.p.pid(), self.w.qid),
+        );
+    }
+
+    /// As [`log_once`](Self::log_once) for a failure to reach the process's memory, which is no
+    /// fault of the queue when the process's mm is gone under it (the driver destroyed the
+    /// queue): then it is logged at debug level only. Only failures ask whether the mm is gone
+    /// (the kfd_bridge module, and the process's mappings): an ordinary message must not wait
+    /// for either while the round holds the process's queues.
+    fn log_failure(&self, key: &str, message: &str) {
         if self.p.mm_gone() {
-            log::debug!("kfd-sim: {message} (its process's mm is gone)");
+            log::debug!(
+                "kfd-sim: pid {}: AQL queue {}: {message} (its process's mm is gone)",
+                self.p.pid(),
+                self.w.qid
+            );
             return;
         }
-        self.runlist.log_once(key, &message);
+        self.log_once(key, message);
     }
 
     /// Runs packets until the queue waits, up to a pass's worth; whether anything ran.
@@ -369,7 +383,7 @@ impl<R: Runlist> QueueRun<'_, R> {
                     self.st.resume = Some(d);
                 }
                 Err(e) => {
-                    self.log_once(
+                    self.log_failure(
                         "AQL CWSR restore",
                         &format!("saved waves unreadable ({e}): queue error"),
                     );
@@ -429,7 +443,7 @@ impl<R: Runlist> QueueRun<'_, R> {
             // waits instead of faulting.
             Err(_) if self.st.rptr == 0 && self.w.doorbell == 0 => return Step::Wait,
             Err(e) => {
-                self.log_once(
+                self.log_failure(
                     "AQL ring unreadable",
                     &format!("ring unreadable ({e}): the queue stops"),
                 );

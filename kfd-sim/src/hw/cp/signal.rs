@@ -8,7 +8,7 @@ use crate::hw::sdma::{gpu_timestamp, write_va, Fault};
 
 impl<R: Runlist> QueueRun<'_, R> {
     pub(super) fn memory_error(&mut self, what: &str, e: &Fault) -> Step {
-        self.log_once(
+        self.log_failure(
             &format!("AQL memory {what}"),
             &format!(
                 "{what} unreadable at packet {} ({e}): queue error",
