@@ -163,6 +163,9 @@ fn zero_chunks_are_holes_that_read_back_the_same(
     #[values(Read::Buffered, Read::Direct)] how: Read,
 ) {
     let d = dir();
+    if (written == Write::Direct || how == Read::Direct) && !d.has_direct_io() {
+        return;
+    }
     let data = payload();
     let sums = write_as(&d, &data, checksums, written);
     // Upstream's view: the same length and the same bytes, holes included.
@@ -215,6 +218,9 @@ fn a_copy_without_holes_reads_the_same_and_skips_nothing(
     #[values(Read::Buffered, Read::Direct)] how: Read,
 ) {
     let d = dir();
+    if how == Read::Direct && !d.has_direct_io() {
+        return;
+    }
     let data = payload();
     let sums = write(&d, &data, true).unwrap();
     // Copied by a tool that writes every byte (no holes left).
@@ -251,6 +257,9 @@ fn damage_to_zeros_or_holes_is_a_checksum_mismatch(
     #[values(Read::Buffered, Read::Direct)] how: Read,
 ) {
     let d = dir();
+    if how == Read::Direct && !d.has_direct_io() {
+        return;
+    }
     let sums = write(&d, &payload(), true).unwrap();
     let f = std::fs::OpenOptions::new()
         .write(true)
