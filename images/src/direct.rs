@@ -109,6 +109,23 @@ pub(crate) fn resident_pages(file: &File, offset: u64, len: u64) -> io::Result<u
     Ok(vec.iter().filter(|&&b| b & 1 == 1).count() as u64)
 }
 
+/// Whether the file system of directory `dir` reads files with direct I/O (tmpfs before Linux
+/// 6.6 does not, nor do some network file systems): a probe file is written, read back directly
+/// and removed.
+///
+/// # Errors
+/// Writing or removing the probe file.
+pub fn supported_in(dir: &std::path::Path) -> io::Result<bool> {
+    let probe = dir.join(".amdgpu-cr-direct-io-probe");
+    std::fs::write(&probe, [1u8; DIRECT_ALIGN])?;
+    let ok = File::open(&probe)
+        .and_then(|f| reopen_direct(&f))
+        .and_then(|f| read_direct_at(&f, AlignedBuf::new(DIRECT_ALIGN).as_mut_slice(), 0))
+        .is_ok();
+    std::fs::remove_file(&probe)?;
+    Ok(ok)
+}
+
 /// `file` opened again, read-only, for direct I/O: a new open file description (the original's
 /// reads stay buffered), through `/proc/self/fd`.
 ///

@@ -66,3 +66,11 @@ fn the_cached_fraction_follows_the_page_cache() {
     assert!(first_half > 0.99, "the half read: {first_half} cached");
     assert!((cached_fraction(&file, 8, 0).unwrap() - 1.0).abs() < f64::EPSILON);
 }
+
+#[test]
+fn the_probe_of_a_directory_agrees_with_a_direct_open_and_leaves_nothing() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let supported = images::direct::supported_in(dir.path()).unwrap();
+    assert_eq!(supported, disk_file(4096).is_some());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}

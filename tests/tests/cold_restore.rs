@@ -47,16 +47,7 @@ fn cached(files: &[PathBuf]) -> f64 {
 /// Whether `dir`'s file system takes direct I/O and has a page cache to drop (a disk's, not a
 /// tmpfs); says so on stderr when not, and the test skips.
 fn direct_io_in(dir: &Path) -> bool {
-    let probe = dir.join("direct-io-probe");
-    std::fs::write(&probe, [1u8; 4096]).unwrap();
-    let ok = File::open(&probe)
-        .and_then(|f| images::direct::reopen_direct(&f))
-        .and_then(|f| {
-            let mut buf = images::direct::AlignedBuf::new(4096);
-            images::direct::read_direct_at(&f, buf.as_mut_slice(), 0)
-        })
-        .is_ok();
-    std::fs::remove_file(&probe).unwrap();
+    let ok = images::direct::supported_in(dir).unwrap();
     if !ok {
         eprintln!(
             "{}: no direct I/O on this file system: skipped",

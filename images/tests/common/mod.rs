@@ -28,16 +28,7 @@ impl Dir {
     /// Whether the directory's file system takes direct I/O (tmpfs before Linux 6.6 does not);
     /// says so on stderr when it does not, for the tests that then skip their direct cases.
     pub(crate) fn has_direct_io(&self) -> bool {
-        let probe = self.path("direct-io-probe");
-        std::fs::write(&probe, [1u8; 4096]).unwrap();
-        let ok = File::open(&probe)
-            .and_then(|f| images::direct::reopen_direct(&f))
-            .and_then(|f| {
-                let mut buf = images::direct::AlignedBuf::new(4096);
-                images::direct::read_direct_at(&f, buf.as_mut_slice(), 0)
-            })
-            .is_ok();
-        std::fs::remove_file(&probe).unwrap();
+        let ok = images::direct::supported_in(self.tmp.path()).unwrap();
         if !ok {
             eprintln!(
                 "{}: no direct I/O on this file system: direct cases skipped",
