@@ -119,11 +119,21 @@ pub fn supported_in(dir: &std::path::Path) -> io::Result<bool> {
     let probe = dir.join(".amdgpu-cr-direct-io-probe");
     std::fs::write(&probe, [1u8; DIRECT_ALIGN])?;
     let ok = File::open(&probe)
-        .and_then(|f| reopen_direct(&f))
-        .and_then(|f| read_direct_at(&f, AlignedBuf::new(DIRECT_ALIGN).as_mut_slice(), 0))
+        .and_then(|f| open_direct_checked(&f))
         .is_ok();
     std::fs::remove_file(&probe)?;
     Ok(ok)
+}
+
+/// `file` opened again for direct reads ([`reopen_direct`]) and its first page read that way: a
+/// file system may take the open and still refuse the read.
+///
+/// # Errors
+/// The open's or the read's error.
+pub fn open_direct_checked(file: &File) -> io::Result<File> {
+    let direct = reopen_direct(file)?;
+    read_direct_at(&direct, AlignedBuf::new(DIRECT_ALIGN).as_mut_slice(), 0)?;
+    Ok(direct)
 }
 
 /// `file` opened again, read-only, for direct I/O: a new open file description (the original's

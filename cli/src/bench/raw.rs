@@ -140,7 +140,7 @@ pub(super) fn raw_read(paths: &[PathBuf], direct_size: usize) -> io::Result<Dura
                     let f = File::open(path)?;
                     let len = f.metadata()?.len();
                     let cold = images::direct::cached_fraction(&f, 0, len)? < COLD;
-                    match cold.then(|| images::direct::reopen_direct(&f)) {
+                    match cold.then(|| images::direct::open_direct_checked(&f)) {
                         Some(Ok(direct)) => read_direct(&direct, direct_size),
                         _ => read_buffered(f, len),
                     }

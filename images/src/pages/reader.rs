@@ -275,11 +275,7 @@ impl PagesReader {
             );
             return false;
         }
-        // A file system may open for direct I/O and still refuse the read: try its first page.
-        let mut probe = direct::AlignedBuf::new(direct::DIRECT_ALIGN);
-        match direct::reopen_direct(&self.file)
-            .and_then(|f| direct::read_direct_at(&f, probe.as_mut_slice(), 0).map(|_| f))
-        {
+        match direct::open_direct_checked(&self.file) {
             Ok(f) => {
                 log::debug!(
                     "{}: {:.0}% in the page cache: reading it with direct I/O",
