@@ -116,10 +116,7 @@ fn read_sparse(
     let mut r = PagesReader::open(d.fd.as_fd(), KFD, LEN as u64, sums)?;
     if how == Read::Direct {
         // Whatever the page cache holds: the test asks for direct reads.
-        assert!(
-            r.use_direct_io_if_cold(2.0),
-            "the test directory takes direct I/O"
-        );
+        assert!(r.use_direct_io(), "the test directory takes direct I/O");
     }
     let (mut out, mut skipped) = (Vec::new(), Vec::<Range<usize>>::new());
     let mut window = AlignedBuf::new(buf + DIRECT_ALIGN);

@@ -86,16 +86,6 @@ impl DirectIo {
             DirectIo::Never => false,
         }
     }
-
-    /// The share of a file's pages in the page cache below which it is read directly.
-    fn below(self) -> Option<f64> {
-        match self {
-            DirectIo::Cold => Some(0.5),
-            // Whatever is cached: a share is at most 1.
-            DirectIo::Always => Some(2.0),
-            DirectIo::Never => None,
-        }
-    }
 }
 
 /// How a restore reads a pages file.
@@ -715,10 +705,12 @@ pub(crate) fn restore_gpu<T: Transport>(
 ) -> Result<u64, CopyError> {
     let (total, mut dma) = prepare(render, bos)?;
     let direct = total > 0
-        && reading
-            .direct
-            .below()
-            .is_some_and(|share| reader.use_direct_io_if_cold(share));
+        && match reading.direct {
+            // Less than half of it in the page cache.
+            DirectIo::Cold => reader.use_direct_io_if_cold(0.5),
+            DirectIo::Always => reader.use_direct_io(),
+            DirectIo::Never => false,
+        };
     let map = reading.map_pages && total > 0 && !direct;
     let slots = restore_slots(&mut dma, reader, staging, map)?;
     let Ring {

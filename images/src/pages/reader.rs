@@ -249,39 +249,47 @@ impl PagesReader {
 
     /// Switches the reader to direct I/O (`O_DIRECT`, see [`crate::direct`]) when less than
     /// `cached` (a share, 0.0 to 1.0) of the payload not read yet is in the page cache and the
-    /// file system reads the file directly; whether it did. From then on the caller reads with
-    /// [`PagesReader::read_direct_skipping_holes`] and the reader asks for no read-ahead. Taken
-    /// before the first read: the read-ahead of the first read would fill the cache.
+    /// file system reads the file directly; whether it did. See
+    /// [`PagesReader::use_direct_io`].
     pub fn use_direct_io_if_cold(&mut self, cached: f64) -> bool {
         if self.direct.is_some() {
             return true;
         }
         let (from, end) = (page_offset(self.pos), HEADER_LEN + self.total);
-        let share = match direct::cached_fraction(&self.file, from, end - from) {
-            Ok(share) => share,
+        match direct::cached_fraction(&self.file, from, end - from) {
+            Ok(share) if share < cached => {
+                log::debug!("{}: {:.0}% in the page cache", self.name, share * 100.0);
+                self.use_direct_io()
+            }
+            Ok(share) => {
+                log::debug!(
+                    "{}: {:.0}% in the page cache: reading it buffered",
+                    self.name,
+                    share * 100.0
+                );
+                false
+            }
             Err(e) => {
                 log::debug!(
                     "{}: cannot tell what is cached ({e}): reading it buffered",
                     self.name
                 );
-                return false;
+                false
             }
-        };
-        if share >= cached {
-            log::debug!(
-                "{}: {:.0}% in the page cache: reading it buffered",
-                self.name,
-                share * 100.0
-            );
-            return false;
+        }
+    }
+
+    /// Switches the reader to direct I/O whatever the page cache holds, where the file system
+    /// reads the file directly; whether it did. From then on the caller reads with
+    /// [`PagesReader::read_direct_skipping_holes`] and the reader asks for no read-ahead. Taken
+    /// before the first read: the read-ahead of the first read would fill the cache.
+    pub fn use_direct_io(&mut self) -> bool {
+        if self.direct.is_some() {
+            return true;
         }
         match direct::open_direct_checked(&self.file) {
             Ok(f) => {
-                log::debug!(
-                    "{}: {:.0}% in the page cache: reading it with direct I/O",
-                    self.name,
-                    share * 100.0
-                );
+                log::debug!("{}: reading it with direct I/O", self.name);
                 self.direct = Some(f);
                 true
             }
