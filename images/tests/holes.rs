@@ -50,15 +50,26 @@ enum Write {
     /// With direct I/O, from aligned windows congruent with the file (`write_direct`), as a
     /// dump that must reach the disk writes.
     Direct,
+    /// With direct I/O, every window checksummed first (`prepare_direct`) and written after, in
+    /// reverse order, through a second handle (`direct_writes`): as the dump's writing thread
+    /// writes one window while the next is checksummed.
+    DirectAhead,
+}
+
+impl Write {
+    fn is_direct(self) -> bool {
+        self != Write::Buffered
+    }
 }
 
 fn write_as(d: &Dir, data: &[u8], checksums: bool, how: Write) -> Option<PagesChecksums> {
     let chunk = checksums.then_some(DEFAULT_CHUNK_SIZE);
     let mut w = PagesWriter::new(d.fd.as_fd(), KFD, data.len() as u64, chunk).unwrap();
-    if how == Write::Direct {
+    if how.is_direct() {
         assert!(w.use_direct_io(), "the test directory takes direct I/O");
     }
     let mut window = AlignedBuf::new(3 * M + 2 * DIRECT_ALIGN);
+    let mut prepared = Vec::new();
     // Pieces that do not line up with the chunks (3 MiB, as staging buffers of another size).
     let mut pos = 0;
     for piece in data.chunks(3 * M) {
@@ -71,8 +82,21 @@ fn write_as(d: &Dir, data: &[u8], checksums: bool, how: Write) -> Option<PagesCh
                 win[off..off + piece.len()].copy_from_slice(piece);
                 w.write_direct(win, piece.len()).unwrap();
             }
+            Write::DirectAhead => {
+                let mut win = AlignedBuf::new(3 * M + 2 * DIRECT_ALIGN);
+                let off = pages::buffer_offset(pos as u64);
+                win.as_mut_slice().fill(0xee);
+                win.as_mut_slice()[off..off + piece.len()].copy_from_slice(piece);
+                let runs = w.prepare_direct(win.as_mut_slice(), piece.len()).unwrap();
+                prepared.push((win, runs));
+            }
         }
         pos += piece.len();
+    }
+    if let Some(disk) = w.direct_writes().unwrap() {
+        for (win, runs) in prepared.iter().rev() {
+            disk.write(win.as_slice(), runs).unwrap();
+        }
     }
     // Zero blocks are holes; the block at each end of a zero run also holds data (the payload
     // starts 8 bytes into the file), so up to a block per run is written.
@@ -103,6 +127,16 @@ enum Read {
     /// With direct I/O, into aligned windows congruent with the file
     /// (`read_direct_skipping_holes`), as the restore reads a file not in the page cache.
     Direct,
+    /// With direct I/O, every window read first through a second handle (`direct_reads`) and
+    /// verified after, in order (`verify_direct_skipping_holes`): as the restore's reading thread
+    /// reads ahead of the verifying one.
+    DirectAhead,
+}
+
+impl Read {
+    fn is_direct(self) -> bool {
+        self != Read::Buffered
+    }
 }
 
 /// Reads the whole file in `buf`-sized reads, `how`; returns the bytes (holes as zeros) and the
@@ -114,9 +148,24 @@ fn read_sparse(
     how: Read,
 ) -> Result<(Vec<u8>, Vec<Range<usize>>), PagesError> {
     let mut r = PagesReader::open(d.fd.as_fd(), KFD, LEN as u64, sums)?;
-    if how == Read::Direct {
+    if how.is_direct() {
         // Whatever the page cache holds: the test asks for direct reads.
         assert!(r.use_direct_io(), "the test directory takes direct I/O");
+    }
+    // Read ahead: every window read before the first is verified.
+    let mut ahead = Vec::new();
+    if how == Read::DirectAhead {
+        let disk = r.direct_reads()?.expect("a direct reader");
+        let mut pos = 0;
+        while pos < LEN {
+            let n = (LEN - pos).min(buf);
+            let mut w = AlignedBuf::new(buf + DIRECT_ALIGN);
+            w.as_mut_slice().fill(0xee);
+            disk.read(w.as_mut_slice(), pos as u64, n)?;
+            ahead.push(w);
+            pos += n;
+        }
+        ahead.reverse();
     }
     let (mut out, mut skipped) = (Vec::new(), Vec::<Range<usize>>::new());
     let mut window = AlignedBuf::new(buf + DIRECT_ALIGN);
@@ -125,19 +174,24 @@ fn read_sparse(
         let at = out.len();
         let off = match how {
             Read::Buffered => 0,
-            Read::Direct => pages::buffer_offset(at as u64),
+            Read::Direct | Read::DirectAhead => pages::buffer_offset(at as u64),
         };
+        if let Some(read) = ahead.pop() {
+            window = read;
+        } else {
+            window.as_mut_slice().fill(0xee);
+        }
         let w = window.as_mut_slice();
-        w.fill(0xee);
         let zeros = match how {
             Read::Buffered => r.read_skipping_holes(&mut w[..n])?,
             Read::Direct => r.read_direct_skipping_holes(w, n)?,
+            Read::DirectAhead => r.verify_direct_skipping_holes(w, n)?,
         };
         let b = &mut w[off..off + n];
         for z in zeros {
             // A direct read reads whole pages, the holes' too; a buffered one skips them.
             assert!(
-                how == Read::Direct || b[z.clone()].iter().all(|&x| x == 0xee),
+                how.is_direct() || b[z.clone()].iter().all(|&x| x == 0xee),
                 "a skipped range was written"
             );
             b[z.clone()].fill(0);
@@ -156,11 +210,11 @@ fn read_sparse(
 #[case::without_checksums(false)]
 fn zero_chunks_are_holes_that_read_back_the_same(
     #[case] checksums: bool,
-    #[values(Write::Buffered, Write::Direct)] written: Write,
-    #[values(Read::Buffered, Read::Direct)] how: Read,
+    #[values(Write::Buffered, Write::Direct, Write::DirectAhead)] written: Write,
+    #[values(Read::Buffered, Read::Direct, Read::DirectAhead)] how: Read,
 ) {
     let d = dir();
-    if (written == Write::Direct || how == Read::Direct) && !d.has_direct_io() {
+    if (written.is_direct() || how.is_direct()) && !d.has_direct_io() {
         return;
     }
     let data = payload();
@@ -212,10 +266,10 @@ fn zero_chunks_are_holes_that_read_back_the_same(
 
 #[rstest]
 fn a_copy_without_holes_reads_the_same_and_skips_nothing(
-    #[values(Read::Buffered, Read::Direct)] how: Read,
+    #[values(Read::Buffered, Read::Direct, Read::DirectAhead)] how: Read,
 ) {
     let d = dir();
-    if how == Read::Direct && !d.has_direct_io() {
+    if how.is_direct() && !d.has_direct_io() {
         return;
     }
     let data = payload();
@@ -251,10 +305,10 @@ fn damage_to_zeros_or_holes_is_a_checksum_mismatch(
     #[case] damage: Damage,
     #[case] at: usize,
     #[case] chunk: u64,
-    #[values(Read::Buffered, Read::Direct)] how: Read,
+    #[values(Read::Buffered, Read::Direct, Read::DirectAhead)] how: Read,
 ) {
     let d = dir();
-    if how == Read::Direct && !d.has_direct_io() {
+    if how.is_direct() && !d.has_direct_io() {
         return;
     }
     let sums = write(&d, &payload(), true).unwrap();

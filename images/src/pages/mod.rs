@@ -31,8 +31,8 @@ use crate::proto::{KfdBoEntry, PagesChecksums};
 mod reader;
 mod writer;
 
-pub use reader::PagesReader;
-pub use writer::PagesWriter;
+pub use reader::{DirectReads, PagesReader};
+pub use writer::{DirectRuns, DirectWrites, PagesWriter};
 
 /// Bytes checksummed and then written (or read and then checksummed) at a time: small enough to
 /// stay in the CPU cache between the two passes, large enough for efficient syscalls. Also the

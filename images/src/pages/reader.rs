@@ -33,7 +33,66 @@ pub struct PagesReader {
     extents: Extents,
     /// The file opened again for direct I/O, once the caller chose it
     /// ([`PagesReader::use_direct_io_if_cold`]).
-    direct: Option<File>,
+    direct: Option<DirectReads>,
+}
+
+/// Direct reads of a pages file's payload, without a reader's position or checksums: a second
+/// handle on the file a [`PagesReader`] reads with direct I/O ([`PagesReader::direct_reads`]),
+/// for a thread that reads the next window from the disk while the reader verifies the last one
+/// ([`PagesReader::verify_direct_skipping_holes`]). The disk then does not wait for the
+/// checksums.
+#[derive(Debug)]
+pub struct DirectReads {
+    file: File,
+    name: String,
+    total: u64,
+}
+
+impl DirectReads {
+    /// Reads payload bytes `pos..pos + len` into `window`, a buffer whose start is aligned to
+    /// [`direct::DIRECT_ALIGN`] and whose byte [`buffer_offset`]`(pos)` is to hold payload byte
+    /// `pos`: the pages that hold them are read whole, in one direct read; `window`'s bytes
+    /// outside the `len` bytes are left undefined. Nothing is verified.
+    ///
+    /// # Errors
+    /// [`PagesError::ReadPastEnd`]; [`PagesError::Read`] when `window` is too small or
+    /// misaligned, or the read fails or ends early.
+    pub fn read(&self, window: &mut [u8], pos: u64, len: usize) -> Result<(), PagesError> {
+        let (from, off) = (page_offset(pos), buffer_offset(pos));
+        let fail = |source: io::Error| PagesError::Read {
+            file: self.name.clone(),
+            offset: from,
+            source,
+        };
+        if pos
+            .checked_add(len as u64)
+            .is_none_or(|end| end > self.total)
+        {
+            return Err(PagesError::ReadPastEnd {
+                file: self.name.clone(),
+                offset: pos.saturating_add(HEADER_LEN),
+                len: len as u64,
+                total: self.total,
+            });
+        }
+        let want = (off + len).next_multiple_of(direct::DIRECT_ALIGN);
+        let Some(buf) = window.get_mut(..want) else {
+            return Err(fail(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a window of {} bytes for {want}", window.len()),
+            )));
+        };
+        let got = direct::read_direct_at(&self.file, buf, from).map_err(fail)?;
+        if got < off + len {
+            return Err(fail(io::ErrorKind::UnexpectedEof.into()));
+        }
+        Ok(())
+    }
+
+    /// The file's name in the image directory.
+    pub fn file_name(&self) -> &str {
+        &self.name
+    }
 }
 
 impl PagesReader {
@@ -288,9 +347,13 @@ impl PagesReader {
             return true;
         }
         match direct::open_direct_checked(&self.file) {
-            Ok(f) => {
+            Ok(file) => {
                 log::debug!("{}: reading it with direct I/O", self.name);
-                self.direct = Some(f);
+                self.direct = Some(DirectReads {
+                    file,
+                    name: self.name.clone(),
+                    total: self.total,
+                });
                 true
             }
             Err(e) => {
@@ -308,12 +371,32 @@ impl PagesReader {
         self.direct.is_some()
     }
 
+    /// A second handle on the file for direct reads ([`DirectReads`]), once the reader was
+    /// switched to direct I/O; `None` before.
+    ///
+    /// # Errors
+    /// [`PagesError::Open`] when the file descriptor cannot be duplicated.
+    pub fn direct_reads(&self) -> Result<Option<DirectReads>, PagesError> {
+        let Some(d) = &self.direct else {
+            return Ok(None);
+        };
+        let file = d.file.try_clone().map_err(|source| PagesError::Open {
+            file: self.name.clone(),
+            source,
+        })?;
+        Ok(Some(DirectReads {
+            file,
+            name: d.name.clone(),
+            total: d.total,
+        }))
+    }
+
     /// As [`PagesReader::read_skipping_holes`] for the next `len` payload bytes, read with direct
     /// I/O into `window`, a buffer whose start is aligned to [`direct::DIRECT_ALIGN`] and whose
     /// byte [`buffer_offset`]`(pos)` is to hold payload byte `pos` (the position): the pages that
-    /// hold the `len` bytes are read whole, in one direct read, and the bytes are verified in
-    /// `window` as [`PagesReader::verify_skipping_holes`] verifies a mapping. Holes are returned
-    /// as there; `window`'s bytes outside the `len` bytes (and in holes) are left undefined.
+    /// hold the `len` bytes are read whole, in one direct read ([`DirectReads::read`]), and
+    /// verified ([`PagesReader::verify_direct_skipping_holes`]). Holes are returned as there;
+    /// `window`'s bytes outside the `len` bytes (and in holes) are left undefined.
     ///
     /// # Errors
     /// [`PagesError::ReadPastEnd`]; [`PagesError::Read`] when the reader is not direct, `window`
@@ -324,40 +407,38 @@ impl PagesReader {
         window: &mut [u8],
         len: usize,
     ) -> Result<Vec<Range<usize>>, PagesError> {
-        let from = page_offset(self.pos);
-        let off = buffer_offset(self.pos);
-        let fail = |source: io::Error| PagesError::Read {
-            file: self.name.clone(),
-            offset: from,
-            source,
-        };
-        if len as u64 > self.remaining() {
-            return Err(PagesError::ReadPastEnd {
-                file: self.name.clone(),
-                offset: self.pos + HEADER_LEN,
-                len: len as u64,
-                total: self.total,
-            });
-        }
         let Some(direct) = &self.direct else {
-            return Err(fail(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "the reader was not switched to direct I/O",
-            )));
+            return Err(PagesError::Read {
+                file: self.name.clone(),
+                offset: page_offset(self.pos),
+                source: io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "the reader was not switched to direct I/O",
+                ),
+            });
         };
-        let want = (off + len).next_multiple_of(direct::DIRECT_ALIGN);
-        let Some(buf) = window.get_mut(..want) else {
-            return Err(fail(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("a window of {} bytes for {want}", window.len()),
-            )));
-        };
-        let got = direct::read_direct_at(direct, buf, from).map_err(fail)?;
-        if got < off + len {
-            return Err(fail(io::ErrorKind::UnexpectedEof.into()));
-        }
-        let window = &*window;
-        self.verify_skipping_holes(len, |r| Ok(&window[off + r.start..off + r.end]))
+        direct.read(window, self.pos, len)?;
+        self.verify_direct_skipping_holes(window, len)
+    }
+
+    /// As [`PagesReader::verify_skipping_holes`] for the next `len` payload bytes, which a direct
+    /// read ([`DirectReads::read`] at the position) put in `window`: payload byte `pos` (the
+    /// position) at `window`'s byte [`buffer_offset`]`(pos)`.
+    ///
+    /// # Errors
+    /// [`PagesError::ReadPastEnd`]; [`PagesError::Read`] when `window` is too short;
+    /// [`PagesError::ChecksumMismatch`].
+    pub fn verify_direct_skipping_holes(
+        &mut self,
+        window: &[u8],
+        len: usize,
+    ) -> Result<Vec<Range<usize>>, PagesError> {
+        let off = buffer_offset(self.pos);
+        self.verify_skipping_holes(len, |r| {
+            window
+                .get(off + r.start..off + r.end)
+                .ok_or_else(|| io::ErrorKind::UnexpectedEof.into())
+        })
     }
 
     /// The file, for callers that map it: payload byte `pos` is at file offset `pos + 8`. The

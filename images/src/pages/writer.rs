@@ -33,7 +33,69 @@ pub struct PagesWriter {
     /// The file opened again for direct I/O, once the caller chose it
     /// ([`PagesWriter::use_direct_io`]), and the bytes of the page the writer is in that are
     /// not written yet (from the page's start to the position: the header at first).
-    direct: Option<(File, Vec<u8>)>,
+    direct: Option<(DirectWrites, Vec<u8>)>,
+}
+
+/// Direct writes of a pages file: a second handle on the file a [`PagesWriter`] writes with
+/// direct I/O ([`PagesWriter::direct_writes`]), for a thread that writes one window to the disk
+/// while the writer checksums the next ([`PagesWriter::prepare_direct`]). The disk then does
+/// not wait for the checksums.
+#[derive(Debug)]
+pub struct DirectWrites {
+    file: File,
+    name: String,
+}
+
+/// The runs of a window that [`PagesWriter::prepare_direct`] left to write, and where they go
+/// in the file.
+#[derive(Debug, Default)]
+#[must_use = "the window's pages are not on the disk until they are written"]
+pub struct DirectRuns {
+    /// Ranges of the window, each with the file offset of its first byte.
+    runs: Vec<(Range<usize>, u64)>,
+}
+
+impl DirectRuns {
+    /// Bytes to write.
+    pub fn len(&self) -> u64 {
+        self.runs.iter().map(|(r, _)| r.len() as u64).sum()
+    }
+
+    /// Whether there is nothing to write (the window's complete pages were all zero).
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+}
+
+impl DirectWrites {
+    /// Writes `runs` of `window` (the window [`PagesWriter::prepare_direct`] took them from, as
+    /// it left it) to the file with direct writes. Writes of different windows go to different
+    /// pages: they may be issued in any order, from any thread.
+    ///
+    /// # Errors
+    /// [`PagesError::Write`] when a run lies outside `window` or a write fails.
+    pub fn write(&self, window: &[u8], runs: &DirectRuns) -> Result<(), PagesError> {
+        for (run, at) in &runs.runs {
+            let fail = |source| PagesError::Write {
+                file: self.name.clone(),
+                offset: *at,
+                source,
+            };
+            let bytes = window.get(run.clone()).ok_or_else(|| {
+                fail(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("a window of {} bytes for {run:?}", window.len()),
+                ))
+            })?;
+            direct::write_direct_at(&self.file, bytes, *at).map_err(fail)?;
+        }
+        Ok(())
+    }
+
+    /// The file's name in the image directory.
+    pub fn file_name(&self) -> &str {
+        &self.name
+    }
 }
 
 impl PagesWriter {
@@ -96,9 +158,13 @@ impl PagesWriter {
             return false;
         }
         match direct::reopen_direct_write(&self.file) {
-            Ok(f) => {
+            Ok(file) => {
                 log::debug!("{}: writing it with direct I/O", self.name);
-                self.direct = Some((f, self.total.to_ne_bytes().to_vec()));
+                let writes = DirectWrites {
+                    file,
+                    name: self.name.clone(),
+                };
+                self.direct = Some((writes, self.total.to_ne_bytes().to_vec()));
                 true
             }
             Err(e) => {
@@ -116,25 +182,63 @@ impl PagesWriter {
         self.direct.is_some()
     }
 
-    /// As [`PagesWriter::write_chunk`] for the next `len` payload bytes, which lie in `window`
-    /// at [`buffer_offset`]`(pos)` (`pos`: the payload written so far), written with direct
-    /// I/O. `window` starts on a [`direct::DIRECT_ALIGN`] boundary and has room for the whole
-    /// pages of the `len` bytes: its bytes before them take the part of the page the previous
-    /// call left unwritten, and after them, zeros to fill the file's last page. The pages whose
-    /// bytes are all complete are written, in one call per run of pages that are not all zero
-    /// (zero pages stay holes); the last, partial page waits for the next call or, at the end
-    /// of the payload, is written whole and the file cut to its length in
-    /// [`PagesWriter::finish`].
+    /// A second handle on the file for direct writes ([`DirectWrites`]), once the writer was
+    /// switched to direct I/O; `None` before.
     ///
     /// # Errors
-    /// [`PagesError::Overrun`]; [`PagesError::Write`] when the writer is not direct, `window` is
-    /// too small or misaligned, or the write fails.
+    /// [`PagesError::Create`] when the file descriptor cannot be duplicated.
+    pub fn direct_writes(&self) -> Result<Option<DirectWrites>, PagesError> {
+        let Some((d, _)) = &self.direct else {
+            return Ok(None);
+        };
+        let file = d.file.try_clone().map_err(|source| PagesError::Create {
+            file: self.name.clone(),
+            source,
+        })?;
+        Ok(Some(DirectWrites {
+            file,
+            name: d.name.clone(),
+        }))
+    }
+
+    /// As [`PagesWriter::write_chunk`] for the next `len` payload bytes, which lie in `window`
+    /// at [`buffer_offset`]`(pos)` (`pos`: the payload written so far), written with direct
+    /// I/O: [`PagesWriter::prepare_direct`], then its runs written ([`DirectWrites::write`]).
+    ///
+    /// # Errors
+    /// As [`PagesWriter::prepare_direct`]; [`PagesError::Write`] when a write fails.
     pub fn write_direct(&mut self, window: &mut [u8], len: usize) -> Result<(), PagesError> {
+        let runs = self.prepare_direct(window, len)?;
+        match &self.direct {
+            Some((writes, _)) => writes.write(window, &runs),
+            None => Ok(()),
+        }
+    }
+
+    /// Takes the next `len` payload bytes, which lie in `window` at [`buffer_offset`]`(pos)`
+    /// (`pos`: the payload written so far), for direct I/O, and returns what of `window` to
+    /// write where ([`DirectWrites::write`]); the position moves past them. `window` starts on a
+    /// [`direct::DIRECT_ALIGN`] boundary and has room for the whole pages of the `len` bytes:
+    /// its bytes before them take the part of the page the previous call left unwritten, and
+    /// after them, zeros to fill the file's last page. The pages whose bytes are all complete
+    /// are to be written, in one write per run of pages that are not all zero (zero pages stay
+    /// holes); the last, partial page waits for the next call or, at the end of the payload, is
+    /// written whole and the file cut to its length in [`PagesWriter::finish`], which comes
+    /// after every run was written.
+    ///
+    /// # Errors
+    /// [`PagesError::Overrun`]; [`PagesError::Write`] when the writer is not direct, or `window`
+    /// is too small or misaligned.
+    pub fn prepare_direct(
+        &mut self,
+        window: &mut [u8],
+        len: usize,
+    ) -> Result<DirectRuns, PagesError> {
         let (pos, off) = (self.written, buffer_offset(self.written));
         let base = page_offset(pos);
-        let fail = |name: &str, at: u64, source: io::Error| PagesError::Write {
+        let fail = |name: &str, source: io::Error| PagesError::Write {
             file: name.to_owned(),
-            offset: at,
+            offset: base,
             source,
         };
         if len as u64 > self.total - pos {
@@ -156,22 +260,25 @@ impl PagesWriter {
         let Some((_, carry)) = &self.direct else {
             return Err(fail(
                 &self.name,
-                base,
                 io::Error::new(
                     io::ErrorKind::Unsupported,
                     "the writer was not switched to direct I/O",
                 ),
             ));
         };
-        if window.len() < full.max(end) || carry.len() != off {
+        if window.len() < full.max(end)
+            || carry.len() != off
+            || (window.as_ptr() as usize) % align != 0
+        {
             return Err(fail(
                 &self.name,
-                base,
                 io::Error::new(
                     io::ErrorKind::InvalidInput,
                     format!(
-                        "a window of {} bytes for {} (the page's first {} bytes carried)",
+                        "a window of {} bytes at {:p} for {} (the page's first {} bytes \
+                         carried)",
                         window.len(),
+                        window.as_ptr(),
                         full.max(end),
                         carry.len()
                     ),
@@ -189,32 +296,27 @@ impl PagesWriter {
             self.account(&window[at..at + n], base + at as u64);
             at += n;
         }
-        // The complete pages, written in runs of pages that are not all zero.
-        let mut runs: Vec<Range<usize>> = Vec::new();
+        // The complete pages, in runs of pages that are not all zero.
+        let mut runs: Vec<(Range<usize>, u64)> = Vec::new();
         let mut at = 0;
         while at < full {
             let n = next_slice(base + at as u64, full - at);
             if let Some(span) = sparse::nonzero_span(&window[at..at + n], base + at as u64) {
                 let run = at + span.start..at + span.end;
                 match runs.last_mut() {
-                    Some(prev) if prev.end == run.start => prev.end = run.end,
-                    _ => runs.push(run),
+                    Some((prev, _)) if prev.end == run.start => prev.end = run.end,
+                    _ => runs.push((run.clone(), base + run.start as u64)),
                 }
             }
             at += n;
         }
-        if let Some((file, carry)) = &mut self.direct {
-            for run in runs {
-                let at = base + run.start as u64;
-                direct::write_direct_at(file, &window[run], at)
-                    .map_err(|e| fail(&self.name, at, e))?;
-            }
+        if let Some((_, carry)) = &mut self.direct {
             carry.clear();
             if !last {
                 carry.extend_from_slice(&window[full..end]);
             }
         }
-        Ok(())
+        Ok(DirectRuns { runs })
     }
 
     /// Takes payload `piece` (at file offset `offset`, the position) into the checksums, counts

@@ -13,10 +13,12 @@
 //! channels, each carrying its position in the stream. A GPU has several SDMA engines (MI50 2,
 //! MI100 8, MI210 5) and amdgpu's scheduler gives each idle context's ring the least busy one, so
 //! the copiers' submissions run on different engines at once. At dump the writer puts the buffers
-//! back in stream order (they may come back from the copiers out of order). Memory is
-//! `buffers * buffer_size` per GPU, whatever the BO sizes and however many copiers.
+//! back in stream order (they may come back from the copiers out of order). With direct I/O the
+//! I/O side is two threads: one checksums a buffer while the other has the disk read or write
+//! another (modules `dump` and `restore`). Memory is `buffers * buffer_size` per GPU, whatever the BO
+//! sizes and however many copiers.
 //!
-//! Alignment: in each staging buffer the data starts [`pages::buffer_offset`] bytes in (8, one
+//! Alignment: in each staging buffer the data starts [`images::pages::buffer_offset`] bytes in (8, one
 //! page more is allocated), so the buffer and the pages file, whose payload starts after an
 //! 8-byte header, are congruent modulo the page size: the kernel's copies between the page cache
 //! and the buffer then run at full speed (about twice the speed of a page-aligned buffer written
@@ -27,17 +29,21 @@
 //! does not read whole chunks that are holes, and the copier writes those ranges of the BOs with
 //! SDMA CONSTANT_FILL packets (value 0) instead of copying them out of the staging buffer.
 
-use std::collections::BTreeMap;
 use std::ops::Range;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use images::{pages, PagesError, PagesReader, PagesWriter};
+use images::PagesError;
 use kfd_abi::render::VmPageFlags;
 use kfd_abi::sdma::{self, IbBuilder};
-use kfd_abi::{BoHandle, FileWindow, IoctlError, RenderNode, SdmaQueue, Transport, UserptrBuffer};
+use kfd_abi::{BoHandle, IoctlError, RenderNode, SdmaQueue, Transport, UserptrBuffer};
+
+mod dump;
+mod restore;
+
+pub(crate) use dump::dump_gpu;
+pub(crate) use restore::restore_gpu;
 
 /// A running count of bytes copied (both directions), for progress displays. Clones share the
 /// count.
@@ -257,7 +263,7 @@ impl<'r, T: Transport> Dma<'r, T> {
     }
 
     /// The staging buffers: each one page larger than `staging.buffer_size`, because the data
-    /// sits [`pages::buffer_offset`] bytes into it (congruent with the pages file).
+    /// sits [`images::pages::buffer_offset`] bytes into it (congruent with the pages file).
     fn staging(&mut self, staging: Staging) -> Result<Vec<UserptrBuffer<'r, T>>, CopyError> {
         let len = staging.buffer_size + kfd_abi::dma::PAGE_SIZE;
         (0..staging.buffers.max(1))
@@ -455,39 +461,6 @@ impl<F, E> Ring<F, E> {
     }
 }
 
-/// Where a piece of the stream sits at restore while the copiers copy it into the BOs.
-enum Staged<'r, T: Transport> {
-    /// In a staging buffer, read there from the pages file.
-    Buffer(UserptrBuffer<'r, T>),
-    /// In the page cache: a window of the pages file, mapped for the GPU to read.
-    Window(FileWindow<'r, T>),
-}
-
-impl<'r, T: Transport> Staged<'r, T> {
-    fn va(&self) -> u64 {
-        match self {
-            Self::Buffer(b) => b.va(),
-            Self::Window(w) => w.va(),
-        }
-    }
-
-    /// Gives the room back once copied: the buffer, or the window's GPU VA (the window is
-    /// unmapped here).
-    fn release(self) -> Slot<'r, T> {
-        match self {
-            Self::Buffer(b) => Slot::Buffer(b),
-            Self::Window(w) => Slot::Va(w.va()),
-        }
-    }
-}
-
-/// Room for the next piece of the stream at restore: a staging buffer to read into, or a GPU VA
-/// where a window of the pages file is to be mapped.
-enum Slot<'r, T: Transport> {
-    Buffer(UserptrBuffer<'r, T>),
-    Va(u64),
-}
-
 /// Sets up one GPU's copy: the SDMA queues with every BO imported. Returns the stream's length
 /// too.
 fn prepare<'r, T: Transport>(
@@ -576,297 +549,6 @@ pub(crate) fn join_all<R, E>(
         Some(e) => Err(e),
         None => Ok(out),
     }
-}
-
-/// Copies the BOs of one GPU into `writer`, in order. Returns the bytes written.
-pub(crate) fn dump_gpu<T: Transport>(
-    render: &RenderNode<T>,
-    bos: &[BoSource<'_>],
-    staging: Staging,
-    progress: &Progress,
-    writer: &mut PagesWriter,
-) -> Result<u64, CopyError> {
-    let (total, mut dma) = prepare(render, bos)?;
-    let Ring {
-        full_tx,
-        full_rx,
-        empty_tx,
-        empty_rx,
-    } = Ring::new(dma.staging(staging)?);
-    // Set by a copier that failed: the others stop taking buffers and the writer stops writing.
-    let stop = AtomicBool::new(false);
-    let stop = &stop;
-    // The buffers come back from the copiers in any order; the writer writes them in stream
-    // order, keeping the early ones aside. A copier that failed sends its buffer back too (then
-    // the writer hands every buffer back unwritten), so no copier waits for ever for an empty
-    // one.
-    let write = move || -> Result<(), CopyError> {
-        let mut next = 0u64;
-        let mut early: BTreeMap<u64, Full<UserptrBuffer<'_, T>>> = BTreeMap::new();
-        for full in full_rx {
-            if stop.load(Ordering::Relaxed) {
-                for f in std::iter::once(full).chain(std::mem::take(&mut early).into_values()) {
-                    let _ = empty_tx.send(f.buf);
-                }
-                continue;
-            }
-            early.insert(full.pos, full);
-            while let Some(Full {
-                mut buf, off, len, ..
-            }) = early.remove(&next)
-            {
-                // A direct writer takes the whole buffer: congruent with the file, one page
-                // larger than the data (the page before the data, the last page's rest).
-                if writer.is_direct() {
-                    writer.write_direct(buf.as_mut_slice(), len)?;
-                } else {
-                    writer.write_chunk(&buf.as_slice()[off..off + len])?;
-                }
-                next += len as u64;
-                // The copiers may all be done already; a closed channel is fine here.
-                let _ = empty_tx.send(buf);
-            }
-        }
-        if next < total {
-            return Err(CopyError::ThreadGone("SDMA copier"));
-        }
-        Ok(())
-    };
-    // The next stream position to copy, taken together with an empty buffer.
-    let claim = Mutex::new((empty_rx, 0u64));
-    let lanes: Vec<_> = dma
-        .queues
-        .iter_mut()
-        .map(|q| (q, full_tx.clone()))
-        .collect();
-    // The copiers' clones are the only senders left: the writer's loop ends once they all return.
-    drop(full_tx);
-    let imported = &dma.imported;
-    overlap("writer", write, lanes, |(queue, full_tx)| {
-        loop {
-            let (buf, pos, len) = {
-                let mut c = guard(&claim);
-                let (empty_rx, next) = &mut *c;
-                if *next >= total || stop.load(Ordering::Relaxed) {
-                    return Ok(());
-                }
-                let buf = empty_rx
-                    .recv()
-                    .map_err(|_| CopyError::ThreadGone("writer"))?;
-                let (pos, len) = (*next, (total - *next).min(staging.buffer_size as u64));
-                *next += len;
-                (buf, pos, len)
-            };
-            let off = pages::buffer_offset(pos);
-            #[allow(clippy::cast_possible_truncation)] // len <= staging.buffer_size
-            let full = Full {
-                buf,
-                pos,
-                off,
-                len: len as usize,
-                zeros: Vec::new(),
-            };
-            if stop.load(Ordering::Relaxed) {
-                let _ = full_tx.send(full);
-                return Ok(());
-            }
-            let staging_va = full.buf.va() + off as u64;
-            if let Err(e) = copy_range(queue, imported, pos, len, staging_va, true, &[]) {
-                stop.store(true, Ordering::Relaxed);
-                let _ = full_tx.send(full);
-                return Err(e);
-            }
-            progress.add(len);
-            full_tx
-                .send(full)
-                .map_err(|_| CopyError::ThreadGone("writer"))?;
-        }
-    })
-    .map(|()| total)
-}
-
-/// Copies `reader`'s stream into the BOs of one GPU, in order. Returns the bytes copied.
-///
-/// With `map`, the GPU copies straight out of the page cache: each staging-buffer-sized piece
-/// of the pages file is mapped read-only as a window (a read-only USERPTR BO over a shared file
-/// mapping, [`FileWindow`]), the reader checksums the window's bytes where they are instead of
-/// `read`ing them into a staging buffer, and the window is unmapped once copied: no staging
-/// memory and no copy by the CPU. At most `staging.buffers` windows are mapped at a time, the
-/// same bound as the staging buffers (page cache, not process memory). Where the file cannot be
-/// mapped so (a file system without `mmap`, a kernel without `MADV_POPULATE_READ`, a driver
-/// that refuses the userptr), the pages are read into staging buffers as without `map`.
-pub(crate) fn restore_gpu<T: Transport>(
-    render: &RenderNode<T>,
-    bos: &[BoSource<'_>],
-    staging: Staging,
-    reading: Reading,
-    progress: &Progress,
-    reader: &mut PagesReader,
-) -> Result<u64, CopyError> {
-    let (total, mut dma) = prepare(render, bos)?;
-    let direct = total > 0
-        && match reading.direct {
-            // Less than half of it in the page cache.
-            DirectIo::Cold => reader.use_direct_io_if_cold(0.5),
-            DirectIo::Always => reader.use_direct_io(),
-            DirectIo::Never => false,
-        };
-    let map = reading.map_pages && total > 0 && !direct;
-    let slots = restore_slots(&mut dma, reader, staging, map)?;
-    let Ring {
-        full_tx,
-        full_rx,
-        empty_tx,
-        empty_rx,
-    } = Ring::new(slots);
-    // Set by a copier that failed: the reader stops reading and the other copiers stop.
-    let stop = AtomicBool::new(false);
-    let stop = &stop;
-    let read = move || -> Result<(), CopyError> {
-        let mut pos = 0u64;
-        while pos < total && !stop.load(Ordering::Relaxed) {
-            let Ok(slot) = empty_rx.recv() else { break };
-            if stop.load(Ordering::Relaxed) {
-                break;
-            }
-            let len = (total - pos).min(staging.buffer_size as u64);
-            #[allow(clippy::cast_possible_truncation)] // len <= staging.buffer_size
-            let len = len as usize;
-            let off = pages::buffer_offset(pos);
-            let (buf, zeros) = match slot {
-                // Congruent with the file (payload byte `pos` at `off`), one page larger than
-                // the data: the whole pages a direct read needs fit.
-                Slot::Buffer(mut buf) if direct => {
-                    let zeros = reader.read_direct_skipping_holes(buf.as_mut_slice(), len)?;
-                    (Staged::Buffer(buf), zeros)
-                }
-                Slot::Buffer(mut buf) => {
-                    let zeros =
-                        reader.read_skipping_holes(&mut buf.as_mut_slice()[off..off + len])?;
-                    (Staged::Buffer(buf), zeros)
-                }
-                Slot::Va(va) => {
-                    let window = FileWindow::new(
-                        render,
-                        reader.file(),
-                        pages::page_offset(pos),
-                        off + len,
-                        va,
-                    )
-                    .map_err(ioctl_err(format!(
-                        "mapping {} bytes of {} for the GPU",
-                        len,
-                        reader.file_name()
-                    )))?;
-                    let zeros = reader
-                        .verify_skipping_holes(len, |r| window.bytes(off + r.start..off + r.end))?;
-                    (Staged::Window(window), zeros)
-                }
-            };
-            let full = Full {
-                buf,
-                pos,
-                off,
-                len,
-                zeros,
-            };
-            if full_tx.send(full).is_err() {
-                break;
-            }
-            pos += len as u64;
-        }
-        Ok(())
-    };
-    let full_rx = Mutex::new(full_rx);
-    let copied = AtomicU64::new(0);
-    let lanes: Vec<_> = dma
-        .queues
-        .iter_mut()
-        .map(|q| (q, empty_tx.clone()))
-        .collect();
-    // The copiers' clones are the only senders left: a reader waiting for an empty buffer stops
-    // once they all return.
-    drop(empty_tx);
-    let imported = &dma.imported;
-    overlap("reader", read, lanes, |(queue, empty_tx)| {
-        while !stop.load(Ordering::Relaxed) {
-            // The reader is done (or gone) once the channel is closed and drained.
-            let Ok(Full {
-                buf,
-                pos,
-                off,
-                len,
-                zeros,
-            }) = guard(&full_rx).recv()
-            else {
-                break;
-            };
-            let r = copy_range(
-                queue,
-                imported,
-                pos,
-                len as u64,
-                buf.va() + off as u64,
-                false,
-                &zeros,
-            );
-            // The reader may already be done; a closed channel is fine here.
-            let _ = empty_tx.send(buf.release());
-            if let Err(e) = r {
-                stop.store(true, Ordering::Relaxed);
-                return Err(e);
-            }
-            progress.add(len as u64);
-            copied.fetch_add(len as u64, Ordering::Relaxed);
-        }
-        Ok(())
-    })?;
-    if copied.load(Ordering::Relaxed) < total {
-        return Err(CopyError::ThreadGone("reader"));
-    }
-    Ok(total)
-}
-
-/// The restore's room for the stream: with `map`, GPU VAs for windows of the pages file, once a
-/// first window showed that the file maps (and how it did not is logged otherwise); else, and
-/// then, staging buffers.
-fn restore_slots<'r, T: Transport>(
-    dma: &mut Dma<'r, T>,
-    reader: &PagesReader,
-    staging: Staging,
-    map: bool,
-) -> Result<Vec<Slot<'r, T>>, CopyError> {
-    if map {
-        let len = staging.buffer_size + kfd_abi::dma::PAGE_SIZE;
-        let vas = (0..staging.buffers.max(1))
-            .map(|_| dma.alloc_va(len as u64))
-            .collect::<Result<Vec<_>, _>>()?;
-        // The header's page: mapped, registered, mapped for the GPU and read as every window is.
-        // Only the file's own refusals (a file system that cannot map it, a kernel without
-        // MADV_POPULATE_READ) choose the other way; a failed driver call is the restore's error.
-        let why = match FileWindow::new(dma.render, reader.file(), 0, 1, vas[0]) {
-            Ok(w) => w.bytes(0..1).err().map(|e| e.to_string()),
-            Err(e @ IoctlError::Fd { .. }) => Some(e.to_string()),
-            Err(e) => {
-                return Err(ioctl_err(format!(
-                    "mapping {} for the GPU",
-                    reader.file_name()
-                ))(e))
-            }
-        };
-        match why {
-            None => return Ok(vas.into_iter().map(Slot::Va).collect()),
-            Some(e) => log::info!(
-                "{}: cannot map it for the GPU to read ({e}); reading it into staging buffers",
-                reader.file_name()
-            ),
-        }
-    }
-    Ok(dma
-        .staging(staging)?
-        .into_iter()
-        .map(Slot::Buffer)
-        .collect())
 }
 
 #[cfg(test)]
