@@ -246,7 +246,9 @@ fn s_getreg(c: &mut Ctx<'_>, i: &Inst) -> R {
     Ok(())
 }
 
-fn setreg(c: &mut Ctx<'_>, i: &Inst, v: u32) -> R {
+/// s_setreg_b32 (the value in SDST), and s_setreg_imm32_b32 with `IMM32` (the literal).
+fn s_setreg<const IMM32: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let v = if IMM32 { c.s32(i.src[0]) } else { sdst(c, i) };
     let (id, off, mask) = hwreg_field(i);
     let m = mask.checked_shl(off).unwrap_or(0);
     let v = v.checked_shl(off).unwrap_or(0) & m;
@@ -267,6 +269,14 @@ fn setreg(c: &mut Ctx<'_>, i: &Inst, v: u32) -> R {
             c.pc
         ),
     }
+    Ok(())
+}
+
+/// s_getpc_b64, and the return address of s_swappc_b64 and s_call_b64: the address of the next
+/// instruction into SDST.
+fn getpc(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let pc = c.w.pc;
+    c.set_s64(i.dst, pc);
     Ok(())
 }
 

@@ -2,8 +2,8 @@
 //! handling, relative moves, VGPR indexing) with their executors.
 
 use super::{
-    bitscan, mov, movrel_src, nz32, nz64, quadmask, saveexec, sop32, sop64, sop64_32, wqm, wrexec,
-    S32, S32_64, S64,
+    bitscan, getpc, mov, movrel_src, nz32, nz64, quadmask, saveexec, sop32, sop64, sop64_32, wqm,
+    wrexec, S32, S32_64, S64,
 };
 use crate::decode::Operand;
 use crate::table::Encoding::Sop1 as S1;
@@ -223,18 +223,7 @@ pub(crate) static SOP1: &[OpDef] = &[
         [Ty::B64, Ty::B32, Ty::B32, Ty::B32],
         0,
     ),
-    row(
-        S1,
-        0x1c,
-        "s_getpc_b64",
-        ex!(|c, i| {
-            let pc = c.w.pc;
-            c.set_s64(i.dst, pc);
-            Ok(())
-        }),
-        S64,
-        0,
-    ),
+    row(S1, 0x1c, "s_getpc_b64", getpc, S64, 0),
     row(
         S1,
         0x1d,
@@ -252,8 +241,7 @@ pub(crate) static SOP1: &[OpDef] = &[
         "s_swappc_b64",
         ex!(|c, i| {
             let target = c.s64(i.src[0]);
-            let ret = c.w.pc;
-            c.set_s64(i.dst, ret);
+            getpc(c, i)?;
             c.w.pc = target;
             Ok(())
         }),
