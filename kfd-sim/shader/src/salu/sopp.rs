@@ -1,13 +1,15 @@
 //! The SOPP rows of the opcode table (program control: end, branches, barrier, waits, sleep,
 //! messages, traps, VGPR indexing off) with their executors.
 
-use super::{cbranch, ALWAYS, EXECNZ, EXECZ, S32, SCC0, SCC1, VCCNZ, VCCZ};
+use super::{
+    cbranch, gpr_idx_mode, gpr_idx_off, ALWAYS, EXECNZ, EXECZ, S32, SCC0, SCC1, VCCNZ, VCCZ,
+};
 use crate::decode::Inst;
 use crate::exec::{Ctx, Exit};
 use crate::table::Encoding::Sopp as SP;
 use crate::table::{row, OpDef};
-use crate::valu::{ex, R};
-use crate::wave::{hwreg, reg};
+use crate::valu::R;
+use crate::wave::reg;
 
 fn nop(_c: &mut Ctx<'_>, _i: &Inst) -> R {
     Ok(())
@@ -60,29 +62,8 @@ pub(crate) static SOPP: &[OpDef] = &[
     row(SP, 0x19, "s_cbranch_cdbgsys_or_user", nop, S32, 0),
     row(SP, 0x1a, "s_cbranch_cdbgsys_and_user", nop, S32, 0),
     row(SP, 0x1b, "s_endpgm_saved", end, S32, 0),
-    row(
-        SP,
-        0x1c,
-        "s_set_gpr_idx_off",
-        ex!(|c, _i| {
-            c.w.mode &= !hwreg::MODE_GPR_IDX_EN;
-            Ok(())
-        }),
-        S32,
-        0,
-    ),
-    row(
-        SP,
-        0x1d,
-        "s_set_gpr_idx_mode",
-        ex!(|c, i| {
-            let m0 = &mut c.w.sgpr[reg::M0];
-            *m0 = *m0 & !0xf000 | (i.imm & 0xf) << 12;
-            Ok(())
-        }),
-        S32,
-        0,
-    ),
+    row(SP, 0x1c, "s_set_gpr_idx_off", gpr_idx_off, S32, 0),
+    row(SP, 0x1d, "s_set_gpr_idx_mode", gpr_idx_mode, S32, 0),
 ];
 
 /// The message id of `s_sendmsg` that raises an interrupt.
