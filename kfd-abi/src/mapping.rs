@@ -363,6 +363,7 @@ mod tests {
     use super::*;
     use std::io::Write as _;
     use std::os::fd::AsFd;
+    use Place::Anywhere;
 
     fn file(bytes: &[u8]) -> std::fs::File {
         let mut f = tempfile::tempfile().unwrap();
@@ -373,21 +374,14 @@ mod tests {
     #[test]
     fn a_shared_mapping_reads_and_writes_the_file() {
         let f = file(&[7u8; 4096]);
-        let m =
-            Mapping::map_fd(Place::Anywhere(4096), f.as_fd(), 0, Prot::RW, Share::Shared).unwrap();
+        let m = Mapping::map_fd(Anywhere(4096), f.as_fd(), 0, Prot::RW, Share::Shared).unwrap();
         let mut b = [0u8; 2];
         assert!(m.read(10, &mut b));
         assert_eq!(b, [7, 7]);
         assert!(m.write_u64(8, 0x1122_3344_5566_7788));
         assert_eq!(m.read_u64(8), Some(0x1122_3344_5566_7788));
-        let again = Mapping::map_fd(
-            Place::Anywhere(4096),
-            f.as_fd(),
-            0,
-            Prot::READ,
-            Share::Shared,
-        )
-        .unwrap();
+        let again =
+            Mapping::map_fd(Anywhere(4096), f.as_fd(), 0, Prot::READ, Share::Shared).unwrap();
         assert_eq!(again.read_u64(8), Some(0x1122_3344_5566_7788));
         m.unmap().unwrap();
     }
@@ -398,39 +392,20 @@ mod tests {
         // the kernel answers (EOVERFLOW), where a checked conversion to off_t refused first.
         let f = file(&[0u8; 4096]);
         let doorbell = (3u64 << 62) | (0x1234 << 46);
-        let e = Mapping::map_fd(
-            Place::Anywhere(8192),
-            f.as_fd(),
-            doorbell,
-            Prot::RW,
-            Share::Shared,
-        )
-        .unwrap_err();
+        let e = Mapping::map_fd(Anywhere(8192), f.as_fd(), doorbell, Prot::RW, Share::Shared)
+            .unwrap_err();
         assert_eq!(e, Errno(libc::EOVERFLOW));
     }
 
     #[test]
     fn accesses_outside_or_against_the_protection_are_refused() {
         let f = file(&[0u8; 4096]);
-        let ro = Mapping::map_fd(
-            Place::Anywhere(4096),
-            f.as_fd(),
-            0,
-            Prot::READ,
-            Share::Shared,
-        )
-        .unwrap();
+        let ro = Mapping::map_fd(Anywhere(4096), f.as_fd(), 0, Prot::READ, Share::Shared).unwrap();
         assert!(!ro.write(0, b"x"), "read-only");
         assert!(!ro.read(4095, &mut [0u8; 2]), "past the end");
         assert_eq!(ro.read_u64(4), None, "unaligned");
-        let none = Mapping::map_fd(
-            Place::Anywhere(4096),
-            f.as_fd(),
-            0,
-            Prot::empty(),
-            Share::Private,
-        )
-        .unwrap();
+        let none =
+            Mapping::map_fd(Anywhere(4096), f.as_fd(), 0, Prot::empty(), Share::Private).unwrap();
         assert!(!none.read(0, &mut [0u8; 1]));
     }
 
@@ -451,16 +426,8 @@ mod tests {
     #[test]
     fn atomics_are_shared_with_every_mapping_of_the_memory() {
         let f = file(&[0u8; 4096]);
-        let a =
-            Mapping::map_fd(Place::Anywhere(4096), f.as_fd(), 0, Prot::RW, Share::Shared).unwrap();
-        let b = Mapping::map_fd(
-            Place::Anywhere(4096),
-            f.as_fd(),
-            0,
-            Prot::READ,
-            Share::Shared,
-        )
-        .unwrap();
+        let a = Mapping::map_fd(Anywhere(4096), f.as_fd(), 0, Prot::RW, Share::Shared).unwrap();
+        let b = Mapping::map_fd(Anywhere(4096), f.as_fd(), 0, Prot::READ, Share::Shared).unwrap();
         assert_eq!(a.fetch_add_u64(16, 5), Some(0));
         assert_eq!(a.fetch_add_u64(16, 2), Some(5));
         assert_eq!(b.load_u64(16), Some(7));
@@ -473,19 +440,11 @@ mod tests {
     fn mmap_errors_are_the_kernels() {
         let f = file(&[0u8; 16]);
         assert_eq!(
-            Mapping::map_fd(Place::Anywhere(0), f.as_fd(), 0, Prot::READ, Share::Shared)
-                .unwrap_err(),
+            Mapping::map_fd(Anywhere(0), f.as_fd(), 0, Prot::READ, Share::Shared).unwrap_err(),
             Errno::EINVAL
         );
         assert_eq!(
-            Mapping::map_fd(
-                Place::Anywhere(4096),
-                f.as_fd(),
-                1,
-                Prot::READ,
-                Share::Shared
-            )
-            .unwrap_err(),
+            Mapping::map_fd(Anywhere(4096), f.as_fd(), 1, Prot::READ, Share::Shared).unwrap_err(),
             Errno::EINVAL,
             "unaligned offset"
         );
