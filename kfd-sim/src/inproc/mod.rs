@@ -480,11 +480,12 @@ impl Transport for SimFile {
     }
 
     /// mmap as the driver does it, in process: the driver model decides what backs the offset
-    /// ([`crate::vma`]) and the mapping is of that memory itself. The VMA flags that userspace
-    /// can express are applied: KFD pages are not inherited by fork (`VM_DONTCOPY`), no device
-    /// mapping is in a core dump (`VM_DONTDUMP`), and a private `PROT_NONE` render mapping that
-    /// lost `VM_MAYWRITE` is made from a read-only file, so it can never become writable. The
-    /// mapping is recorded as a device VMA of the calling process ([`SimProcess::device_vmas`]).
+    /// (the simulator's `vma` module) and the mapping is of that memory itself, shared with the
+    /// simulated GPU both ways. The VMA flags that userspace can express are applied: KFD pages
+    /// are not inherited by fork (`VM_DONTCOPY`), no device mapping is in a core dump
+    /// (`VM_DONTDUMP`), and a private `PROT_NONE` render mapping that lost `VM_MAYWRITE` is made
+    /// from a read-only file, so it can never become writable. The mapping is recorded as a
+    /// device VMA of the calling process ([`SimProcess::device_vmas`]).
     fn mmap(
         &self,
         place: kfd_abi::Place,
