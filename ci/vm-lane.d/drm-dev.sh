@@ -19,10 +19,6 @@
 # (`Error in getting stat for: /dev/dri/renderD128`, measured 2026-12-05).
 # shellcheck source=lib.sh
 . "$VM_LANE_LIB"
-# shellcheck source=kfd.inc
-. "$VM_LANE_REPO/ci/vm-lane.d/kfd.inc"
-# shellcheck source=mapped.inc
-. "$VM_LANE_REPO/ci/vm-lane.d/mapped.inc"
 # shellcheck source=upstream.inc
 . "$VM_LANE_REPO/ci/vm-lane.d/upstream.inc"
 

@@ -11,10 +11,6 @@
 # It prints one `PARALLEL` line per restore and the ratio.
 # shellcheck source=lib.sh
 . "$VM_LANE_LIB"
-# shellcheck source=kfd.inc
-. "$VM_LANE_REPO/ci/vm-lane.d/kfd.inc"
-# shellcheck source=mapped.inc
-. "$VM_LANE_REPO/ci/vm-lane.d/mapped.inc"
 # shellcheck source=upstream.inc
 . "$VM_LANE_REPO/ci/vm-lane.d/upstream.inc"
 

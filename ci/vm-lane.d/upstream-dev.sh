@@ -18,10 +18,6 @@
 # which 6.1 answers EINVAL and the plugin falls back from.
 # shellcheck source=lib.sh
 . "$VM_LANE_LIB"
-# shellcheck source=kfd.inc
-. "$VM_LANE_REPO/ci/vm-lane.d/kfd.inc"
-# shellcheck source=mapped.inc
-. "$VM_LANE_REPO/ci/vm-lane.d/mapped.inc"
 # shellcheck source=upstream.inc
 . "$VM_LANE_REPO/ci/vm-lane.d/upstream.inc"
 

@@ -17,14 +17,10 @@
 # keeper is killed before the restore.
 # shellcheck source=lib.sh
 . "$VM_LANE_LIB"
-# shellcheck source=kfd.inc
-. "$VM_LANE_REPO/ci/vm-lane.d/kfd.inc"
-# shellcheck source=mapped.inc
-. "$VM_LANE_REPO/ci/vm-lane.d/mapped.inc"
-# shellcheck source=rocm.inc
-. "$VM_LANE_REPO/ci/vm-lane.d/rocm.inc"
 # shellcheck source=upstream.inc
 . "$VM_LANE_REPO/ci/vm-lane.d/upstream.inc"
+# shellcheck source=rocm.inc
+. "$VM_LANE_REPO/ci/vm-lane.d/rocm.inc"
 
 build_hsakmt_probe
 

@@ -12,7 +12,7 @@ use kfd_sys as sys;
 
 use crate::error::{failed, IoctlError, Result};
 use crate::ioctl::{self, Direction, Ioctl, Read, ReadWrite, Write};
-use crate::mapping::{Mapping, Prot, Share};
+use crate::mapping::{Mapping, Place, Prot, Share};
 use crate::transport::Transport;
 
 /// Argument structs that hold no pointers: the driver reads and writes only the struct itself, so
@@ -138,34 +138,19 @@ pub(crate) trait DeviceFile {
         unsafe { self.call(req, arg) }
     }
 
-    /// `mmap(2)` of the device at `offset` through the transport; a failure names `what` (for
-    /// example `mmap(DOORBELL)`), the node and the errno.
+    /// `mmap(2)` of the device at `offset`, at `place`, through the transport; a failure names
+    /// `what` (for example `mmap(DOORBELL)`), the node and the errno.
     fn map(
         &self,
         what: &'static str,
-        offset: u64,
-        len: usize,
-        prot: Prot,
-        share: Share,
-    ) -> Result<Mapping> {
-        let (transport, label) = self.parts();
-        transport
-            .mmap(offset, len, prot, share)
-            .map_err(|errno| failed(what, label, errno))
-    }
-
-    /// [`map`](Self::map) over `at` ([`Transport::mmap_at`]).
-    fn map_at(
-        &self,
-        what: &'static str,
-        at: Mapping,
+        place: Place,
         offset: u64,
         prot: Prot,
         share: Share,
     ) -> Result<Mapping> {
         let (transport, label) = self.parts();
         transport
-            .mmap_at(at, offset, prot, share)
+            .mmap(place, offset, prot, share)
             .map_err(|errno| failed(what, label, errno))
     }
 

@@ -44,7 +44,7 @@ pub use dma::{FileWindow, HostBuffer, SdmaQueue, UserptrBuffer};
 pub use errno::Errno;
 pub use error::{IoctlError, Result};
 pub use kfd::{Kfd, KFD_PATH};
-pub use mapping::{Advice, Mapping, Prot, Share};
+pub use mapping::{Advice, Mapping, Place, Prot, Share};
 pub use platform::{DeviceKind, HostPlatform, Platform};
 pub use render::RenderNode;
 pub use transport::{FdTransport, Transport};

@@ -92,26 +92,36 @@ impl fmt::Debug for Mapping {
     }
 }
 
-impl Mapping {
-    /// `mmap(NULL, len, prot, share, fd, offset)`: a new mapping wherever the kernel puts it.
-    ///
-    /// # Errors
-    ///
-    /// The errno of `mmap(2)` (the driver's, for a device file); `EINVAL` for a zero length or
-    /// an offset beyond `off_t`.
-    pub fn map_fd(
-        fd: BorrowedFd<'_>,
-        offset: u64,
-        len: usize,
-        prot: Prot,
-        share: Share,
-    ) -> Result<Self, Errno> {
-        Self::map_fd_in(None, fd, offset, len, prot, share)
+/// Where a new mapping goes: what `mmap(2)`'s address, length and `MAP_FIXED` say.
+#[derive(Debug)]
+pub enum Place {
+    /// `len` bytes wherever the kernel puts them (`mmap(NULL, len, ...)`).
+    Anywhere(usize),
+    /// Over this mapping (a [`Mapping::reserve`] reservation, or any mapping this process
+    /// owns), which the new one replaces whole at its address (`MAP_FIXED`): how ROCm puts a
+    /// buffer's CPU mapping at the buffer's GPU virtual address.
+    Over(Mapping),
+}
+
+impl Place {
+    /// The length of the mapping to be made.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Anywhere(len) => *len,
+            Self::Over(at) => at.len,
+        }
     }
 
+    /// Whether the length is zero (which `mmap(2)` refuses).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Mapping {
     /// Reserves `len` bytes of address space (an anonymous `PROT_NONE` mapping), as ROCm
     /// reserves its GPU virtual address range before it maps buffers into it at their GPU
-    /// addresses ([`map_fd_at`](Self::map_fd_at)).
+    /// addresses ([`Place::Over`]).
     ///
     /// # Errors
     ///
@@ -143,31 +153,22 @@ impl Mapping {
         })
     }
 
-    /// `mmap(at, at.len(), prot, share | MAP_FIXED, fd, offset)`: the mapping replaces the
-    /// whole of `at` (a reservation, or any mapping this process owns), at its address.
+    /// `mmap(addr, len, prot, share, fd, offset)` at `place`: `mmap(NULL, len, ...)` for
+    /// [`Place::Anywhere`], `mmap(at, at.len(), ..., share | MAP_FIXED, ...)` for
+    /// [`Place::Over`].
     ///
     /// # Errors
     ///
-    /// The errno of `mmap(2)`; the range is then unmapped.
-    pub fn map_fd_at(
-        at: Mapping,
+    /// The errno of `mmap(2)` (the driver's, for a device file); `EINVAL` for a zero length.
+    /// Over a mapping, its range is then unmapped.
+    pub fn map_fd(
+        place: Place,
         fd: BorrowedFd<'_>,
         offset: u64,
         prot: Prot,
         share: Share,
     ) -> Result<Self, Errno> {
-        let len = at.len;
-        Self::map_fd_in(Some(at), fd, offset, len, prot, share)
-    }
-
-    fn map_fd_in(
-        at: Option<Mapping>,
-        fd: BorrowedFd<'_>,
-        offset: u64,
-        len: usize,
-        prot: Prot,
-        share: Share,
-    ) -> Result<Self, Errno> {
+        let len = place.len();
         // The offset is the device's to interpret: /dev/kfd's doorbell and MMIO offsets have
         // bit 63 set (its file is FMODE_UNSIGNED_OFFSET), so the bits go through unchanged, as
         // libhsakmt passes them, not as a checked conversion to a signed off_t.
@@ -180,22 +181,23 @@ impl Mapping {
             Share::Shared => libc::MAP_SHARED,
             Share::Private => libc::MAP_PRIVATE,
         };
-        let hint = match &at {
-            Some(r) => {
+        let hint = match &place {
+            Place::Over(r) => {
                 flags |= libc::MAP_FIXED;
                 r.ptr.as_ptr()
             }
-            None => std::ptr::null_mut(),
+            Place::Anywhere(_) => std::ptr::null_mut(),
         };
         // SAFETY: with no hint the kernel chooses an address that overlaps nothing of ours; with
-        // MAP_FIXED the range is exactly `at`, a mapping we own and give up here (nothing else
-        // references it); the fd is open for the call; the result is checked before use.
+        // MAP_FIXED the range is exactly that of the mapping `place` holds, which we own and give
+        // up here (nothing else references it); the fd is open for the call; the result is
+        // checked before use.
         let p = unsafe { libc::mmap(hint, len, prot.to_libc(), flags, fd.as_raw_fd(), off) };
         if p == libc::MAP_FAILED {
-            // `at` is dropped (unmapped) with whatever the failed call left there.
+            // A mapping in `place` is dropped (unmapped) with whatever the failed call left there.
             return Err(Errno::last());
         }
-        if let Some(r) = at {
+        if let Place::Over(r) = place {
             // The new mapping took its place: it must not be unmapped twice.
             std::mem::forget(r);
         }
@@ -361,6 +363,7 @@ mod tests {
     use super::*;
     use std::io::Write as _;
     use std::os::fd::AsFd;
+    use Place::Anywhere;
 
     fn file(bytes: &[u8]) -> std::fs::File {
         let mut f = tempfile::tempfile().unwrap();
@@ -371,13 +374,14 @@ mod tests {
     #[test]
     fn a_shared_mapping_reads_and_writes_the_file() {
         let f = file(&[7u8; 4096]);
-        let m = Mapping::map_fd(f.as_fd(), 0, 4096, Prot::RW, Share::Shared).unwrap();
+        let m = Mapping::map_fd(Anywhere(4096), f.as_fd(), 0, Prot::RW, Share::Shared).unwrap();
         let mut b = [0u8; 2];
         assert!(m.read(10, &mut b));
         assert_eq!(b, [7, 7]);
         assert!(m.write_u64(8, 0x1122_3344_5566_7788));
         assert_eq!(m.read_u64(8), Some(0x1122_3344_5566_7788));
-        let again = Mapping::map_fd(f.as_fd(), 0, 4096, Prot::READ, Share::Shared).unwrap();
+        let again =
+            Mapping::map_fd(Anywhere(4096), f.as_fd(), 0, Prot::READ, Share::Shared).unwrap();
         assert_eq!(again.read_u64(8), Some(0x1122_3344_5566_7788));
         m.unmap().unwrap();
     }
@@ -388,18 +392,20 @@ mod tests {
         // the kernel answers (EOVERFLOW), where a checked conversion to off_t refused first.
         let f = file(&[0u8; 4096]);
         let doorbell = (3u64 << 62) | (0x1234 << 46);
-        let e = Mapping::map_fd(f.as_fd(), doorbell, 8192, Prot::RW, Share::Shared).unwrap_err();
+        let e = Mapping::map_fd(Anywhere(8192), f.as_fd(), doorbell, Prot::RW, Share::Shared)
+            .unwrap_err();
         assert_eq!(e, Errno(libc::EOVERFLOW));
     }
 
     #[test]
     fn accesses_outside_or_against_the_protection_are_refused() {
         let f = file(&[0u8; 4096]);
-        let ro = Mapping::map_fd(f.as_fd(), 0, 4096, Prot::READ, Share::Shared).unwrap();
+        let ro = Mapping::map_fd(Anywhere(4096), f.as_fd(), 0, Prot::READ, Share::Shared).unwrap();
         assert!(!ro.write(0, b"x"), "read-only");
         assert!(!ro.read(4095, &mut [0u8; 2]), "past the end");
         assert_eq!(ro.read_u64(4), None, "unaligned");
-        let none = Mapping::map_fd(f.as_fd(), 0, 4096, Prot::empty(), Share::Private).unwrap();
+        let none =
+            Mapping::map_fd(Anywhere(4096), f.as_fd(), 0, Prot::empty(), Share::Private).unwrap();
         assert!(!none.read(0, &mut [0u8; 1]));
     }
 
@@ -409,7 +415,8 @@ mod tests {
         let r = Mapping::reserve(8192).unwrap();
         let addr = r.addr();
         assert!(!r.read(0, &mut [0u8; 1]), "PROT_NONE");
-        let m = Mapping::map_fd_at(r, f.as_fd(), 4096, Prot::READ, Share::Shared).unwrap();
+        let m =
+            Mapping::map_fd(Place::Over(r), f.as_fd(), 4096, Prot::READ, Share::Shared).unwrap();
         assert_eq!((m.addr(), m.len()), (addr, 8192));
         let mut b = [0u8; 1];
         assert!(m.read(0, &mut b));
@@ -419,8 +426,8 @@ mod tests {
     #[test]
     fn atomics_are_shared_with_every_mapping_of_the_memory() {
         let f = file(&[0u8; 4096]);
-        let a = Mapping::map_fd(f.as_fd(), 0, 4096, Prot::RW, Share::Shared).unwrap();
-        let b = Mapping::map_fd(f.as_fd(), 0, 4096, Prot::READ, Share::Shared).unwrap();
+        let a = Mapping::map_fd(Anywhere(4096), f.as_fd(), 0, Prot::RW, Share::Shared).unwrap();
+        let b = Mapping::map_fd(Anywhere(4096), f.as_fd(), 0, Prot::READ, Share::Shared).unwrap();
         assert_eq!(a.fetch_add_u64(16, 5), Some(0));
         assert_eq!(a.fetch_add_u64(16, 2), Some(5));
         assert_eq!(b.load_u64(16), Some(7));
@@ -433,11 +440,11 @@ mod tests {
     fn mmap_errors_are_the_kernels() {
         let f = file(&[0u8; 16]);
         assert_eq!(
-            Mapping::map_fd(f.as_fd(), 0, 0, Prot::READ, Share::Shared).unwrap_err(),
+            Mapping::map_fd(Anywhere(0), f.as_fd(), 0, Prot::READ, Share::Shared).unwrap_err(),
             Errno::EINVAL
         );
         assert_eq!(
-            Mapping::map_fd(f.as_fd(), 1, 4096, Prot::READ, Share::Shared).unwrap_err(),
+            Mapping::map_fd(Anywhere(4096), f.as_fd(), 1, Prot::READ, Share::Shared).unwrap_err(),
             Errno::EINVAL,
             "unaligned offset"
         );

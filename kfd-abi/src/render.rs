@@ -12,7 +12,7 @@ use kfd_sys as sys;
 use crate::error::{bad_reply, IoctlError, Result};
 use crate::handle::DeviceFile;
 use crate::ioctl::{self, drm::req};
-use crate::mapping::{Mapping, Prot, Share};
+use crate::mapping::{Mapping, Place, Prot, Share};
 use crate::transport::Transport;
 use crate::types::{BoHandle, BoListHandle, ContextId};
 
@@ -249,7 +249,7 @@ impl<T: Transport> RenderNode<T> {
     /// `EINVAL` not a buffer's offset on this node, longer than the buffer, or copy-on-write;
     /// `EACCES` a buffer of another file; `EPERM` userptr or VRAM without CPU access.
     pub fn map_bo(&self, offset: u64, len: usize, prot: Prot, share: Share) -> Result<Mapping> {
-        self.map("mmap", offset, len, prot, share)
+        self.map("mmap", Place::Anywhere(len), offset, prot, share)
     }
 
     /// [`map_bo`](Self::map_bo) over the reservation `at`, at its address (ROCm maps a buffer
@@ -259,7 +259,7 @@ impl<T: Transport> RenderNode<T> {
     ///
     /// As for [`map_bo`](Self::map_bo).
     pub fn map_bo_at(&self, at: Mapping, offset: u64, prot: Prot, share: Share) -> Result<Mapping> {
-        self.map_at("mmap", at, offset, prot, share)
+        self.map("mmap", Place::Over(at), offset, prot, share)
     }
 
     /// Creates a GEM BO of `size` bytes in `domains` (`AMDGPU_GEM_CREATE`).

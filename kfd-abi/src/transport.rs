@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use crate::cuse::{self, CuseLink};
 use crate::errno::Errno;
-use crate::mapping::{Mapping, Prot, Share};
+use crate::mapping::{Mapping, Place, Prot, Share};
 
 /// An open device file on which ioctls can be issued.
 ///
@@ -48,36 +48,19 @@ pub trait Transport: AsFd + fmt::Debug + Send + Sync {
     where
         Self: Sized;
 
-    /// `mmap(2)` of `len` bytes of the device at byte `offset` (a KFD doorbell, events or MMIO
-    /// offset, or a render node's fake offset of a buffer), wherever the kernel places it.
-    /// Dropping the [`Mapping`] unmaps it (`munmap(2)`).
+    /// `mmap(2)` of the device at byte `offset` (a KFD doorbell, events or MMIO offset, or a
+    /// render node's fake offset of a buffer), at `place`: wherever the kernel puts it, or over
+    /// a mapping of ours ([`Place::Over`]). Dropping the [`Mapping`] unmaps it (`munmap(2)`).
     ///
     /// The default is the answer of a file without an `mmap` operation (`ENODEV`), which is what
     /// a stock CUSE device gives.
     ///
     /// # Errors
     ///
-    /// The driver's errno for the request (unknown offset, wrong length, no access).
-    fn mmap(&self, offset: u64, len: usize, prot: Prot, share: Share) -> Result<Mapping, Errno> {
-        let _ = (offset, len, prot, share);
-        Err(Errno::ENODEV)
-    }
-
-    /// [`mmap`](Self::mmap) with `MAP_FIXED` over `at` (a [`Mapping::reserve`] reservation or
-    /// another mapping of ours), which it replaces whole: how ROCm puts a buffer's CPU mapping
-    /// at the buffer's GPU virtual address.
-    ///
-    /// # Errors
-    ///
-    /// As for [`mmap`](Self::mmap); the range of `at` is then unmapped.
-    fn mmap_at(
-        &self,
-        at: Mapping,
-        offset: u64,
-        prot: Prot,
-        share: Share,
-    ) -> Result<Mapping, Errno> {
-        drop((at, offset, prot, share));
+    /// The driver's errno for the request (unknown offset, wrong length, no access); a mapping
+    /// the new one was to replace is then unmapped.
+    fn mmap(&self, place: Place, offset: u64, prot: Prot, share: Share) -> Result<Mapping, Errno> {
+        drop((place, offset, prot, share));
         Err(Errno::ENODEV)
     }
 }
@@ -127,18 +110,8 @@ impl<F: Forward> Transport for F {
         self.dup()
     }
 
-    fn mmap(&self, offset: u64, len: usize, prot: Prot, share: Share) -> Result<Mapping, Errno> {
-        self.inner().mmap(offset, len, prot, share)
-    }
-
-    fn mmap_at(
-        &self,
-        at: Mapping,
-        offset: u64,
-        prot: Prot,
-        share: Share,
-    ) -> Result<Mapping, Errno> {
-        self.inner().mmap_at(at, offset, prot, share)
+    fn mmap(&self, place: Place, offset: u64, prot: Prot, share: Share) -> Result<Mapping, Errno> {
+        self.inner().mmap(place, offset, prot, share)
     }
 }
 
@@ -213,20 +186,10 @@ impl Transport for FdTransport {
         })
     }
 
-    fn mmap(&self, offset: u64, len: usize, prot: Prot, share: Share) -> Result<Mapping, Errno> {
+    fn mmap(&self, place: Place, offset: u64, prot: Prot, share: Share) -> Result<Mapping, Errno> {
         // The driver (or the kfd_bridge module in front of a CUSE device) decides; the VMA flags
         // are the kernel's business.
-        Mapping::map_fd(self.fd.as_fd(), offset, len, prot, share)
-    }
-
-    fn mmap_at(
-        &self,
-        at: Mapping,
-        offset: u64,
-        prot: Prot,
-        share: Share,
-    ) -> Result<Mapping, Errno> {
-        Mapping::map_fd_at(at, self.fd.as_fd(), offset, prot, share)
+        Mapping::map_fd(place, self.fd.as_fd(), offset, prot, share)
     }
 }
 

@@ -136,6 +136,16 @@ pub fn close_raw(raw: RawFd) {
     }
 }
 
+/// A copy between `len` bytes at `offset` of device memory (a [`SharedMap`] or the backing it
+/// maps) and process `pid`'s memory at `remote`, in the direction the method taking it says.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Transfer {
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+    pub(crate) pid: libc::pid_t,
+    pub(crate) remote: u64,
+}
+
 /// A `MAP_SHARED` read-write mapping of a memfd: the simulated device memory of one BO.
 #[derive(Debug)]
 pub(crate) struct SharedMap {
@@ -311,9 +321,9 @@ impl SharedMap {
         true
     }
 
-    /// Fills `len` bytes at `offset` of this mapping of `fd` (the memfd it maps) from process
-    /// `pid`'s memory at `remote`. Out of bounds or a failed or short transfer is `EFAULT` (bytes
-    /// before the failure may have been written).
+    /// Fills the transfer's `len` bytes at `offset` of this mapping of `fd` (the memfd it maps)
+    /// from process `pid`'s memory at `remote`. Out of bounds or a failed or short transfer is
+    /// `EFAULT` (bytes before the failure may have been written).
     ///
     /// The bytes go through a small per-thread bounce buffer: `process_vm_readv` into it, then
     /// `pwrite(2)` into the memfd. Writing fresh memfd pages through the file allocates them
@@ -327,15 +337,9 @@ impl SharedMap {
     /// the bytes go straight from that memory into the memfd with `pwrite(2)`: one copy instead
     /// of two, and still checked, since the kernel reads the user range with `copy_from_user`,
     /// which fails cleanly (`EFAULT`) on memory that is not mapped.
-    pub(crate) fn read_from_process(
-        &self,
-        fd: BorrowedFd<'_>,
-        offset: u64,
-        len: u64,
-        pid: libc::pid_t,
-        remote: u64,
-    ) -> Result<(), Errno> {
-        let (off, len) = self.transfer_range(offset, len)?;
+    pub(crate) fn read_from_process(&self, fd: BorrowedFd<'_>, t: Transfer) -> Result<(), Errno> {
+        let Transfer { pid, remote, .. } = t;
+        let (off, len) = self.transfer_range(t.offset, t.len)?;
         if pid == own_pid() {
             return pwrite_from_user(fd, remote, len, off as u64);
         }
@@ -354,21 +358,15 @@ impl SharedMap {
         })
     }
 
-    /// Writes `len` bytes at `offset` of this mapping of `fd` (the memfd it maps) straight into
-    /// process `pid`'s memory at `remote` (`process_vm_writev` out of the mapping). When `pid`
-    /// is this process, `pread(2)` of the memfd into that memory instead: the same one copy,
-    /// without faulting the memfd's pages into this mapping first (the kernel copies out of its
-    /// page cache), checked as in [`read_from_process`](Self::read_from_process). Errors as
-    /// there.
-    pub(crate) fn write_to_process(
-        &self,
-        fd: BorrowedFd<'_>,
-        offset: u64,
-        len: u64,
-        pid: libc::pid_t,
-        remote: u64,
-    ) -> Result<(), Errno> {
-        let (off, len) = self.transfer_range(offset, len)?;
+    /// Writes the transfer's `len` bytes at `offset` of this mapping of `fd` (the memfd it maps)
+    /// straight into process `pid`'s memory at `remote` (`process_vm_writev` out of the
+    /// mapping). When `pid` is this process, `pread(2)` of the memfd into that memory instead:
+    /// the same one copy, without faulting the memfd's pages into this mapping first (the kernel
+    /// copies out of its page cache), checked as in
+    /// [`read_from_process`](Self::read_from_process). Errors as there.
+    pub(crate) fn write_to_process(&self, fd: BorrowedFd<'_>, t: Transfer) -> Result<(), Errno> {
+        let Transfer { pid, remote, .. } = t;
+        let (off, len) = self.transfer_range(t.offset, t.len)?;
         if pid == own_pid() {
             return pread_into_user(fd, off as u64, len, remote);
         }
@@ -778,6 +776,16 @@ mod tests {
     use super::*;
     use std::mem::size_of;
 
+    /// The transfer of `len` bytes at `offset` with process `pid`'s memory at `remote`.
+    fn transfer(offset: u64, len: u64, pid: libc::pid_t, remote: u64) -> Transfer {
+        Transfer {
+            offset,
+            len,
+            pid,
+            remote,
+        }
+    }
+
     #[test]
     fn pod_types_have_no_padding() {
         // Sizes from the reference table; a padded layout would be larger than its fields.
@@ -818,8 +826,11 @@ mod tests {
         let map = SharedMap::new(std::os::fd::AsFd::as_fd(&fd), len as u64 + 8192).unwrap();
         let src: Vec<u8> = (0..len).map(|i| (i * 31 % 251).to_le_bytes()[0]).collect();
         let fdb = std::os::fd::AsFd::as_fd(&fd);
-        map.read_from_process(fdb, 4097, len as u64, own_pid(), src.as_ptr() as u64)
-            .unwrap();
+        map.read_from_process(
+            fdb,
+            transfer(4097, len as u64, own_pid(), src.as_ptr() as u64),
+        )
+        .unwrap();
         let mut back = vec![0u8; len + 2];
         assert!(map.read(4096, &mut back));
         assert_eq!(back[0], 0);
@@ -828,15 +839,15 @@ mod tests {
         // Out of the BO, a wild pointer, an address past the user half: EFAULT, no panic.
         let big = len as u64 + 8192;
         assert_eq!(
-            map.read_from_process(fdb, big - 1, 2, own_pid(), src.as_ptr() as u64),
+            map.read_from_process(fdb, transfer(big - 1, 2, own_pid(), src.as_ptr() as u64)),
             Err(Errno::EFAULT)
         );
         assert_eq!(
-            map.read_from_process(fdb, 0, 4096, own_pid(), 0xdead_0000_0000),
+            map.read_from_process(fdb, transfer(0, 4096, own_pid(), 0xdead_0000_0000)),
             Err(Errno::EFAULT)
         );
         assert_eq!(
-            map.read_from_process(fdb, 0, 4096, own_pid(), u64::MAX - 8),
+            map.read_from_process(fdb, transfer(0, 4096, own_pid(), u64::MAX - 8)),
             Err(Errno::EFAULT)
         );
     }
@@ -874,7 +885,7 @@ mod tests {
             let fd = memfd("kfd-sim:test").unwrap();
             let fdb = std::os::fd::AsFd::as_fd(&fd);
             let map = SharedMap::new(fdb, len as u64 + 8192).unwrap();
-            map.read_from_process(fdb, 4095, len as u64, pid, src.as_ptr() as u64)
+            map.read_from_process(fdb, transfer(4095, len as u64, pid, src.as_ptr() as u64))
                 .unwrap();
             let mut back = vec![0u8; len];
             assert!(map.read(4095, &mut back));
@@ -883,30 +894,30 @@ mod tests {
         };
         let (fd, map) = fill(own_pid());
         let fdb = std::os::fd::AsFd::as_fd(&fd);
-        map.write_to_process(fdb, 4095, len as u64, own_pid(), out_addr)
+        map.write_to_process(fdb, transfer(4095, len as u64, own_pid(), out_addr))
             .unwrap();
         assert!(own_out == src, "memfd copied into our own memory");
         // The child's copy of `own_out` is at the same address; read it back from there.
         with_forked_child(|child| {
             let (fd, map) = fill(child);
             let fdb = std::os::fd::AsFd::as_fd(&fd);
-            map.write_to_process(fdb, 4096, 16, child, out_addr)
+            map.write_to_process(fdb, transfer(4096, 16, child, out_addr))
                 .unwrap();
             let mut got = [0u8; 16];
             process_vm_read(child, out_addr, &mut got).unwrap();
             assert_eq!(got[..], src[1..17]);
             assert_eq!(
-                map.write_to_process(fdb, 0, 16, child, 0xdead_0000_0000),
+                map.write_to_process(fdb, transfer(0, 16, child, 0xdead_0000_0000)),
                 Err(Errno::EFAULT)
             );
         });
         // A range that runs into unmapped memory, and a read-only destination: EFAULT.
         assert_eq!(
-            map.write_to_process(fdb, 0, 16, own_pid(), ZEROS.as_ptr() as u64),
+            map.write_to_process(fdb, transfer(0, 16, own_pid(), ZEROS.as_ptr() as u64)),
             Err(Errno::EFAULT)
         );
         assert_eq!(
-            map.write_to_process(fdb, 0, 4096, own_pid(), 0xdead_0000_0000),
+            map.write_to_process(fdb, transfer(0, 4096, own_pid(), 0xdead_0000_0000)),
             Err(Errno::EFAULT)
         );
     }

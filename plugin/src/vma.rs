@@ -26,7 +26,7 @@ use std::os::fd::AsFd;
 use std::path::Path;
 
 use images::proto::CriuKfd;
-use kfd_abi::{AllocFlags, Mapping, Prot, Share};
+use kfd_abi::{AllocFlags, Mapping, Place, Prot, Share};
 
 /// Where a restored BO's CPU mapping lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -333,8 +333,14 @@ impl SharedVmas {
             .open("/dev/zero")?;
         // A shared mapping of /dev/zero is shared anonymous memory: zero-filled, and the same
         // pages in every process forked after this.
-        let mem = Mapping::map_fd(zero.as_fd(), 0, len, Prot::RW, Share::Shared)
-            .map_err(|e| std::io::Error::from_raw_os_error(e.0))?;
+        let mem = Mapping::map_fd(
+            Place::Anywhere(len),
+            zero.as_fd(),
+            0,
+            Prot::RW,
+            Share::Shared,
+        )
+        .map_err(|e| std::io::Error::from_raw_os_error(e.0))?;
         Ok(Self { mem, capacity })
     }
 

@@ -832,7 +832,7 @@ fn the_workloads_share_child_goes_on_sharing_after_a_checkpoint(
     #[case] remap: bool,
     #[case] keep_fd: bool,
 ) {
-    use harness::workload::{fill_mapping, Importer, Writer};
+    use harness::workload::{fill_mapping, Importer, SharedContents, Writer};
     const SEED: u64 = 0x5eed;
     let p = Preset::by_name("mi210x2").unwrap();
     let src = node(&p, Kernel::Linux6_18);
@@ -854,13 +854,13 @@ fn the_workloads_share_child_goes_on_sharing_after_a_checkpoint(
     for round in 1..=4u64 {
         match Writer::of_round(round) {
             Writer::Exporter => {
-                fill_mapping(&map, n, SEED, round, Writer::Exporter).unwrap();
+                fill_mapping(&map, n, SharedContents::of_round(SEED, round)).unwrap();
                 assert_eq!(importer.answer(&format!("check {round} e")), "ok");
             }
             Writer::Importer => {
                 assert_eq!(importer.answer(&format!("write {round}")), "ok");
                 parent
-                    .check(parent_render, SEED, round, Writer::Importer)
+                    .check(parent_render, SharedContents::of_round(SEED, round))
                     .unwrap();
             }
         }
@@ -922,14 +922,16 @@ fn the_workloads_share_child_goes_on_sharing_after_a_checkpoint(
 
     // Round 4 (the importer's) on both sides; then one more round each way.
     parent
-        .check(&renders[0], SEED, 4, Writer::Importer)
+        .check(&renders[0], SharedContents::of_round(SEED, 4))
         .unwrap();
     assert_eq!(importer.answer("verify 4 i"), verified);
-    parent.fill(&renders[0], SEED, 5, Writer::Exporter).unwrap();
+    parent
+        .fill(&renders[0], SharedContents::of_round(SEED, 5))
+        .unwrap();
     assert_eq!(importer.answer("check 5 e"), "ok");
     assert_eq!(importer.answer("write 6"), "ok");
     parent
-        .check(&renders[0], SEED, 6, Writer::Importer)
+        .check(&renders[0], SharedContents::of_round(SEED, 6))
         .unwrap();
     // The workload itself is whole.
     let restored = harness::RestoredTarget {

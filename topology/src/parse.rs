@@ -4,6 +4,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::map::EQUAL_PROPERTIES;
 use crate::model::{keys, Cache, Link, MemBank, Node, Properties, Topology};
 
 /// Why a topology directory could not be read.
@@ -120,39 +121,25 @@ pub fn parse(root: &Path) -> Result<Topology, ParseError> {
     parse_with(root, &|path| fs::read_to_string(path))
 }
 
-/// The keys a node's `properties` must hold: those the image records of every node
-/// (`kfd_device_entry`) and `location_id` (the PCI address). The kernel has written all of them
-/// since long before the first KFD interface with CRIU (1.8).
+/// The keys a node's `properties` must hold besides those the mapping compares
+/// ([`EQUAL_PROPERTIES`]): together, those the image records of every node (`kfd_device_entry`)
+/// and `location_id` (the PCI address). The kernel has written all of them since long before the
+/// first KFD interface with CRIU (1.8).
 const NODE_REQUIRED: &[&str] = &[
     keys::CPU_CORES_COUNT,
-    keys::SIMD_COUNT,
-    keys::MEM_BANKS_COUNT,
     keys::CACHES_COUNT,
     keys::IO_LINKS_COUNT,
-    keys::MAX_WAVES_PER_SIMD,
-    keys::LDS_SIZE_IN_KB,
     keys::GDS_SIZE_IN_KB,
     keys::NUM_GWS,
-    keys::WAVE_FRONT_SIZE,
-    keys::ARRAY_COUNT,
-    keys::SIMD_ARRAYS_PER_ENGINE,
-    keys::CU_PER_SIMD_ARRAY,
-    keys::SIMD_PER_CU,
-    keys::MAX_SLOTS_SCRATCH_CU,
-    keys::VENDOR_ID,
-    keys::DEVICE_ID,
     keys::LOCATION_ID,
     keys::DOMAIN,
     keys::DRM_RENDER_MINOR,
     keys::HIVE_ID,
-    keys::NUM_SDMA_ENGINES,
-    keys::NUM_SDMA_XGMI_ENGINES,
-    keys::NUM_SDMA_QUEUES_PER_ENGINE,
-    keys::NUM_CP_QUEUES,
 ];
 
-/// The keys a GPU node's `properties` must hold beyond [`NODE_REQUIRED`] (the kernel writes
-/// them for GPU nodes only; the image records them and the checks compare them).
+/// The keys a GPU node's `properties` must hold beyond [`EQUAL_PROPERTIES`] and
+/// [`NODE_REQUIRED`] (the kernel writes them for GPU nodes only; the image records them and the
+/// checks compare them).
 const GPU_REQUIRED: &[&str] = &[keys::FW_VERSION, keys::CAPABILITY, keys::SDMA_FW_VERSION];
 
 /// The keys every `io_links/L` and `p2p_links/L` properties file must hold.
@@ -255,7 +242,9 @@ fn parse_node(dir: &Path, id: u32, read: ReadText<'_>) -> Result<Node, ParseErro
     let name = name.strip_suffix('\n').unwrap_or(&name).to_owned();
     let props_path = dir.join("properties");
     let properties = read_properties(&props_path)?;
-    require(&properties, &props_path, NODE_REQUIRED, "node's properties")?;
+    for required in [NODE_REQUIRED, EQUAL_PROPERTIES] {
+        require(&properties, &props_path, required, "node's properties")?;
+    }
     if gpu_id != 0 {
         require(
             &properties,

@@ -46,8 +46,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use harness::workload::{
-    check_mapping, fill_mapping, shared_contents, Dma, Importer, SharedSide, Spec, Workload,
-    Writer, SHARED_VA,
+    check_mapping, fill_mapping, Dma, Importer, SharedContents, SharedSide, Spec, Workload, Writer,
+    SHARED_VA,
 };
 use kfd_abi::{
     BoHandle, Errno, EventId, EventType, FdTransport, GpuId, HostPlatform, IoctlError, Kfd,
@@ -213,7 +213,8 @@ impl ShareParent {
         let (side, dmabuf) =
             SharedSide::create(render, bytes, SHARED_VA).map_err(|e| e.to_string())?;
         let map = side.cpu_map(render).map_err(|e| e.to_string())?;
-        fill_mapping(&map, size, args.seed, 1, Writer::Exporter).map_err(|e| e.to_string())?;
+        fill_mapping(&map, size, SharedContents::of_round(args.seed, 1))
+            .map_err(|e| e.to_string())?;
         let (ours, theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
         inheritable(theirs.as_fd())?;
         inheritable(dmabuf.as_fd())?;
@@ -284,17 +285,17 @@ impl ShareParent {
     /// One more round: one side writes, the other checks.
     fn exchange(&mut self) -> Result<(), String> {
         let round = self.round + 1;
-        match Writer::of_round(round) {
+        let contents = SharedContents::of_round(self.seed, round);
+        match contents.writer {
             Writer::Exporter => {
-                fill_mapping(&self.map, self.size, self.seed, round, Writer::Exporter)
-                    .map_err(|e| e.to_string())?;
+                fill_mapping(&self.map, self.size, contents).map_err(|e| e.to_string())?;
                 self.round = round;
                 self.ask(&format!("check {round} e"))?;
             }
             Writer::Importer => {
                 self.ask(&format!("write {round}"))?;
                 self.round = round;
-                check_mapping(&self.map, self.size, self.seed, round, Writer::Importer)
+                check_mapping(&self.map, self.size, contents)
                     .map_err(|e| format!("the parent's side: {e}"))?;
             }
         }
@@ -304,8 +305,9 @@ impl ShareParent {
     /// Checks the buffer from both sides as the last round left it, then has each side write
     /// once for the other. Returns the VERIFY line's part.
     fn verify(&mut self, w: &Workload<FdTransport>) -> Result<String, String> {
-        let (round, writer) = (self.round, Writer::of_round(self.round));
-        check_mapping(&self.map, self.size, self.seed, round, writer)
+        let contents = SharedContents::of_round(self.seed, self.round);
+        let SharedContents { round, writer, .. } = contents;
+        check_mapping(&self.map, self.size, contents)
             .map_err(|e| format!("the parent's side: {e}"))?;
         // What the GPU sees at the buffer's address in the parent's VM, a page in the middle.
         let page = 4096.min(self.size);
@@ -314,7 +316,7 @@ impl ShareParent {
             .read_gpu(0, SHARED_VA + at as u64, page)
             .map_err(|e| format!("the parent's side, by SDMA: {e}"))?;
         let mut want = vec![0u8; page];
-        shared_contents(self.seed, round, writer, at as u64, &mut want);
+        contents.bytes_at(at as u64, &mut want);
         if by_gpu != want {
             return Err(format!(
                 "the parent's side: SDMA reads other bytes at {:#x} than round {round} put                  there",

@@ -45,7 +45,7 @@ mod verify;
 
 pub use manifest::{Buffer, Dma, GpuManifest, Kind, Manifest, Queue, Report, Spec, WorkloadError};
 pub use share::{
-    check_mapping, fill_mapping, shared_contents, Importer, SharedSide, Writer, SHARED_VA,
+    check_mapping, fill_mapping, Importer, SharedContents, SharedSide, Writer, SHARED_VA,
 };
 pub use user_queue::STAMP_SLOT;
 pub(crate) use verify::verify;

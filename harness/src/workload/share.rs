@@ -6,7 +6,7 @@
 //! same GEM handle ([`SharedSide::at`]), which is what a checkpoint on Linux 6.18 keeps.
 //!
 //! The two sides take turns ([`Writer`]): in round `r` one of them fills the whole buffer with
-//! [`shared_contents`] of `(seed, r, writer)` through its CPU mapping and the other checks it
+//! the [`SharedContents`] of `(seed, r, writer)` through its CPU mapping and the other checks it
 //! through its own ([`fill_mapping`], [`check_mapping`]), so each side can tell what the buffer
 //! must hold without a copy of it.
 
@@ -62,16 +62,38 @@ impl Writer {
     }
 }
 
-/// Fills `out` with the bytes at `offset` of the contents `writer` gives a shared buffer in
-/// `round`: a pure function of `(seed, round, writer, position)`.
-pub fn shared_contents(seed: u64, round: u64, writer: Writer, offset: u64, out: &mut [u8]) {
-    let side = match writer {
-        Writer::Exporter => 0x5e,
-        Writer::Importer => 0x51,
-    };
-    #[allow(clippy::cast_possible_truncation)] // the round's low bits select the stream
-    let index = round as u32;
-    pattern(seed ^ (round >> 32), side, index, offset, out);
+/// The contents `writer` gives a shared buffer in `round` of the workload seeded with `seed`: a
+/// pure function of `(seed, round, writer, position)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedContents {
+    /// The workload's seed.
+    pub seed: u64,
+    /// The round (the first is 1).
+    pub round: u64,
+    /// The side that writes it.
+    pub writer: Writer,
+}
+
+impl SharedContents {
+    /// Round `round`'s contents as its writer ([`Writer::of_round`]) gives them.
+    pub fn of_round(seed: u64, round: u64) -> Self {
+        Self {
+            seed,
+            round,
+            writer: Writer::of_round(round),
+        }
+    }
+
+    /// Fills `out` with the bytes at `offset`.
+    pub fn bytes_at(&self, offset: u64, out: &mut [u8]) {
+        let side = match self.writer {
+            Writer::Exporter => 0x5e,
+            Writer::Importer => 0x51,
+        };
+        #[allow(clippy::cast_possible_truncation)] // the round's low bits select the stream
+        let index = self.round as u32;
+        pattern(self.seed ^ (self.round >> 32), side, index, offset, out);
+    }
 }
 
 /// Piece size of [`fill_mapping`] and [`check_mapping`].
@@ -84,23 +106,20 @@ fn short(map: &Mapping, size: usize) -> WorkloadError {
     ))
 }
 
-/// Writes round `round`'s contents by `writer` into the first `size` bytes of `map` (a CPU
-/// mapping of the shared buffer).
+/// Writes `contents` into the first `size` bytes of `map` (a CPU mapping of the shared buffer).
 ///
 /// # Errors
 /// [`WorkloadError::Mismatch`] when the mapping is shorter than `size`.
 pub fn fill_mapping(
     map: &Mapping,
     size: usize,
-    seed: u64,
-    round: u64,
-    writer: Writer,
+    contents: SharedContents,
 ) -> Result<(), WorkloadError> {
     let mut buf = vec![0u8; PIECE.min(size)];
     let mut at = 0;
     while at < size {
         let n = PIECE.min(size - at);
-        shared_contents(seed, round, writer, at as u64, &mut buf[..n]);
+        contents.bytes_at(at as u64, &mut buf[..n]);
         if !map.write(at, &buf[..n]) {
             return Err(short(map, size));
         }
@@ -109,23 +128,22 @@ pub fn fill_mapping(
     Ok(())
 }
 
-/// Checks that the first `size` bytes of `map` hold round `round`'s contents by `writer`.
+/// Checks that the first `size` bytes of `map` hold `contents`.
 ///
 /// # Errors
 /// [`WorkloadError::Mismatch`] naming the first byte that differs.
 pub fn check_mapping(
     map: &Mapping,
     size: usize,
-    seed: u64,
-    round: u64,
-    writer: Writer,
+    contents: SharedContents,
 ) -> Result<(), WorkloadError> {
+    let SharedContents { round, writer, .. } = contents;
     let mut want = vec![0u8; PIECE.min(size)];
     let mut found = vec![0u8; PIECE.min(size)];
     let mut at = 0;
     while at < size {
         let n = PIECE.min(size - at);
-        shared_contents(seed, round, writer, at as u64, &mut want[..n]);
+        contents.bytes_at(at as u64, &mut want[..n]);
         if !map.read(at, &mut found[..n]) {
             return Err(short(map, size));
         }
@@ -248,23 +266,20 @@ impl SharedSide {
         }
     }
 
-    /// Fills the whole buffer with round `round`'s contents by `writer`, through a CPU mapping
-    /// from `render` (this side's render-node file).
+    /// Fills the whole buffer with `contents`, through a CPU mapping from `render` (this side's
+    /// render-node file).
     ///
     /// # Errors
     /// A failed render-node call.
     pub fn fill<T: Transport>(
         &self,
         render: &RenderNode<T>,
-        seed: u64,
-        round: u64,
-        writer: Writer,
+        contents: SharedContents,
     ) -> Result<(), WorkloadError> {
-        fill_mapping(&self.map(render)?, self.len()?, seed, round, writer)
+        fill_mapping(&self.map(render)?, self.len()?, contents)
     }
 
-    /// Checks the whole buffer against round `round`'s contents by `writer`, through a CPU
-    /// mapping from `render`.
+    /// Checks the whole buffer against `contents`, through a CPU mapping from `render`.
     ///
     /// # Errors
     /// A failed render-node call; [`WorkloadError::Mismatch`] naming the first byte that
@@ -272,11 +287,9 @@ impl SharedSide {
     pub fn check<T: Transport>(
         &self,
         render: &RenderNode<T>,
-        seed: u64,
-        round: u64,
-        writer: Writer,
+        contents: SharedContents,
     ) -> Result<(), WorkloadError> {
-        check_mapping(&self.map(render)?, self.len()?, seed, round, writer)
+        check_mapping(&self.map(render)?, self.len()?, contents)
     }
 
     fn len(&self) -> Result<usize, WorkloadError> {
@@ -422,12 +435,21 @@ impl<T: Transport> Importer<T> {
         self.side.len()
     }
 
+    /// What `writer` puts in the buffer in `round` of this workload.
+    fn contents(&self, round: u64, writer: Writer) -> SharedContents {
+        SharedContents {
+            seed: self.seed,
+            round,
+            writer,
+        }
+    }
+
     /// Checks, besides the contents of round `round` by `writer` through its mapping, that the
     /// buffer is still its import: the handle is in its render-node file, mapped at
     /// [`SHARED_VA`] in its VM (where the kernel can say: Linux 6.18), and a kept dma-buf fd
     /// resolves to that handle. Returns what it checked.
     fn verify(&self, round: u64, writer: Writer) -> Result<String, WorkloadError> {
-        check_mapping(&self.map, self.size()?, self.seed, round, writer)?;
+        check_mapping(&self.map, self.size()?, self.contents(round, writer))?;
         let h = self.side.handle();
         self.render.gem_mmap_offset(h).map_err(|e| {
             WorkloadError::Mismatch(format!(
@@ -471,11 +493,11 @@ impl<T: Transport> Importer<T> {
         let done = match (words.first().copied(), round(1), writer(2)) {
             (Some("write"), Some(r), _) => self
                 .size()
-                .and_then(|n| fill_mapping(&self.map, n, self.seed, r, Writer::Importer))
+                .and_then(|n| fill_mapping(&self.map, n, self.contents(r, Writer::Importer)))
                 .map(|()| String::new()),
             (Some("check"), Some(r), Some(w)) => self
                 .size()
-                .and_then(|n| check_mapping(&self.map, n, self.seed, r, w))
+                .and_then(|n| check_mapping(&self.map, n, self.contents(r, w)))
                 .map(|()| String::new()),
             (Some("verify"), Some(r), Some(w)) => self.verify(r, w).map(|s| format!(" {s}")),
             _ => return format!("err no such command: {command:?}"),

@@ -3,7 +3,7 @@
 
 use crate::error::Result;
 use crate::handle::DeviceFile;
-use crate::mapping::{Mapping, Prot, Share};
+use crate::mapping::{Mapping, Place, Prot, Share};
 use crate::transport::Transport;
 use crate::types::GpuId;
 
@@ -20,7 +20,13 @@ impl<T: Transport> Kfd<T> {
     pub fn map_doorbells(&self, gpu: GpuId, len: usize) -> Result<Mapping> {
         use crate::types::mmap_offset as mo;
         let off = mo::TYPE_DOORBELL | mo::gpu_id(gpu.get());
-        self.map("mmap(DOORBELL)", off, len, Prot::RW, Share::Shared)
+        self.map(
+            "mmap(DOORBELL)",
+            Place::Anywhere(len),
+            off,
+            Prot::RW,
+            Share::Shared,
+        )
     }
 
     /// Maps `len` bytes of the process's signal (events) page (`mmap` at `TYPE_EVENTS`).
@@ -32,8 +38,8 @@ impl<T: Transport> Kfd<T> {
         use crate::types::mmap_offset as mo;
         self.map(
             "mmap(EVENTS)",
+            Place::Anywhere(len),
             mo::TYPE_EVENTS,
-            len,
             Prot::RW,
             Share::Shared,
         )
@@ -47,7 +53,13 @@ impl<T: Transport> Kfd<T> {
     pub fn map_mmio(&self, gpu: GpuId, len: usize) -> Result<Mapping> {
         use crate::types::mmap_offset as mo;
         let off = mo::TYPE_MMIO | mo::gpu_id(gpu.get());
-        self.map("mmap(MMIO)", off, len, Prot::RW, Share::Shared)
+        self.map(
+            "mmap(MMIO)",
+            Place::Anywhere(len),
+            off,
+            Prot::RW,
+            Share::Shared,
+        )
     }
 
     /// Maps `len` bytes of `/dev/kfd` at a raw `offset` (a restored doorbell or MMIO offset as
@@ -57,7 +69,7 @@ impl<T: Transport> Kfd<T> {
     ///
     /// The driver's errno for the offset and length.
     pub fn map_offset(&self, offset: u64, len: usize, prot: Prot, share: Share) -> Result<Mapping> {
-        self.map("mmap", offset, len, prot, share)
+        self.map("mmap", Place::Anywhere(len), offset, prot, share)
     }
 
     /// [`map_offset`](Self::map_offset) over the reservation `at`, at its address.
@@ -72,6 +84,6 @@ impl<T: Transport> Kfd<T> {
         prot: Prot,
         share: Share,
     ) -> Result<Mapping> {
-        self.map_at("mmap", at, offset, prot, share)
+        self.map("mmap", Place::Over(at), offset, prot, share)
     }
 }

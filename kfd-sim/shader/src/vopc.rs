@@ -8,11 +8,13 @@ use crate::table::{row, Encoding, OpDef, Ty};
 use crate::valu::{den32, den64, R};
 use crate::wave::{Lanes, LANES};
 
-/// The 16 float conditions: f, lt, eq, le, gt, lg, ge, o, u, nge, nlg, ngt, nle, neq, nlt, tru.
-/// The negated ones are true for unordered (NaN) operands: written as negations on purpose.
+/// The 16 conditions by their code: f, lt, eq, le, gt, lg, ge, o, u, nge, nlg, ngt, nle, neq,
+/// nlt, tru. The integer compares are the first 8, named f, lt, eq, le, gt, ne, ge, t: on values
+/// that are always ordered, lg is ne and o is t. The negated ones are true for unordered (NaN)
+/// operands: written as negations on purpose.
 #[inline(always)]
 #[allow(clippy::neg_cmp_op_on_partial_ord)]
-fn fcond<const C: u8>(a: f64, b: f64) -> bool {
+fn cond<const C: u8, T: PartialOrd>(a: T, b: T) -> bool {
     match C {
         0 => false,
         1 => a < b,
@@ -21,29 +23,14 @@ fn fcond<const C: u8>(a: f64, b: f64) -> bool {
         4 => a > b,
         5 => a.partial_cmp(&b).is_some_and(|o| o.is_ne()),
         6 => a >= b,
-        7 => !a.is_nan() && !b.is_nan(),
-        8 => a.is_nan() || b.is_nan(),
+        7 => a.partial_cmp(&b).is_some(),
+        8 => a.partial_cmp(&b).is_none(),
         9 => !(a >= b),
         10 => a.partial_cmp(&b).is_none_or(|o| o.is_eq()),
         11 => !(a > b),
         12 => !(a <= b),
         13 => a != b,
         14 => !(a < b),
-        _ => true,
-    }
-}
-
-/// The 8 integer conditions: f, lt, eq, le, gt, ne, ge, t.
-#[inline(always)]
-fn icond<const C: u8, T: Ord>(a: T, b: T) -> bool {
-    match C {
-        0 => false,
-        1 => a < b,
-        2 => a == b,
-        3 => a <= b,
-        4 => a > b,
-        5 => a != b,
-        6 => a >= b,
         _ => true,
     }
 }
@@ -81,7 +68,7 @@ fn cmp_f32<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
     flush_lanes32(c, &mut a);
     flush_lanes32(c, &mut b);
     let m = lanes_mask(|l| {
-        fcond::<C>(
+        cond::<C, f64>(
             f64::from(f32::from_bits(a[l])),
             f64::from(f32::from_bits(b[l])),
         )
@@ -92,7 +79,8 @@ fn cmp_f32<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
 fn cmp_f16<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
     let a = c.src32(i, 0);
     let b = c.src32(i, 1);
-    let m = lanes_mask(|l| fcond::<C>(f64::from(float::h2f(a[l])), f64::from(float::h2f(b[l]))));
+    let m =
+        lanes_mask(|l| cond::<C, f64>(f64::from(float::h2f(a[l])), f64::from(float::h2f(b[l]))));
     finish(c, i, m, X)
 }
 
@@ -104,7 +92,7 @@ fn cmp_f64<const C: u8, const X: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
             *x = float::flush64(*x);
         }
     }
-    let m = lanes_mask(|l| fcond::<C>(f64::from_bits(a[l]), f64::from_bits(b[l])));
+    let m = lanes_mask(|l| cond::<C, f64>(f64::from_bits(a[l]), f64::from_bits(b[l])));
     finish(c, i, m, X)
 }
 
@@ -116,7 +104,7 @@ macro_rules! int_cmp {
             let a = c.$src(i, 0);
             let b = c.$src(i, 1);
             let conv = $conv;
-            let m = lanes_mask(|l| icond::<C, $t>(conv(a[l]), conv(b[l])));
+            let m = lanes_mask(|l| cond::<C, $t>(conv(a[l]), conv(b[l])));
             finish(c, i, m, X)
         }
     };

@@ -58,6 +58,19 @@ const ENCODINGS: &[(&str, &[u32])] = &[
     ("s_ff1_i32_b64 s3, s[0:1]", &[0xbe83_1100]),
     ("s_flbit_i32_b32 s4, s0", &[0xbe84_1200]),
     ("s_flbit_i32_b64 s5, s[0:1]", &[0xbe85_1300]),
+    ("s_flbit_i32 s2, s0", &[0xbe82_1400]),
+    ("s_flbit_i32_i64 s3, s[0:1]", &[0xbe83_1500]),
+    ("s_ff0_i32_b32 s9, s0", &[0xbe89_0e00]),
+    ("s_bitset0_b32 s10, s12", &[0xbe8a_180c]),
+    ("s_bitset0_b64 s[16:17], s12", &[0xbe90_190c]),
+    ("s_bitset1_b32 s11, s12", &[0xbe8b_1a0c]),
+    ("s_bitset1_b64 s[14:15], s12", &[0xbe8e_1b0c]),
+    ("s_movrels_b32 s16, s0", &[0xbe90_2a00]),
+    ("s_movrels_b64 s[18:19], s[0:1]", &[0xbe92_2b00]),
+    ("s_movreld_b32 s0, s20", &[0xbe80_2c14]),
+    ("s_movreld_b64 s[0:1], s[20:21]", &[0xbe80_2d14]),
+    ("s_swappc_b64 s[6:7], s[8:9]", &[0xbe86_1e08]),
+    ("s_call_b64 s[10:11], 1", &[0xba8a_0001]),
     ("s_cmov_b32 s2, s0", &[0xbe82_0200]),
     ("v_add_u32_e64 v2, v0, v1 clamp", &[0xd134_8002, 0x0002_0300]),
     ("v_sub_u32_e64 v3, v0, v1 clamp", &[0xd135_8003, 0x0002_0300]),
@@ -84,6 +97,8 @@ const ENCODINGS: &[(&str, &[u32])] = &[
     ("s_sendmsg sendmsg(MSG_INTERRUPT)", &[0xbf90_0001]),
     ("s_set_gpr_idx_off", &[0xbf9c_0000]),
     ("s_set_gpr_idx_on s0, gpr_idx(SRC0)", &[0xbf11_0100]),
+    ("s_set_gpr_idx_idx s1", &[0xbe80_3201]),
+    ("s_set_gpr_idx_mode gpr_idx(DST)", &[0xbf9d_0008]),
     ("s_setreg_imm32_b32 hwreg(HW_REG_MODE, 4, 4), 10", &[0xba00_1901, 0x0000_000a]),
     ("s_store_dword s10, s[0:1], 0x8", &[0xc042_0280, 0x0000_0008]),
     ("s_sub_u32 s2, s0, s1", &[0x8082_0100]),
@@ -102,6 +117,12 @@ const ENCODINGS: &[(&str, &[u32])] = &[
     ("v_addc_co_u32_e32 v3, vcc, v0, v1, vcc", &[0x3806_0300]),
     ("v_cmp_gt_f32_e32 vcc, v0, v1", &[0x7c88_0300]),
     ("v_cmp_u_f32_e64 s[4:5], v0, v1", &[0xd048_0004, 0x0002_0300]),
+    ("v_cmp_o_f32_e64 s[6:7], v0, v1", &[0xd047_0006, 0x0002_0300]),
+    ("v_cmp_lg_f32_e64 s[8:9], v0, v1", &[0xd045_0008, 0x0002_0300]),
+    ("v_cmp_nlg_f32_e64 s[10:11], v0, v1", &[0xd04a_000a, 0x0002_0300]),
+    ("v_cmp_ne_i32_e64 s[12:13], v0, v1", &[0xd0c5_000c, 0x0002_0300]),
+    ("v_cmp_t_u32_e64 s[14:15], v0, v1", &[0xd0cf_000e, 0x0002_0300]),
+    ("v_cmp_ge_i32_e64 s[16:17], v0, v1", &[0xd0c6_0010, 0x0002_0300]),
     ("v_cmp_gt_i64_e32 vcc, v[0:1], v[2:3]", &[0x7dc8_0500]),
     ("v_cmp_lt_i16_e32 vcc, v0, v1", &[0x7d42_0300]),
     ("v_cmpx_lt_u32_e32 vcc, v0, v1", &[0x7db2_0300]),
@@ -354,6 +375,109 @@ fn bit_scans_count_from_either_end_and_answer_minus_one_for_zero() {
     assert_eq!(r.w.sgpr[4], 27, "zeros above bit 4 of 32");
     assert_eq!(r.w.sgpr[5], 23, "zeros above bit 40 of 64");
     assert_eq!(r.w.sgpr[8], u32::MAX, "no bit set");
+}
+
+/// The signed s_flbit forms count from the top to the first bit that differs from the sign, and
+/// s_ff0 finds the lowest clear bit; -1 when there is none. Columns: s[0:1], then s_flbit_i32 of
+/// s0, s_flbit_i32_i64 of s[0:1], s_ff0_i32_b32 of s0.
+#[rstest]
+#[case::small_positive(0x10, 27, 59, 0)]
+#[case::negative(0xffff_ffff_ffff_fff0, 28, 60, 0)]
+#[case::negative_low_dword_only(0x0000_0001_8000_00ff, 1, 31, 8)]
+#[case::all_ones(u64::MAX, u32::MAX, u32::MAX, u32::MAX)]
+#[case::zero(0, u32::MAX, u32::MAX, 0)]
+fn signed_bit_scans_skip_the_sign_and_ff0_finds_a_clear_bit(
+    #[case] a: u64,
+    #[case] flbit_i32: u32,
+    #[case] flbit_i64: u32,
+    #[case] ff0: u32,
+) {
+    let r = run(
+        &[
+            "s_flbit_i32 s2, s0",
+            "s_flbit_i32_i64 s3, s[0:1]",
+            "s_ff0_i32_b32 s9, s0",
+        ],
+        |w, _| {
+            w.set_sgpr64(0, a);
+            w.scc = true;
+        },
+    );
+    assert_eq!(r.w.sgpr[2], flbit_i32);
+    assert_eq!(r.w.sgpr[3], flbit_i64);
+    assert_eq!(r.w.sgpr[9], ff0);
+    assert!(r.w.scc, "bit scans leave SCC");
+}
+
+#[test]
+fn s_bitset_clears_or_sets_the_bit_its_source_names_within_the_width() {
+    let r = run(
+        &[
+            "s_bitset0_b32 s10, s12",
+            "s_bitset1_b32 s11, s12",
+            "s_bitset0_b64 s[16:17], s12",
+            "s_bitset1_b64 s[14:15], s12",
+        ],
+        |w, _| {
+            w.sgpr[12] = 35;
+            w.sgpr[10] = 0xff;
+            w.sgpr[11] = 0;
+            w.set_sgpr64(16, u64::MAX);
+            w.set_sgpr64(14, 0);
+        },
+    );
+    assert_eq!(r.w.sgpr[10], 0xf7, "bit 35 of 32 is bit 3");
+    assert_eq!(r.w.sgpr[11], 0x8);
+    assert_eq!(r.w.sgpr64(16), !(1 << 35));
+    assert_eq!(r.w.sgpr64(14), 1 << 35);
+}
+
+#[test]
+fn relative_moves_offset_the_sgpr_by_m0() {
+    let r = run(
+        &[
+            "s_movrels_b32 s16, s0",
+            "s_movrels_b64 s[18:19], s[0:1]",
+            "s_movreld_b32 s0, s20",
+            "s_movreld_b64 s[0:1], s[20:21]",
+        ],
+        |w, _| {
+            w.sgpr[reg::M0] = 2;
+            w.set_sgpr64(0, 0x1111_1111_0000_0000);
+            w.set_sgpr64(2, 0x3333_3333_2222_2222);
+            w.set_sgpr64(20, 0x5555_5555_4444_4444);
+        },
+    );
+    assert_eq!(r.w.sgpr[16], 0x2222_2222, "s_movrels reads s0 + M0");
+    assert_eq!(r.w.sgpr64(18), 0x3333_3333_2222_2222);
+    assert_eq!(
+        r.w.sgpr64(2),
+        0x5555_5555_4444_4444,
+        "s_movreld writes s0 + M0, the 64-bit one last"
+    );
+    assert_eq!(r.w.sgpr64(0), 0x1111_1111_0000_0000, "s[0:1] untouched");
+}
+
+#[test]
+fn s_movrels_past_the_last_sgpr_reads_zero() {
+    let r = run(&["s_movrels_b32 s16, s0"], |w, _| {
+        w.sgpr[reg::M0] = 0x100;
+        w.sgpr[16] = 7;
+    });
+    assert_eq!(r.w.sgpr[16], 0);
+}
+
+#[test]
+fn s_swappc_and_s_call_save_the_next_instructions_address() {
+    let r = run(
+        &["s_swappc_b64 s[6:7], s[8:9]", "s_mov_b32 s2, 1.0"],
+        |w, _| w.set_sgpr64(8, CODE + 8),
+    );
+    assert_eq!(r.w.sgpr64(6), CODE + 4);
+    assert_eq!(r.w.sgpr[2], 0, "the jump skipped the s_mov");
+    let r = run(&["s_call_b64 s[10:11], 1", "s_mov_b32 s2, 1.0"], |_, _| {});
+    assert_eq!(r.w.sgpr64(10), CODE + 4);
+    assert_eq!(r.w.sgpr[2], 0, "the call skipped the s_mov");
 }
 
 #[rstest]
@@ -621,6 +745,47 @@ fn compares_write_masks_and_nan_is_unordered() {
     assert_eq!(r.w.vcc(), pattern(2));
 }
 
+/// The conditions that set ordered and unordered apart on floats (o, lg, nlg), and the integer
+/// ones whose codes are those of lg and o (ne, t), on the same bit patterns.
+#[test]
+fn ordered_float_compares_and_the_integer_ones_that_share_their_codes() {
+    let r = run(
+        &[
+            "v_cmp_o_f32_e64 s[6:7], v0, v1",
+            "v_cmp_lg_f32_e64 s[8:9], v0, v1",
+            "v_cmp_nlg_f32_e64 s[10:11], v0, v1",
+            "v_cmp_ne_i32_e64 s[12:13], v0, v1",
+            "v_cmp_t_u32_e64 s[14:15], v0, v1",
+            "v_cmp_ge_i32_e64 s[16:17], v0, v1",
+        ],
+        |w, _| {
+            let pairs = [(1.0f32, 2.0f32), (f32::NAN, 1.0), (2.0, 2.0), (3.0, -1.0)];
+            *w.v_mut(0).unwrap() = lanes(|l| pairs[l % 4].0.to_bits());
+            *w.v_mut(1).unwrap() = lanes(|l| pairs[l % 4].1.to_bits());
+        },
+    );
+    let lanes_where = |f: fn(usize) -> bool| {
+        (0..LANES)
+            .filter(|&l| f(l % 4))
+            .fold(0u64, |m, l| m | 1 << l)
+    };
+    assert_eq!(r.w.sgpr64(6), lanes_where(|k| k != 1), "ordered: no NaN");
+    assert_eq!(
+        r.w.sgpr64(8),
+        lanes_where(|k| k == 0 || k == 3),
+        "ordered, not equal"
+    );
+    assert_eq!(
+        r.w.sgpr64(10),
+        lanes_where(|k| k == 1 || k == 2),
+        "unordered or equal"
+    );
+    assert_eq!(r.w.sgpr64(12), lanes_where(|k| k != 2), "other bits");
+    assert_eq!(r.w.sgpr64(14), u64::MAX);
+    // As i32: 1.0 < 2.0, NaN (0x7fc0..) >= 1.0, 3.0 >= -1.0 (negative).
+    assert_eq!(r.w.sgpr64(16), lanes_where(|k| k != 0));
+}
+
 #[test]
 fn sdwa_selects_and_places_bytes_and_words() {
     let r = run(&["v_mov_b32_sdwa v2, v0 dst_sel:BYTE_1 dst_unused:UNUSED_PRESERVE src0_sel:BYTE_3", "v_add_u32_sdwa v3, v0, v1 dst_sel:WORD_1 dst_unused:UNUSED_PAD src0_sel:WORD_1 src1_sel:BYTE_0"], |w, _| {
@@ -815,6 +980,34 @@ fn vgpr_indexing_offsets_the_source() {
     );
     assert_eq!(r.w.v(2)[0], 44, "v1 + 3");
     assert_eq!(r.w.v(3)[0], 11, "indexing off again");
+}
+
+#[test]
+fn vgpr_indexing_index_and_mode_are_set_apart() {
+    let r = run(
+        &[
+            "s_set_gpr_idx_on s0, gpr_idx(SRC0)",
+            "s_set_gpr_idx_idx s1",
+            "v_mov_b32_e32 v2, v1",
+            "s_set_gpr_idx_mode gpr_idx(DST)",
+            "v_mov_b32_e32 v3, v1",
+        ],
+        |w, _| {
+            w.sgpr[reg::M0] = 0xabcd_0000;
+            w.sgpr[0] = 3;
+            w.sgpr[1] = 0x102;
+            *w.v_mut(1).unwrap() = [11; LANES];
+            *w.v_mut(3).unwrap() = [33; LANES];
+        },
+    );
+    assert_eq!(
+        r.w.sgpr[reg::M0],
+        0xabcd_8002,
+        "index 2 (its low 8 bits), mode DST, the rest kept"
+    );
+    assert_eq!(r.w.v(2)[0], 33, "source v1 + 2");
+    assert_eq!(r.w.v(5)[0], 11, "destination v3 + 2");
+    assert_eq!(r.w.v(3)[0], 33, "v3 itself untouched");
 }
 
 #[test]

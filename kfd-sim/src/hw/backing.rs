@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use kfd_abi::Errno;
 
-use crate::host::{self, FileKey, SharedMap};
+use crate::host::{self, FileKey, SharedMap, Transfer};
 
 /// Bytes a copy out of a BO moves between two looks for a hole ([`Backing::write_to_process`]).
 const DATA_STEP: u64 = 1 << 20;
@@ -94,17 +94,10 @@ impl Backing {
         self.map.write(offset, buf)
     }
 
-    /// Fills `len` bytes at `offset` from process `pid`'s memory at `remote` (see
+    /// Fills the transfer's `len` bytes at `offset` from process `pid`'s memory at `remote` (see
     /// [`SharedMap::read_from_process`]); `EFAULT` when out of range or on a failed transfer.
-    pub(crate) fn read_from_process(
-        &self,
-        offset: u64,
-        len: u64,
-        pid: libc::pid_t,
-        remote: u64,
-    ) -> Result<(), kfd_abi::Errno> {
-        self.map
-            .read_from_process(self.memfd.as_fd(), offset, len, pid, remote)
+    pub(crate) fn read_from_process(&self, t: Transfer) -> Result<(), kfd_abi::Errno> {
+        self.map.read_from_process(self.memfd.as_fd(), t)
     }
 
     /// Fills `len` bytes at `offset` with `pattern` repeated from byte `phase` of it; `false` if
@@ -127,18 +120,18 @@ impl Backing {
             && self.map.fill(last, end - last, pattern, phase)
     }
 
-    /// Writes `len` bytes at `offset` into process `pid`'s memory at `remote` (see
+    /// Writes the transfer's `len` bytes at `offset` into process `pid`'s memory at `remote` (see
     /// [`SharedMap::write_to_process`]). Ranges of the memfd that were never written (its holes)
     /// are sent as zeros without being read: a read of a hole through the shared mapping would
     /// allocate and clear memory for it, which VRAM that nobody wrote does not cost on hardware.
     /// `EFAULT` when out of range or on a failed transfer.
-    pub(crate) fn write_to_process(
-        &self,
-        offset: u64,
-        len: u64,
-        pid: libc::pid_t,
-        remote: u64,
-    ) -> Result<(), kfd_abi::Errno> {
+    pub(crate) fn write_to_process(&self, t: Transfer) -> Result<(), kfd_abi::Errno> {
+        let Transfer {
+            offset,
+            len,
+            pid,
+            remote,
+        } = t;
         let end = offset
             .checked_add(len)
             .filter(|&e| e <= self.size)
@@ -151,8 +144,13 @@ impl Backing {
                 // (and allocated) for at most one step.
                 Some(next) if next == at => {
                     let stop = (at + DATA_STEP).min(end);
-                    self.map
-                        .write_to_process(self.memfd.as_fd(), at, stop - at, pid, to)?;
+                    let step = Transfer {
+                        offset: at,
+                        len: stop - at,
+                        pid,
+                        remote: to,
+                    };
+                    self.map.write_to_process(self.memfd.as_fd(), step)?;
                     at = stop;
                 }
                 hole_to => {
@@ -284,12 +282,12 @@ mod tests {
         };
         let before = blocks(&b);
         let mut out = vec![0xeeu8; SIZE - 50];
-        b.write_to_process(
-            50,
-            out.len() as u64,
-            host::own_pid(),
-            out.as_mut_ptr() as u64,
-        )
+        b.write_to_process(Transfer {
+            offset: 50,
+            len: out.len() as u64,
+            pid: host::own_pid(),
+            remote: out.as_mut_ptr() as u64,
+        })
         .unwrap();
         let mut want = vec![0u8; SIZE];
         want[data_at..data_at + 8000].fill(0x5a);
@@ -302,7 +300,12 @@ mod tests {
             "{before} -> {after} bytes held"
         );
         assert!(b
-            .write_to_process(1, SIZE as u64, host::own_pid(), out.as_mut_ptr() as u64)
+            .write_to_process(Transfer {
+                offset: 1,
+                len: SIZE as u64,
+                pid: host::own_pid(),
+                remote: out.as_mut_ptr() as u64,
+            })
             .is_err());
     }
 

@@ -49,7 +49,7 @@ use kfd_abi::Errno;
 use super::backing::{Backing, ProcessMemory};
 use super::vm::{Vm, VmTarget};
 use crate::host::lock;
-use crate::host::{self, pattern_chunk};
+use crate::host::{self, pattern_chunk, Transfer};
 
 /// CPU time the engine has used, summed over every thread that ran a submission.
 #[derive(Debug, Default)]
@@ -277,10 +277,20 @@ fn move_bytes(src: &Piece, si: u64, dst: &Piece, di: u64, n: u64) -> Result<(), 
             }
         }
         (Piece::User { mem, addr, .. }, Piece::Mem { backing, off, .. }) => backing
-            .read_from_process(off + di, n, mem.pid(), addr + si)
+            .read_from_process(Transfer {
+                offset: off + di,
+                len: n,
+                pid: mem.pid(),
+                remote: addr + si,
+            })
             .map_err(|_| Fault::UserMemory { addr: addr + si }),
         (Piece::Mem { backing, off, .. }, Piece::User { mem, addr, .. }) => backing
-            .write_to_process(off + si, n, mem.pid(), addr + di)
+            .write_to_process(Transfer {
+                offset: off + si,
+                len: n,
+                pid: mem.pid(),
+                remote: addr + di,
+            })
             .map_err(|_| Fault::UserMemory { addr: addr + di }),
         (
             Piece::User {

@@ -479,74 +479,23 @@ impl Transport for SimFile {
         })
     }
 
-    /// The driver model decides what backs the offset (the simulator's `vma` module); the
-    /// mapping is of that memory itself, shared with the simulated GPU both ways.
+    /// mmap as the driver does it, in process: the driver model decides what backs the offset
+    /// (the simulator's `vma` module) and the mapping is of that memory itself, shared with the
+    /// simulated GPU both ways. The VMA flags that userspace can express are applied: KFD pages
+    /// are not inherited by fork (`VM_DONTCOPY`), no device mapping is in a core dump
+    /// (`VM_DONTDUMP`), and a private `PROT_NONE` render mapping that lost `VM_MAYWRITE` is made
+    /// from a read-only file, so it can never become writable. The mapping is recorded as a
+    /// device VMA of the calling process ([`SimProcess::device_vmas`]).
     fn mmap(
         &self,
+        place: kfd_abi::Place,
         offset: u64,
-        len: usize,
-        prot: kfd_abi::Prot,
-        share: kfd_abi::Share,
-    ) -> Result<kfd_abi::Mapping, Errno> {
-        self.map(None, offset, len, prot, share)
-    }
-
-    fn mmap_at(
-        &self,
-        at: kfd_abi::Mapping,
-        offset: u64,
-        prot: kfd_abi::Prot,
-        share: kfd_abi::Share,
-    ) -> Result<kfd_abi::Mapping, Errno> {
-        let len = at.len();
-        self.map(Some(at), offset, len, prot, share)
-    }
-}
-
-/// The device number of the simulated `/dev/kfd` in process: the driver registers a dynamic
-/// character major, and the first dynamic majors the kernel hands out are counted down from
-/// 511; what a process would see in `/proc/PID/maps` and `stat`.
-pub const SIM_KFD_MAJOR: u32 = 511;
-
-/// The DRM character-device major, as render nodes report it in `st_rdev`.
-const DRM_MAJOR: u32 = 226;
-
-impl SimFile {
-    /// The path and device number of this file, as `stat` of it would show.
-    fn dev_path(&self) -> (PathBuf, u64) {
-        match &self.file.kind {
-            FileKind::Kfd(_) => (PathBuf::from("/dev/kfd"), libc::makedev(SIM_KFD_MAJOR, 0)),
-            FileKind::Render(r) => {
-                let minor = self
-                    .machine
-                    .inner
-                    .devices
-                    .get(r.device)
-                    .map_or(0, |d| d.render_minor);
-                (
-                    PathBuf::from(format!("/dev/dri/renderD{minor}")),
-                    libc::makedev(DRM_MAJOR, minor),
-                )
-            }
-        }
-    }
-
-    /// mmap as the driver does it, in process: the driver model decides what backs the offset
-    /// ([`crate::vma`]) and the mapping is of that memory itself. The VMA flags that userspace
-    /// can express are applied: KFD pages are not inherited by fork (`VM_DONTCOPY`), no device
-    /// mapping is in a core dump (`VM_DONTDUMP`), and a private `PROT_NONE` render mapping that
-    /// lost `VM_MAYWRITE` is made from a read-only file, so it can never become writable. The
-    /// mapping is recorded as a device VMA of the calling process ([`SimProcess::device_vmas`]).
-    fn map(
-        &self,
-        at: Option<kfd_abi::Mapping>,
-        offset: u64,
-        len: usize,
         prot: kfd_abi::Prot,
         share: kfd_abi::Share,
     ) -> Result<kfd_abi::Mapping, Errno> {
         use crate::vma as m;
         use kfd_abi::{Advice, Mapping, Prot, Share};
+        let len = place.len();
         // The kernel refuses these before any driver sees them.
         if len == 0 || offset % crate::limits::PAGE_SIZE != 0 {
             return Err(Errno::EINVAL);
@@ -579,10 +528,7 @@ impl SimFile {
             .export(!no_maywrite)
             .map_err(|e| Errno::from_io(&e))?;
         let share = if no_maywrite { Share::Shared } else { share };
-        let mapping = match at {
-            Some(at) => Mapping::map_fd_at(at, fd.as_fd(), target.offset, prot, share)?,
-            None => Mapping::map_fd(fd.as_fd(), target.offset, len, prot, share)?,
-        };
+        let mapping = Mapping::map_fd(place, fd.as_fd(), target.offset, prot, share)?;
         mapping.advise(Advice {
             dont_fork: target.vma & m::VMA_DONTCOPY != 0,
             dont_dump: target.vma & m::VMA_DONTDUMP != 0,
@@ -601,5 +547,34 @@ impl SimFile {
             backing_offset: target.offset,
         });
         Ok(mapping)
+    }
+}
+
+/// The device number of the simulated `/dev/kfd` in process: the driver registers a dynamic
+/// character major, and the first dynamic majors the kernel hands out are counted down from
+/// 511; what a process would see in `/proc/PID/maps` and `stat`.
+pub const SIM_KFD_MAJOR: u32 = 511;
+
+/// The DRM character-device major, as render nodes report it in `st_rdev`.
+const DRM_MAJOR: u32 = 226;
+
+impl SimFile {
+    /// The path and device number of this file, as `stat` of it would show.
+    fn dev_path(&self) -> (PathBuf, u64) {
+        match &self.file.kind {
+            FileKind::Kfd(_) => (PathBuf::from("/dev/kfd"), libc::makedev(SIM_KFD_MAJOR, 0)),
+            FileKind::Render(r) => {
+                let minor = self
+                    .machine
+                    .inner
+                    .devices
+                    .get(r.device)
+                    .map_or(0, |d| d.render_minor);
+                (
+                    PathBuf::from(format!("/dev/dri/renderD{minor}")),
+                    libc::makedev(DRM_MAJOR, minor),
+                )
+            }
+        }
     }
 }

@@ -51,7 +51,8 @@ pub use choice::{unused_lines, Preference, Unused, UnusedGpu, PREFERENCE_ORDER};
 pub use explain::{GpuRef, LocalHive, MapError, NumaGroup, Reason, Rejection, Unplaced};
 pub use mapping::{GpuMapping, Mapping};
 
-/// Node properties that must be equal on both sides, in the order they are reported.
+/// Node properties that must be equal on both sides, in the order they are reported. Parsing a
+/// topology requires every node to have them.
 pub const EQUAL_PROPERTIES: &[&str] = &[
     keys::VENDOR_ID,
     keys::DEVICE_ID,

@@ -102,6 +102,24 @@ fn bitscan<const W: u32, const LEADING: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
     Ok(())
 }
 
+/// s_bitset0 (`ONE` false) and s_bitset1 (true) of a `W`-bit SDST: clears or sets the bit that
+/// SSRC0 names.
+fn bitset<const W: u32, const ONE: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let bit = 1u64 << (c.s32(i.src[0]) & (W - 1));
+    let old = if W == 64 {
+        c.s64(Operand::Sgpr(i.dst))
+    } else {
+        u64::from(c.s32(Operand::Sgpr(i.dst)))
+    };
+    let v = if ONE { old | bit } else { old & !bit };
+    if W == 64 {
+        c.set_s64(i.dst, v);
+    } else {
+        c.set_s32(i.dst, v as u32);
+    }
+    Ok(())
+}
+
 fn cmp32(c: &mut Ctx<'_>, i: &Inst, f: impl Fn(u32, u32) -> bool) -> R {
     c.w.scc = f(c.s32(i.src[0]), c.s32(i.src[1]));
     Ok(())
@@ -246,7 +264,9 @@ fn s_getreg(c: &mut Ctx<'_>, i: &Inst) -> R {
     Ok(())
 }
 
-fn setreg(c: &mut Ctx<'_>, i: &Inst, v: u32) -> R {
+/// s_setreg_b32 (the value in SDST), and s_setreg_imm32_b32 with `IMM32` (the literal).
+fn s_setreg<const IMM32: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let v = if IMM32 { c.s32(i.src[0]) } else { sdst(c, i) };
     let (id, off, mask) = hwreg_field(i);
     let m = mask.checked_shl(off).unwrap_or(0);
     let v = v.checked_shl(off).unwrap_or(0) & m;
@@ -267,6 +287,14 @@ fn setreg(c: &mut Ctx<'_>, i: &Inst, v: u32) -> R {
             c.pc
         ),
     }
+    Ok(())
+}
+
+/// s_getpc_b64, and the return address of s_swappc_b64 and s_call_b64: the address of the next
+/// instruction into SDST.
+fn getpc(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let pc = c.w.pc;
+    c.set_s64(i.dst, pc);
     Ok(())
 }
 
@@ -300,6 +328,43 @@ fn cbranch<const COND: u8>(c: &mut Ctx<'_>, i: &Inst) -> R {
     branch(c, i, taken)
 }
 
+// VGPR indexing: M0 holds the index added to VGPR numbers (bits 7:0) and which operands it
+// applies to (bits 15:12), and MODE's GPR_IDX_EN turns it on (`Ctx::vidx`).
+const M0_GPR_IDX: u32 = 0xff;
+const M0_GPR_IDX_MODE: u32 = 0xf000;
+
+/// Sets the `mask` bits of M0 to those of `value`.
+fn set_m0_bits(c: &mut Ctx<'_>, mask: u32, value: u32) {
+    let m0 = &mut c.w.sgpr[reg::M0];
+    *m0 = *m0 & !mask | value & mask;
+}
+
+/// s_set_gpr_idx_on: indexing on, with the index from SSRC0 and the mode from the immediate.
+fn gpr_idx_on(c: &mut Ctx<'_>, i: &Inst) -> R {
+    c.w.mode |= hwreg::MODE_GPR_IDX_EN;
+    gpr_idx_idx(c, i)?;
+    gpr_idx_mode(c, i)
+}
+
+/// s_set_gpr_idx_off.
+fn gpr_idx_off(c: &mut Ctx<'_>, _i: &Inst) -> R {
+    c.w.mode &= !hwreg::MODE_GPR_IDX_EN;
+    Ok(())
+}
+
+/// s_set_gpr_idx_idx: the index from SSRC0.
+fn gpr_idx_idx(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let index = c.s32(i.src[0]);
+    set_m0_bits(c, M0_GPR_IDX, index);
+    Ok(())
+}
+
+/// s_set_gpr_idx_mode: the operands indexed, from the immediate's low 4 bits.
+fn gpr_idx_mode(c: &mut Ctx<'_>, i: &Inst) -> R {
+    set_m0_bits(c, M0_GPR_IDX_MODE, i.imm << 12);
+    Ok(())
+}
+
 fn movrel_src(c: &Ctx<'_>, i: &Inst) -> Option<u8> {
     match i.src[0] {
         Operand::Sgpr(r) => {
@@ -308,6 +373,32 @@ fn movrel_src(c: &Ctx<'_>, i: &Inst) -> Option<u8> {
         }
         _ => None,
     }
+}
+
+/// s_movrels of a `W`-bit value: from the source SGPR plus M0 (0 past the SGPRs).
+fn movrels<const W: u32>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let src = movrel_src(c, i).map(Operand::Sgpr);
+    if W == 64 {
+        let v = src.map_or(0, |s| c.s64(s));
+        c.set_s64(i.dst, v);
+    } else {
+        let v = src.map_or(0, |s| c.s32(s));
+        c.set_s32(i.dst, v);
+    }
+    Ok(())
+}
+
+/// s_movreld of a `W`-bit value: to the destination SGPR plus M0.
+fn movreld<const W: u32>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let d = usize::from(i.dst) + c.w.sgpr[reg::M0] as usize;
+    if W == 64 {
+        let v = c.s64(i.src[0]);
+        c.w.set_sgpr64(d, v);
+    } else {
+        let v = c.s32(i.src[0]);
+        c.w.set_sgpr(d, v);
+    }
+    Ok(())
 }
 
 const S32: [Ty; 4] = [Ty::B32; 4];

@@ -2,14 +2,12 @@
 //! handling, relative moves, VGPR indexing) with their executors.
 
 use super::{
-    bitscan, mov, movrel_src, nz32, nz64, quadmask, saveexec, sop32, sop64, sop64_32, wqm, wrexec,
-    S32, S32_64, S64,
+    bitscan, bitset, getpc, gpr_idx_idx, mov, movreld, movrels, nz32, nz64, quadmask, saveexec,
+    sop32, sop64, sop64_32, wqm, wrexec, S32, S32_64, S64,
 };
-use crate::decode::Operand;
 use crate::table::Encoding::Sop1 as S1;
 use crate::table::{row, unsupported, OpDef, Ty};
 use crate::valu::ex;
-use crate::wave::reg;
 
 /// SOP1 opcodes.
 pub(crate) static SOP1: &[OpDef] = &[
@@ -171,70 +169,25 @@ pub(crate) static SOP1: &[OpDef] = &[
         S32,
         0,
     ),
-    row(
-        S1,
-        0x18,
-        "s_bitset0_b32",
-        ex!(|c, i| {
-            let b = c.s32(i.src[0]) & 31;
-            let v = c.s32(Operand::Sgpr(i.dst)) & !(1 << b);
-            c.set_s32(i.dst, v);
-            Ok(())
-        }),
-        S32,
-        0,
-    ),
+    row(S1, 0x18, "s_bitset0_b32", bitset::<32, false>, S32, 0),
     row(
         S1,
         0x19,
         "s_bitset0_b64",
-        ex!(|c, i| {
-            let b = c.s32(i.src[0]) & 63;
-            let v = c.s64(Operand::Sgpr(i.dst)) & !(1 << b);
-            c.set_s64(i.dst, v);
-            Ok(())
-        }),
+        bitset::<64, false>,
         [Ty::B64, Ty::B32, Ty::B32, Ty::B32],
         0,
     ),
-    row(
-        S1,
-        0x1a,
-        "s_bitset1_b32",
-        ex!(|c, i| {
-            let b = c.s32(i.src[0]) & 31;
-            let v = c.s32(Operand::Sgpr(i.dst)) | (1 << b);
-            c.set_s32(i.dst, v);
-            Ok(())
-        }),
-        S32,
-        0,
-    ),
+    row(S1, 0x1a, "s_bitset1_b32", bitset::<32, true>, S32, 0),
     row(
         S1,
         0x1b,
         "s_bitset1_b64",
-        ex!(|c, i| {
-            let b = c.s32(i.src[0]) & 63;
-            let v = c.s64(Operand::Sgpr(i.dst)) | (1 << b);
-            c.set_s64(i.dst, v);
-            Ok(())
-        }),
+        bitset::<64, true>,
         [Ty::B64, Ty::B32, Ty::B32, Ty::B32],
         0,
     ),
-    row(
-        S1,
-        0x1c,
-        "s_getpc_b64",
-        ex!(|c, i| {
-            let pc = c.w.pc;
-            c.set_s64(i.dst, pc);
-            Ok(())
-        }),
-        S64,
-        0,
-    ),
+    row(S1, 0x1c, "s_getpc_b64", getpc, S64, 0),
     row(
         S1,
         0x1d,
@@ -252,8 +205,7 @@ pub(crate) static SOP1: &[OpDef] = &[
         "s_swappc_b64",
         ex!(|c, i| {
             let target = c.s64(i.src[0]);
-            let ret = c.w.pc;
-            c.set_s64(i.dst, ret);
+            getpc(c, i)?;
             c.w.pc = target;
             Ok(())
         }),
@@ -341,56 +293,10 @@ pub(crate) static SOP1: &[OpDef] = &[
         S64,
         0,
     ),
-    row(
-        S1,
-        0x2a,
-        "s_movrels_b32",
-        ex!(|c, i| {
-            let v = movrel_src(c, i).map_or(0, |r| c.s32(Operand::Sgpr(r)));
-            c.set_s32(i.dst, v);
-            Ok(())
-        }),
-        S32,
-        0,
-    ),
-    row(
-        S1,
-        0x2b,
-        "s_movrels_b64",
-        ex!(|c, i| {
-            let v = movrel_src(c, i).map_or(0, |r| c.s64(Operand::Sgpr(r)));
-            c.set_s64(i.dst, v);
-            Ok(())
-        }),
-        S64,
-        0,
-    ),
-    row(
-        S1,
-        0x2c,
-        "s_movreld_b32",
-        ex!(|c, i| {
-            let v = c.s32(i.src[0]);
-            let d = usize::from(i.dst) + c.w.sgpr[reg::M0] as usize;
-            c.w.set_sgpr(d, v);
-            Ok(())
-        }),
-        S32,
-        0,
-    ),
-    row(
-        S1,
-        0x2d,
-        "s_movreld_b64",
-        ex!(|c, i| {
-            let v = c.s64(i.src[0]);
-            let d = usize::from(i.dst) + c.w.sgpr[reg::M0] as usize;
-            c.w.set_sgpr64(d, v);
-            Ok(())
-        }),
-        S64,
-        0,
-    ),
+    row(S1, 0x2a, "s_movrels_b32", movrels::<32>, S32, 0),
+    row(S1, 0x2b, "s_movrels_b64", movrels::<64>, S64, 0),
+    row(S1, 0x2c, "s_movreld_b32", movreld::<32>, S32, 0),
+    row(S1, 0x2d, "s_movreld_b64", movreld::<64>, S64, 0),
     unsupported(S1, 0x2e, "s_cbranch_join"),
     row(
         S1,
@@ -400,19 +306,7 @@ pub(crate) static SOP1: &[OpDef] = &[
         S32,
         0,
     ),
-    row(
-        S1,
-        0x32,
-        "s_set_gpr_idx_idx",
-        ex!(|c, i| {
-            let v = c.s32(i.src[0]);
-            let m0 = &mut c.w.sgpr[reg::M0];
-            *m0 = *m0 & !0xff | v & 0xff;
-            Ok(())
-        }),
-        S32,
-        0,
-    ),
+    row(S1, 0x32, "s_set_gpr_idx_idx", gpr_idx_idx, S32, 0),
     row(
         S1,
         0x33,

@@ -1,11 +1,10 @@
 //! The SOPC rows of the opcode table (scalar compares that set SCC, and `s_setvskip` and
 //! `s_set_gpr_idx_on`) with their executors.
 
-use super::{cmp32, S32, S64, S64_32};
+use super::{cmp32, gpr_idx_on, S32, S64, S64_32};
 use crate::table::Encoding::Sopc as SC;
 use crate::table::{flag, row, unsupported, OpDef};
 use crate::valu::ex;
-use crate::wave::{hwreg, reg};
 
 /// SOPC opcodes.
 pub(crate) static SOPC: &[OpDef] = &[
@@ -148,13 +147,7 @@ pub(crate) static SOPC: &[OpDef] = &[
         SC,
         0x11,
         "s_set_gpr_idx_on",
-        ex!(|c, i| {
-            let v = c.s32(i.src[0]);
-            c.w.mode |= hwreg::MODE_GPR_IDX_EN;
-            let m0 = &mut c.w.sgpr[reg::M0];
-            *m0 = *m0 & !0xf0ff | (v & 0xff) | (i.imm & 0xf) << 12;
-            Ok(())
-        }),
+        gpr_idx_on,
         S32,
         flag::SRC1_IMM,
     ),

@@ -1,7 +1,7 @@
 //! The SOPK rows of the opcode table (scalar opcodes with a 16-bit inline constant: moves,
 //! compares, adds, hardware register reads and writes, calls) with their executors.
 
-use super::{branch, s_getreg, sdst, setreg, simm, S32, S64};
+use super::{branch, getpc, s_getreg, s_setreg, sdst, simm, S32, S64};
 use crate::table::Encoding::Sopk as SK;
 use crate::table::{flag, row, unsupported, OpDef};
 use crate::valu::ex;
@@ -195,10 +195,7 @@ pub(crate) static SOPK: &[OpDef] = &[
         SK,
         0x12,
         "s_setreg_b32",
-        ex!(|c, i| {
-            let v = sdst(c, i);
-            setreg(c, i, v)
-        }),
+        s_setreg::<false>,
         S32,
         flag::SDST_IS_SRC,
     ),
@@ -206,10 +203,7 @@ pub(crate) static SOPK: &[OpDef] = &[
         SK,
         0x14,
         "s_setreg_imm32_b32",
-        ex!(|c, i| {
-            let v = c.s32(i.src[0]);
-            setreg(c, i, v)
-        }),
+        s_setreg::<true>,
         S32,
         flag::LITERAL,
     ),
@@ -218,8 +212,7 @@ pub(crate) static SOPK: &[OpDef] = &[
         0x15,
         "s_call_b64",
         ex!(|c, i| {
-            let ret = c.w.pc;
-            c.set_s64(i.dst, ret);
+            getpc(c, i)?;
             branch(c, i, true)
         }),
         S64,

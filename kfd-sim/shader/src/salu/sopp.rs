@@ -1,22 +1,41 @@
 //! The SOPP rows of the opcode table (program control: end, branches, barrier, waits, sleep,
 //! messages, traps, VGPR indexing off) with their executors.
 
-use super::{cbranch, ALWAYS, EXECNZ, EXECZ, S32, SCC0, SCC1, VCCNZ, VCCZ};
+use super::{
+    cbranch, gpr_idx_mode, gpr_idx_off, ALWAYS, EXECNZ, EXECZ, S32, SCC0, SCC1, VCCNZ, VCCZ,
+};
 use crate::decode::Inst;
 use crate::exec::{Ctx, Exit};
 use crate::table::Encoding::Sopp as SP;
 use crate::table::{row, OpDef};
-use crate::valu::{ex, R};
-use crate::wave::{hwreg, reg};
+use crate::valu::R;
+use crate::wave::reg;
 
 fn nop(_c: &mut Ctx<'_>, _i: &Inst) -> R {
     Ok(())
 }
 
+fn end(_c: &mut Ctx<'_>, _i: &Inst) -> R {
+    Err(Exit::End)
+}
+
+fn barrier(_c: &mut Ctx<'_>, _i: &Inst) -> R {
+    Err(Exit::Barrier)
+}
+
+/// s_sethalt and s_sleep: the wave gives up its turn.
+fn yield_wave(_c: &mut Ctx<'_>, _i: &Inst) -> R {
+    Err(Exit::Yield)
+}
+
+fn trap(_c: &mut Ctx<'_>, i: &Inst) -> R {
+    Err(Exit::Trap((i.imm & 0xff) as u8))
+}
+
 /// SOPP opcodes.
 pub(crate) static SOPP: &[OpDef] = &[
     row(SP, 0x00, "s_nop", nop, S32, 0),
-    row(SP, 0x01, "s_endpgm", ex!(|_c, _i| Err(Exit::End)), S32, 0),
+    row(SP, 0x01, "s_endpgm", end, S32, 0),
     row(SP, 0x02, "s_branch", cbranch::<ALWAYS>, S32, 0),
     row(SP, 0x03, "s_wakeup", nop, S32, 0),
     row(SP, 0x04, "s_cbranch_scc0", cbranch::<SCC0>, S32, 0),
@@ -25,36 +44,15 @@ pub(crate) static SOPP: &[OpDef] = &[
     row(SP, 0x07, "s_cbranch_vccnz", cbranch::<VCCNZ>, S32, 0),
     row(SP, 0x08, "s_cbranch_execz", cbranch::<EXECZ>, S32, 0),
     row(SP, 0x09, "s_cbranch_execnz", cbranch::<EXECNZ>, S32, 0),
-    row(
-        SP,
-        0x0a,
-        "s_barrier",
-        ex!(|_c, _i| Err(Exit::Barrier)),
-        S32,
-        0,
-    ),
+    row(SP, 0x0a, "s_barrier", barrier, S32, 0),
     row(SP, 0x0b, "s_setkill", nop, S32, 0),
     row(SP, 0x0c, "s_waitcnt", nop, S32, 0),
-    row(
-        SP,
-        0x0d,
-        "s_sethalt",
-        ex!(|_c, _i| Err(Exit::Yield)),
-        S32,
-        0,
-    ),
-    row(SP, 0x0e, "s_sleep", ex!(|_c, _i| Err(Exit::Yield)), S32, 0),
+    row(SP, 0x0d, "s_sethalt", yield_wave, S32, 0),
+    row(SP, 0x0e, "s_sleep", yield_wave, S32, 0),
     row(SP, 0x0f, "s_setprio", nop, S32, 0),
-    row(SP, 0x10, "s_sendmsg", ex!(|c, i| sendmsg(c, i)), S32, 0),
-    row(SP, 0x11, "s_sendmsghalt", ex!(|c, i| sendmsg(c, i)), S32, 0),
-    row(
-        SP,
-        0x12,
-        "s_trap",
-        ex!(|_c, i| Err(Exit::Trap((i.imm & 0xff) as u8))),
-        S32,
-        0,
-    ),
+    row(SP, 0x10, "s_sendmsg", sendmsg, S32, 0),
+    row(SP, 0x11, "s_sendmsghalt", sendmsg, S32, 0),
+    row(SP, 0x12, "s_trap", trap, S32, 0),
     row(SP, 0x13, "s_icache_inv", nop, S32, 0),
     row(SP, 0x14, "s_incperflevel", nop, S32, 0),
     row(SP, 0x15, "s_decperflevel", nop, S32, 0),
@@ -63,37 +61,9 @@ pub(crate) static SOPP: &[OpDef] = &[
     row(SP, 0x18, "s_cbranch_cdbguser", nop, S32, 0),
     row(SP, 0x19, "s_cbranch_cdbgsys_or_user", nop, S32, 0),
     row(SP, 0x1a, "s_cbranch_cdbgsys_and_user", nop, S32, 0),
-    row(
-        SP,
-        0x1b,
-        "s_endpgm_saved",
-        ex!(|_c, _i| Err(Exit::End)),
-        S32,
-        0,
-    ),
-    row(
-        SP,
-        0x1c,
-        "s_set_gpr_idx_off",
-        ex!(|c, _i| {
-            c.w.mode &= !hwreg::MODE_GPR_IDX_EN;
-            Ok(())
-        }),
-        S32,
-        0,
-    ),
-    row(
-        SP,
-        0x1d,
-        "s_set_gpr_idx_mode",
-        ex!(|c, i| {
-            let m0 = &mut c.w.sgpr[reg::M0];
-            *m0 = *m0 & !0xf000 | (i.imm & 0xf) << 12;
-            Ok(())
-        }),
-        S32,
-        0,
-    ),
+    row(SP, 0x1b, "s_endpgm_saved", end, S32, 0),
+    row(SP, 0x1c, "s_set_gpr_idx_off", gpr_idx_off, S32, 0),
+    row(SP, 0x1d, "s_set_gpr_idx_mode", gpr_idx_mode, S32, 0),
 ];
 
 /// The message id of `s_sendmsg` that raises an interrupt.
