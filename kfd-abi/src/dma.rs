@@ -19,6 +19,9 @@ use crate::types::{BoHandle, ContextId};
 /// The page size assumed for alignment (4 KiB on x86-64; larger pages are multiples of it).
 pub const PAGE_SIZE: usize = 4096;
 
+/// The size of a transparent huge page on x86-64 (a PMD: 2 MiB).
+pub const HUGE_PAGE_SIZE: usize = 2 << 20;
+
 /// A page-aligned, zero-filled anonymous memory mapping.
 pub struct HostBuffer {
     ptr: NonNull<u8>,
@@ -53,6 +56,50 @@ impl HostBuffer {
         let ptr = NonNull::new(p.cast::<u8>())
             .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
         Ok(Self { ptr, len })
+    }
+
+    /// Maps `len` bytes (rounded up to whole pages) of fresh anonymous memory starting on a
+    /// [`HUGE_PAGE_SIZE`] boundary, and asks for transparent huge pages (`MADV_HUGEPAGE`) over
+    /// its whole huge-page blocks; the rest (less than a huge page at the end) stays in small
+    /// pages, so the buffer takes no more memory than [`HostBuffer::new`]'s. Large staging
+    /// buffers copied through many times: the CPU's passes over them (checksums), the kernel's
+    /// pinning of their pages for direct I/O and a driver's for a USERPTR BO walk 512 times fewer
+    /// pages. Where the kernel has no transparent huge pages (or they are off) the advice is
+    /// refused or ignored and the buffer is an ordinary one.
+    pub fn with_huge_pages(len: usize) -> std::io::Result<Self> {
+        let len = len.max(1).div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        let span = len
+            .checked_add(HUGE_PAGE_SIZE - PAGE_SIZE)
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
+        let room = Self::new(span)?;
+        let base = room.ptr.as_ptr() as usize;
+        let start = base.next_multiple_of(HUGE_PAGE_SIZE);
+        // The reservation is given back around the aligned buffer: its head and tail unmapped,
+        // and `room` forgotten so that its Drop unmaps nothing.
+        let room = std::mem::ManuallyDrop::new(room);
+        for (from, to) in [(base, start), (start + len, base + room.len)] {
+            if to > from {
+                // SAFETY: unmapping pages of the reservation made above that lie outside the
+                // buffer kept; nothing references them.
+                unsafe { libc::munmap(from as *mut libc::c_void, to - from) };
+            }
+        }
+        let ptr = NonNull::new(start as *mut u8)
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
+        let buf = Self { ptr, len };
+        let whole = len / HUGE_PAGE_SIZE * HUGE_PAGE_SIZE;
+        if whole > 0 {
+            // SAFETY: advice on the buffer's own, mapped, huge-page-aligned range; it changes how
+            // the kernel backs the memory, not its contents (all zero) or its mapping.
+            let r = unsafe { libc::madvise(buf.ptr.as_ptr().cast(), whole, libc::MADV_HUGEPAGE) };
+            if r != 0 {
+                log::debug!(
+                    "no transparent huge pages for a {len}-byte buffer: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+        Ok(buf)
     }
 
     /// Length in bytes (whole pages).
@@ -112,7 +159,23 @@ impl<'r, T: Transport> UserptrBuffer<'r, T> {
     /// Allocates `len` bytes (rounded to pages), registers them with `render` and maps them
     /// read-write at GPU VA `va`.
     pub fn new(render: &'r RenderNode<T>, len: usize, va: u64) -> Result<Self> {
-        let mem = HostBuffer::new(len).map_err(|source| IoctlError::Fd {
+        Self::register(render, HostBuffer::new(len), va)
+    }
+
+    /// As [`UserptrBuffer::new`], in memory backed by transparent huge pages where the kernel
+    /// has them ([`HostBuffer::with_huge_pages`]): for large buffers the GPU and the CPU go
+    /// through many times.
+    pub fn with_huge_pages(render: &'r RenderNode<T>, len: usize, va: u64) -> Result<Self> {
+        Self::register(render, HostBuffer::with_huge_pages(len), va)
+    }
+
+    /// Registers `mem` (the allocation's outcome) with `render` and maps it at `va`.
+    fn register(
+        render: &'r RenderNode<T>,
+        mem: std::io::Result<HostBuffer>,
+        va: u64,
+    ) -> Result<Self> {
+        let mem = mem.map_err(|source| IoctlError::Fd {
             what: "allocating a staging buffer",
             device: render.label().to_owned(),
             source,
@@ -437,5 +500,53 @@ mod tests {
         assert!(b.as_slice().iter().all(|&x| x == 0));
         b.as_mut_slice()[8191] = 7;
         assert_eq!(b.as_slice()[8191], 7);
+    }
+
+    /// The `VmFlags` of the mapping of this process that holds `addr`, and its range.
+    fn vma_of(addr: usize) -> (usize, usize, Vec<String>) {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut current = None;
+        for line in smaps.lines() {
+            if let Some(flags) = line.strip_prefix("VmFlags:") {
+                if let Some((start, end)) = current.take() {
+                    return (
+                        start,
+                        end,
+                        flags.split_whitespace().map(str::to_owned).collect(),
+                    );
+                }
+            } else if let Some((range, _)) = line.split_once(' ') {
+                if let Some((a, b)) = range.split_once('-') {
+                    if let (Ok(a), Ok(b)) =
+                        (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                    {
+                        current = (a <= addr && addr < b).then_some((a, b)).or(current);
+                    }
+                }
+            }
+        }
+        panic!("no mapping holds {addr:#x}");
+    }
+
+    #[test]
+    fn huge_page_buffers_start_on_a_huge_page_and_ask_for_huge_pages_over_whole_blocks() {
+        let len = 4 * HUGE_PAGE_SIZE + 5000;
+        let mut b = HostBuffer::with_huge_pages(len).unwrap();
+        assert_eq!(b.len(), 4 * HUGE_PAGE_SIZE + 8192);
+        let addr = b.addr() as usize;
+        assert_eq!(addr % HUGE_PAGE_SIZE, 0);
+        assert!(b.as_slice().iter().all(|&x| x == 0));
+        b.as_mut_slice()[0] = 1;
+        b.as_mut_slice()[len - 1] = 2;
+        let (start, end, flags) = vma_of(addr);
+        if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
+            eprintln!("no transparent huge pages in this kernel: only the layout is checked");
+            return;
+        }
+        assert!(flags.iter().any(|f| f == "hg"), "{flags:?}");
+        assert!(start <= addr && end >= addr + 4 * HUGE_PAGE_SIZE);
+        // The tail (less than a huge page) is left to small pages.
+        let (_, _, tail) = vma_of(addr + 4 * HUGE_PAGE_SIZE);
+        assert!(!tail.iter().any(|f| f == "hg"), "{tail:?}");
     }
 }

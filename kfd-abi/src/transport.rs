@@ -161,9 +161,12 @@ impl AsFd for FdTransport {
 
 impl Transport for FdTransport {
     unsafe fn ioctl(&self, request: u32, arg: *mut c_void) -> Result<i32, Errno> {
-        // SAFETY: the fd is open for the lifetime of `self`; the caller guarantees that `arg` is
-        // valid for the size encoded in `request` and for the pointers it contains.
-        unsafe { ioctl_raw(self.fd.as_fd(), request, arg) }
+        restarting(|| {
+            // SAFETY: the fd is open for the lifetime of `self`; the caller guarantees that `arg`
+            // is valid for the size encoded in `request` and for the pointers it contains, for
+            // the whole call, so for every attempt.
+            unsafe { ioctl_raw(self.fd.as_fd(), request, arg) }
+        })
     }
 
     unsafe fn adopt_fd(&self, raw: RawFd) -> io::Result<OwnedFd> {
@@ -207,6 +210,29 @@ pub fn dup_at_or_above(fd: BorrowedFd<'_>, min: RawFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(r) })
 }
 
+/// How many times a device ioctl is issued in all while it fails with `EINTR` or `EAGAIN`
+/// ([`restarting`]); then the last error is returned.
+const RESTART_ATTEMPTS: u32 = 256;
+
+/// Issues `call` (one ioctl on a KFD or render node) again while it fails with `EINTR` or
+/// `EAGAIN`, up to [`RESTART_ATTEMPTS`] calls, as libdrm's `drmIoctl` and libhsakmt's
+/// `kmtIoctl` do and as the drivers expect of their callers: amdgpu's command submission answers
+/// `EAGAIN` when the pages of a USERPTR BO moved while it was checking them (a migration, a huge
+/// page collapsed) and expects the call again, and a signal arriving in an interruptible wait of
+/// either driver ends the call with `EINTR` (`WAIT_EVENTS` writes back the time left first, so
+/// the call again waits only for that). Any other result is returned at once.
+fn restarting(mut call: impl FnMut() -> Result<i32, Errno>) -> Result<i32, Errno> {
+    let mut attempts = 1;
+    loop {
+        match call() {
+            Err(e) if (e == Errno::EINTR || e == Errno::EAGAIN) && attempts < RESTART_ATTEMPTS => {
+                attempts += 1;
+            }
+            r => return r,
+        }
+    }
+}
+
 /// `ioctl(2)` on `fd` with the argument at `arg`: the one call of it in this crate.
 ///
 /// # Safety
@@ -238,4 +264,36 @@ pub unsafe fn ioctl_with<T>(fd: BorrowedFd<'_>, request: u32, arg: &mut T) -> io
     // for the request and the pointers inside `T`.
     unsafe { ioctl_raw(fd, request, std::ptr::from_mut(arg).cast()) }
         .map_err(|e| io::Error::from_raw_os_error(e.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    /// The result of [`restarting`] over a call that answers `answers` in turn (the last one
+    /// for ever), and how many calls it made.
+    fn restart(answers: &[Result<i32, Errno>]) -> (Result<i32, Errno>, usize) {
+        let mut calls = 0;
+        let r = restarting(|| {
+            calls += 1;
+            answers[(calls - 1).min(answers.len() - 1)]
+        });
+        (r, calls)
+    }
+
+    #[rstest]
+    #[case::success_at_once(&[Ok(3)], Ok(3), 1)]
+    #[case::interrupted_then_done(&[Err(Errno::EINTR), Err(Errno::EINTR), Ok(0)], Ok(0), 3)]
+    #[case::userptr_moved_then_done(&[Err(Errno::EAGAIN), Ok(0)], Ok(0), 2)]
+    #[case::other_errors_at_once(&[Err(Errno::EINVAL), Ok(0)], Err(Errno::EINVAL), 1)]
+    #[case::busy_for_ever_ends(&[Err(Errno::EAGAIN)], Err(Errno::EAGAIN), RESTART_ATTEMPTS as usize)]
+    #[case::interrupted_for_ever_ends(&[Err(Errno::EINTR)], Err(Errno::EINTR), RESTART_ATTEMPTS as usize)]
+    fn device_ioctls_are_restarted_as_libdrm_and_libhsakmt_restart_them(
+        #[case] answers: &[Result<i32, Errno>],
+        #[case] result: Result<i32, Errno>,
+        #[case] calls: usize,
+    ) {
+        assert_eq!(restart(answers), (result, calls));
+    }
 }

@@ -269,7 +269,7 @@ impl<'r, T: Transport> Dma<'r, T> {
         (0..staging.buffers.max(1))
             .map(|_| {
                 let va = self.alloc_va(len as u64)?;
-                UserptrBuffer::new(self.render, len, va)
+                UserptrBuffer::with_huge_pages(self.render, len, va)
                     .map_err(ioctl_err("mapping a staging buffer"))
             })
             .collect()
