@@ -4,6 +4,10 @@
 //! [`FdTransport`], is a file descriptor on which `ioctl(2)` is called: a real `/dev/kfd`, a real
 //! render node, or the same nodes served by the simulator over CUSE. The simulator implements the
 //! trait in process, so the same plugin code runs against hardware and against the model.
+//!
+//! [`FdTransport`] issues a call again that the driver ended with `EINTR` or `EAGAIN`, as
+//! libdrm's `drmIoctl` and libhsakmt's `kmtIoctl` do: amdgpu's command submission asks for it
+//! when a USERPTR BO's pages moved under it, and a signal ends the drivers' interruptible waits.
 
 use std::ffi::c_void;
 use std::fmt;
