@@ -533,7 +533,7 @@ mod tests {
         let len = 4 * HUGE_PAGE_SIZE + 5000;
         let mut b = HostBuffer::with_huge_pages(len).unwrap();
         assert_eq!(b.len(), 4 * HUGE_PAGE_SIZE + 8192);
-        let addr = b.addr() as usize;
+        let addr = usize::try_from(b.addr()).unwrap();
         assert_eq!(addr % HUGE_PAGE_SIZE, 0);
         assert!(b.as_slice().iter().all(|&x| x == 0));
         b.as_mut_slice()[0] = 1;
