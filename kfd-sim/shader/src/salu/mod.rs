@@ -5,7 +5,7 @@ use crate::decode::{Inst, Operand};
 use crate::exec::Ctx;
 use crate::table::Ty;
 use crate::valu::R;
-use crate::wave::{hwreg, reg};
+use crate::wave::{hwreg, reg, Wave};
 
 mod sop1;
 mod sop2;
@@ -298,34 +298,13 @@ fn getpc(c: &mut Ctx<'_>, i: &Inst) -> R {
     Ok(())
 }
 
-fn branch(c: &mut Ctx<'_>, i: &Inst, taken: bool) -> R {
-    if taken {
+/// s_branch, s_cbranch_* and s_call's jump: relative to the next instruction by SIMM16 dwords,
+/// when `taken` holds for the wave.
+fn branch(c: &mut Ctx<'_>, i: &Inst, taken: impl Fn(&Wave) -> bool) -> R {
+    if taken(c.w) {
         c.w.pc = c.w.pc.wrapping_add(i64::from(simm(i) as i32 * 4) as u64);
     }
     Ok(())
-}
-
-// The conditions of s_branch and s_cbranch_*.
-const ALWAYS: u8 = 0;
-const SCC0: u8 = 1;
-const SCC1: u8 = 2;
-const VCCZ: u8 = 3;
-const VCCNZ: u8 = 4;
-const EXECZ: u8 = 5;
-const EXECNZ: u8 = 6;
-
-/// s_branch and s_cbranch_*: the relative branch, taken when `COND` holds.
-fn cbranch<const COND: u8>(c: &mut Ctx<'_>, i: &Inst) -> R {
-    let taken = match COND {
-        SCC0 => !c.w.scc,
-        SCC1 => c.w.scc,
-        VCCZ => c.w.vcc() == 0,
-        VCCNZ => c.w.vcc() != 0,
-        EXECZ => c.w.exec() == 0,
-        EXECNZ => c.w.exec() != 0,
-        _ => true,
-    };
-    branch(c, i, taken)
 }
 
 // VGPR indexing: M0 holds the index added to VGPR numbers (bits 7:0) and which operands it

@@ -213,7 +213,7 @@ pub(crate) static SOPK: &[OpDef] = &[
         "s_call_b64",
         ex!(|c, i| {
             getpc(c, i)?;
-            branch(c, i, true)
+            branch(c, i, |_| true)
         }),
         S64,
         0,

@@ -1,14 +1,12 @@
 //! The SOPP rows of the opcode table (program control: end, branches, barrier, waits, sleep,
 //! messages, traps, VGPR indexing off) with their executors.
 
-use super::{
-    cbranch, gpr_idx_mode, gpr_idx_off, ALWAYS, EXECNZ, EXECZ, S32, SCC0, SCC1, VCCNZ, VCCZ,
-};
+use super::{branch, gpr_idx_mode, gpr_idx_off, S32};
 use crate::decode::Inst;
 use crate::exec::{Ctx, Exit};
 use crate::table::Encoding::Sopp as SP;
 use crate::table::{row, OpDef};
-use crate::valu::R;
+use crate::valu::{ex, R};
 use crate::wave::reg;
 
 fn nop(_c: &mut Ctx<'_>, _i: &Inst) -> R {
@@ -36,14 +34,63 @@ fn trap(_c: &mut Ctx<'_>, i: &Inst) -> R {
 pub(crate) static SOPP: &[OpDef] = &[
     row(SP, 0x00, "s_nop", nop, S32, 0),
     row(SP, 0x01, "s_endpgm", end, S32, 0),
-    row(SP, 0x02, "s_branch", cbranch::<ALWAYS>, S32, 0),
+    row(
+        SP,
+        0x02,
+        "s_branch",
+        ex!(|c, i| branch(c, i, |_| true)),
+        S32,
+        0,
+    ),
     row(SP, 0x03, "s_wakeup", nop, S32, 0),
-    row(SP, 0x04, "s_cbranch_scc0", cbranch::<SCC0>, S32, 0),
-    row(SP, 0x05, "s_cbranch_scc1", cbranch::<SCC1>, S32, 0),
-    row(SP, 0x06, "s_cbranch_vccz", cbranch::<VCCZ>, S32, 0),
-    row(SP, 0x07, "s_cbranch_vccnz", cbranch::<VCCNZ>, S32, 0),
-    row(SP, 0x08, "s_cbranch_execz", cbranch::<EXECZ>, S32, 0),
-    row(SP, 0x09, "s_cbranch_execnz", cbranch::<EXECNZ>, S32, 0),
+    row(
+        SP,
+        0x04,
+        "s_cbranch_scc0",
+        ex!(|c, i| branch(c, i, |w| !w.scc)),
+        S32,
+        0,
+    ),
+    row(
+        SP,
+        0x05,
+        "s_cbranch_scc1",
+        ex!(|c, i| branch(c, i, |w| w.scc)),
+        S32,
+        0,
+    ),
+    row(
+        SP,
+        0x06,
+        "s_cbranch_vccz",
+        ex!(|c, i| branch(c, i, |w| w.vcc() == 0)),
+        S32,
+        0,
+    ),
+    row(
+        SP,
+        0x07,
+        "s_cbranch_vccnz",
+        ex!(|c, i| branch(c, i, |w| w.vcc() != 0)),
+        S32,
+        0,
+    ),
+    row(
+        SP,
+        0x08,
+        "s_cbranch_execz",
+        ex!(|c, i| branch(c, i, |w| w.exec() == 0)),
+        S32,
+        0,
+    ),
+    row(
+        SP,
+        0x09,
+        "s_cbranch_execnz",
+        ex!(|c, i| branch(c, i, |w| w.exec() != 0)),
+        S32,
+        0,
+    ),
     row(SP, 0x0a, "s_barrier", barrier, S32, 0),
     row(SP, 0x0b, "s_setkill", nop, S32, 0),
     row(SP, 0x0c, "s_waitcnt", nop, S32, 0),
