@@ -46,7 +46,12 @@ const ENCODINGS: &[(&str, &[u32])] = &[
     ("s_bfe_u32 s6, s0, 0x80004", &[0x9286_ff00, 0x0008_0004]),
     ("s_branch 1", &[0xbf82_0001]),
     ("s_buffer_load_dwordx2 s[8:9], s[4:7], 0x3c", &[0xc026_0202, 0x0000_003c]),
+    ("s_cbranch_execnz 1", &[0xbf89_0001]),
+    ("s_cbranch_execz 1", &[0xbf88_0001]),
+    ("s_cbranch_scc0 1", &[0xbf84_0001]),
     ("s_cbranch_scc1 1", &[0xbf85_0001]),
+    ("s_cbranch_vccnz 1", &[0xbf87_0001]),
+    ("s_cbranch_vccz 1", &[0xbf86_0001]),
     ("s_cmp_lt_i32 s0, s1", &[0xbf04_0100]),
     ("s_cmp_lt_u32 s0, s1", &[0xbf0a_0100]),
     ("s_cselect_b32 s3, s0, s1", &[0x8503_0100]),
@@ -666,6 +671,41 @@ fn saveexec_masks_and_the_branch_targets() {
         r.w.sgpr[2], 0,
         "SCC (EXEC != 0) skipped the s_mov; the branch skipped the movk"
     );
+}
+
+/// The state a branch's condition is tested against: SCC, VCC and EXEC as given.
+fn flags(scc: bool, vcc: u64, exec: u64) -> impl FnOnce(&mut Wave, &FlatMemory) {
+    move |w, _| {
+        w.scc = scc;
+        w.set_sgpr64(reg::VCC, vcc);
+        w.set_exec(exec);
+    }
+}
+
+#[rstest]
+#[case::scc0_on_clear_scc("s_cbranch_scc0 1", false, 1, 1, true)]
+#[case::scc0_not_on_set_scc("s_cbranch_scc0 1", true, 0, 0, false)]
+#[case::scc1_on_set_scc("s_cbranch_scc1 1", true, 0, 0, true)]
+#[case::scc1_not_on_clear_scc("s_cbranch_scc1 1", false, 1, 1, false)]
+#[case::vccz_on_zero_vcc("s_cbranch_vccz 1", true, 0, 1, true)]
+#[case::vccz_not_on_a_vcc_bit("s_cbranch_vccz 1", false, 1 << 63, 0, false)]
+#[case::vccnz_on_a_vcc_bit("s_cbranch_vccnz 1", false, 1 << 63, 0, true)]
+#[case::vccnz_not_on_zero_vcc("s_cbranch_vccnz 1", true, 0, 1, false)]
+#[case::execz_on_zero_exec("s_cbranch_execz 1", true, 1, 0, true)]
+#[case::execz_not_on_an_exec_bit("s_cbranch_execz 1", false, 0, 1 << 40, false)]
+#[case::execnz_on_an_exec_bit("s_cbranch_execnz 1", false, 0, 1 << 40, true)]
+#[case::execnz_not_on_zero_exec("s_cbranch_execnz 1", true, 1, 0, false)]
+#[case::branch_whatever_holds("s_branch 1", false, 0, 0, true)]
+fn each_conditional_branch_jumps_on_its_own_condition_only(
+    #[case] branch: &str,
+    #[case] scc: bool,
+    #[case] vcc: u64,
+    #[case] exec: u64,
+    #[case] taken: bool,
+) {
+    let r = run(&[branch, "s_movk_i32 s2, 0x8001"], flags(scc, vcc, exec));
+    let expected = if taken { 0 } else { 0xffff_8001 };
+    assert_eq!(r.w.sgpr[2], expected, "taken: {taken}");
 }
 
 #[test]
