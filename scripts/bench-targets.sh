@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every benchmark target of issue 18 with `amdgpu-cr bench --json` and prints one table,
+# Runs every benchmark target (issues 18 and 29) with `amdgpu-cr bench --json` and prints one table,
 # each target met or not met, with the figures it was judged on.
 #
 #   scripts/bench-targets.sh [--dir DIR] [--out DIR] [--skip-8g] [--runs N]

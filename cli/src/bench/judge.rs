@@ -351,7 +351,7 @@ fn judge_one(t: &Check, reports: &Reports) -> Result<Option<(bool, String)>, Jud
             let dr: Vec<f64> = rs.iter().map(|r| r.dump.ratio).collect();
             let rr: Vec<f64> = rs.iter().map(|r| r.restore.ratio).collect();
             (
-                median(&dr) >= dump && median(&rr) >= restore,
+                dump.is_none_or(|b| median(&dr) >= b) && restore.is_none_or(|b| median(&rr) >= b),
                 format!(
                     "dump {:.2}{}, restore {:.2}{}",
                     median(&dr),
@@ -484,6 +484,30 @@ mod tests {
         assert_eq!(skipped.len(), 1, "{:?}", j.verdicts);
         assert!(skipped[0].target.starts_with("one 8 GiB BO"));
         assert_eq!(j.outcome(), Outcome::Success);
+    }
+
+    #[test]
+    fn a_direction_without_a_bound_is_shown_not_judged() {
+        let dir = runs(1.1, 3.0, false);
+        // The 1-GPU `--sync` runs' dumps far below the raw write: only the restore is bounded
+        // there (the dump's ratio is judged on the 2-GPU runs).
+        for i in 1..=3 {
+            let mut rep = report(1, 1.1);
+            rep.dump.ratio = 0.1;
+            let file = std::fs::File::create(dir.path().join(format!("gpu1-sync-{i}.json")));
+            serde_json::to_writer(file.unwrap(), &rep).unwrap();
+        }
+        let j = judge(dir.path()).unwrap();
+        let v = j
+            .verdicts
+            .iter()
+            .find(|v| {
+                v.target
+                    .starts_with("1 GPU, --sync, median: restore >= 0.85")
+            })
+            .unwrap_or_else(|| panic!("{:?}", j.verdicts));
+        assert_eq!(v.result, "met", "{v:?}");
+        assert!(v.figures.starts_with("dump 0.10"), "{v:?}");
     }
 
     #[test]
