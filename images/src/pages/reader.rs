@@ -88,11 +88,6 @@ impl DirectReads {
         }
         Ok(())
     }
-
-    /// The file's name in the image directory.
-    pub fn file_name(&self) -> &str {
-        &self.name
-    }
 }
 
 impl PagesReader {

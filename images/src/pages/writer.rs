@@ -48,23 +48,13 @@ pub struct DirectWrites {
 
 /// The runs of a window that [`PagesWriter::prepare_direct`] left to write, and where they go
 /// in the file.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 #[must_use = "the window's pages are not on the disk until they are written"]
 pub struct DirectRuns {
-    /// Ranges of the window, each with the file offset of its first byte.
-    runs: Vec<(Range<usize>, u64)>,
-}
-
-impl DirectRuns {
-    /// Bytes to write.
-    pub fn len(&self) -> u64 {
-        self.runs.iter().map(|(r, _)| r.len() as u64).sum()
-    }
-
-    /// Whether there is nothing to write (the window's complete pages were all zero).
-    pub fn is_empty(&self) -> bool {
-        self.runs.is_empty()
-    }
+    /// The file offset of the window's first byte.
+    base: u64,
+    /// Ranges of the window to write, in order.
+    runs: Vec<Range<usize>>,
 }
 
 impl DirectWrites {
@@ -75,10 +65,11 @@ impl DirectWrites {
     /// # Errors
     /// [`PagesError::Write`] when a run lies outside `window` or a write fails.
     pub fn write(&self, window: &[u8], runs: &DirectRuns) -> Result<(), PagesError> {
-        for (run, at) in &runs.runs {
+        for run in &runs.runs {
+            let at = runs.base + run.start as u64;
             let fail = |source| PagesError::Write {
                 file: self.name.clone(),
-                offset: *at,
+                offset: at,
                 source,
             };
             let bytes = window.get(run.clone()).ok_or_else(|| {
@@ -87,14 +78,9 @@ impl DirectWrites {
                     format!("a window of {} bytes for {run:?}", window.len()),
                 ))
             })?;
-            direct::write_direct_at(&self.file, bytes, *at).map_err(fail)?;
+            direct::write_direct_at(&self.file, bytes, at).map_err(fail)?;
         }
         Ok(())
-    }
-
-    /// The file's name in the image directory.
-    pub fn file_name(&self) -> &str {
-        &self.name
     }
 }
 
@@ -297,15 +283,15 @@ impl PagesWriter {
             at += n;
         }
         // The complete pages, in runs of pages that are not all zero.
-        let mut runs: Vec<(Range<usize>, u64)> = Vec::new();
+        let mut runs: Vec<Range<usize>> = Vec::new();
         let mut at = 0;
         while at < full {
             let n = next_slice(base + at as u64, full - at);
             if let Some(span) = sparse::nonzero_span(&window[at..at + n], base + at as u64) {
                 let run = at + span.start..at + span.end;
                 match runs.last_mut() {
-                    Some((prev, _)) if prev.end == run.start => prev.end = run.end,
-                    _ => runs.push((run.clone(), base + run.start as u64)),
+                    Some(prev) if prev.end == run.start => prev.end = run.end,
+                    _ => runs.push(run),
                 }
             }
             at += n;
@@ -316,7 +302,7 @@ impl PagesWriter {
                 carry.extend_from_slice(&window[full..end]);
             }
         }
-        Ok(DirectRuns { runs })
+        Ok(DirectRuns { base, runs })
     }
 
     /// Takes payload `piece` (at file offset `offset`, the position) into the checksums, counts

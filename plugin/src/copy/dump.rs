@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex};
 
-use images::pages::{self, DirectRuns, DirectWrites};
+use images::pages::{DirectRuns, DirectWrites};
 use images::PagesWriter;
 use kfd_abi::{RenderNode, Transport, UserptrBuffer};
 
@@ -46,45 +46,35 @@ pub(crate) fn dump_gpu<T: Transport>(
     // The copiers' clones are the only senders left: the writer's loop ends once they all return.
     drop(full_tx);
     let imported = &dma.imported;
-    overlap("writer", write, lanes, |(queue, full_tx)| {
-        loop {
-            let (buf, pos, len) = {
-                let mut c = guard(&claim);
-                let (empty_rx, next) = &mut *c;
-                if *next >= total || stop.load(Ordering::Relaxed) {
-                    return Ok(());
-                }
-                let buf = empty_rx
-                    .recv()
-                    .map_err(|_| CopyError::ThreadGone("writer"))?;
-                let (pos, len) = (*next, (total - *next).min(staging.buffer_size as u64));
-                *next += len;
-                (buf, pos, len)
-            };
-            let off = pages::buffer_offset(pos);
-            #[allow(clippy::cast_possible_truncation)] // len <= staging.buffer_size
-            let full = Full {
-                buf,
-                pos,
-                off,
-                len: len as usize,
-                zeros: Vec::new(),
-            };
-            if stop.load(Ordering::Relaxed) {
-                let _ = full_tx.send(full);
+    overlap("writer", write, lanes, |(queue, full_tx)| loop {
+        let (buf, pos, len) = {
+            let mut c = guard(&claim);
+            let (empty_rx, next) = &mut *c;
+            if *next >= total || stop.load(Ordering::Relaxed) {
                 return Ok(());
             }
-            let staging_va = full.buf.va() + off as u64;
-            if let Err(e) = copy_range(queue, imported, pos, len, staging_va, true, &[]) {
-                stop.store(true, Ordering::Relaxed);
-                let _ = full_tx.send(full);
-                return Err(e);
-            }
-            progress.add(len);
-            full_tx
-                .send(full)
+            let buf = empty_rx
+                .recv()
                 .map_err(|_| CopyError::ThreadGone("writer"))?;
+            let (pos, len) = (*next, staging.piece(total, *next));
+            *next += len as u64;
+            (buf, pos, len)
+        };
+        let full = Full::new(buf, pos, len);
+        if stop.load(Ordering::Relaxed) {
+            let _ = full_tx.send(full);
+            return Ok(());
         }
+        let (staging_va, len) = (full.buf.va() + full.off as u64, len as u64);
+        if let Err(e) = copy_range(queue, imported, pos, len, staging_va, true, &[]) {
+            stop.store(true, Ordering::Relaxed);
+            let _ = full_tx.send(full);
+            return Err(e);
+        }
+        progress.add(len);
+        full_tx
+            .send(full)
+            .map_err(|_| CopyError::ThreadGone("writer"))?;
     })
     .map(|()| total)
 }

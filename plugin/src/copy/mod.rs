@@ -140,6 +140,13 @@ impl Staging {
     pub fn bytes(&self) -> usize {
         self.buffer_size * self.buffers
     }
+
+    /// The length of the stream's piece at `pos` of `total` bytes: a staging buffer's worth, or
+    /// what is left.
+    pub(crate) fn piece(&self, total: u64, pos: u64) -> usize {
+        usize::try_from(total.saturating_sub(pos))
+            .map_or(self.buffer_size, |left| left.min(self.buffer_size))
+    }
 }
 
 /// SDMA queues (copier threads) per GPU. Two: one more copy runs while one waits for its
@@ -432,6 +439,20 @@ struct Full<B> {
     off: usize,
     len: usize,
     zeros: Vec<Range<usize>>,
+}
+
+impl<B> Full<B> {
+    /// `buf` with the stream's `len` bytes at `pos`, congruent with the pages file (at
+    /// [`images::pages::buffer_offset`]`(pos)`), no zeros known.
+    fn new(buf: B, pos: u64, len: usize) -> Self {
+        Self {
+            buf,
+            pos,
+            off: images::pages::buffer_offset(pos),
+            len,
+            zeros: Vec::new(),
+        }
+    }
 }
 
 /// The staging buffers' round trip between the copiers and the I/O thread: `full` carries a

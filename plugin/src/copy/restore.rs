@@ -100,9 +100,7 @@ pub(crate) fn restore_gpu<T: Transport>(
             if stop.load(Ordering::Relaxed) {
                 break;
             }
-            let len = (total - pos).min(staging.buffer_size as u64);
-            #[allow(clippy::cast_possible_truncation)] // len <= staging.buffer_size
-            let len = len as usize;
+            let len = staging.piece(total, pos);
             let off = pages::buffer_offset(pos);
             let (buf, zeros) = match slot {
                 Slot::Buffer(mut buf) => {
@@ -254,14 +252,16 @@ fn read_direct<'r, T: Transport>(
     })
 }
 
+/// A staging buffer [`fill_ahead`] read, with where its bytes are in the stream, or why not.
+type Read<'r, T> = Result<Full<UserptrBuffer<'r, T>>, CopyError>;
+
 /// Reads the stream into each staging buffer that comes back empty, in order, and sends it on
 /// with its position and length; stops after a failed read (sent on as the error), at the end,
 /// or once the verifying side or the copiers are gone.
-#[allow(clippy::type_complexity)] // a buffer, its position and length, or the read's error
 fn fill_ahead<'r, T: Transport>(
     disk: &DirectReads,
     empty_rx: &mpsc::Receiver<Slot<'r, T>>,
-    read_tx: &mpsc::Sender<Result<(UserptrBuffer<'r, T>, u64, usize), CopyError>>,
+    read_tx: &mpsc::Sender<Read<'r, T>>,
     total: u64,
     staging: Staging,
     stop: &AtomicBool,
@@ -269,14 +269,13 @@ fn fill_ahead<'r, T: Transport>(
     let mut pos = 0u64;
     while pos < total && !stop.load(Ordering::Relaxed) {
         let Ok(slot) = empty_rx.recv() else { break };
-        #[allow(clippy::cast_possible_truncation)] // len <= staging.buffer_size
-        let len = (total - pos).min(staging.buffer_size as u64) as usize;
+        let len = staging.piece(total, pos);
         // Congruent with the file (payload byte `pos` at `buffer_offset(pos)`), one page larger
         // than the data: the whole pages a direct read needs fit.
         let read = match slot {
             Slot::Buffer(mut buf) => disk
                 .read(buf.as_mut_slice(), pos, len)
-                .map(|()| (buf, pos, len))
+                .map(|()| Full::new(buf, pos, len))
                 .map_err(CopyError::from),
             // Files read directly are not mapped (`restore_gpu`).
             Slot::Va(_) => Err(CopyError::ThreadGone("staging buffer")),
@@ -290,10 +289,9 @@ fn fill_ahead<'r, T: Transport>(
 }
 
 /// Verifies each buffer [`fill_ahead`] read, in order, and hands it to the copiers.
-#[allow(clippy::type_complexity)] // a buffer, its position and length, or the read's error
 fn verify_in_order<'r, T: Transport>(
     reader: &mut PagesReader,
-    read_rx: mpsc::Receiver<Result<(UserptrBuffer<'r, T>, u64, usize), CopyError>>,
+    read_rx: mpsc::Receiver<Read<'r, T>>,
     full_tx: mpsc::SyncSender<Full<Staged<'r, T>>>,
     stop: &AtomicBool,
 ) -> Result<(), CopyError> {
@@ -301,12 +299,14 @@ fn verify_in_order<'r, T: Transport>(
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let (buf, pos, len) = read?;
+        let Full {
+            buf, pos, off, len, ..
+        } = read?;
         let zeros = reader.verify_direct_skipping_holes(buf.as_slice(), len)?;
         let full = Full {
             buf: Staged::Buffer(buf),
             pos,
-            off: pages::buffer_offset(pos),
+            off,
             len,
             zeros,
         };
