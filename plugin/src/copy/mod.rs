@@ -453,6 +453,17 @@ impl<B> Full<B> {
             zeros: Vec::new(),
         }
     }
+
+    /// The same piece of the stream in `f(buf)`.
+    fn with_buf<C>(self, f: impl FnOnce(B) -> C) -> Full<C> {
+        Full {
+            buf: f(self.buf),
+            pos: self.pos,
+            off: self.off,
+            len: self.len,
+            zeros: self.zeros,
+        }
+    }
 }
 
 /// The staging buffers' round trip between the copiers and the I/O thread: `full` carries a

@@ -299,18 +299,9 @@ fn verify_in_order<'r, T: Transport>(
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let Full {
-            buf, pos, off, len, ..
-        } = read?;
-        let zeros = reader.verify_direct_skipping_holes(buf.as_slice(), len)?;
-        let full = Full {
-            buf: Staged::Buffer(buf),
-            pos,
-            off,
-            len,
-            zeros,
-        };
-        if full_tx.send(full).is_err() {
+        let mut full = read?;
+        full.zeros = reader.verify_direct_skipping_holes(full.buf.as_slice(), full.len)?;
+        if full_tx.send(full.with_buf(Staged::Buffer)).is_err() {
             break;
         }
     }
