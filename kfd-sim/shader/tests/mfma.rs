@@ -15,8 +15,10 @@
 )] // test code
 
 use half::f16;
-use kfd_shader::testmem::FlatMemory;
-use kfd_shader::{decode, Apertures, Executor, NoClock, Stop, Wave, Workgroup, LANES};
+use kfd_shader::testmem::{Args, FlatMemory, Rig};
+use kfd_shader::{
+    decode, run_dispatch, Apertures, Dispatch, Executor, NoClock, Stop, Wave, Workgroup, LANES,
+};
 use rstest::rstest;
 
 const CODE: u64 = 0x1000;
@@ -962,4 +964,115 @@ fn a_wave_saved_and_restored_between_matrix_instructions_ends_the_same() {
     assert_eq!(steps, lines.len() as u64 + 1);
     assert_eq!(wg.waves[0].vgpr, whole.waves[0].vgpr);
     assert_ne!(whole.waves[0].v(40), &[0; LANES], "the AGPRs hold results");
+}
+
+/// kernels/mfma.cl, built by scripts/gen-kernels.sh: square GEMMs made of one MFMA form each.
+const MFMA_KERNELS: &[u8] = include_bytes!("../kernels/mfma.co");
+
+/// The GEMM kernels: name, element type, element bytes of A and B, output tile.
+const GEMMS: [(&str, Ty, usize, u32); 5] = [
+    ("gemm_f32", Ty::F32, 4, 32),
+    ("gemm_f16", Ty::F16, 2, 32),
+    ("gemm_i8", Ty::I8, 1, 32),
+    ("gemm_bf16", Ty::Bf16, 2, 32),
+    ("gemm_f64", Ty::F64, 8, 16),
+];
+
+/// A GEMM of n x n matrices of small integers set up in a fresh rig: the rig, the dispatch, C's
+/// address and the product computed here.
+fn gemm(kernel: &str, n: usize) -> (Rig, Dispatch, u64, Vec<f64>) {
+    let &(_, ty, size, tile) = GEMMS.iter().find(|g| g.0 == kernel).unwrap();
+    let s = sh(4, 1, 16, ty); // only its element encodings are used
+    let a: Vec<f64> = (0..n * n).map(|x| small(2 * x, 3)).collect();
+    let b: Vec<f64> = (0..n * n).map(|x| small(2 * x + 1, 3)).collect();
+    let bytes = |m: &[f64]| -> Vec<u8> {
+        m.iter()
+            .flat_map(|&v| s.enc_ab(v).to_le_bytes()[..size].to_vec())
+            .collect()
+    };
+    let mut rig = Rig::new(MFMA_KERNELS, 1 << 20).unwrap();
+    let pa = rig.alloc((n * n * size) as u64).unwrap();
+    let pb = rig.alloc((n * n * size) as u64).unwrap();
+    let out_size = if ty == Ty::F64 { 8 } else { 4 };
+    let pc = rig.alloc((n * n * out_size) as u64).unwrap();
+    assert!(rig.mem.write(pa, &bytes(&a)));
+    assert!(rig.mem.write(pb, &bytes(&b)));
+    let args = Args::default().u64(pa).u64(pb).u64(pc).u32(n as u32);
+    let tiles = (n / tile as usize).pow(2) as u32;
+    let d = rig
+        .dispatch(kernel, [64 * tiles, 1, 1], [64, 1, 1], &args.0, 1)
+        .unwrap();
+    let mut want = vec![0.0; n * n];
+    for i in 0..n {
+        for j in 0..n {
+            want[i * n + j] = (0..n).map(|k| a[i * n + k] * b[k * n + j]).sum();
+        }
+    }
+    (rig, d, pc, want)
+}
+
+/// C as the kernel left it.
+fn gemm_out(rig: &Rig, kernel: &str, pc: u64, n: usize) -> Vec<f64> {
+    let &(_, ty, ..) = GEMMS.iter().find(|g| g.0 == kernel).unwrap();
+    let s = sh(4, 1, 16, ty);
+    let size = if ty == Ty::F64 { 8 } else { 4 };
+    let raw = rig.mem.read(pc, n * n * size).unwrap();
+    raw.chunks(size)
+        .map(|c| {
+            let mut w = [0u8; 8];
+            w[..size].copy_from_slice(c);
+            s.dec_cd(u64::from_le_bytes(w))
+        })
+        .collect()
+}
+
+#[rstest]
+#[case::f32_32x32x2("gemm_f32")]
+#[case::f16_32x32x8("gemm_f16")]
+#[case::i8_32x32x8("gemm_i8")]
+#[case::bf16_1k_32x32x8("gemm_bf16")]
+#[case::f64_16x16x4("gemm_f64")]
+fn a_clang_built_gemm_of_mfma_matches_the_cpu(#[case] kernel: &str) {
+    let n = 64;
+    let (rig, d, pc, want) = gemm(kernel, n);
+    let out = run_dispatch(&d, &rig.mem, &NoClock, 1, 10_000_000);
+    assert_eq!(out.stop, Stop::Done, "{kernel}");
+    assert_eq!(gemm_out(&rig, kernel, pc, n), want, "{kernel}");
+}
+
+/// Compute wave save/restore in the middle of a GEMM: every workgroup stopped every `every`
+/// instructions, saved to bytes, restored on a fresh executor and resumed, ends with the product
+/// of a run never stopped; the accumulators live in AGPRs.
+#[rstest]
+#[case::f32("gemm_f32", 37)]
+#[case::f16("gemm_f16", 11)]
+#[case::f64("gemm_f64", 23)]
+fn a_gemm_checkpointed_mid_way_resumes_to_the_same_product(
+    #[case] kernel: &str,
+    #[case] every: u64,
+) {
+    let n = 64;
+    let (rig, d, pc, want) = gemm(kernel, n);
+    let mut saves = 0;
+    for k in 0..d.workgroup_count() {
+        let mut wg = d.workgroup(k, 0);
+        assert!(
+            wg.waves[0].accum_offset > 0
+                && wg.waves[0].vgpr.len() > wg.waves[0].accum_offset as usize,
+            "the descriptor gives the wave AGPRs after its VGPRs"
+        );
+        loop {
+            let st = Executor::new().run(&mut wg, &rig.mem, &NoClock, every);
+            if st.stop == Stop::Done {
+                break;
+            }
+            assert_eq!(st.stop, Stop::Budget);
+            let back = Workgroup::restore(&wg.save()).unwrap();
+            assert_eq!(back, wg);
+            wg = back;
+            saves += 1;
+        }
+    }
+    assert!(saves > 20, "{saves} saves");
+    assert_eq!(gemm_out(&rig, kernel, pc, n), want, "{kernel}");
 }
