@@ -63,9 +63,6 @@ pub(crate) struct Form {
     pub elem: Elem,
 }
 
-/// Most values of A (or B) an instruction holds: 64 lanes of 4.
-const MAX_AB: usize = 4 * LANES;
-
 impl Form {
     const fn new(m: usize, k: usize, blocks: usize, elem: Elem) -> Self {
         Self { m, k, blocks, elem }
@@ -86,6 +83,7 @@ impl Form {
     }
 
     /// Registers of A, and of B.
+    #[cfg(test)]
     pub(crate) const fn ab_regs(&self) -> usize {
         (self.kpl() * self.bits()).div_ceil(32)
     }
@@ -97,7 +95,7 @@ impl Form {
     }
 
     /// Block and row of D register `r` (register pair for f64) in lanes `g * M .. (g + 1) * M`.
-    #[inline]
+    #[inline(always)]
     fn d_row(&self, r: usize, g: usize) -> (usize, usize) {
         match (self.elem, self.m) {
             (Elem::F64, 16) => (0, 4 * r + g),
@@ -109,10 +107,8 @@ impl Form {
     }
 
     /// The lane A is read from for lane `l`: CBSZ/ABID broadcast of blocks.
+    #[inline(always)]
     fn a_lane(&self, i: &Inst, l: usize) -> usize {
-        if self.elem == Elem::F64 {
-            return l;
-        }
         let log_blocks = self.blocks.trailing_zeros() as usize;
         let mask = (1usize << usize::from(i.mai.cbsz).min(log_blocks)) - 1;
         let block = l / self.m;
@@ -121,10 +117,8 @@ impl Form {
     }
 
     /// The lane B is read from for lane `l`: the BLGP pattern.
+    #[inline(always)]
     fn b_lane(&self, i: &Inst, l: usize) -> usize {
-        if self.elem == Elem::F64 {
-            return l;
-        }
         match i.mai.blgp & 7 {
             0 => l,
             1 => l % 32,
@@ -168,22 +162,27 @@ pub(crate) mod forms {
     pub(crate) const F64_4X4X4: Form = Form::new(4, 4, 4, Elem::F64);
 }
 
-/// f16 bits to f32, a denormal read as a zero of its sign.
-#[inline]
+/// f16 bits to f32, a denormal read as a zero of its sign (branch-free, so that a loop of
+/// them vectorises).
+#[inline(always)]
 fn f16_ftz(h: u64) -> f32 {
     let h = (h & 0xffff) as u32;
     let sign = (h & 0x8000) << 16;
-    let exp = (h >> 10) & 0x1f;
-    let man = (h & 0x3ff) << 13;
-    f32::from_bits(match exp {
-        0 => sign,
-        31 => sign | 0x7f80_0000 | man,
-        e => sign | (e + 112) << 23 | man,
-    })
+    let body = (h & 0x7fff) << 13;
+    let exp = h & 0x7c00;
+    let rebiased = body + ((127 - 15) << 23);
+    let bits = if exp == 0 {
+        0
+    } else if exp == 0x7c00 {
+        body | 0x7f80_0000
+    } else {
+        rebiased
+    };
+    f32::from_bits(sign | bits)
 }
 
 /// bf16 bits to f32, a denormal read as a zero of its sign.
-#[inline]
+#[inline(always)]
 fn bf16_ftz(h: u64) -> f32 {
     f32::from_bits(flush32(((h & 0xffff) as u32) << 16))
 }
@@ -198,56 +197,78 @@ fn flush32(x: u32) -> u32 {
     }
 }
 
-/// The raw bits of A or B of every lane: up to 64 bits (two registers) a lane.
-fn raw_ab(c: &Ctx<'_>, f: &Form, o: Operand, n: usize) -> [u64; LANES] {
-    if f.ab_regs() == 2 {
-        c.raw64(o, n)
-    } else {
-        let v = c.raw32(o, n);
-        std::array::from_fn(|l| u64::from(v[l]))
+/// The registers of source `n` (A or B): its first register and the one after it.
+#[inline(always)]
+fn ab_regs(c: &Ctx<'_>, o: Operand, n: usize) -> (Lanes, Lanes) {
+    match o {
+        Operand::Vgpr(r) => {
+            let at = c.vidx(r, n);
+            (*c.w.v(at), *c.w.v(at + 1))
+        }
+        Operand::Agpr(r) => {
+            let at = c.w.accum_offset as usize + usize::from(r);
+            (*c.w.v(at), *c.w.v(at + 1))
+        }
+        o => {
+            let x = c.s64(o);
+            ([x as u32; LANES], [(x >> 32) as u32; LANES])
+        }
     }
 }
 
-/// A and B as dense blocks of `T`: A at `(b * M + i) * K + k`, B at `(b * K + k) * M + j`,
-/// with the CBSZ/ABID and BLGP lane patterns applied.
-fn operands<T: Copy + Default>(
+/// Values of A (or B) by their place in the lane: `[kk][lane]` is value kk of the lane.
+type Vals<T> = [[T; LANES]; 4];
+
+/// A and B as values of `T` by lane (see [`Vals`]), with the CBSZ/ABID and BLGP lane patterns
+/// applied. A[b][i][k] is then `a[k % kpl][M * (k / kpl * blocks + b) + i]`, and B[b][k][j] for
+/// j = 0..N is the run of lanes from `M * (k / kpl * blocks + b)` of `b[k % kpl]`.
+#[inline(always)]
+fn operands<T>(
     c: &Ctx<'_>,
     i: &Inst,
     f: &Form,
     conv: impl Fn(u64) -> T,
-) -> ([T; MAX_AB], [T; MAX_AB]) {
-    let ra = raw_ab(c, f, i.src[0], 0);
-    let rb = raw_ab(c, f, i.src[1], 1);
-    let (m, k, kpl, bits) = (f.m, f.k, f.kpl(), f.bits());
-    let mut a = [T::default(); MAX_AB];
-    let mut b = [T::default(); MAX_AB];
-    for l in 0..LANES {
-        let (row, g) = (l % m, l / m);
-        let (blk, kg) = (g % f.blocks, g / f.blocks);
-        let (xa, xb) = (ra[f.a_lane(i, l)], rb[f.b_lane(i, l)]);
-        for kk in 0..kpl {
-            let kx = kg * kpl + kk;
-            let shift = kk * bits;
-            a[((blk * m + row) * k + kx) % MAX_AB] = conv(xa >> shift);
-            b[((blk * k + kx) * m + row) % MAX_AB] = conv(xb >> shift);
+    a: &mut Vals<T>,
+    b: &mut Vals<T>,
+) {
+    let (mut alo, mut ahi) = ab_regs(c, i.src[0], 0);
+    let (mut blo, mut bhi) = ab_regs(c, i.src[1], 1);
+    if f.elem != Elem::F64 && i.mai.cbsz != 0 {
+        let (lo, hi) = (alo, ahi);
+        for l in 0..LANES {
+            let from = f.a_lane(i, l);
+            (alo[l], ahi[l]) = (lo[from], hi[from]);
         }
     }
-    (a, b)
+    if f.elem != Elem::F64 && i.mai.blgp != 0 {
+        let (lo, hi) = (blo, bhi);
+        for l in 0..LANES {
+            let from = f.b_lane(i, l);
+            (blo[l], bhi[l]) = (lo[from], hi[from]);
+        }
+    }
+    // One loop over the lanes per value of the lane (these vectorise).
+    let bits = f.bits();
+    for kk in 0..f.kpl().min(4) {
+        if bits == 64 {
+            for l in 0..LANES {
+                a[kk][l] = conv(u64::from(alo[l]) | u64::from(ahi[l]) << 32);
+                b[kk][l] = conv(u64::from(blo[l]) | u64::from(bhi[l]) << 32);
+            }
+            continue;
+        }
+        let at = kk * bits;
+        let (ra, rb) = if at >= 32 { (&ahi, &bhi) } else { (&alo, &blo) };
+        let shift = at % 32;
+        for l in 0..LANES {
+            a[kk][l] = conv(u64::from(ra[l] >> shift));
+            b[kk][l] = conv(u64::from(rb[l] >> shift));
+        }
+    }
 }
 
-/// The unified-file index of D, and C's (None for a constant C).
-fn cd_index(c: &Ctx<'_>, i: &Inst) -> (usize, Option<usize>) {
-    let acc = c.w.accum_offset as usize;
-    let d = usize::from(i.dst) + if i.mai.acc_cd { acc } else { 0 };
-    let cr = match i.src[2] {
-        Operand::Vgpr(r) => Some(usize::from(r)),
-        Operand::Agpr(r) => Some(acc + usize::from(r)),
-        _ => None,
-    };
-    (d, cr)
-}
-
-/// Executes an MFMA of form `f`.
+/// Executes an MFMA of form `f` (inlined into each row's function, where `f` is a constant).
+#[inline(always)]
 pub(crate) fn exec(c: &mut Ctx<'_>, i: &Inst, f: &Form) -> R {
     match f.elem {
         Elem::F32 => float::<false>(c, i, f, |x| f32::from_bits(x as u32)),
@@ -259,97 +280,144 @@ pub(crate) fn exec(c: &mut Ctx<'_>, i: &Inst, f: &Form) -> R {
     Ok(())
 }
 
-/// The C registers of an instruction, read before D is written where D would overwrite a C
-/// register not yet read (D starting inside C, above its first register).
+/// The K steps of one row of one block, in k order: A[blk][row][k] and where B[blk][k][0..N]
+/// starts (value `kk` of the lanes from `base`).
+#[inline(always)]
+fn k_steps<T: Copy + Default, const N: usize, const K: usize>(
+    f: &Form,
+    a: &Vals<T>,
+    blk: usize,
+    row: usize,
+) -> [(T, usize, usize); K] {
+    let lg = f.kpl().trailing_zeros() as usize;
+    let mask = (1 << lg) - 1;
+    std::array::from_fn(|k| {
+        let kk = k & mask & 3;
+        let base = (N * ((k >> lg) * f.blocks + blk)) % LANES;
+        (a[kk][(base + row) % LANES], kk, base)
+    })
+}
+
+/// B[blk][k][0..N] for a step of [`k_steps`].
+#[inline(always)]
+fn b_row<T, const N: usize>(b: &Vals<T>, kk: usize, base: usize) -> Option<&[T; N]> {
+    b.get(kk)?.get(base..base + N)?.try_into().ok()
+}
+
+/// Where C comes from.
 enum CSource {
-    /// C registers read as they are needed, from this unified index.
+    /// C registers as they are, from this unified index: D register r is written after C
+    /// register r is read, so D may equal C or start below it.
     Live(usize),
-    /// C copied out first.
+    /// C copied out first: D starts inside C, above its first register (an encoding the
+    /// assembler refuses; every C register is still read before D overwrites it).
     Copied(Vec<Lanes>),
     /// An inline constant (or scalar) for every element.
     Const(u64),
 }
 
 impl CSource {
+    /// D's unified index and C's source for an instruction with `n` C registers.
+    #[inline(always)]
     fn new(c: &Ctx<'_>, i: &Inst, n: usize) -> (usize, Self) {
-        let (d, cr) = cd_index(c, i);
-        let src = match cr {
-            Some(cr) if cr < d && d < cr + n => {
-                CSource::Copied((0..n).map(|r| *c.w.v(cr + r)).collect())
+        let acc = c.w.accum_offset as usize;
+        let d = usize::from(i.dst) + if i.mai.acc_cd { acc } else { 0 };
+        let src = match i.src[2] {
+            Operand::Vgpr(r) | Operand::Agpr(r) => {
+                let cr = usize::from(r) + if i.src[2] == Operand::Agpr(r) { acc } else { 0 };
+                if cr < d && d < cr + n {
+                    CSource::Copied((0..n).map(|r| *c.w.v(cr + r)).collect())
+                } else {
+                    CSource::Live(cr)
+                }
             }
-            Some(cr) => CSource::Live(cr),
-            None => CSource::Const(c.s64(i.src[2])),
+            o => CSource::Const(c.s64(o)),
         };
         (d, src)
     }
 
-    /// C register `r`.
-    #[inline]
-    fn reg(&self, c: &Ctx<'_>, r: usize) -> Lanes {
-        match self {
-            CSource::Live(base) => *c.w.v(base + r),
-            CSource::Copied(v) => v.get(r).copied().unwrap_or([0; LANES]),
-            CSource::Const(x) => [*x as u32; LANES],
+    /// Puts C register `r` (`words` 32-bit words of each element: 1, or 2 for f64) into D
+    /// register `d + r`, which it returns to be accumulated into (None past the file's end).
+    #[inline(always)]
+    fn load<'w>(
+        &self,
+        c: &'w mut Ctx<'_>,
+        d: usize,
+        r: usize,
+        words: usize,
+    ) -> Option<&'w mut Lanes> {
+        let v = match self {
+            CSource::Live(base) if base + r == d + r => None,
+            CSource::Live(base) => Some(*c.w.v(base + r)),
+            CSource::Copied(v) => Some(v.get(r).copied().unwrap_or([0; LANES])),
+            CSource::Const(x) => Some([(x >> (32 * ((r % words) as u64))) as u32; LANES]),
+        };
+        let dst = c.w.v_mut(d + r)?;
+        if let Some(v) = v {
+            *dst = v;
         }
-    }
-
-    /// C register pair `p` (f64), low and high words.
-    #[inline]
-    fn pair(&self, c: &Ctx<'_>, p: usize) -> (Lanes, Lanes) {
-        match self {
-            CSource::Const(x) => ([*x as u32; LANES], [(*x >> 32) as u32; LANES]),
-            _ => (self.reg(c, 2 * p), self.reg(c, 2 * p + 1)),
-        }
+        Some(dst)
     }
 }
 
-/// Writes D register `r` in every lane.
-#[inline]
-fn write_d(c: &mut Ctx<'_>, d: usize, v: &Lanes) {
-    if let Some(reg) = c.w.v_mut(d) {
-        *reg = *v;
-    }
-}
+/// Accumulates A x B into one D register (holding C): form, A, B, the register, its number.
+type RegFn<T> = fn(&Form, &Vals<T>, &Vals<T>, &mut Lanes, usize);
 
 /// The f32-accumulating forms (f32, f16, bf16); FTZ flushes C and D denormals.
+#[inline(always)]
 fn float<const FTZ: bool>(c: &mut Ctx<'_>, i: &Inst, f: &Form, conv: impl Fn(u64) -> f32) {
-    let (a, b) = operands(c, i, f, conv);
+    let mut a = [[0f32; LANES]; 4];
+    let mut b = [[0f32; LANES]; 4];
+    operands(c, i, f, conv, &mut a, &mut b);
     let n = f.cd_regs();
     let (d, src) = CSource::new(c, i, n);
+    // The shape as constants, so that the lane loops have fixed lengths (folded to one arm:
+    // `f` is a constant where this is inlined).
+    let run: RegFn<f32> = match (f.m, f.k) {
+        (32, 1) => float_reg::<32, 1, FTZ>,
+        (32, 2) => float_reg::<32, 2, FTZ>,
+        (32, 4) => float_reg::<32, 4, FTZ>,
+        (32, 8) => float_reg::<32, 8, FTZ>,
+        (16, 1) => float_reg::<16, 1, FTZ>,
+        (16, 2) => float_reg::<16, 2, FTZ>,
+        (16, 4) => float_reg::<16, 4, FTZ>,
+        (16, 8) => float_reg::<16, 8, FTZ>,
+        (16, 16) => float_reg::<16, 16, FTZ>,
+        (4, 1) => float_reg::<4, 1, FTZ>,
+        (4, 2) => float_reg::<4, 2, FTZ>,
+        _ => float_reg::<4, 4, FTZ>,
+    };
     for r in 0..n {
-        let cin = src.reg(c, r);
-        let out = match f.m {
-            32 => float_reg::<32, FTZ>(f, &a, &b, &cin, r),
-            16 => float_reg::<16, FTZ>(f, &a, &b, &cin, r),
-            _ => float_reg::<4, FTZ>(f, &a, &b, &cin, r),
+        let Some(acc) = src.load(c, d, r, 1) else {
+            continue;
         };
-        write_d(c, d + r, &out);
+        run(f, &a, &b, acc, r);
     }
 }
 
-/// D register `r` of an f32-accumulating form with M = N: each group of N lanes is one row
-/// of one block, a scalar of A times a row of B added per k (this vectorises over the lanes).
-#[inline(always)]
-fn float_reg<const N: usize, const FTZ: bool>(
+/// Accumulates into D register `r` (holding C) of an f32-accumulating form with M = N: each
+/// group of N lanes is one row of one block, a scalar of A times a row of B added per k (this
+/// vectorises over the lanes; kept out of line so that it does, rather than being unrolled
+/// with the form's constants).
+#[inline(never)]
+fn float_reg<const N: usize, const K: usize, const FTZ: bool>(
     f: &Form,
-    a: &[f32; MAX_AB],
-    b: &[f32; MAX_AB],
-    cin: &Lanes,
+    a: &Vals<f32>,
+    b: &Vals<f32>,
+    d: &mut Lanes,
     r: usize,
-) -> Lanes {
-    let mut out = [0u32; LANES];
-    for g in 0..LANES / N {
+) {
+    for (g, lanes) in d.chunks_exact_mut(N).enumerate() {
+        let Ok(lanes) = <&mut [u32; N]>::try_from(lanes) else {
+            continue;
+        };
         let (blk, row) = f.d_row(r, g);
         let mut acc = [0f32; N];
-        let lanes = g * N;
         for j in 0..N {
-            let x = cin[lanes + j];
-            acc[j] = f32::from_bits(if FTZ { flush32(x) } else { x });
+            acc[j] = f32::from_bits(if FTZ { flush32(lanes[j]) } else { lanes[j] });
         }
-        for k in 0..f.k {
-            let x = a[((blk * f.m + row) * f.k + k) % MAX_AB];
-            let at = (blk * f.k + k) * N;
-            let Some(Ok(brow)) = b.get(at..at + N).map(<&[f32; N]>::try_from) else {
+        for (x, kk, base) in k_steps::<f32, N, K>(f, a, blk, row) {
+            let Some(brow) = b_row::<f32, N>(b, kk, base) else {
                 continue;
             };
             for j in 0..N {
@@ -358,45 +426,50 @@ fn float_reg<const N: usize, const FTZ: bool>(
         }
         for j in 0..N {
             let x = acc[j].to_bits();
-            out[lanes + j] = if FTZ { flush32(x) } else { x };
+            lanes[j] = if FTZ { flush32(x) } else { x };
         }
     }
-    out
 }
 
 /// The i8 forms: i32 accumulation, wrapping.
+#[inline(always)]
 fn int(c: &mut Ctx<'_>, i: &Inst, f: &Form) {
-    let (a, b) = operands(c, i, f, |x| i32::from(x as u8 as i8));
+    let mut a = [[0i32; LANES]; 4];
+    let mut b = [[0i32; LANES]; 4];
+    operands(c, i, f, |x| i32::from(x as u8 as i8), &mut a, &mut b);
     let n = f.cd_regs();
     let (d, src) = CSource::new(c, i, n);
+    let run: RegFn<i32> = match (f.m, f.k) {
+        (32, 8) => int_reg::<32, 8>,
+        (32, _) => int_reg::<32, 4>,
+        (16, 16) => int_reg::<16, 16>,
+        (16, _) => int_reg::<16, 4>,
+        _ => int_reg::<4, 4>,
+    };
     for r in 0..n {
-        let cin = src.reg(c, r);
-        let out = match f.m {
-            32 => int_reg::<32>(f, &a, &b, &cin, r),
-            16 => int_reg::<16>(f, &a, &b, &cin, r),
-            _ => int_reg::<4>(f, &a, &b, &cin, r),
+        let Some(acc) = src.load(c, d, r, 1) else {
+            continue;
         };
-        write_d(c, d + r, &out);
+        run(f, &a, &b, acc, r);
     }
 }
 
-#[inline(always)]
-fn int_reg<const N: usize>(
+#[inline(never)]
+fn int_reg<const N: usize, const K: usize>(
     f: &Form,
-    a: &[i32; MAX_AB],
-    b: &[i32; MAX_AB],
-    cin: &Lanes,
+    a: &Vals<i32>,
+    b: &Vals<i32>,
+    d: &mut Lanes,
     r: usize,
-) -> Lanes {
-    let mut out = [0u32; LANES];
-    for g in 0..LANES / N {
+) {
+    for (g, lanes) in d.chunks_exact_mut(N).enumerate() {
+        let Ok(lanes) = <&mut [u32; N]>::try_from(lanes) else {
+            continue;
+        };
         let (blk, row) = f.d_row(r, g);
-        let lanes = g * N;
-        let mut acc: [i32; N] = std::array::from_fn(|j| cin[lanes + j] as i32);
-        for k in 0..f.k {
-            let x = a[((blk * f.m + row) * f.k + k) % MAX_AB];
-            let at = (blk * f.k + k) * N;
-            let Some(Ok(brow)) = b.get(at..at + N).map(<&[i32; N]>::try_from) else {
+        let mut acc: [i32; N] = std::array::from_fn(|j| lanes[j] as i32);
+        for (x, kk, base) in k_steps::<i32, N, K>(f, a, blk, row) {
+            let Some(brow) = b_row::<i32, N>(b, kk, base) else {
                 continue;
             };
             for j in 0..N {
@@ -404,58 +477,62 @@ fn int_reg<const N: usize>(
             }
         }
         for j in 0..N {
-            out[lanes + j] = acc[j] as u32;
+            lanes[j] = acc[j] as u32;
         }
     }
-    out
 }
 
 /// The f64 forms: register pairs, denormals kept.
+#[inline(always)]
 fn double(c: &mut Ctx<'_>, i: &Inst, f: &Form) {
-    let (a, b) = operands(c, i, f, f64::from_bits);
+    let mut a = [[0f64; LANES]; 4];
+    let mut b = [[0f64; LANES]; 4];
+    operands(c, i, f, f64::from_bits, &mut a, &mut b);
     let n = f.cd_regs();
     let (d, src) = CSource::new(c, i, n);
     for p in 0..n / 2 {
-        let (lo, hi) = src.pair(c, p);
-        let cin: [f64; LANES] =
-            std::array::from_fn(|l| f64::from_bits(u64::from(lo[l]) | u64::from(hi[l]) << 32));
-        let out = match f.m {
-            16 => double_pair::<16>(f, &a, &b, &cin, p),
-            _ => double_pair::<4>(f, &a, &b, &cin, p),
+        let lo = src.load(c, d, 2 * p, 2).map(|v| *v);
+        let hi = src.load(c, d, 2 * p + 1, 2).map(|v| *v);
+        let (Some(lo), Some(hi)) = (lo, hi) else {
+            continue;
         };
-        let lo: Lanes = std::array::from_fn(|l| out[l].to_bits() as u32);
-        let hi: Lanes = std::array::from_fn(|l| (out[l].to_bits() >> 32) as u32);
-        write_d(c, d + 2 * p, &lo);
-        write_d(c, d + 2 * p + 1, &hi);
+        let mut acc: [f64; LANES] =
+            std::array::from_fn(|l| f64::from_bits(u64::from(lo[l]) | u64::from(hi[l]) << 32));
+        match f.m {
+            16 => double_pair::<16, 4>(f, &a, &b, &mut acc, p),
+            _ => double_pair::<4, 4>(f, &a, &b, &mut acc, p),
+        }
+        if let Some(reg) = c.w.v_mut(d + 2 * p) {
+            *reg = std::array::from_fn(|l| acc[l].to_bits() as u32);
+        }
+        if let Some(reg) = c.w.v_mut(d + 2 * p + 1) {
+            *reg = std::array::from_fn(|l| (acc[l].to_bits() >> 32) as u32);
+        }
     }
 }
 
-#[inline(always)]
-fn double_pair<const N: usize>(
+#[inline(never)]
+fn double_pair<const N: usize, const K: usize>(
     f: &Form,
-    a: &[f64; MAX_AB],
-    b: &[f64; MAX_AB],
-    cin: &[f64; LANES],
+    a: &Vals<f64>,
+    b: &Vals<f64>,
+    d: &mut [f64; LANES],
     p: usize,
-) -> [f64; LANES] {
-    let mut out = [0f64; LANES];
-    for g in 0..LANES / N {
+) {
+    for (g, lanes) in d.chunks_exact_mut(N).enumerate() {
+        let Ok(acc) = <&mut [f64; N]>::try_from(lanes) else {
+            continue;
+        };
         let (blk, row) = f.d_row(p, g);
-        let lanes = g * N;
-        let mut acc: [f64; N] = std::array::from_fn(|j| cin[lanes + j]);
-        for k in 0..f.k {
-            let x = a[((blk * f.m + row) * f.k + k) % MAX_AB];
-            let at = (blk * f.k + k) * N;
-            let Some(Ok(brow)) = b.get(at..at + N).map(<&[f64; N]>::try_from) else {
+        for (x, kk, base) in k_steps::<f64, N, K>(f, a, blk, row) {
+            let Some(brow) = b_row::<f64, N>(b, kk, base) else {
                 continue;
             };
             for j in 0..N {
                 acc[j] += x * brow[j];
             }
         }
-        out[lanes..lanes + N].copy_from_slice(&acc);
     }
-    out
 }
 
 #[cfg(test)]
@@ -497,7 +574,10 @@ mod tests {
     fn every_form_fits_the_wave_and_maps_each_d_element_once() {
         for f in ALL {
             assert!(f.kpl() >= 1 && f.kpl() <= 4, "{f:?}");
-            assert!(f.ab_regs() <= 2 && f.blocks * f.m * f.k <= MAX_AB, "{f:?}");
+            assert!(
+                f.ab_regs() <= 2 && f.blocks * f.m * f.k <= 4 * LANES,
+                "{f:?}"
+            );
             let pairs = if f.elem == Elem::F64 { 2 } else { 1 };
             let mut seen = vec![false; f.blocks * f.m * f.m];
             for r in 0..f.cd_regs() / pairs {
