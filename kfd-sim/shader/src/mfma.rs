@@ -3,7 +3,7 @@
 //!
 //! A form is M x N x K (here always N = M) with some number of blocks; `kpl` = K x blocks x M / 64
 //! values of k sit in each lane of A and of B (f32 and f64 1, bf16 2, f16, bf16_1k and i8 4).
-//! Layouts (CDNA2, as AMD's ISA reference and its matrix instruction calculator give them):
+//! Layouts (CDNA2, as AMD's matrix instruction calculator gives them):
 //!
 //! - A[b][i][k] is in lane M x g + i with g = kg x blocks + b and k = kg x kpl + kk: value kk of
 //!   the lane, packed from bit 0 of the first register up (a register pair for f16, bf16_1k and
@@ -21,8 +21,8 @@
 //! both AGPRs or both VGPRs (ACC_CD); C may be an inline constant.
 //!
 //! Arithmetic: C first, then one product at a time in k order, each added with round to
-//! nearest even: f32 products are rounded to f32 before the add, f16 and bf16 products are exact
-//! in f32, i8 accumulates in wrapping i32, f64 in f64. The f16, bf16 and bf16_1k forms flush
+//! nearest even: f32 and f64 products are rounded before the add (no fused multiply-add), f16
+//! and bf16 products are exact in f32, i8 accumulates in wrapping i32. The f16, bf16 and bf16_1k forms flush
 //! denormal inputs (A, B and C) and outputs to zero of the same sign, as MI200 does; the f32
 //! and f64 forms keep denormals. MODE's denormal and rounding fields do not apply.
 //!
