@@ -301,7 +301,7 @@ impl SimProcess {
         let process = lock(&self.inner.kfd).clone();
         if let Some(p) = process {
             p.release_mm();
-            crate::hw::scheduler::wait_idle(&*p);
+            crate::hw::runlist::wait_idle(&*p);
         }
     }
 

@@ -220,7 +220,7 @@ fn process_info(call: &KfdCall<'_>, a: &mut CriuArgs) -> IoctlResult {
     drop(st);
     // The queues are preempted: the SDMA engine finishes the packet it is running, if any; the
     // command processors stop their waves, which go into the context save areas.
-    crate::hw::scheduler::wait_idle(call.process);
+    crate::hw::runlist::wait_idle(call.process);
     crate::hw::cp::save_waves(call.process);
     // What the eviction caught in flight: the AQL queues whose control stack now holds a
     // dispatch (GET_QUEUE_WAVE_STATE would report it).

@@ -265,7 +265,7 @@ impl KfdProcess {
     /// `pqm_uninit`) and nothing of it runs on the GPU again; a round of the engines in flight
     /// finds its queue gone. Returns whether this call released it (not done before). Does not
     /// wait for that round (the command processor calls it from inside one; see
-    /// [`wait_idle`](crate::hw::scheduler::wait_idle)).
+    /// [`wait_idle`](crate::hw::runlist::wait_idle)).
     pub(crate) fn release_mm(&self) -> bool {
         let mut st = self.lock();
         if st.mm_released {

@@ -10,7 +10,7 @@ use super::queue::QueueKind;
 use super::svm_range::SvmAccess;
 use crate::hw::cp::memory::SvmView;
 use crate::hw::queue::{Engine, MappedQueue, RingState};
-use crate::hw::scheduler::{MappedProcess, Queues, Runlist};
+use crate::hw::runlist::{MappedProcess, Queues, Runlist};
 use crate::machine::MachineInner;
 
 impl Runlist for MachineInner {
