@@ -31,9 +31,8 @@ use kfd_abi::Errno;
 
 use super::bridge::HandOvers;
 use super::os::{self, ProcStatus};
-use super::requests::cuse_file_key;
-use super::server::Shared;
-use super::SIM_PROBE;
+use super::shared::Shared;
+use super::{cuse_file_key, SIM_PROBE};
 use crate::client::{Client, FdSlot};
 use crate::host::FileKey;
 use crate::hw::backing::ProcessMemory;

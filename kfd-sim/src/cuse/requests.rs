@@ -16,10 +16,10 @@ use super::bridge::{self, HandOvers};
 use super::client::CuseClient;
 use super::os::ProcStatus;
 use super::proto::{self, InHeader, Opcode};
-use super::server::{DeviceRole, OpenEntry, Shared};
+use super::shared::{DeviceRole, OpenEntry, Shared};
 use super::threads::Device;
-use super::{CUSE_FILE_DEV, SIM_PROBE};
-use crate::host::{lock, FileKey};
+use super::{cuse_file_key, SIM_PROBE};
+use crate::host::lock;
 use crate::kfd::process::KfdProcess;
 use crate::machine::{FileKind, OpenFile};
 use crate::render::file::RenderFile;
@@ -248,13 +248,5 @@ impl Shared {
     /// Whether `fh` is an open file of ours.
     pub(crate) fn has_file(&self, fh: u64) -> bool {
         lock(&self.files).contains_key(&fh)
-    }
-}
-
-/// The key under which the simulated open file of CUSE handle `fh` is registered.
-pub(crate) fn cuse_file_key(fh: u64) -> FileKey {
-    FileKey {
-        dev: CUSE_FILE_DEV,
-        ino: fh,
     }
 }
