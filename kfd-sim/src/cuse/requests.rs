@@ -192,22 +192,17 @@ impl Shared {
                     b.answer_mmap(&self.machine, &file, caller.as_ref(), h.pid, io.arg)
                 })
             }
-            cmd => match &file.kind {
-                FileKind::Kfd(p) => {
+            cmd => {
+                if let (FileKind::Kfd(p), Some(b)) = (&file.kind, &bridge) {
                     // What the process unmapped before this call, as amdkfd's notifier has
                     // applied it by now (CRIU_OP comes on the dumped process's file: its too).
-                    if let Some(b) = &bridge {
-                        b.apply_unmaps(p);
-                        if let Some(target) = self.criu_resume_target(&client, cmd, io.arg) {
-                            b.apply_unmaps(&target);
-                        }
+                    b.apply_unmaps(p);
+                    if let Some(target) = self.criu_resume_target(&client, cmd, io.arg) {
+                        b.apply_unmaps(&target);
                     }
-                    crate::kfd::kfd_ioctl(&self.machine, p, &client, cmd, io.arg)
                 }
-                FileKind::Render(r) => {
-                    crate::render::dispatch(&self.machine, r, &client, cmd, io.arg)
-                }
-            },
+                crate::fops::ioctl(&self.machine, &file, &client, cmd, io.arg)
+            }
         };
         // The fds this call installs reach the caller through the module, before our answer.
         let r = match (r, bridge, handovers) {

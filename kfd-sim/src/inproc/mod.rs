@@ -439,14 +439,7 @@ impl SimFile {
             signal: &self.caller.signal,
             device_vmas: Some(&self.machine.vmas),
         };
-        match &self.file.kind {
-            FileKind::Kfd(p) => {
-                crate::kfd::kfd_ioctl(&self.machine.inner, p, &client, request, arg)
-            }
-            FileKind::Render(r) => {
-                crate::render::dispatch(&self.machine.inner, r, &client, request, arg)
-            }
-        }
+        crate::fops::ioctl(&self.machine.inner, &self.file, &client, request, arg)
     }
 }
 
@@ -480,7 +473,7 @@ impl Transport for SimFile {
     }
 
     /// mmap as the driver does it, in process: the driver model decides what backs the offset
-    /// (the simulator's `vma` module) and the mapping is of that memory itself, shared with the
+    /// (the simulator's `fops` and `vma` modules) and the mapping is of that memory itself, shared with the
     /// simulated GPU both ways. The VMA flags that userspace can express are applied: KFD pages
     /// are not inherited by fork (`VM_DONTCOPY`), no device mapping is in a core dump
     /// (`VM_DONTDUMP`), and a private `PROT_NONE` render mapping that lost `VM_MAYWRITE` is made
@@ -521,7 +514,7 @@ impl Transport for SimFile {
             length,
             flags,
         };
-        let target = m::resolve(&self.machine.inner, &self.file, caller.as_ref(), &req)?;
+        let target = crate::fops::mmap(&self.machine.inner, &self.file, caller.as_ref(), &req)?;
         let no_maywrite = target.vma & m::VMA_NO_MAYWRITE != 0;
         let fd = target
             .backing

@@ -455,7 +455,7 @@ impl Bridge {
             length: q.length,
             flags: q.flags,
         };
-        let target = crate::vma::resolve(machine, file, caller, &req).inspect_err(|e| {
+        let target = crate::fops::mmap(machine, file, caller, &req).inspect_err(|e| {
             log::debug!(
                 "kfd-simd: tid {tid}: mmap of {:#x}+{:#x} (flags {:#x}): {e}",
                 q.offset,
