@@ -10,8 +10,8 @@ use std::sync::Arc;
 use kfd_abi::Errno;
 
 use crate::client::Client;
-use crate::kfd::process::KfdProcess;
-use crate::machine::{FileKind, MachineInner, OpenFile};
+use crate::state::machine::{FileKind, MachineInner, OpenFile};
+use crate::state::process::KfdProcess;
 use crate::vma::{MmapRequest, Target};
 
 /// Issues ioctl `cmd` with its argument at `arg` in the caller's memory on `file`, by `client`.
@@ -30,7 +30,7 @@ pub(crate) fn ioctl(
 
 /// Answers one mmap of an open file of ours; `caller` is the calling process's KFD process.
 pub(crate) fn mmap(
-    m: &MachineInner,
+    m: &Arc<MachineInner>,
     file: &OpenFile,
     caller: Option<&Arc<KfdProcess>>,
     q: &MmapRequest,

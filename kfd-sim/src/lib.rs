@@ -39,10 +39,11 @@
 //!   both front ends), `vma.rs` (the words of a CPU mapping: the request, the memory that backs
 //!   it), `uaccess.rs` (copies to and from the caller), `client.rs` (the caller as the driver
 //!   sees it).
-//! - **State**: what the kernel keeps. `machine.rs` (processes, open files, dma-bufs),
-//!   `device.rs`, and beside their code `kfd/process.rs` (the KFD process, its pdds and BOs),
-//!   `kfd/queue.rs`, `kfd/event.rs`, `kfd/svm_range.rs`, `render/file.rs` (an open render
-//!   file's GEM handles, contexts, BO lists).
+//! - **State** (`state/`): what the kernel keeps. `machine` (processes, open files, dma-bufs),
+//!   `accounts` (what processes and buffer objects give back to the machine when they go: they
+//!   hold it, not the machine), `device`, `process` (the KFD process, its pdds and BOs),
+//!   `queue`, `event`, `svm_range`, `render_file` (an open render file's GEM handles, contexts,
+//!   BO lists).
 //! - **Hardware** (`hw/`): what the GPU does. `backing` (the memory: memfds, user memory), `vm`
 //!   (the page tables), `sdma` (the SDMA engines), `queue` (the registers of a mapped queue),
 //!   `runlist` (what the driver maps for the engines, and their polling loop), `scheduler`
@@ -61,17 +62,16 @@
 mod asic;
 mod client;
 pub mod cuse;
-mod device;
 mod fops;
 pub mod host;
 mod hw;
 mod inproc;
 mod kfd;
 mod limits;
-mod machine;
 pub mod preset;
 mod render;
 pub mod scratch;
+mod state;
 pub mod sysfs;
 mod uaccess;
 mod vma;
@@ -82,5 +82,5 @@ pub use hw::backing::{Backing, ProcessMemory};
 pub use hw::vm::{Vm, VmMapping, VmTarget};
 pub use inproc::{DeviceVma, Machine, SimFile, SimPlatform, SimProcess, SIM_KFD_MAJOR};
 pub use kfd::criu;
-pub use machine::{Kernel, MachineError};
 pub use preset::{GpuModel, PciLocation, Preset, PresetError};
+pub use state::machine::{Kernel, MachineError};

@@ -39,7 +39,7 @@ use kfd_abi::Errno;
 
 use crate::host::lock_within;
 use crate::hw::backing::Backing;
-use crate::kfd::process::{KfdProcess, ProcState};
+use crate::state::process::{KfdProcess, ProcState};
 
 /// How long an mmap waits for a lock of the simulator's state before it gives up (`EAGAIN`).
 pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(2);
@@ -120,8 +120,8 @@ mod tests {
     use crate::fops::mmap as resolve;
     use crate::kfd::mmap::{CWSR_SIZE, KFD_VMA};
     use crate::limits::{DOORBELL_SLICE, PAGE_SIZE, SIGNAL_EVENT_LIMIT};
-    use crate::machine::FileKind;
     use crate::render::mmap::RENDER_VMA;
+    use crate::state::machine::FileKind;
     use crate::{Machine, SimFile, SimProcess};
     use kfd_abi::mmap_offset as mo;
 

@@ -202,7 +202,7 @@ mod tests {
     use crate::cuse::server::tests::initialised_server;
     use crate::inproc::client::InProcessClient;
     use crate::kfd::criu::{BO_PRIV_SIZE, DEVICE_PRIV_SIZE, PROCESS_PRIV_SIZE};
-    use crate::machine::{FileKind, MachineInner};
+    use crate::state::machine::{FileKind, MachineInner};
     use crate::{Machine, Preset, SimFile, SimProcess};
 
     const VA: u64 = 0x7f00_0000_0000;

@@ -46,7 +46,7 @@ use shared::DRM_MAJOR;
 pub use shared::{DeviceRole, ServeConfig, ServedDevice};
 
 use crate::host::FileKey;
-use crate::machine::MachineError;
+use crate::state::machine::MachineError;
 
 /// `_IO('K', 0x7d)`: the daemon asks one of its own render-node files, fetched from a client,
 /// which open it is; the answer is the file's CUSE handle.

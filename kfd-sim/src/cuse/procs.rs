@@ -17,7 +17,7 @@ use kfd_abi::Errno;
 use super::os;
 use super::shared::{ProcEntry, Shared};
 use crate::host::lock;
-use crate::kfd::process::KfdProcess;
+use crate::state::process::KfdProcess;
 
 /// Drops the records of exited processes, every second until shutdown.
 pub(super) fn reaper(shared: &Shared) {

@@ -20,9 +20,9 @@ use super::shared::{DeviceRole, OpenEntry, Shared};
 use super::threads::Device;
 use super::{cuse_file_key, SIM_PROBE};
 use crate::host::lock;
-use crate::kfd::process::KfdProcess;
-use crate::machine::{FileKind, OpenFile};
-use crate::render::file::RenderFile;
+use crate::state::machine::{FileKind, OpenFile};
+use crate::state::process::KfdProcess;
+use crate::state::render_file::RenderFile;
 
 impl Shared {
     /// Handles one request; `None` when the kernel wants no reply.

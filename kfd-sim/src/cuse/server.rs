@@ -32,7 +32,7 @@ use super::shared::{DeviceRole, ServeConfig, ServedDevice, Shared, DRM_MAJOR};
 use super::threads::{spawn_reader, Device};
 use super::CuseError;
 use crate::host::lock;
-use crate::machine::MachineInner;
+use crate::state::machine::MachineInner;
 
 /// A running CUSE server: `/dev/kfd` and one render node per GPU, until [`shutdown`] or drop.
 ///
@@ -135,7 +135,7 @@ impl CuseServer {
             );
             let b = Arc::new(b);
             if b.watches_mms() {
-                let watch: Arc<dyn crate::kfd::process::MmWatch> = b.clone();
+                let watch: Arc<dyn crate::state::accounts::MmWatch> = b.clone();
                 shared.machine.set_mm_watch(Some(watch));
             }
             *lock(&shared.bridge) = Some(b);

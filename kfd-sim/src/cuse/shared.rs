@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use super::bridge::{self, Bridge};
-use crate::kfd::process::KfdProcess;
-use crate::machine::{MachineInner, OpenFile};
+use crate::state::machine::{MachineInner, OpenFile};
+use crate::state::process::KfdProcess;
 
 /// The DRM character major: render nodes are served with their real numbers.
 pub(super) const DRM_MAJOR: u32 = 226;
@@ -37,7 +37,7 @@ pub struct ServeConfig {
     pub kfd_version: Option<kfd_abi::kfd::Version>,
     /// The kernel the drivers behave as (Linux 6.1 unless told otherwise); `kfd_version`, when
     /// given, overrides its KFD version.
-    pub kernel: crate::machine::Kernel,
+    pub kernel: crate::state::machine::Kernel,
 }
 
 impl Default for ServeConfig {
@@ -49,7 +49,7 @@ impl Default for ServeConfig {
             max_threads: 32,
             bridge_path: Some(PathBuf::from(bridge::DEFAULT_PATH)),
             kfd_version: None,
-            kernel: crate::machine::Kernel::default(),
+            kernel: crate::state::machine::Kernel::default(),
         }
     }
 }

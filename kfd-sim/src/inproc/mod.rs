@@ -31,10 +31,10 @@ use self::client::InProcessClient;
 use self::vmas::{DeviceVmas, VmaRecord};
 use crate::host::{self, lock};
 use crate::hw::backing::ProcessMemory;
-use crate::kfd::process::KfdProcess;
-use crate::machine::{FileKind, MachineError, MachineInner, OpenFile};
 use crate::preset::Preset;
-use crate::render::file::RenderFile;
+use crate::state::machine::{FileKind, MachineError, MachineInner, OpenFile};
+use crate::state::process::KfdProcess;
+use crate::state::render_file::RenderFile;
 
 /// A simulated machine: GPUs from a topology, and the simulated processes using them.
 #[derive(Clone, Debug)]
@@ -66,12 +66,12 @@ impl Machine {
 
     /// Makes the simulated drivers behave as `kernel` (Linux 6.1 by default; see
     /// [`Kernel`](crate::Kernel)), GET_VERSION included.
-    pub fn set_kernel(&self, kernel: crate::machine::Kernel) {
+    pub fn set_kernel(&self, kernel: crate::state::machine::Kernel) {
         self.inner.set_kernel(kernel);
     }
 
     /// The kernel the simulated drivers behave as.
-    pub fn kernel(&self) -> crate::machine::Kernel {
+    pub fn kernel(&self) -> crate::state::machine::Kernel {
         self.inner.kernel()
     }
 

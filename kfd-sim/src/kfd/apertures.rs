@@ -8,12 +8,12 @@ use std::sync::Arc;
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use super::process::{DrmBinding, ProcState};
 use super::{kmalloc_check, KfdCall};
 use crate::host::lock;
 use crate::host::{clock_ns, FileKey, Pod};
 use crate::limits::*;
-use crate::machine::{FileKind, MachineInner};
+use crate::state::machine::{FileKind, MachineInner};
+use crate::state::process::{DrmBinding, ProcState};
 use crate::uaccess::{copy_to_user, fd_from_field, with_args, IoctlResult};
 
 pub(super) fn get_version(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
