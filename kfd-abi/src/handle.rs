@@ -62,6 +62,7 @@ plain!(
     sys::drm_amdgpu_gem_wait_idle,
     crate::uapi618::drm_gem_change_handle,
     crate::uapi618::kfd_ioctl_export_dmabuf_args,
+    crate::uapi618::kfd_ioctl_runtime_enable_args,
 );
 
 /// The ioctl calls of a device file, written once for every kind of handle.

@@ -335,10 +335,12 @@ pub mod linux618 {
         const TY: u8 = crate::ioctl::kfd::TYPE;
 
         ioctl_table!(TY,
-            /// The KFD ioctls after 1.11 that the simulator's 6.18 personality answers.
+            /// The KFD ioctls after 1.11 that the simulator's 6.18 and 7.2 personalities answer.
             TABLE at 0u32 => {
             /// KFD 1.12: a dma-buf fd of a KFD BO.
             EXPORT_DMABUF = ReadWrite(0x24, u::kfd_ioctl_export_dmabuf_args);
+            /// KFD 1.13: the runtime is up (or down).
+            RUNTIME_ENABLE = ReadWrite(0x25, u::kfd_ioctl_runtime_enable_args);
             }
         );
     }

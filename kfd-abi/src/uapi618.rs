@@ -17,6 +17,9 @@
 //!   ([`drm_gem_change_handle`]).
 //! - `AMDKFD_IOC_EXPORT_DMABUF` (KFD 1.12, `0x24`): a dma-buf fd of a KFD BO
 //!   ([`kfd_ioctl_export_dmabuf_args`]).
+//! - `AMDKFD_IOC_RUNTIME_ENABLE` (KFD 1.13, `0x25`): ROCr tells the driver its runtime is up
+//!   (or down), before it creates queues ([`kfd_ioctl_runtime_enable_args`]); the same struct
+//!   in every kernel since 6.2, 7.2's header included.
 
 #![allow(non_camel_case_types)]
 
@@ -128,6 +131,23 @@ pub struct kfd_ioctl_export_dmabuf_args {
     pub dmabuf_fd: u32,
 }
 
+/// `KFD_RUNTIME_ENABLE_MODE_ENABLE_MASK`: enable the runtime (without it: disable).
+pub const KFD_RUNTIME_ENABLE_MODE_ENABLE_MASK: u32 = 1;
+/// `KFD_RUNTIME_ENABLE_MODE_TTMP_SAVE_MASK`: set the trap temporaries up (ignored on disable).
+pub const KFD_RUNTIME_ENABLE_MODE_TTMP_SAVE_MASK: u32 = 2;
+
+/// `struct kfd_ioctl_runtime_enable_args` (KFD 1.13).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct kfd_ioctl_runtime_enable_args {
+    /// Where ROCr keeps what it shares with a debugger (`r_debug`).
+    pub r_debug: u64,
+    /// `KFD_RUNTIME_ENABLE_MODE_*`.
+    pub mode_mask: u32,
+    /// What the driver supports (the kernel leaves it as it came).
+    pub capabilities_mask: u32,
+}
+
 /// `AMDGPU_PTE_EXECUTABLE`.
 pub const AMDGPU_PTE_EXECUTABLE: u64 = 1 << 4;
 /// `AMDGPU_PTE_READABLE`.
@@ -200,6 +220,12 @@ mod tests {
         assert_eq!(size_of::<drm_gem_change_handle>(), 8);
         assert_eq!(size_of::<kfd_ioctl_export_dmabuf_args>(), 16);
         assert_eq!(offset_of!(kfd_ioctl_export_dmabuf_args, dmabuf_fd), 12);
+        assert_eq!(size_of::<kfd_ioctl_runtime_enable_args>(), 16);
+        assert_eq!(offset_of!(kfd_ioctl_runtime_enable_args, mode_mask), 8);
+        assert_eq!(
+            offset_of!(kfd_ioctl_runtime_enable_args, capabilities_mask),
+            12
+        );
     }
 
     #[test]

@@ -76,6 +76,7 @@ use rstest::rstest;
 #[case::amdgpu_gem_op_6_18(linux618::drm::AMDGPU_GEM_OP, 0xc018_6450)]
 #[case::amdgpu_gem_list_handles_6_18(linux618::drm::AMDGPU_GEM_LIST_HANDLES, 0xc010_6459)]
 #[case::export_dmabuf_kfd_1_12(linux618::kfd::EXPORT_DMABUF, 0xc010_4b24)]
+#[case::runtime_enable_kfd_1_13(linux618::kfd::RUNTIME_ENABLE, 0xc010_4b25)]
 fn request_code_matches_header(#[case] ours: u32, #[case] header: u32) {
     assert_eq!(
         ours,

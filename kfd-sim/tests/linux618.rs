@@ -41,6 +41,7 @@ fn bo(raw: u32) -> BoHandle {
 #[rstest]
 #[case::linux_6_1(Kernel::Linux6_1, (1, 11), (3, 49))]
 #[case::linux_6_18(Kernel::Linux6_18, (1, 18), (3, 65))]
+#[case::linux_7_2(Kernel::Linux7_2, (1, 23), (3, 64))]
 fn each_kernel_reports_its_versions(
     #[case] kernel: Kernel,
     #[case] kfd: (u32, u32),

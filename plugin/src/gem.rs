@@ -23,11 +23,21 @@
 //! are restored as it restores them.
 //!
 //! Restore: each buffer is created (`GEM_CREATE` with the recorded parameters, the alignment
-//! from pages back to bytes) or imported (the dma-buf its creator published), moved to its
-//! handle (`DRM_IOCTL_GEM_CHANGE_HANDLE`), mapped at its VAs (the page-table flags turned back
-//! into `GEM_VA` flags, which upstream passes unchanged), filled from its pages file, and its
-//! new fake offset answers UPDATE_VMA_MAP. On a kernel without 6.18's ioctls an image with
-//! buffers is refused before anything is created.
+//! from pages back to bytes) or imported (the dma-buf its creator published), given its old
+//! handle number, mapped at its VAs (the page-table flags turned back into `GEM_VA` flags, which
+//! upstream passes unchanged), filled from its pages file, and its new fake offset answers
+//! UPDATE_VMA_MAP. On a kernel without 6.18's ioctls an image with buffers is refused before
+//! anything is created.
+//!
+//! Handle numbers. Where the kernel has `DRM_IOCTL_GEM_CHANGE_HANDLE` (6.18.0-6.18.35, 7.0.0-7.0.12,
+//! mainline before 7.1-rc7) a buffer is moved to its number. The kernels fixed in June 2026 answer
+//! that ioctl `EINVAL` (`drm_invalid_op`); there the numbers are reached in order instead ([`Placement`]):
+//! a file allocates GEM handles lowest-free-first from 1, so buffers made in ascending handle
+//! order, each after placeholder objects have taken the free numbers below it, get exactly their
+//! old numbers; the placeholders are closed once all are made. A number that cannot be reached
+//! that way (already taken in the file, or an import the kernel answers with the handle its
+//! object already has there) refuses the restore, naming the handle: never a buffer under
+//! another number.
 
 use std::collections::{BTreeSet, HashMap};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -110,6 +120,20 @@ pub(crate) enum GemError {
         /// The render minor at checkpoint.
         minor: u32,
     },
+    /// A buffer's old handle number that a kernel without `GEM_CHANGE_HANDLE` cannot give it.
+    #[error(
+        "{file}: GEM handle {handle}: {why}; this kernel cannot move a buffer to another handle \
+         (DRM_IOCTL_GEM_CHANGE_HANDLE answered EINVAL), so the buffer cannot get its old number: \
+         refused"
+    )]
+    HandleUnreachable {
+        /// The render image.
+        file: String,
+        /// The handle number the image gives the buffer.
+        handle: u32,
+        /// Why it cannot be reached.
+        why: String,
+    },
     /// A shared buffer's creator did not publish it in time.
     #[error(
         "{what}: no restored process published the buffer shared as GEM handle {key} within \
@@ -138,9 +162,10 @@ impl GemError {
     pub(crate) fn errno(&self) -> Errno {
         match self {
             Self::Ioctl { source, .. } => source.errno().unwrap_or(Errno::EIO),
-            Self::Userptr { .. } | Self::Unshareable(_) | Self::Inconsistent { .. } => {
-                Errno::EINVAL
-            }
+            Self::Userptr { .. }
+            | Self::Unshareable(_)
+            | Self::Inconsistent { .. }
+            | Self::HandleUnreachable { .. } => Errno::EINVAL,
             // Not ENOTSUP: criu takes that for "not ours".
             Self::NeedsLinux618 { .. } => Errno::EINVAL,
             Self::NotPublished { .. } => Errno::ETIMEDOUT,
@@ -601,15 +626,66 @@ pub(crate) fn restore<P: Platform>(job: &RenderRestore<'_, P>) -> Result<Restore
         }
         Err(e) => return Err(ioctl(format!("{file}: listing renderD{minor}"))(e)),
     };
+    let placement = if msg.bo_entries.is_empty() {
+        Placement::Move
+    } else {
+        Placement::probe(render, &before).map_err(ioctl(format!(
+            "{file}: asking renderD{minor} whether it moves handles"
+        )))?
+    };
     let mut made = Made {
         before,
         handles: Vec::new(),
+        placeholders: Vec::new(),
     };
-    let restored = recreate(job, &file, &mut made);
+    let restored = recreate(job, &file, placement, &mut made);
+    made.close_placeholders(render, &file);
     if restored.is_err() {
         made.undo(render, &file);
     }
     restored
+}
+
+/// How a restored buffer gets its old GEM handle number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placement {
+    /// Made anywhere, then moved there with `DRM_IOCTL_GEM_CHANGE_HANDLE`.
+    Move,
+    /// Made in ascending handle order, each after placeholders have taken the free numbers below
+    /// it: the kernel refuses `GEM_CHANGE_HANDLE` (Linux 7.1-rc7, 7.0.13, 6.18.36 and later).
+    InOrder,
+}
+
+/// At most this many placeholder objects for one file: GEM handles of real processes are small
+/// numbers, and an image's handle is untrusted input.
+const MAX_PLACEHOLDERS: usize = 1 << 16;
+
+impl Placement {
+    /// Asks the kernel with one `GEM_CHANGE_HANDLE` of a handle `render` does not have (the
+    /// lowest one not in `taken`): a kernel with the ioctl looks the handle up and answers
+    /// `ENOENT`; one without it, or with it turned off, answers `EINVAL` before looking.
+    fn probe<T: Transport>(
+        render: &RenderNode<T>,
+        taken: &BTreeSet<u32>,
+    ) -> Result<Self, IoctlError> {
+        let free = (1..=u32::MAX).find(|n| !taken.contains(n)).unwrap_or(1);
+        let Some(h) = BoHandle::new(free) else {
+            return Ok(Self::Move);
+        };
+        match render.gem_change_handle(h, h) {
+            Err(e) if e.errno() == Some(Errno::EINVAL) => {
+                log::info!(
+                    "this kernel answers DRM_IOCTL_GEM_CHANGE_HANDLE with EINVAL: render-node \
+                     buffers get their handle numbers by being made in ascending order"
+                );
+                Ok(Self::InOrder)
+            }
+            Err(e) if e.errno() == Some(Errno::ENOENT) => Ok(Self::Move),
+            Err(e) => Err(e),
+            // Nothing to move, and the kernel did not say it had nothing: it has the ioctl.
+            Ok(()) => Ok(Self::Move),
+        }
+    }
 }
 
 /// The size of a dma-buf (`lseek(SEEK_END)`, which dma-bufs answer with their size); `None`
@@ -620,15 +696,75 @@ fn dmabuf_size(dmabuf: &OwnedFd) -> Option<u64> {
     file.seek(SeekFrom::End(0)).ok()
 }
 
-/// The handles a failing restore of a render node created in the process's file, to close.
+/// The handles a restore of a render node created in the process's file: its buffers, to close
+/// if it fails, and placeholders, to close once the buffers are made.
 struct Made {
     /// The file's handles before the restore (an import may give back one of them).
     before: BTreeSet<u32>,
     /// What this restore added, as the handle is now.
     handles: Vec<BoHandle>,
+    /// Objects made only to take a handle number ([`Placement::InOrder`]).
+    placeholders: Vec<BoHandle>,
 }
 
 impl Made {
+    /// Whether handle `n` is in the file now.
+    fn taken(&self, n: u32) -> bool {
+        self.before.contains(&n)
+            || self.handles.iter().any(|h| h.get() == n)
+            || self.placeholders.iter().any(|h| h.get() == n)
+    }
+
+    /// Makes the next buffer the file allocates get handle `target`: placeholders take every
+    /// free number below it. `Err` names why `target` cannot be reached.
+    fn take_below<T: Transport>(
+        &mut self,
+        render: &RenderNode<T>,
+        target: u32,
+        file: &str,
+    ) -> Result<(), GemError> {
+        let unreachable = |why: String| GemError::HandleUnreachable {
+            file: file.to_owned(),
+            handle: target,
+            why,
+        };
+        if self.taken(target) {
+            return Err(unreachable(
+                "the restored file already has a buffer under that number".to_owned(),
+            ));
+        }
+        let free: Vec<u32> = (1..target)
+            .filter(|&n| !self.taken(n))
+            .take(MAX_PLACEHOLDERS + 1)
+            .collect();
+        if free.len() + self.placeholders.len() > MAX_PLACEHOLDERS {
+            return Err(unreachable(format!(
+                "reaching it would take more than {MAX_PLACEHOLDERS} placeholder objects"
+            )));
+        }
+        for n in free {
+            let h = render
+                .gem_create(PAGE, PAGE, GemDomain::GTT, 0)
+                .map_err(ioctl(format!("{file}: a placeholder for GEM handle {n}")))?;
+            self.placeholders.push(h);
+            if h.get() != n {
+                return Err(unreachable(format!(
+                    "the kernel gave a placeholder handle {h}, not the lowest free number {n}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes the placeholders: their numbers were only needed while the buffers were made.
+    fn close_placeholders<T: Transport>(&mut self, render: &RenderNode<T>, file: &str) {
+        for h in self.placeholders.drain(..) {
+            if let Err(e) = render.gem_close(h) {
+                log::warn!("{file}: closing placeholder GEM handle {h}: {e}");
+            }
+        }
+    }
+
     /// `handle` is in the file now; it was `was` (moved) or is new.
     fn record(&mut self, was: Option<BoHandle>, handle: BoHandle) {
         if let Some(w) = was {
@@ -660,6 +796,7 @@ impl Made {
 fn recreate<P: Platform>(
     job: &RenderRestore<'_, P>,
     file: &str,
+    placement: Placement,
     made: &mut Made,
 ) -> Result<RestoredGem, GemError> {
     let RenderRestore {
@@ -675,7 +812,12 @@ fn recreate<P: Platform>(
     let mut out = RestoredGem::default();
     // Buffers to fill: (entry index, dma-buf).
     let mut fill: Vec<(usize, OwnedFd)> = Vec::new();
-    for (i, b) in msg.bo_entries.iter().enumerate() {
+    let mut order: Vec<usize> = (0..msg.bo_entries.len()).collect();
+    if placement == Placement::InOrder {
+        order.sort_by_key(|&i| msg.bo_entries[i].handle);
+    }
+    for i in order {
+        let b = &msg.bo_entries[i];
         let bad = |what: &str| GemError::Inconsistent {
             file: file.to_owned(),
             what: format!("entry {i}: {what}"),
@@ -695,6 +837,9 @@ fn recreate<P: Platform>(
                  own, from its pages file",
                 b.handle
             );
+        }
+        if placement == Placement::InOrder {
+            made.take_below(render, b.handle, file)?;
         }
         let import = if b.is_import != 0 && !by_number {
             let dmabuf = (opts.lookup)(b.handle, &what)?;
@@ -738,6 +883,16 @@ fn recreate<P: Platform>(
                 .map_err(ioctl(format!("{what}: creating {} bytes", b.size)))?
         };
         made.record(None, handle);
+        if handle != target && placement == Placement::InOrder {
+            return Err(GemError::HandleUnreachable {
+                file: file.to_owned(),
+                handle: b.handle,
+                why: format!(
+                    "the kernel gave it handle {handle} (an import answers with the handle its \
+                     object already has in the file)"
+                ),
+            });
+        }
         if handle != target {
             render
                 .gem_change_handle(handle, target)

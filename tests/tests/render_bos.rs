@@ -560,22 +560,26 @@ fn render_spec() -> harness::workload::Spec {
     }
 }
 
+/// On 6.18 the buffers are moved to their handles; on 7.2 (no `GEM_CHANGE_HANDLE`) they are
+/// made in handle order.
 #[rstest::rstest]
-#[case::same_node(false)]
-#[case::remapped(true)]
-fn the_workloads_render_node_buffers_survive_a_checkpoint_on_linux_6_18(#[case] remap: bool) {
+#[case::same_node(false, Kernel::Linux6_18)]
+#[case::remapped(true, Kernel::Linux6_18)]
+#[case::same_node_7_2(false, Kernel::Linux7_2)]
+#[case::remapped_7_2(true, Kernel::Linux7_2)]
+fn the_workloads_render_node_buffers_survive_a_checkpoint(
+    #[case] remap: bool,
+    #[case] kernel: Kernel,
+) {
     let p = Preset::by_name("mi210x2").unwrap();
-    let src = node(&p, Kernel::Linux6_18);
+    let src = node(&p, kernel);
     let target = harness::start_target(&src, &render_spec()).unwrap();
     let manifest = target.workload.manifest().clone();
     let before = target.workload.verify().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (ids, _) = harness::checkpoint(&src, &target, dir.path(), &settings()).unwrap();
     drop(target);
-    let dst = node(
-        &if remap { remapped_variant(&p) } else { p },
-        Kernel::Linux6_18,
-    );
+    let dst = node(&if remap { remapped_variant(&p) } else { p }, kernel);
     let (restored, _) = harness::restore(&dst, dir.path(), &ids, &settings()).unwrap();
     let after = restored.verify(&manifest).unwrap();
     // Every buffer, the four render-node ones among them, at its handle, VA and contents.
@@ -824,18 +828,21 @@ fn a_kfd_buffer_imported_into_a_childs_render_node_stays_one_buffer() {
 /// child's handle, VA and dma-buf fd are its import, and each side's next write is what the
 /// other reads.
 #[rstest::rstest]
-#[case::same_node_fd_kept(false, true)]
-#[case::same_node_handle_only(false, false)]
-#[case::remapped_fd_kept(true, true)]
-#[case::remapped_handle_only(true, false)]
+#[case::same_node_fd_kept(false, true, Kernel::Linux6_18)]
+#[case::same_node_handle_only(false, false, Kernel::Linux6_18)]
+#[case::remapped_fd_kept(true, true, Kernel::Linux6_18)]
+#[case::remapped_handle_only(true, false, Kernel::Linux6_18)]
+#[case::remapped_fd_kept_7_2(true, true, Kernel::Linux7_2)]
+#[case::remapped_handle_only_7_2(true, false, Kernel::Linux7_2)]
 fn the_workloads_share_child_goes_on_sharing_after_a_checkpoint(
     #[case] remap: bool,
     #[case] keep_fd: bool,
+    #[case] kernel: Kernel,
 ) {
     use harness::workload::{fill_mapping, Importer, SharedContents, Writer};
     const SEED: u64 = 0x5eed;
     let p = Preset::by_name("mi210x2").unwrap();
-    let src = node(&p, Kernel::Linux6_18);
+    let src = node(&p, kernel);
     let target = harness::start_target(&src, &render_spec()).unwrap();
     let manifest = target.workload.manifest().clone();
     let size = 512 << 10;
@@ -903,10 +910,7 @@ fn the_workloads_share_child_goes_on_sharing_after_a_checkpoint(
     drop(importer);
     drop(target);
 
-    let dst = node(
-        &if remap { remapped_variant(&p) } else { p },
-        Kernel::Linux6_18,
-    );
+    let dst = node(&if remap { remapped_variant(&p) } else { p }, kernel);
     let mut tasks = harness::restore_tree(&dst, dir.path(), &ids, &settings()).unwrap();
     let c = tasks.pop().unwrap();
     let t = tasks.pop().unwrap();
@@ -944,4 +948,151 @@ fn the_workloads_share_child_goes_on_sharing_after_a_checkpoint(
         restored.verify(&manifest).unwrap().bytes,
         manifest.pattern_bytes()
     );
+}
+
+/// A process whose render node holds buffers at handles 2, 5 and 6 only (1, 3 and 4 were
+/// closed again), each with a pattern: the numbers a restore must reach across gaps.
+fn sparse_source(n: &SimNode) -> (Source, Vec<u32>) {
+    let process = n.machine.spawn_process();
+    let plat = n.platform_of(&process);
+    let kfd = plat.open_kfd().unwrap();
+    let minor = n.machine.render_minors()[0];
+    let render = plat.open_render(minor).unwrap();
+    let gpu = GpuId::new(n.machine.gpu_ids()[0]).unwrap();
+    kfd.acquire_vm(gpu, render.as_fd()).unwrap();
+    let made: Vec<BoHandle> = (0..6)
+        .map(|i| {
+            let domain = if i % 2 == 0 {
+                GemDomain::VRAM
+            } else {
+                GemDomain::GTT
+            };
+            render.gem_create(256 << 10, 0, domain, CPU).unwrap()
+        })
+        .collect();
+    for h in [1, 3, 4] {
+        render.gem_close(bo(h)).unwrap();
+    }
+    let kept = vec![2, 5, 6];
+    assert_eq!(
+        made.iter().map(|h| h.get()).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5, 6]
+    );
+    let contents: Vec<Vec<u8>> = kept
+        .iter()
+        .map(|&h| {
+            let bytes = pattern(u8::try_from(h).unwrap(), 256 << 10);
+            write_bo(&render, bo(h), &bytes);
+            bytes
+        })
+        .collect();
+    render.va_map(bo(5), VA, 0, 256 << 10, RW).unwrap();
+    let source = Source {
+        process,
+        kfd,
+        render,
+        minor,
+        contents,
+    };
+    (source, kept)
+}
+
+/// Dumps `s` (kfd as image 1, its render node as 2) into a new directory.
+fn dump_source(n: &SimNode, s: &Source) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    dump(
+        n,
+        &s.process,
+        &[(&fd_of(&s.kfd), 1), (&fd_of(&s.render), 2)],
+        dir.path(),
+    );
+    dir
+}
+
+/// Linux 6.18 moves each restored buffer to its handle with `GEM_CHANGE_HANDLE`; Linux 7.2
+/// refuses that ioctl (`EINVAL`), and the restore makes the buffers in ascending handle order
+/// with placeholders below each, closed afterwards: both give the same file.
+#[rstest::rstest]
+#[case::moved_on_6_18(Kernel::Linux6_18)]
+#[case::made_in_order_on_7_2(Kernel::Linux7_2)]
+fn buffers_with_gaps_between_their_handles_come_back_at_their_numbers(#[case] kernel: Kernel) {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let src = node(&p, kernel);
+    let (s, kept) = sparse_source(&src);
+    let before = listing(&s.render);
+    assert_eq!(before.iter().map(|b| b.0).collect::<Vec<_>>(), kept);
+    let maps_before = mappings(&s.render, 5);
+    let dir = dump_source(&src, &s);
+    let dirf = std::fs::File::open(dir.path()).unwrap();
+
+    let dst = node(&remapped_variant(&p), kernel);
+    let restored = dst.machine.spawn_process_as(s.process.pid());
+    let plat = dst.platform_of(&restored);
+    let e = dst.engine(&|p| p, &restored, &dirf, &settings());
+    e.init(Stage::Restore).unwrap();
+    let _kfd = e.restore_file(1).unwrap().unwrap();
+    let render = plat
+        .render_from_fd(e.restore_file(2).unwrap().unwrap())
+        .unwrap();
+    // The same handles and nothing else: no placeholder is left behind.
+    assert_eq!(listing(&render), before);
+    assert_eq!(mappings(&render, 5), maps_before);
+    for (&h, want) in kept.iter().zip(&s.contents) {
+        assert!(read_bo(&render, bo(h), want.len()) == *want, "buffer {h}");
+    }
+    e.resume_devices_late(i32::try_from(s.process.pid()).unwrap())
+        .unwrap();
+    e.fini(Stage::Restore, 0);
+}
+
+/// On Linux 7.2, a handle number the ordered creation cannot reach refuses the restore, naming
+/// the handle, and leaves no buffer (nor placeholder) behind: a number past what placeholders may
+/// fill, and a number two entries of the image claim.
+#[rstest::rstest]
+#[case::too_far(i32::MAX.unsigned_abs(), "more than 65536 placeholder objects")]
+#[case::taken_twice(5, "already has a buffer under that number")]
+fn a_handle_number_that_cannot_be_reached_without_change_handle_is_refused(
+    #[case] handle: u32,
+    #[case] why: &str,
+) {
+    let p = Preset::by_name("mi210x2").unwrap();
+    let src = node(&p, Kernel::Linux7_2);
+    let (s, _) = sparse_source(&src);
+    let dir = dump_source(&src, &s);
+    let dirf = std::fs::File::open(dir.path()).unwrap();
+    // The image's last buffer (handle 6) claims `handle` instead.
+    let mut img = RenderNodeImage::read(dirf.as_fd(), 2).unwrap();
+    img.bo_entries[2].handle = handle;
+    RenderNodeImage::write(dirf.as_fd(), 2, &img).unwrap();
+
+    let dst = node(&p, Kernel::Linux7_2);
+    let restored = dst.machine.spawn_process_as(s.process.pid());
+    let e = dst.engine(&|p| p, &restored, &dirf, &settings());
+    e.init(Stage::Restore).unwrap();
+    let _kfd = e.restore_file(1).unwrap().unwrap();
+    let before = (vram_in_use(&dst), gtt_in_use(&dst));
+    let err = e.restore_file(2).unwrap_err().to_string();
+    assert!(
+        err.starts_with(&format!("amdgpu-renderD-2.img: GEM handle {handle}: "))
+            && err.contains(why)
+            && err.contains("DRM_IOCTL_GEM_CHANGE_HANDLE answered EINVAL"),
+        "{err}"
+    );
+    assert_eq!(
+        (vram_in_use(&dst), gtt_in_use(&dst)),
+        before,
+        "what the restore made is freed"
+    );
+    e.fini(Stage::Restore, -1);
+}
+
+/// GTT in use on every GPU of `n`, as the render nodes report it.
+fn gtt_in_use(n: &SimNode) -> Vec<u64> {
+    let p = n.machine.spawn_process();
+    let plat = n.platform_of(&p);
+    n.machine
+        .render_minors()
+        .into_iter()
+        .map(|m| plat.open_render(m).unwrap().gtt_usage().unwrap())
+        .collect()
 }

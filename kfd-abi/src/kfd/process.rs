@@ -228,4 +228,27 @@ impl<T: Transport> Kfd<T> {
         self.write(req::SET_TRAP_HANDLER, &a)?;
         Ok(())
     }
+
+    /// Tells the driver the runtime is up (`enable`, with the trap temporaries set up when
+    /// `ttmp_setup`; `r_debug` is where the runtime keeps what it shares with a debugger) or down
+    /// (`AMDKFD_IOC_RUNTIME_ENABLE`, KFD 1.13; Linux 6.2 and later). ROCr enables it before it
+    /// creates a queue and disables it when it shuts down.
+    ///
+    /// # Errors
+    ///
+    /// `ENOTTY` on a KFD older than 1.13 (Linux 6.1); `EBUSY` enabling a runtime that is already
+    /// enabled; `EEXIST` enabling it while the process has queues.
+    pub fn runtime_enable(&self, enable: bool, r_debug: u64, ttmp_setup: bool) -> Result<()> {
+        use crate::uapi618::{
+            KFD_RUNTIME_ENABLE_MODE_ENABLE_MASK as ENABLE,
+            KFD_RUNTIME_ENABLE_MODE_TTMP_SAVE_MASK as TTMP,
+        };
+        let mut a = crate::uapi618::kfd_ioctl_runtime_enable_args {
+            r_debug,
+            mode_mask: if enable { ENABLE } else { 0 } | if ttmp_setup { TTMP } else { 0 },
+            capabilities_mask: 0,
+        };
+        self.read_write(crate::ioctl::linux618::kfd::req::RUNTIME_ENABLE, &mut a)?;
+        Ok(())
+    }
 }

@@ -109,8 +109,9 @@ enum Command {
         /// checkpoint/restore); default: the simulator's own, 1.11.
         #[arg(long, value_parser = parse_version)]
         kfd_version: Option<kfd_abi::kfd::Version>,
-        /// The kernel the drivers behave as: 6.1 (default) or 6.18 (GEM handle listing, mapping
-        /// info and handle change on the render nodes; KFD 1.18 with dma-buf export).
+        /// The kernel the drivers behave as: 6.1 (default), 6.18 (GEM handle listing, mapping
+        /// info and handle change on the render nodes; KFD 1.18 with dma-buf export and runtime
+        /// enable) or 7.2 (6.18 with KFD 1.23 and the handle change refused, EINVAL).
         #[arg(long, default_value = "6.1")]
         kernel: kfd_sim::Kernel,
     },

@@ -1,7 +1,7 @@
 //! Ioctls on the KFD process and its per-device data (`kfd_chardev.c`, `kfd_process.c`): the
 //! interface version, the GPU apertures, memory policy, clock counters, tile config, scratch
-//! backing and trap handler addresses, `ACQUIRE_VM` (the compute VM taken from a render node) and
-//! the XNACK mode.
+//! backing and trap handler addresses, `ACQUIRE_VM` (the compute VM taken from a render node),
+//! the XNACK mode and (KFD 1.13) the runtime's enable.
 
 use std::sync::Arc;
 
@@ -273,4 +273,34 @@ pub(super) fn set_xnack_mode(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResul
         }
         Ok(0)
     })
+}
+
+/// `kfd_ioctl_runtime_enable` (KFD 1.13; the 6.18 and 7.2 personalities), without a debugger
+/// attached: enabling a runtime that is enabled `EBUSY`, enabling it while any GPU of the process
+/// has queues `EEXIST`, otherwise it records `r_debug` and the trap temporaries' setup. Disabling
+/// always succeeds and forgets them. `capabilities_mask` goes back as it came.
+pub(super) fn runtime_enable(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
+    use kfd_abi::uapi618::{
+        kfd_ioctl_runtime_enable_args as A, KFD_RUNTIME_ENABLE_MODE_ENABLE_MASK as ENABLE,
+        KFD_RUNTIME_ENABLE_MODE_TTMP_SAVE_MASK as TTMP,
+    };
+    use std::mem::offset_of;
+    let r_debug = crate::uaccess::get_u64(kdata, offset_of!(A, r_debug));
+    let mode = crate::uaccess::get_u32(kdata, offset_of!(A, mode_mask));
+    let mut st = call.process.lock();
+    if mode & ENABLE == 0 {
+        st.runtime = None;
+        return Ok(0);
+    }
+    if st.runtime.is_some() {
+        return Err(Errno::EBUSY);
+    }
+    if st.pdds.iter().any(|p| p.queue_count > 0) {
+        return Err(Errno::EEXIST);
+    }
+    st.runtime = Some(crate::state::process::Runtime {
+        r_debug,
+        ttmp_setup: mode & TTMP != 0,
+    });
+    Ok(0)
 }

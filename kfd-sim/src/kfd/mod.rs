@@ -102,6 +102,8 @@ fn foreign_name(nr: u8) -> Option<&'static str> {
         0x24 => "AMDKFD_IOC_EXPORT_DMABUF (KFD 1.12)",
         0x25 => "AMDKFD_IOC_RUNTIME_ENABLE (KFD 1.13)",
         0x26 => "AMDKFD_IOC_DBG_TRAP (KFD 1.13)",
+        0x27 => "AMDKFD_IOC_CREATE_PROCESS (KFD 1.19)",
+        0x28 => "AMDKFD_IOC_PROFILER (KFD 1.23)",
         0x80 => "AMDKFD_IOC_IPC_IMPORT_HANDLE (ROCm DKMS)",
         0x81 => "AMDKFD_IOC_IPC_EXPORT_HANDLE (ROCm DKMS)",
         0x82 => "AMDKFD_IOC_DBG_TRAP (ROCm DKMS, later DBG_TRAP_DEPRECATED)",
@@ -111,6 +113,15 @@ fn foreign_name(nr: u8) -> Option<&'static str> {
         0x86 => "AMDKFD_IOC_PROFILER (ROCm DKMS)",
         _ => return None,
     })
+}
+
+/// The handler of a KFD ioctl after 1.11 that the 6.18 and 7.2 personalities answer.
+fn later_handler(nr: u8) -> Option<Handler> {
+    match nr {
+        0x24 => Some(memory::export_dmabuf),
+        0x25 => Some(apertures::runtime_enable),
+        _ => None,
+    }
 }
 
 /// `kfd_ioctl`: one call on a `/dev/kfd` file owned by `process`, made by `client`.
@@ -125,16 +136,18 @@ pub(crate) fn kfd_ioctl(
     //    6.1.y kernel answers (kfd_ioctl: `nr >= AMDKFD_CORE_IOCTL_COUNT` and numbers below
     //    AMDKFD_COMMAND_START; 6.1.0 answered EINVAL). Each is logged once per machine: numbers
     //    clients are known to issue by their name, others by their request code.
-    // 0. The 6.18 personality's own numbers (KFD 1.12's dma-buf export).
-    let later = (machine.kernel() == crate::state::machine::Kernel::Linux6_18)
-        .then(|| {
-            ioctl::linux618::kfd::TABLE
-                .iter()
-                .find(|d| d.nr == ioctl::nr(cmd))
-        })
-        .flatten();
+    // 0. The 6.18 and 7.2 personalities' own numbers (KFD 1.12's dma-buf export, 1.13's runtime
+    //    enable).
+    let later = if machine.kernel().has_gem_listing() {
+        ioctl::linux618::kfd::TABLE
+            .iter()
+            .find(|d| d.nr == ioctl::nr(cmd))
+            .and_then(|d| Some((d, later_handler(d.nr)?)))
+    } else {
+        None
+    };
     let found = match later {
-        Some(d) => Some((d, memory::export_dmabuf as Handler)),
+        Some(found) => Some(found),
         None => kfd::lookup(cmd).and_then(|d| {
             let h = usize::from(d.nr)
                 .checked_sub(1)
@@ -146,9 +159,10 @@ pub(crate) fn kfd_ioctl(
         let nr = ioctl::nr(cmd);
         let kernel = machine.kernel();
         match foreign_name(nr) {
-            Some(name) if kernel == crate::state::machine::Kernel::Linux6_18 && nr < 0x80 => {
-                machine.log_once(name, &format!("{name}, nr {nr:#x}: not simulated, ENOTTY"))
-            }
+            Some(name) if kernel.has_gem_listing() && nr < 0x80 => machine.log_once(
+                name,
+                &format!("{name}, nr {nr:#x}: not simulated on Linux {kernel}, ENOTTY"),
+            ),
             Some(name) => machine.log_once(
                 name,
                 &format!("{name}, nr {nr:#x}: not a KFD 1.11 ioctl, ENOTTY as 6.1.y answers"),

@@ -646,14 +646,29 @@ pub(super) const LINUX_6_18: &[Row] = &[
     ),
 ];
 
+/// The rows 7.2 has in place of 6.18's: `GEM_CHANGE_HANDLE` turned off (`drm_invalid_op`, with
+/// the row's `DRM_RENDER_ALLOW` kept), as in every kernel fixed in June 2026.
+pub(super) const LINUX_7_2: &[Row] = &[row(
+    0xd2,
+    "GEM_CHANGE_HANDLE",
+    Dir::ReadWrite,
+    8,
+    RENDER_ALLOW,
+    Some(super::gem::invalid_op),
+)];
+
 /// The row `drm_ioctl` picks for `nr` on `kernel`: driver numbers
 /// (`DRM_COMMAND_BASE..DRM_COMMAND_END`) from amdgpu's table, others from the core table; on
-/// 6.18 its own rows first; `None` for holes and numbers past the tables.
+/// 6.18 its own rows first, on 7.2 its own and then 6.18's; `None` for holes and numbers past the
+/// tables.
 pub(super) fn lookup(nr: u8, kernel: Kernel) -> Option<&'static Row> {
-    if kernel == Kernel::Linux6_18 {
-        if let Some(r) = LINUX_6_18.iter().find(|r| r.nr == nr) {
-            return Some(r);
-        }
+    let later: &[&[Row]] = match kernel {
+        Kernel::Linux6_1 => &[],
+        Kernel::Linux6_18 => &[LINUX_6_18],
+        Kernel::Linux7_2 => &[LINUX_7_2, LINUX_6_18],
+    };
+    if let Some(r) = later.iter().flat_map(|t| t.iter()).find(|r| r.nr == nr) {
+        return Some(r);
     }
     let base = sys::DRM_COMMAND_BASE;
     let end = sys::DRM_COMMAND_END;

@@ -13,7 +13,6 @@ use crate::host::lock;
 use crate::hw::backing::{Backing, Domain};
 use crate::hw::vm::Vm;
 use crate::limits::PAGE_SIZE;
-use crate::state::machine::Kernel;
 use crate::state::render_file::{Charge, Gem, GemMemory, Handle, VaMap};
 use crate::uaccess::{
     check_user_range, copy_to_user, get_u32, get_u64, put_u32, put_u64, IoctlResult,
@@ -205,14 +204,14 @@ pub(super) fn gem_mmap(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     Ok(0)
 }
 
-/// `amdgpu_gem_op_ioctl`: on 6.18 a nonzero `padding` `EINVAL` first; unknown handle `ENOENT`;
+/// `amdgpu_gem_op_ioctl`: on 6.18 and 7.2 a nonzero `padding` `EINVAL` first; unknown handle `ENOENT`;
 /// GET_GEM_CREATE_INFO writes the creation parameters, the alignment in whole pages
 /// (`EFAULT`); SET_PLACEMENT of a userptr `EPERM`, of VRAM for an import `EINVAL`;
 /// GET_MAPPING_INFO (6.18) the object's mappings in this file's VM; unknown op `EINVAL`.
 pub(super) fn gem_op(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     use kfd_abi::uapi618::drm_amdgpu_gem_op as A;
     let kernel = call.machine.kernel();
-    if kernel == Kernel::Linux6_18 && get_u32(kdata, offset_of!(A, padding)) != 0 {
+    if kernel.has_gem_listing() && get_u32(kdata, offset_of!(A, padding)) != 0 {
         return Err(Errno::EINVAL);
     }
     let handle = get_u32(kdata, offset_of!(A, handle));
@@ -257,7 +256,7 @@ pub(super) fn gem_op(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
             gem.domains.store(value & keep, Ordering::Relaxed);
             Ok(0)
         }
-        kfd_abi::uapi618::AMDGPU_GEM_OP_GET_MAPPING_INFO if kernel == Kernel::Linux6_18 => {
+        kfd_abi::uapi618::AMDGPU_GEM_OP_GET_MAPPING_INFO if kernel.has_gem_listing() => {
             gem_mapping_info(call, kdata, handle, value)
         }
         _ => Err(Errno::EINVAL),
@@ -370,6 +369,8 @@ pub(super) fn gem_list_handles(call: &RenderCall<'_>, kdata: &mut [u8]) -> Ioctl
 ///
 /// Not as the kernel: handle 0, which 6.18's `idr_alloc` on the file's table (based at 1) turns
 /// into the lowest free handle, is refused `EINVAL`.
+///
+/// Linux 7.2 (and every kernel fixed in June 2026) has [`invalid_op`] in this row instead.
 pub(super) fn gem_change_handle(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult {
     use kfd_abi::uapi618::drm_gem_change_handle as A;
     let handle = get_u32(kdata, offset_of!(A, handle));
@@ -393,4 +394,11 @@ pub(super) fn gem_change_handle(call: &RenderCall<'_>, kdata: &mut [u8]) -> Ioct
     let h = st.handles.remove(&handle).ok_or(Errno::ENOENT)?;
     st.handles.insert(new, h);
     Ok(if exported { 0 } else { new_id })
+}
+
+/// `drm_invalid_op`: the function of a row the kernel keeps but turned off (7.2's
+/// `GEM_CHANGE_HANDLE`): `EINVAL`, after `drm_ioctl` copied the argument in and checked the
+/// caller's permissions, as for any row.
+pub(super) fn invalid_op(_call: &RenderCall<'_>, _kdata: &mut [u8]) -> IoctlResult {
+    Err(Errno::EINVAL)
 }

@@ -40,9 +40,13 @@ pub enum MachineError {
 /// between processes needs (upstream CRIU's development branch uses it): on render nodes
 /// `AMDGPU_GEM_LIST_HANDLES`, `AMDGPU_GEM_OP`'s `GET_MAPPING_INFO` (with the op's 24-byte
 /// argument and its `padding` check) and `DRM_IOCTL_GEM_CHANGE_HANDLE`; on `/dev/kfd` the KFD
-/// interface version 1.18 and `AMDKFD_IOC_EXPORT_DMABUF` (KFD 1.12). What else changed between
-/// the two kernels is not simulated: KFD's debugger and runtime ioctls (1.13) are logged once
-/// and answered `ENOTTY`, the other new DRM ioctls `EINVAL`, as numbers without a function.
+/// interface version 1.18, `AMDKFD_IOC_EXPORT_DMABUF` (KFD 1.12) and `RUNTIME_ENABLE` (1.13).
+/// Linux 7.2 (Debian forky's) is 6.18 with KFD 1.23 and amdgpu 3.64, and
+/// `DRM_IOCTL_GEM_CHANGE_HANDLE` answered `EINVAL` (`drm_invalid_op`), as every kernel fixed in
+/// June 2026 answers it (7.1-rc7, 7.0.13, 6.18.36). What else changed since 6.1 is not
+/// simulated: KFD's debugger ioctl (1.13), secondary contexts (1.19) and profiler (1.23) are
+/// logged once and answered `ENOTTY`, the other new DRM ioctls `EINVAL`, as numbers without a
+/// function.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Kernel {
     /// Linux 6.1: KFD 1.11, no GEM handle listing.
@@ -50,6 +54,8 @@ pub enum Kernel {
     Linux6_1,
     /// Linux 6.18: KFD 1.18, GEM handle listing, mapping info and handle change.
     Linux6_18,
+    /// Linux 7.2: KFD 1.23, GEM handle listing and mapping info; handle change refused.
+    Linux7_2,
 }
 
 impl Kernel {
@@ -64,6 +70,10 @@ impl Kernel {
                 major: 1,
                 minor: 18,
             },
+            Kernel::Linux7_2 => kfd_abi::kfd::Version {
+                major: 1,
+                minor: 23,
+            },
         }
     }
 
@@ -73,7 +83,15 @@ impl Kernel {
         match self {
             Kernel::Linux6_1 => (3, 49),
             Kernel::Linux6_18 => (3, 65),
+            // 7.2's amdgpu_drv.c: KMS_DRIVER_MINOR 64 (3.64: user queue IP query).
+            Kernel::Linux7_2 => (3, 64),
         }
+    }
+
+    /// Whether the kernel has 6.18's render-node checkpoint ioctls (handle listing, mapping
+    /// info) and KFD's dma-buf export and runtime enable.
+    pub fn has_gem_listing(self) -> bool {
+        self != Kernel::Linux6_1
     }
 }
 
@@ -82,6 +100,7 @@ impl std::fmt::Display for Kernel {
         f.write_str(match self {
             Kernel::Linux6_1 => "6.1",
             Kernel::Linux6_18 => "6.18",
+            Kernel::Linux7_2 => "7.2",
         })
     }
 }
@@ -93,8 +112,9 @@ impl std::str::FromStr for Kernel {
         match s {
             "6.1" => Ok(Kernel::Linux6_1),
             "6.18" => Ok(Kernel::Linux6_18),
+            "7.2" => Ok(Kernel::Linux7_2),
             other => Err(format!(
-                "unknown kernel {other:?}: the simulator is Linux 6.1 or 6.18"
+                "unknown kernel {other:?}: the simulator is Linux 6.1, 6.18 or 7.2"
             )),
         }
     }
@@ -244,7 +264,8 @@ impl MachineInner {
     pub(crate) fn kernel(&self) -> Kernel {
         match self.kernel.load(std::sync::atomic::Ordering::Relaxed) {
             0 => Kernel::Linux6_1,
-            _ => Kernel::Linux6_18,
+            1 => Kernel::Linux6_18,
+            _ => Kernel::Linux7_2,
         }
     }
 
@@ -253,6 +274,7 @@ impl MachineInner {
         let v = match kernel {
             Kernel::Linux6_1 => 0,
             Kernel::Linux6_18 => 1,
+            Kernel::Linux7_2 => 2,
         };
         self.kernel.store(v, std::sync::atomic::Ordering::Relaxed);
         self.set_kfd_version(kernel.kfd_version());

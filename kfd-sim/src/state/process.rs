@@ -113,6 +113,19 @@ pub(crate) struct ProcState {
     pub smi_clients: Vec<std::os::unix::net::UnixStream>,
     /// The process's mm was torn down ([`KfdProcess::release_mm`]): its queues are gone.
     pub mm_released: bool,
+    /// The runtime ROCr enabled with `RUNTIME_ENABLE` (KFD 1.13), while it is enabled. Not part of
+    /// a checkpoint: the kernel's CRIU private data has no room for it, so a restored process
+    /// starts with its runtime disabled, as on the driver.
+    pub runtime: Option<Runtime>,
+}
+
+/// What `RUNTIME_ENABLE` set (`kfd_runtime_info`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Runtime {
+    /// Where ROCr keeps what it shares with a debugger.
+    pub r_debug: u64,
+    /// The trap temporaries are set up (`KFD_RUNTIME_ENABLE_MODE_TTMP_SAVE_MASK`).
+    pub ttmp_setup: bool,
 }
 
 impl ProcState {
@@ -198,6 +211,7 @@ impl KfdProcess {
             svm_restored: Vec::new(),
             smi_clients: Vec::new(),
             mm_released: false,
+            runtime: None,
         };
         Self {
             pid,
