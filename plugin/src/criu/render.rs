@@ -10,8 +10,10 @@ use images::{DmabufImage, ImageFile, KfdImage, RenderNodeImage};
 use kfd_abi::platform::Platform;
 use kfd_abi::Errno;
 
-use super::{dup, failed, gem_failed, lock, Engine};
-use crate::gem::{self, Patch};
+use super::{dup, failed, gem_failed, Engine};
+use crate::dump::gem as dump_gem;
+use crate::dump::sharing::Patch;
+use crate::gem;
 use crate::hooks::{HookError, HookResult};
 use crate::restore;
 
@@ -43,42 +45,48 @@ impl<P: Platform> Engine<P> {
             ..Default::default()
         };
         let mut patches = Vec::new();
-        match gem::list(&render, minor).map_err(gem_failed)? {
+        match dump_gem::list(&render, minor).map_err(gem_failed)? {
             None => {
                 log::debug!(
                     "renderD{minor}: the kernel cannot list its buffers (AMDGPU_GEM_LIST_HANDLES, \
                      Linux 6.18): none saved"
                 );
-                lock(&self.state).unlisted.insert(minor);
+                self.with_dump(|d| d.unlisted.insert(minor));
             }
             Some(mut listed) => {
-                {
-                    let mut state = lock(&self.state);
+                self.with_dump(|d| {
                     for (i, l) in listed.iter_mut().enumerate() {
-                        let (import, p) = state
+                        let (import, p) = d
                             .ledger
                             .render(id, i, l.entry.handle, l.object)
                             .map_err(gem_failed)?;
                         l.entry.is_import = u32::from(import);
                         patches.extend(p);
                     }
-                }
+                    Ok::<(), HookError>(())
+                })?;
                 let settings = self.settings();
                 let opts = settings.dump_options();
-                msg.pages_checksums =
-                    gem::dump_contents(&*self.platform, minor, id, self.dir()?, &listed, &opts)
-                        .map_err(gem_failed)?;
+                msg.pages_checksums = dump_gem::dump_contents(
+                    &*self.platform,
+                    minor,
+                    id,
+                    self.dir()?,
+                    &listed,
+                    &opts,
+                )
+                .map_err(gem_failed)?;
                 msg.num_of_bos = listed.len() as u64;
                 msg.bo_entries = listed.into_iter().map(|l| l.entry).collect();
             }
         }
-        let mut state = lock(&self.state);
-        if let Some(&user) = state.user_ids.get(&actual) {
-            msg.gpu_id = user;
-        } else {
-            state.pending_renders.push((id, actual, minor));
-        }
-        drop(state);
+        self.with_dump(|d| {
+            if let Some(&user) = d.user_ids.get(&actual) {
+                msg.gpu_id = user;
+            } else {
+                d.pending_renders.push((id, actual, minor));
+            }
+        });
         RenderNodeImage::write(self.dir()?, id, &msg).map_err(|e| failed(Errno::EIO, e))?;
         log::info!(
             "dumped renderD{minor} (GPU {:#x}) as image {id}: {} buffers",
@@ -88,7 +96,7 @@ impl<P: Platform> Engine<P> {
         self.apply(patches)
     }
 
-    /// Rewrites the images a [`gem::Ledger`] sighting changed.
+    /// Rewrites the images a [`Ledger`](crate::dump::sharing::Ledger) sighting changed.
     pub(super) fn apply(&self, patches: Vec<Patch>) -> HookResult<()> {
         let dir = self.dir()?;
         let io = |e: images::FrameError| failed(Errno::EIO, e);
@@ -120,9 +128,8 @@ impl<P: Platform> Engine<P> {
     /// A dma-buf fd: which buffer it is, once a dumped file holds that buffer.
     pub(super) fn dump_dmabuf(&self, fd: BorrowedFd<'_>, id: u32) -> HookResult<()> {
         let object = gem::object_id(fd).map_err(|e| failed(Errno::from_io(&e), e))?;
-        let patches = lock(&self.state)
-            .ledger
-            .dmabuf(id, object)
+        let patches = self
+            .with_dump(|d| d.ledger.dmabuf(id, object))
             .map_err(gem_failed)?;
         if patches.is_empty() {
             log::info!("dma-buf image {id}: its buffer is in a file not dumped yet");
@@ -132,22 +139,23 @@ impl<P: Platform> Engine<P> {
 
     /// Records the user ids of a dumped KFD file and fixes the render images written before it.
     pub(super) fn learn_user_ids(&self, gpus: &[crate::dump::GpuDump]) -> HookResult<()> {
-        let mut guard = lock(&self.state);
-        let state = &mut *guard;
-        for g in gpus {
-            state.user_ids.insert(g.actual_gpu_id, g.gpu_id);
-        }
-        let mut fixes = Vec::new();
-        state
-            .pending_renders
-            .retain(|&(id, actual, minor)| match state.user_ids.get(&actual) {
-                Some(&user) => {
-                    fixes.push((id, user, minor));
-                    false
-                }
-                None => true,
-            });
-        drop(guard);
+        let fixes = self.with_dump(|state| {
+            for g in gpus {
+                state.user_ids.insert(g.actual_gpu_id, g.gpu_id);
+            }
+            let mut fixes = Vec::new();
+            let user_ids = &state.user_ids;
+            state
+                .pending_renders
+                .retain(|&(id, actual, minor)| match user_ids.get(&actual) {
+                    Some(&user) => {
+                        fixes.push((id, user, minor));
+                        false
+                    }
+                    None => true,
+                });
+            fixes
+        });
         let dir = self.dir()?;
         for (id, user, minor) in fixes {
             let mut m = RenderNodeImage::read(dir, id).map_err(|e| failed(Errno::EIO, e))?;
@@ -181,15 +189,14 @@ impl<P: Platform> Engine<P> {
         id: u32,
         msg: &CriuRenderNode,
     ) -> HookResult<Option<OwnedFd>> {
-        let known = {
-            let state = lock(&self.state);
+        let known = self.with_restore(|state| {
             state
                 .restored
                 .iter()
                 .find_map(|r| r.renders.get(&msg.gpu_id))
                 .or_else(|| state.preopened.get(&msg.gpu_id))
                 .map(kfd_abi::RenderNode::try_clone)
-        };
+        });
         if let Some(render) = known {
             let render = render.map_err(|e| failed(Errno::EIO, e))?;
             self.restore_gem(id, msg, &render)?;
@@ -203,7 +210,7 @@ impl<P: Platform> Engine<P> {
         };
         self.restore_gem(id, msg, &render)?;
         let fd = dup(render.as_fd())?;
-        lock(&self.state).preopened.insert(msg.gpu_id, render);
+        self.with_restore(|r| r.preopened.insert(msg.gpu_id, render));
         Ok(Some(fd))
     }
 
@@ -218,12 +225,12 @@ impl<P: Platform> Engine<P> {
         let image = RenderNodeImage::file_name(id);
         let err = |e: restore::RestoreError| HookError::failed(e.errno(), format!("{image}: {e}"));
         let local = self.usable_topology()?;
-        let cached = lock(&self.state).own_kfd_image;
+        let cached = self.with_restore(|r| r.own_kfd_image);
         let kfd_id = match cached {
             Some(k) => k,
             None => {
                 let k = restore::kfd_image_of(dir, self.platform.process_id()).map_err(err)?;
-                lock(&self.state).own_kfd_image = Some(k);
+                self.with_restore(|r| r.own_kfd_image = Some(k));
                 k
             }
         };
