@@ -59,13 +59,18 @@ fn failed(errno: Errno, e: impl std::fmt::Display) -> HookError {
 }
 
 fn gem_failed(e: GemError) -> HookError {
-    HookError::failed(e.errno(), e.to_string())
+    caused(e.errno(), e)
+}
+
+/// A failure that error `e` is, with `e` kept as its cause (criu's log shows the chain).
+fn caused(errno: Errno, e: impl std::error::Error + Send + Sync + 'static) -> HookError {
+    HookError::caused_by(errno, e)
 }
 
 /// Another fd on the same open file (what criu gets to install in the task).
 fn dup(fd: BorrowedFd<'_>) -> HookResult<OwnedFd> {
     fd.try_clone_to_owned()
-        .map_err(|e| failed(Errno::from_io(&e), e))
+        .map_err(|e| caused(Errno::from_io(&e), e))
 }
 
 impl<P: Platform> Engine<P> {
@@ -122,7 +127,7 @@ impl<P: Platform> Engine<P> {
         }
         self.inventory.record().map_err(|e| {
             self.recorded.store(false, Ordering::SeqCst);
-            failed(Errno::EIO, e)
+            caused(Errno::EIO, e)
         })
     }
 
@@ -241,7 +246,7 @@ impl<P: Platform> Engine<P> {
         self.enabled()?;
         let dir = self.dir()?;
         if let Some(msg) =
-            RenderNodeImage::try_read(dir, id).map_err(|e| failed(Errno::EINVAL, e))?
+            RenderNodeImage::try_read(dir, id).map_err(|e| caused(Errno::EINVAL, e))?
         {
             check_render_counts(id, &msg)?;
             return self.restore_render(id, &msg);
@@ -250,7 +255,7 @@ impl<P: Platform> Engine<P> {
         let opts = self.settings().restore_options(handoff);
         if !restore::has_kfd_image(dir, id) {
             if let Some(msg) =
-                DmabufImage::try_read(dir, id).map_err(|e| failed(Errno::EINVAL, e))?
+                DmabufImage::try_read(dir, id).map_err(|e| caused(Errno::EINVAL, e))?
             {
                 return self.restore_dmabuf(id, msg).map(Some);
             }
@@ -262,7 +267,7 @@ impl<P: Platform> Engine<P> {
         let keep = |key: u32| needed.contains(&key);
         let mut restored =
             restore::restore_kfd(&*self.platform, &local, id, dir, &opts, preopened, &keep)
-                .map_err(|e| HookError::failed(e.errno(), e.to_string()))?
+                .map_err(|e| caused(e.errno(), e))?
                 .ok_or(HookError::NotOurs)?;
         let shared = std::mem::take(&mut restored.shared);
         log::info!(
@@ -286,13 +291,13 @@ impl<P: Platform> Engine<P> {
             return Ok(r);
         };
         log::debug!("keeping the restored task's device files from fd {next} up");
-        let io = |e: std::io::Error| failed(Errno::from_io(&e), e);
+        let io = |e: std::io::Error| caused(Errno::from_io(&e), e);
         let high = kfd_abi::transport::dup_at_or_above(r.kfd.as_fd(), next).map_err(io)?;
         next = high.as_raw_fd() + 1;
         r.kfd = self
             .platform
             .kfd_from_fd(high)
-            .map_err(|e| failed(Errno::EIO, e))?;
+            .map_err(|e| caused(Errno::EIO, e))?;
         for render in r.renders.values_mut() {
             *render = self.render_at_or_above(render, next)?;
             next = render.as_fd().as_raw_fd() + 1;
@@ -307,7 +312,7 @@ impl<P: Platform> Engine<P> {
     fn start_parallel(&self) -> HookResult<()> {
         let dir = self.dir()?;
         let opts = self.settings().restore_options(None);
-        let io = |e: std::io::Error| failed(Errno::from_io(&e), e);
+        let io = |e: std::io::Error| caused(Errno::from_io(&e), e);
         let (master, task) = crate::restore::parallel::socket_pair().map_err(io)?;
         let task_end = if crate::shim::in_criu() {
             match crate::shim::fdstore_add(task.as_fd()) {
@@ -429,7 +434,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
         let kind = self
             .platform
             .identify(fd)
-            .map_err(|e| failed(Errno::from_io(&e), e))?;
+            .map_err(|e| caused(Errno::from_io(&e), e))?;
         if kind != DeviceKind::Other {
             self.record()?;
         }
@@ -442,7 +447,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
                 let kfd = self
                     .platform
                     .kfd_from_fd(dup(fd)?)
-                    .map_err(|e| failed(Errno::EIO, e))?;
+                    .map_err(|e| caused(Errno::EIO, e))?;
                 let opts = settings.dump_options();
                 // The queues stay paused until criu has dumped the tasks' memory: at
                 // DUMP_DEVICES_LATE, or, for a criu without it (3.17 to 4.2), in the exit hook,
@@ -456,7 +461,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
                 }
                 let topo = self.local_topology()?;
                 let report = dump::dump_kfd(&*self.platform, &topo, &kfd, id, self.dir()?, &opts)
-                    .map_err(|e| HookError::failed(e.errno(), e.to_string()))?;
+                    .map_err(|e| caused(e.errno(), e))?;
                 log::info!(
                     "dumped pid {}: {} BOs, {} bytes of GPU memory in {:.3}s",
                     report.pid,
@@ -550,7 +555,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
             Ok(k) => k,
             // No KFD on this machine: nothing of ours was restored.
             Err(e) if e.errno() == Some(Errno::ENOENT) => return Err(HookError::NotOurs),
-            Err(e) => return Err(failed(e.errno().unwrap_or(Errno::EIO), e)),
+            Err(e) => return Err(caused(e.errno().unwrap_or(Errno::EIO), e)),
         };
         match kfd.criu_resume(pid) {
             Ok(()) => {
@@ -558,7 +563,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
                 Ok(())
             }
             Err(e) if e.errno() == Some(Errno::ESRCH) => Err(HookError::NotOurs),
-            Err(e) => Err(failed(e.errno().unwrap_or(Errno::EIO), e)),
+            Err(e) => Err(caused(e.errno().unwrap_or(Errno::EIO), e)),
         }
     }
 
@@ -590,7 +595,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
         let had = self.with_dump(|d| !d.paused.is_empty());
         // A process left paused would hang: criu fails the dump instead.
         self.unpause_all()
-            .map_err(|e| failed(e.errno().unwrap_or(Errno::EIO), e))?;
+            .map_err(|e| caused(e.errno().unwrap_or(Errno::EIO), e))?;
         let (lost, unlisted) = { self.with_dump(|d| (d.ledger.unresolved(), d.unlisted.clone())) };
         if !lost.is_empty() {
             let why = if unlisted.is_empty() {

@@ -10,7 +10,7 @@ use images::{DmabufImage, ImageFile, KfdImage, RenderNodeImage};
 use kfd_abi::platform::Platform;
 use kfd_abi::Errno;
 
-use super::{dup, failed, gem_failed, Engine};
+use super::{caused, dup, failed, gem_failed, Engine};
 use crate::dump::gem as dump_gem;
 use crate::dump::sharing::Patch;
 use crate::gem;
@@ -37,7 +37,7 @@ impl<P: Platform> Engine<P> {
         let render = self
             .platform
             .render_from_fd(dup(fd)?)
-            .map_err(|e| failed(Errno::EIO, e))?;
+            .map_err(|e| caused(Errno::EIO, e))?;
         let mut msg = CriuRenderNode {
             gpu_id: actual,
             id,
@@ -87,7 +87,7 @@ impl<P: Platform> Engine<P> {
                 d.pending_renders.push((id, actual, minor));
             }
         });
-        RenderNodeImage::write(self.dir()?, id, &msg).map_err(|e| failed(Errno::EIO, e))?;
+        RenderNodeImage::write(self.dir()?, id, &msg).map_err(|e| caused(Errno::EIO, e))?;
         log::info!(
             "dumped renderD{minor} (GPU {:#x}) as image {id}: {} buffers",
             msg.gpu_id,
@@ -99,7 +99,7 @@ impl<P: Platform> Engine<P> {
     /// Rewrites the images a [`Ledger`](crate::dump::sharing::Ledger) sighting changed.
     pub(super) fn apply(&self, patches: Vec<Patch>) -> HookResult<()> {
         let dir = self.dir()?;
-        let io = |e: images::FrameError| failed(Errno::EIO, e);
+        let io = |e: images::FrameError| caused(Errno::EIO, e);
         for p in patches {
             match p {
                 Patch::RenderImport { id, index } => {
@@ -127,7 +127,7 @@ impl<P: Platform> Engine<P> {
 
     /// A dma-buf fd: which buffer it is, once a dumped file holds that buffer.
     pub(super) fn dump_dmabuf(&self, fd: BorrowedFd<'_>, id: u32) -> HookResult<()> {
-        let object = gem::object_id(fd).map_err(|e| failed(Errno::from_io(&e), e))?;
+        let object = gem::object_id(fd).map_err(|e| caused(Errno::from_io(&e), e))?;
         let patches = self
             .with_dump(|d| d.ledger.dmabuf(id, object))
             .map_err(gem_failed)?;
@@ -158,9 +158,9 @@ impl<P: Platform> Engine<P> {
         });
         let dir = self.dir()?;
         for (id, user, minor) in fixes {
-            let mut m = RenderNodeImage::read(dir, id).map_err(|e| failed(Errno::EIO, e))?;
+            let mut m = RenderNodeImage::read(dir, id).map_err(|e| caused(Errno::EIO, e))?;
             m.gpu_id = user;
-            RenderNodeImage::write(dir, id, &m).map_err(|e| failed(Errno::EIO, e))?;
+            RenderNodeImage::write(dir, id, &m).map_err(|e| caused(Errno::EIO, e))?;
             log::info!("renderD{minor} of image {id} is GPU {user:#x} to its process");
         }
         Ok(())
@@ -173,10 +173,10 @@ impl<P: Platform> Engine<P> {
         next: RawFd,
     ) -> HookResult<kfd_abi::RenderNode<P::Device>> {
         let high = kfd_abi::transport::dup_at_or_above(render.as_fd(), next)
-            .map_err(|e| failed(Errno::from_io(&e), e))?;
+            .map_err(|e| caused(Errno::from_io(&e), e))?;
         self.platform
             .render_from_fd(high)
-            .map_err(|e| failed(Errno::EIO, e))
+            .map_err(|e| caused(Errno::EIO, e))
     }
 
     /// Restores a render-node file as the same open file that the process's KFD restore gave
@@ -198,7 +198,7 @@ impl<P: Platform> Engine<P> {
                 .map(kfd_abi::RenderNode::try_clone)
         });
         if let Some(render) = known {
-            let render = render.map_err(|e| failed(Errno::EIO, e))?;
+            let render = render.map_err(|e| caused(Errno::EIO, e))?;
             self.restore_gem(id, msg, &render)?;
             return dup(render.as_fd()).map(Some);
         }
@@ -262,7 +262,7 @@ impl<P: Platform> Engine<P> {
         );
         self.platform
             .open_render(minor)
-            .map_err(|e| failed(e.errno().unwrap_or(Errno::EIO), e))
+            .map_err(|e| caused(e.errno().unwrap_or(Errno::EIO), e))
     }
 }
 

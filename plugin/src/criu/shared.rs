@@ -9,7 +9,7 @@ use images::{DmabufImage, ImageFile, KfdImage, RenderNodeImage};
 use kfd_abi::platform::{DeviceKind, Platform};
 use kfd_abi::Errno;
 
-use super::{failed, gem_failed, Engine};
+use super::{caused, failed, gem_failed, Engine};
 use crate::gem::GemError;
 use crate::hooks::{HookError, HookResult, VmaUpdate};
 use crate::restore::render::{self, RenderRestore, RestoreGemOptions};
@@ -127,7 +127,7 @@ impl<P: Platform> Engine<P> {
             }
             let fd = match crate::shim::unused_fd_of(owner) {
                 Some(next) => kfd_abi::transport::dup_at_or_above(fd.as_fd(), next)
-                    .map_err(|e| failed(Errno::from_io(&e), e))?,
+                    .map_err(|e| caused(Errno::from_io(&e), e))?,
                 None => fd,
             };
             records.push(SharedBuffer {
@@ -144,7 +144,7 @@ impl<P: Platform> Engine<P> {
         }
         shared
             .publish(&records)
-            .map_err(|e| failed(Errno::ENOSPC, e))?;
+            .map_err(|e| caused(Errno::ENOSPC, e))?;
         for r in &records {
             log::info!("pid {owner}: published the buffer shared as {}", r.addr);
         }
@@ -322,7 +322,7 @@ impl<P: Platform> Engine<P> {
             sharing::find_inherited(buffers, pid, minor, addr, old_pgoff, |p| {
                 self.platform.parent_of(p)
             })
-            .map_err(|e| failed(Errno::EINVAL, e))
+            .map_err(|e| caused(Errno::EINVAL, e))
         };
         let found = self.with_restore(|state| {
             let Some(shared) = state.shared.clone() else {
