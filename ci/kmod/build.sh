@@ -65,7 +65,10 @@ if [[ -n $root ]]; then
         chroot "$root" sh -c "command -v $tool" >/dev/null || die "$root has no $tool (install gcc and make there)"
     done
     rc=0
-    chroot "$root" "${cmd[@]}" >"$log" 2>&1 || rc=$?
+    # With the root's /proc mounted, in a private mount namespace: 7.2's objtool reads
+    # /proc/self/limits.
+    unshare -m sh -c 'mount -t proc proc "$0/proc" && exec chroot "$0" "$@"' "$root" "${cmd[@]}" \
+        >"$log" 2>&1 || rc=$?
 else
     rc=0
     "${cmd[@]}" >"$log" 2>&1 || rc=$?
