@@ -1,9 +1,10 @@
-//! What the kernel's objects settle with the machine, held by them instead of the machine: the
-//! GPUs' use (VRAM, SDMA queue slots, doorbell slices, on each [`Device`]), the system memory
-//! charged to GTT and userptr BOs against the KFD limit, and who reports a client's mm torn
-//! down ([`MmWatch`]). A KFD process gives its doorbell slices, queue slots and BOs' memory back
-//! here when it goes, a GEM object its charge; the machine ([`MachineInner`]) keeps the same
-//! accounts and the registries of processes, files and dma-bufs, which nothing it holds needs.
+//! What the kernel's objects settle with the machine: the GPUs' use (VRAM, SDMA queue slots,
+//! doorbell slices, on each [`Device`]), the system memory charged to GTT and userptr BOs
+//! against the KFD limit, and who reports a client's mm torn down ([`MmWatch`]). A KFD process
+//! holds these accounts, not the machine, and gives its doorbell slices, queue slots and BOs'
+//! memory back here when it goes; a GEM object gives back its charge. The machine
+//! ([`MachineInner`]) holds the same accounts beside its registries of processes, files and
+//! dma-bufs, so nothing it holds points back at it.
 //!
 //! [`MachineInner`]: super::machine::MachineInner
 
