@@ -1,30 +1,31 @@
 //! The engine behind criu's hooks: one [`Engine`] per criu process (and per restored process,
 //! which inherits it across fork).
 //!
-//! Here: the engine and criu's hooks, the KFD files' dump and restore. Beside it: `session`
-//! (what one stage keeps, a [`Session`](session::Session) per dump or restore, made at `init`
-//! and dropped at `fini`), `settings` (what the environment asks), `render` (render-node files
-//! and dma-bufs, dump and restore) and `shared` (buffers shared between the restored tasks).
+//! Here: the engine and criu's hooks. Beside it: `session` (what one stage keeps, a
+//! [`Session`](session::Session) per dump or restore, made at `init` and dropped at `fini`),
+//! `settings` (what the environment asks), `dumping` (the engine at dump: render-node files and
+//! dma-bufs), `restoring` (the engine at restore: `/dev/kfd` and render-node files, VMAs, the
+//! parallel restore's start) and `shared` (buffers shared between the restored tasks).
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, IntoRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use images::{DmabufImage, ImageFile, RenderNodeImage};
 use kfd_abi::Errno;
 
 use crate::dump::{self};
 use crate::gem::GemError;
 use crate::hooks::{CriuHooks, HookError, HookResult, Stage, VmaUpdate};
 use crate::inventory::{self, Inventory, NoInventory};
+use crate::restore;
 use crate::restore::sharing::SharedVmas;
-use crate::restore::vma::{MappedOn, VmaDevice};
-use crate::restore::{self, Restored};
+use crate::restore::vma::VmaDevice;
 use kfd_abi::platform::{DeviceKind, HostPlatform, Platform};
 
-mod render;
-use render::check_render_counts;
+mod dumping;
+mod restoring;
+use restoring::restored_vma;
 mod session;
 use session::{DumpSession, RestoreSession, Session};
 mod settings;
@@ -219,128 +220,6 @@ impl<P: Platform> Engine<P> {
             *s.topology() = Some(std::sync::Arc::clone(&t));
         }
         Ok(t)
-    }
-
-    /// The GPUs of this node that the calling restored process may use
-    /// ([`restore::usable_topology`]), probed on first use in this process.
-    fn usable_topology(&self) -> HookResult<std::sync::Arc<restore::UsableGpus>> {
-        let pid = self.platform.process_id();
-        let known = self.with_restore(|r| match &r.usable {
-            Some((owner, t)) if *owner == pid => Some(std::sync::Arc::clone(t)),
-            _ => None,
-        });
-        if let Some(t) = known {
-            return Ok(t);
-        }
-        let t = std::sync::Arc::new(restore::usable_topology(
-            &*self.platform,
-            &*self.local_topology()?,
-        ));
-        self.with_restore(|r| r.usable = Some((pid, std::sync::Arc::clone(&t))));
-        Ok(t)
-    }
-
-    /// RESTORE_EXT_FILE in Rust terms: recreates file `id` in the calling (restored) process
-    /// and returns its fd; `Ok(None)` asks to be called again later.
-    pub fn restore_file(&self, id: u32) -> HookResult<Option<OwnedFd>> {
-        self.enabled()?;
-        let dir = self.dir()?;
-        if let Some(msg) =
-            RenderNodeImage::try_read(dir, id).map_err(|e| caused(Errno::EINVAL, e))?
-        {
-            check_render_counts(id, &msg)?;
-            return self.restore_render(id, &msg);
-        }
-        let handoff = self.with_restore(|r| r.parallel.clone());
-        let opts = self.settings().restore_options(handoff);
-        if !restore::has_kfd_image(dir, id) {
-            if let Some(msg) =
-                DmabufImage::try_read(dir, id).map_err(|e| caused(Errno::EINVAL, e))?
-            {
-                return self.restore_dmabuf(id, msg).map(Some);
-            }
-            return Err(HookError::NotOurs);
-        }
-        let local = self.usable_topology()?;
-        let preopened = self.with_restore(|r| std::mem::take(&mut r.preopened));
-        let needed = self.needed_keys();
-        let keep = |key: u32| needed.contains(&key);
-        let mut restored =
-            restore::restore_kfd(&*self.platform, &local, id, dir, &opts, preopened, &keep)
-                .map_err(|e| caused(e.errno(), e))?
-                .ok_or(HookError::NotOurs)?;
-        let shared = std::mem::take(&mut restored.shared);
-        log::info!(
-            "restored image {id}: {} bytes of GPU memory in {:.3}s",
-            restored.bytes(),
-            restored.elapsed.as_secs_f64()
-        );
-        let restored = self.keep_out_of_the_way(restored)?;
-        let fd = dup(restored.kfd.as_fd())?;
-        self.publish(&restored);
-        self.with_restore(|r| r.restored.push(restored));
-        self.publish_dmabufs(shared)?;
-        Ok(Some(fd))
-    }
-
-    /// Moves the files the plugin keeps in the restored task (its `/dev/kfd` and the render nodes
-    /// whose VMs the driver uses) above every fd number the task itself will have, so that criu
-    /// restoring the task's own files never lands on them.
-    fn keep_out_of_the_way(&self, mut r: Restored<P::Device>) -> HookResult<Restored<P::Device>> {
-        let Some(mut next) = crate::shim::unused_fd_of(r.pid) else {
-            return Ok(r);
-        };
-        log::debug!("keeping the restored task's device files from fd {next} up");
-        let io = |e: std::io::Error| caused(Errno::from_io(&e), e);
-        let high = kfd_abi::transport::dup_at_or_above(r.kfd.as_fd(), next).map_err(io)?;
-        next = high.as_raw_fd() + 1;
-        r.kfd = self
-            .platform
-            .kfd_from_fd(high)
-            .map_err(|e| caused(Errno::EIO, e))?;
-        for render in r.renders.values_mut() {
-            *render = self.render_at_or_above(render, next)?;
-            next = render.as_fd().as_raw_fd() + 1;
-        }
-        Ok(r)
-    }
-}
-
-impl<P: Platform> Engine<P> {
-    /// RESTORE_INIT with the parallel restore on: the socket the restored tasks send their BOs
-    /// on, and the fills in this (criu's master) process.
-    fn start_parallel(&self) -> HookResult<()> {
-        let dir = self.dir()?;
-        let opts = self.settings().restore_options(None);
-        let io = |e: std::io::Error| caused(Errno::from_io(&e), e);
-        let (master, task) = crate::restore::parallel::socket_pair().map_err(io)?;
-        let task_end = if crate::shim::in_criu() {
-            match crate::shim::fdstore_add(task.as_fd()) {
-                Some(id) => crate::restore::parallel::TaskEnd::Stored(id),
-                None => {
-                    log::warn!(
-                        "criu's fd store did not take the parallel restore's socket: buffer \
-                         contents are restored in the restored tasks"
-                    );
-                    return Err(HookError::NotOurs);
-                }
-            }
-        } else {
-            crate::restore::parallel::TaskEnd::Inherited(task)
-        };
-        let platform = std::sync::Arc::clone(&self.platform);
-        let fill: std::sync::Arc<crate::restore::parallel::Filler> =
-            std::sync::Arc::new(move |job: crate::restore::parallel::Job| {
-                restore::fill_job(&*platform, dir, &opts, job).map_err(|e| e.to_string())
-            });
-        let hub =
-            crate::restore::parallel::Hub::new(master, task_end, self.platform.process_id(), fill);
-        self.with_restore(|r| r.parallel = Some(std::sync::Arc::new(hub)));
-        log::info!(
-            "parallel restore on: the restored tasks hand their buffers to criu's master, which \
-             restores their contents"
-        );
-        Ok(())
     }
 }
 
@@ -622,55 +501,6 @@ impl<P: Platform> CriuHooks for Engine<P> {
             Err(HookError::NotOurs)
         }
     }
-}
-
-/// The answer to UPDATE_VMA_MAP from what this task restored itself: a BO of a restored
-/// `/dev/kfd` file, or a render-node buffer; `None` if neither had the VMA.
-fn restored_vma<P: Platform>(
-    state: &RestoreSession<P>,
-    device: VmaDevice,
-    addr: u64,
-    old_pgoff: u64,
-) -> HookResult<Option<VmaUpdate>> {
-    let Some((r, target)) = state
-        .restored
-        .iter()
-        .find_map(|r| Some((r, r.vmas.find(device, addr, old_pgoff)?)))
-    else {
-        if let VmaDevice::Render { minor } = device {
-            let hit = state
-                .gem_remaps
-                .iter()
-                .filter(|(old, _, _)| *old == minor)
-                .find_map(|(_, remaps, render)| {
-                    Some((remaps.iter().find_map(|r| r.answer(old_pgoff))?, render))
-                });
-            if let Some((new_pgoff, render)) = hit {
-                let fd = dup(render.as_fd())?;
-                return Ok(Some(VmaUpdate {
-                    new_pgoff,
-                    fd: Some(fd),
-                }));
-            }
-        }
-        return Ok(None);
-    };
-    let fd = match target.on {
-        MappedOn::Kfd => None,
-        MappedOn::Render { gpu_id } => {
-            let render = r.renders.get(&gpu_id).ok_or_else(|| {
-                failed(
-                    Errno::EINVAL,
-                    format!("no render node was restored for GPU {gpu_id:#x}"),
-                )
-            })?;
-            Some(dup(render.as_fd())?)
-        }
-    };
-    Ok(Some(VmaUpdate {
-        new_pgoff: target.new_pgoff,
-        fd,
-    }))
 }
 
 /// The hooks of this process's plugin instance: the engine on the real machine.

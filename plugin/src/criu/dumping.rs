@@ -1,9 +1,9 @@
-//! Render-node files and dma-bufs: their images at dump (a render node's buffers and mappings,
-//! the GPU under the id its process uses, dma-bufs as the buffer they share), and the render
-//! nodes at restore (the open file the process's KFD restore gave the driver, or one opened
-//! early for a process that opened it first).
+//! The engine at dump, beside the `/dev/kfd` files (in the hooks): render-node files and
+//! dma-bufs. A render node's image holds its buffers and mappings, under the GPU id its process
+//! uses; a dma-buf's names the buffer it shares, once a dumped file holds it; the images written
+//! earlier change as the dump learns which entries are one buffer.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::BorrowedFd;
 
 use images::proto::{CriuDmabufNode, CriuRenderNode};
 use images::{DmabufImage, ImageFile, KfdImage, RenderNodeImage};
@@ -15,7 +15,6 @@ use crate::dump::gem as dump_gem;
 use crate::dump::sharing::Patch;
 use crate::gem;
 use crate::hooks::{HookError, HookResult};
-use crate::restore;
 
 impl<P: Platform> Engine<P> {
     /// Writes the image of a render-node file. Images record the GPU under the id the process
@@ -165,138 +164,4 @@ impl<P: Platform> Engine<P> {
         }
         Ok(())
     }
-
-    /// `render` moved to the lowest free fd number at or above `next`.
-    pub(super) fn render_at_or_above(
-        &self,
-        render: &kfd_abi::RenderNode<P::Device>,
-        next: RawFd,
-    ) -> HookResult<kfd_abi::RenderNode<P::Device>> {
-        let high = kfd_abi::transport::dup_at_or_above(render.as_fd(), next)
-            .map_err(|e| caused(Errno::from_io(&e), e))?;
-        self.platform
-            .render_from_fd(high)
-            .map_err(|e| caused(Errno::EIO, e))
-    }
-
-    /// Restores a render-node file as the same open file that the process's KFD restore gave
-    /// the driver for that GPU: its VM is the process's compute VM, as it was before the dump.
-    /// A render node restored before its process's `/dev/kfd` (the process opened it first) is
-    /// opened on the GPU the restore will map it to and handed to the KFD restore later; in a
-    /// process without `/dev/kfd` it is the GPU of the same id on this machine.
-    pub(super) fn restore_render(
-        &self,
-        id: u32,
-        msg: &CriuRenderNode,
-    ) -> HookResult<Option<OwnedFd>> {
-        let known = self.with_restore(|state| {
-            state
-                .restored
-                .iter()
-                .find_map(|r| r.renders.get(&msg.gpu_id))
-                .or_else(|| state.preopened.get(&msg.gpu_id))
-                .map(kfd_abi::RenderNode::try_clone)
-        });
-        if let Some(render) = known {
-            let render = render.map_err(|e| caused(Errno::EIO, e))?;
-            self.restore_gem(id, msg, &render)?;
-            return dup(render.as_fd()).map(Some);
-        }
-        let render = self.open_render_early(id, msg)?;
-        // Kept until the KFD restore: above every fd the task will have, like the KFD's files.
-        let render = match crate::shim::unused_fd_of(self.platform.process_id()) {
-            Some(next) => self.render_at_or_above(&render, next)?,
-            None => render,
-        };
-        self.restore_gem(id, msg, &render)?;
-        let fd = dup(render.as_fd())?;
-        self.with_restore(|r| r.preopened.insert(msg.gpu_id, render));
-        Ok(Some(fd))
-    }
-
-    /// Opens the render node for render image `id` before any `/dev/kfd` of this process was
-    /// restored.
-    fn open_render_early(
-        &self,
-        id: u32,
-        msg: &CriuRenderNode,
-    ) -> HookResult<kfd_abi::RenderNode<P::Device>> {
-        let dir = self.dir()?;
-        let image = RenderNodeImage::file_name(id);
-        let err = |e: restore::RestoreError| HookError::failed(e.errno(), format!("{image}: {e}"));
-        let local = self.usable_topology()?;
-        let cached = self.with_restore(|r| r.own_kfd_image);
-        let kfd_id = match cached {
-            Some(k) => k,
-            None => {
-                let k = restore::kfd_image_of(dir, self.platform.process_id()).map_err(err)?;
-                self.with_restore(|r| r.own_kfd_image = Some(k));
-                k
-            }
-        };
-        let checks = self.settings().checks;
-        let minor = restore::render_minor_for(msg.gpu_id, kfd_id, dir, &local.topology, &checks)
-            .map_err(err)?
-            .ok_or_else(|| {
-                let kfd = match kfd_id {
-                    Some(k) => format!(", and the process's /dev/kfd image {k} does not use it"),
-                    None => String::new(),
-                };
-                failed(
-                    Errno::ENODEV,
-                    format!(
-                        "{image}: renderD{} (GPU {:#x}) at the dump: this machine has no GPU of \
-                         that id{kfd}",
-                        msg.drm_render_minor, msg.gpu_id
-                    ),
-                )
-            })?;
-        log::info!(
-            "{image}: GPU {:#x} opened as renderD{minor} before its process's /dev/kfd{}",
-            msg.gpu_id,
-            if kfd_id.is_some() {
-                " (handed to the KFD restore)"
-            } else {
-                " (the process has none)"
-            }
-        );
-        self.platform
-            .open_render(minor)
-            .map_err(|e| caused(e.errno().unwrap_or(Errno::EIO), e))
-    }
-}
-
-/// Refuses a render-node image whose counts contradict its lists (`num_of_bos` against
-/// `bo_entries`, each buffer's `num_of_vms` against its `vm_entries`) before anything of it is
-/// restored: its buffers would be restored short.
-pub(super) fn check_render_counts(id: u32, msg: &CriuRenderNode) -> HookResult<()> {
-    let listed = msg.bo_entries.len() as u64;
-    let what = if msg.num_of_bos != listed {
-        format!(
-            "num_of_bos says {} but it lists {listed} buffer(s)",
-            msg.num_of_bos
-        )
-    } else if let Some((i, b)) = msg
-        .bo_entries
-        .iter()
-        .enumerate()
-        .find(|(_, b)| b.num_of_vms as usize != b.vm_entries.len())
-    {
-        format!(
-            "buffer {i} (GEM handle {}): num_of_vms says {} but it lists {} mapping(s)",
-            b.handle,
-            b.num_of_vms,
-            b.vm_entries.len()
-        )
-    } else {
-        return Ok(());
-    };
-    Err(HookError::failed(
-        Errno::EINVAL,
-        format!(
-            "{}: the image of render node renderD{} contradicts itself: {what}: refused",
-            RenderNodeImage::file_name(id),
-            msg.drm_render_minor
-        ),
-    ))
 }
