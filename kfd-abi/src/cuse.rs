@@ -24,7 +24,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::ioctl::{encode, Dir};
-use crate::transport::ioctl_with;
+use crate::syscall::ioctl_with;
 
 /// `_IOR('K', 0x7f, u32)`: the simulator daemon writes its pid.
 ///

@@ -332,7 +332,7 @@ pub mod linux618 {
         use super::super::*;
         use crate::uapi618 as u;
 
-        const TY: u8 = super::super::kfd::TYPE;
+        const TY: u8 = crate::ioctl::kfd::TYPE;
 
         ioctl_table!(TY,
             /// The KFD ioctls after 1.11 that the simulator's 6.18 and 7.2 personalities answer.
@@ -350,7 +350,7 @@ pub mod linux618 {
         use super::super::*;
         use crate::uapi618 as u;
 
-        const TY: u8 = super::super::drm::TYPE;
+        const TY: u8 = crate::ioctl::drm::TYPE;
 
         ioctl_table!(TY,
             /// The generic DRM ioctl 6.18 added for checkpoint/restore.

@@ -36,6 +36,7 @@ mod mapping;
 pub mod platform;
 pub mod render;
 pub mod sdma;
+mod syscall;
 pub mod transport;
 mod types;
 pub mod uapi618;

@@ -35,15 +35,19 @@
 //!   handlers (`apertures`, `memory`, `queues`, `events`, `svm`, `criu`), the mmap offsets
 //!   (`mmap`), what it hands the hardware scheduler (`runlist`). `render/` as amdgpu is split:
 //!   `core` (the DRM tables), `vm`, `gem`, `prime`, `ctx`, `bo_list`, `cs`, `info`, `mmap`.
-//!   Shared by both: `vma.rs` (which memory backs a CPU mapping), `uaccess.rs` (copies to and
-//!   from the caller), `client.rs` (the caller as the driver sees it).
-//! - **State**: what the kernel keeps. `machine.rs` (processes, open files, dma-bufs),
-//!   `device.rs`, and beside their code `kfd/process.rs` (the KFD process, its pdds and BOs),
-//!   `kfd/queue.rs`, `kfd/event.rs`, `kfd/svm_range.rs`, `render/file.rs` (an open render
-//!   file's GEM handles, contexts, BO lists).
+//!   Shared by both: `fops.rs` (which driver answers an ioctl or an mmap of an open file, for
+//!   both front ends), `vma.rs` (the words of a CPU mapping: the request, the memory that backs
+//!   it), `uaccess.rs` (copies to and from the caller), `client.rs` (the caller as the driver
+//!   sees it).
+//! - **State** (`state/`): what the kernel keeps. `machine` (processes, open files, dma-bufs),
+//!   `accounts` (what processes and buffer objects give back to the machine when they go: they
+//!   hold it, not the machine), `device`, `process` (the KFD process, its pdds and BOs),
+//!   `queue`, `event`, `svm_range`, `render_file` (an open render file's GEM handles, contexts,
+//!   BO lists).
 //! - **Hardware** (`hw/`): what the GPU does. `backing` (the memory: memfds, user memory), `vm`
 //!   (the page tables), `sdma` (the SDMA engines), `queue` (the registers of a mapped queue),
-//!   `scheduler` (doorbells to engines), `aql` (what the AQL queues ring; the command processor
+//!   `runlist` (what the driver maps for the engines, and their polling loop), `scheduler`
+//!   (doorbells to the SDMA engines), `aql` (what the AQL queues ring; the command processor
 //!   that will run them belongs beside the SDMA engine). It knows no driver: the driver hands
 //!   it memory, VM mappings and a runlist of queue registers, and takes its interrupts.
 //! - **Base**: `host.rs` (the host OS), `scratch.rs` (temporary directories named for their
@@ -58,16 +62,16 @@
 mod asic;
 mod client;
 pub mod cuse;
-mod device;
+mod fops;
 pub mod host;
 mod hw;
 mod inproc;
 mod kfd;
 mod limits;
-mod machine;
 pub mod preset;
 mod render;
 pub mod scratch;
+mod state;
 pub mod sysfs;
 mod uaccess;
 mod vma;
@@ -78,5 +82,5 @@ pub use hw::backing::{Backing, ProcessMemory};
 pub use hw::vm::{Vm, VmMapping, VmTarget};
 pub use inproc::{DeviceVma, Machine, SimFile, SimPlatform, SimProcess, SIM_KFD_MAJOR};
 pub use kfd::criu;
-pub use machine::{Kernel, MachineError};
 pub use preset::{GpuModel, PciLocation, Preset, PresetError};
+pub use state::machine::{Kernel, MachineError};

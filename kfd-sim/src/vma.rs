@@ -1,8 +1,11 @@
-//! CPU mappings of the simulated devices: which simulated memory backs an `mmap` of `/dev/kfd` or
-//! of a render node, decided as the 6.1 drivers decide it, with their checks in their order and
-//! their errno. One resolver serves both front ends: the in-process transport
-//! ([`SimFile`](crate::SimFile) maps the memfd it names) and the CUSE bridge (which hands the
-//! memfd to the `kfd_bridge` module).
+//! CPU mappings of the simulated devices, the words both drivers and both front ends use: one
+//! mmap as the driver sees it ([`MmapRequest`], with the `MAP_*` bits), the memory that answers
+//! it ([`Target`], with the `VMA_*` bits), and the bounded wait for a process's state
+//! ([`proc_state`]). Which memory backs an `mmap` of `/dev/kfd` or of a render node is decided
+//! as the 6.1 drivers decide it, with their checks in their order and their errno, by each
+//! driver's handler, picked per file by [`fops::mmap`](crate::fops::mmap), which serves both
+//! front ends: the in-process transport ([`SimFile`](crate::SimFile) maps the memfd it names)
+//! and the CUSE bridge (which hands the memfd to the `kfd_bridge` module).
 //!
 //! - `/dev/kfd` (`kfd_mmap`, [`crate::kfd::mmap`]): the caller must have a KFD process (else
 //!   `EINVAL`); bits 63-62 of the offset pick the type, bits 61-46 the (actual) gpu id, unknown or
@@ -36,8 +39,7 @@ use kfd_abi::Errno;
 
 use crate::host::lock_within;
 use crate::hw::backing::Backing;
-use crate::kfd::process::{KfdProcess, ProcState};
-use crate::machine::{FileKind, MachineInner, OpenFile};
+use crate::state::process::{KfdProcess, ProcState};
 
 /// How long an mmap waits for a lock of the simulator's state before it gives up (`EAGAIN`).
 pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(2);
@@ -103,19 +105,6 @@ pub(crate) fn proc_state(p: &KfdProcess) -> Result<std::sync::MutexGuard<'_, Pro
     })
 }
 
-/// Answers one mmap of an open file of ours; `caller` is the calling process's KFD process.
-pub(crate) fn resolve(
-    m: &MachineInner,
-    file: &OpenFile,
-    caller: Option<&Arc<KfdProcess>>,
-    q: &MmapRequest,
-) -> Result<Target, Errno> {
-    match &file.kind {
-        FileKind::Kfd(_) => crate::kfd::mmap::kfd_mmap(m, caller, q),
-        FileKind::Render(r) => crate::render::mmap::gem_mmap(m, file, r, q),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     //! The rules against the in-process simulator: a process with /dev/kfd and both render nodes
@@ -128,9 +117,11 @@ mod tests {
     use rstest::rstest;
 
     use super::*;
+    use crate::fops::mmap as resolve;
     use crate::kfd::mmap::{CWSR_SIZE, KFD_VMA};
     use crate::limits::{DOORBELL_SLICE, PAGE_SIZE, SIGNAL_EVENT_LIMIT};
     use crate::render::mmap::RENDER_VMA;
+    use crate::state::machine::FileKind;
     use crate::{Machine, SimFile, SimProcess};
     use kfd_abi::mmap_offset as mo;
 

@@ -602,6 +602,9 @@ fn userptr_memory_is_read_and_written_by_kernels() {
     let mut host_c = vec![0f32; n as usize + 1024];
     host_c[n as usize] = 42.0;
     let user = |v: &mut Vec<f32>, va: u64| {
+        // The driver probes the range rounded up to whole pages: a page of spare capacity keeps
+        // its last byte inside this allocation, wherever the allocator put it.
+        v.reserve_exact(1024);
         let bytes = (v.len() * 4) as u64;
         // SAFETY: `v` outlives the BO (freed at the end of the test) and is not reallocated.
         let bo = unsafe {

@@ -2,10 +2,15 @@
 //! of its own layer or below (`kfd-sim/src/lib.rs` draws them). Read from the `use crate::`,
 //! `use super::` and `use self::` lines and the `crate::...` paths of every file's product code
 //! (its unit tests aside), so a new upward import fails here, naming the file and the line.
+//!
+//! Within a layer, files may use each other, but not in a circle: the same reading gives the
+//! graph of which file uses which, and a strongly connected component of more than one file is
+//! an import cycle, which fails here too. A module's references to its own parts (the modules it
+//! declares, and re-exports) are no arrows, nor are references to the crate root.
 
 #![allow(clippy::unwrap_used)] // test helpers, like the tests themselves, panic on failure
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The layers, bottom up.
@@ -15,8 +20,8 @@ enum Layer {
     Base,
     /// What the GPU does: memory, page tables, engines, the queue scheduler.
     Hardware,
-    /// The state a kernel keeps: devices, processes, per-device data, BOs, queues, events, open
-    /// files.
+    /// The state a kernel keeps (`state/`): devices, processes, per-device data, BOs, queues,
+    /// events, open files, and the accounts they settle.
     State,
     /// The drivers: `/dev/kfd`'s ioctls and mmap, the render node's, and what they share.
     Driver,
@@ -36,14 +41,9 @@ const LAYERS: &[(&str, Layer)] = &[
     ("sysfs.rs", Layer::Base),
     ("scratch.rs", Layer::Base),
     ("hw/", Layer::Hardware),
-    ("machine.rs", Layer::State),
-    ("device.rs", Layer::State),
-    ("kfd/process.rs", Layer::State),
-    ("kfd/queue.rs", Layer::State),
-    ("kfd/event.rs", Layer::State),
-    ("kfd/svm_range.rs", Layer::State),
-    ("render/file.rs", Layer::State),
+    ("state/", Layer::State),
     ("client.rs", Layer::Driver),
+    ("fops.rs", Layer::Driver),
     ("uaccess.rs", Layer::Driver),
     ("vma.rs", Layer::Driver),
     ("kfd/", Layer::Driver),
@@ -57,8 +57,13 @@ fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
-/// Every `.rs` file of the library below `src/` (the binaries aside), as `a/b.rs`.
-fn library_files() -> Vec<String> {
+/// The source of the shader crate (`kfd-sim/shader`).
+fn shader_src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("shader/src")
+}
+
+/// Every `.rs` file of a library below `root` (the binaries aside), as `a/b.rs`.
+fn library_files_of(root: &Path) -> Vec<String> {
     fn walk(dir: &Path, rel: &str, out: &mut Vec<String>) {
         for e in std::fs::read_dir(dir).unwrap() {
             let e = e.unwrap();
@@ -74,9 +79,25 @@ fn library_files() -> Vec<String> {
         }
     }
     let mut out = Vec::new();
-    walk(&src(), "", &mut out);
+    walk(root, "", &mut out);
     out.sort();
     out
+}
+
+/// Every `.rs` file of the simulator's library below `src/` (the binaries aside), as `a/b.rs`.
+fn library_files() -> Vec<String> {
+    library_files_of(&src())
+}
+
+/// The text of every library file below `root`, by its path there.
+fn read_library(root: &Path) -> BTreeMap<String, String> {
+    library_files_of(root)
+        .into_iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(root.join(&f)).unwrap();
+            (f, text)
+        })
+        .collect()
 }
 
 fn layer_of(file: &str) -> Option<Layer> {
@@ -160,8 +181,8 @@ fn expand(tree: &str) -> Vec<String> {
         .collect()
 }
 
-/// Every crate-relative path the code names, with its line: `use` trees and inline `crate::`
-/// paths.
+/// Every crate-relative path the code names, with its line: `use` trees and inline `crate::`,
+/// `super::` and `self::` paths.
 fn named_paths(lines: &[(usize, String)]) -> Vec<(usize, String)> {
     let mut out = Vec::new();
     let mut pending: Option<(usize, String)> = None;
@@ -194,7 +215,11 @@ fn named_paths(lines: &[(usize, String)]) -> Vec<(usize, String)> {
             continue;
         }
         let mut rest = line.as_str();
-        while let Some(at) = rest.find("crate::") {
+        while let Some(at) = ["crate::", "super::", "self::"]
+            .iter()
+            .filter_map(|root| rest.find(root))
+            .min()
+        {
             let before = rest[..at].chars().last();
             let path: String = rest[at..]
                 .chars()
@@ -240,6 +265,81 @@ fn resolve(from: &[String], path: &str, modules: &BTreeMap<Vec<String>, String>)
         }
     }
     best
+}
+
+/// Which file uses which: for every file of `files` (path below `src/` to its text), the files
+/// its product code names, less its own parts (a module's descendants: it declares them and
+/// may re-export their items) and the crate root (whose re-exports name items of every file).
+fn import_graph(files: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>> {
+    let modules: BTreeMap<Vec<String>, String> =
+        files.keys().map(|f| (module_of(f), f.clone())).collect();
+    files
+        .iter()
+        .map(|(file, text)| {
+            let from = module_of(file);
+            let uses = named_paths(&product_lines(text))
+                .into_iter()
+                .map(|(_, path)| resolve(&from, &path, &modules))
+                .filter(|target| !target.is_empty() && !target.starts_with(&from))
+                .filter_map(|target| modules.get(&target).cloned())
+                .collect();
+            (file.clone(), uses)
+        })
+        .collect()
+}
+
+/// The import cycles of `graph`: its strongly connected components of more than one file, each
+/// sorted, in order of their first file (Tarjan's algorithm).
+fn import_cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    #[derive(Default)]
+    struct Walk<'a> {
+        next: usize,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        found: Vec<Vec<String>>,
+    }
+    fn visit<'a>(v: &'a str, graph: &'a BTreeMap<String, BTreeSet<String>>, w: &mut Walk<'a>) {
+        w.index.insert(v, w.next);
+        w.low.insert(v, w.next);
+        w.next += 1;
+        w.stack.push(v);
+        w.on_stack.insert(v);
+        for t in graph.get(v).into_iter().flatten() {
+            let t = t.as_str();
+            if !w.index.contains_key(t) {
+                visit(t, graph, w);
+                let low = w.low[v].min(w.low[t]);
+                w.low.insert(v, low);
+            } else if w.on_stack.contains(t) {
+                let low = w.low[v].min(w.index[t]);
+                w.low.insert(v, low);
+            }
+        }
+        if w.low[v] == w.index[v] {
+            let mut component = Vec::new();
+            while let Some(t) = w.stack.pop() {
+                w.on_stack.remove(t);
+                component.push(t.to_owned());
+                if t == v {
+                    break;
+                }
+            }
+            if component.len() > 1 {
+                component.sort();
+                w.found.push(component);
+            }
+        }
+    }
+    let mut w = Walk::default();
+    for v in graph.keys() {
+        if !w.index.contains_key(v.as_str()) {
+            visit(v, graph, &mut w);
+        }
+    }
+    w.found.sort();
+    w.found
 }
 
 #[test]
@@ -321,5 +421,106 @@ fn the_reader_sees_every_kind_of_import() {
     assert_eq!(
         resolve(&from, "crate::kfd::event", &modules),
         ["kfd", "event"]
+    );
+}
+
+#[test]
+fn no_file_of_the_simulator_is_in_an_import_cycle() {
+    let cycles = import_cycles(&import_graph(&read_library(&src())));
+    let cycles: Vec<String> = cycles.iter().map(|c| c.join(" <-> ")).collect();
+    assert!(
+        cycles.is_empty(),
+        "import cycles in kfd-sim/src (each: files that reach one another through their \
+         imports):\n{}",
+        cycles.join("\n")
+    );
+}
+
+/// The shader crate's interpreter core is one circle, and may stay one: the instruction table
+/// names the decoded instruction and each executor's context, while the decoder, the executors
+/// (by encoding, with their operands, memory and LDS paths) and their errors name the table's
+/// encodings and rows. Nothing outside that core may join it, and there is no second circle.
+#[test]
+fn the_shader_crate_has_one_import_cycle_at_most_its_interpreter_core() {
+    let cycles = import_cycles(&import_graph(&read_library(&shader_src())));
+    assert!(
+        cycles.len() <= 1,
+        "the shader crate has more than one import cycle: {cycles:?}"
+    );
+    for core in &cycles {
+        for outside in [
+            "lib.rs",
+            "elf.rs",
+            "float.rs",
+            "save.rs",
+            "wave.rs",
+            "testmem.rs",
+        ] {
+            assert!(
+                !core.iter().any(|f| f == outside),
+                "{outside} joined the interpreter core's import cycle: {core:?}"
+            );
+        }
+        assert!(
+            core.iter().any(|f| f == "exec.rs"),
+            "an import cycle of the shader crate outside its interpreter core: {core:?}"
+        );
+    }
+}
+
+#[test]
+fn the_cycle_check_finds_a_cycle_and_nothing_else() {
+    let crate_of = |files: &[(&str, &str)]| -> BTreeMap<String, String> {
+        files
+            .iter()
+            .map(|&(f, t)| (f.to_owned(), t.to_owned()))
+            .collect()
+    };
+    // A tree of modules whose parents use their parts and whose parts use their parent and
+    // the crate root: no cycle.
+    let tree = crate_of(&[
+        ("lib.rs", "mod a;\nmod b;\npub use a::x::X;\n"),
+        (
+            "a/mod.rs",
+            "pub mod x;\nuse self::x::X;\nuse crate::b::B;\n",
+        ),
+        ("a/x.rs", "use super::A;\nuse crate::Top;\n"),
+        ("b.rs", "pub struct B;\n"),
+    ]);
+    assert_eq!(
+        import_cycles(&import_graph(&tree)),
+        Vec::<Vec<String>>::new()
+    );
+    // b uses a's part x, which uses c, which names b inline: one cycle of three files; d,
+    // used by all of them, and the use in x's unit tests are no part of it.
+    let cycle = crate_of(&[
+        ("lib.rs", "mod a;\nmod b;\nmod c;\nmod d;\n"),
+        ("a/mod.rs", "pub mod x;\n"),
+        (
+            "a/x.rs",
+            "use crate::{c::C, d};\n#[cfg(test)]\nmod tests {\n    use crate::b;\n}\n",
+        ),
+        ("b.rs", "use crate::a::x::{self, X};\nuse super::d::D;\n"),
+        (
+            "c.rs",
+            "use crate::d::D;\nfn f() -> super::b::B { crate::b::make() }\n",
+        ),
+        ("d.rs", "pub struct D;\n"),
+    ]);
+    assert_eq!(
+        import_cycles(&import_graph(&cycle)),
+        [["a/x.rs", "b.rs", "c.rs"]]
+    );
+    // Two cycles, each found whole.
+    let two = crate_of(&[
+        ("lib.rs", "mod a;\nmod b;\nmod c;\nmod d;\n"),
+        ("a.rs", "use crate::b;\n"),
+        ("b.rs", "use crate::a;\n"),
+        ("c.rs", "use super::d::D;\n"),
+        ("d.rs", "// use crate::c;\nuse crate::c::C;\n"),
+    ]);
+    assert_eq!(
+        import_cycles(&import_graph(&two)),
+        [["a.rs", "b.rs"], ["c.rs", "d.rs"]]
     );
 }

@@ -40,13 +40,16 @@ pub enum HookError {
     /// The object is not an AMD GPU object: criu should ask the next plugin (`-ENOTSUP`).
     #[error("not an amdgpu object")]
     NotOurs,
-    /// It is ours and handling it failed; the message goes to criu's log.
+    /// It is ours and handling it failed; the message goes to criu's log, with what caused it.
     #[error("{message}")]
     Failed {
         /// Returned to criu as `-errno`.
         errno: Errno,
         /// What failed and what the user can do.
         message: String,
+        /// The error that caused it, if another error did: criu's log shows its chain.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
     },
 }
 
@@ -56,7 +59,33 @@ impl HookError {
         HookError::Failed {
             errno,
             message: message.into(),
+            source: None,
         }
+    }
+
+    /// A failure with its errno that `source` is: its message, and `source` kept as the cause.
+    pub fn caused_by(errno: Errno, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        HookError::Failed {
+            errno,
+            message: source.to_string(),
+            source: Some(Box::new(source)),
+        }
+    }
+
+    /// What criu's log says of it: the message, then each cause below it that the text so far
+    /// does not already say (many messages spell their cause out), joined by `": "`.
+    pub(crate) fn chain(&self) -> String {
+        let mut text = self.to_string();
+        let mut cause = std::error::Error::source(self);
+        while let Some(e) = cause {
+            let said = e.to_string();
+            if !text.contains(&said) {
+                text.push_str(": ");
+                text.push_str(&said);
+            }
+            cause = e.source();
+        }
+        text
     }
 
     /// The value criu receives: `-ENOTSUP` for "not ours", `-errno` for failures.
@@ -120,4 +149,30 @@ pub trait CriuHooks: Send + Sync {
     /// DUMP_DEVICES_LATE (newer criu): after every file of the tree was dumped; `id` is the
     /// root pid.
     fn dump_devices_late(&self, id: u32) -> HookResult<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error with a message and, maybe, a cause.
+    #[derive(Debug, thiserror::Error)]
+    #[error("{0}")]
+    struct Layer(&'static str, #[source] Option<Box<Layer>>);
+
+    #[test]
+    fn a_failure_keeps_the_chain_of_its_cause_without_saying_anything_twice() {
+        let io = Layer("permission denied", None);
+        let read = Layer("reading the pages file", Some(Box::new(io)));
+        let restore = Layer("image 7: reading the pages file", Some(Box::new(read)));
+        let e = HookError::caused_by(Errno::EIO, restore);
+        assert_eq!(e.to_string(), "image 7: reading the pages file");
+        assert_eq!(
+            e.chain(),
+            "image 7: reading the pages file: permission denied"
+        );
+        assert_eq!(e.to_criu(), -libc::EIO);
+        let plain = HookError::failed(Errno::EINVAL, "no such image");
+        assert_eq!(plain.chain(), "no such image");
+    }
 }

@@ -17,8 +17,10 @@
 //!   `amdgpu-cr probe` to answer as the plugin decides.
 //!
 //! Everything else is the crate's own: the C ABI (`shim`: the `CR_PLUGIN_DESC` descriptor and
-//! the hook trampolines), the dump, the VMA bookkeeping, criu's logger, the private-data
-//! rewriting for other GPUs.
+//! the hook trampolines), the dump (`dump`: `/dev/kfd` files, render-node buffers, which
+//! buffers the files share), what both phases say of render-node buffers (`gem`), criu's
+//! logger, the private-data rewriting for other GPUs. The restore's own parts (render-node
+//! buffers, VMAs, the parallel restore) are under [`restore`].
 
 pub mod copy;
 pub mod criu;
@@ -28,12 +30,10 @@ pub mod hooks;
 pub mod inventory;
 mod kfd_version;
 mod logger;
-mod parallel;
 mod priv_data;
 pub mod restore;
 mod shim;
 mod shm;
 pub mod topology_image;
-mod vma;
 
 pub use kfd_version::{supports_cr, MIN_VERSION};

@@ -14,7 +14,8 @@
 //! GPUs have the same offset; the doorbell offsets of two processes on one GPU are the same.
 //! All simulated processes share this test's address space, so their VMAs never share an
 //! address: two processes with the same addresses (the same program) are the unit tests' case
-//! in `plugin/src/vma.rs`; here a plugin that matched VMAs by offset alone fails.
+//! in `plugin/src/restore/` (`vma.rs`, `sharing.rs`); here a plugin that matched VMAs by offset
+//! alone fails.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -31,9 +31,8 @@ use kfd_abi::Errno;
 
 use super::bridge::HandOvers;
 use super::os::{self, ProcStatus};
-use super::requests::cuse_file_key;
-use super::server::Shared;
-use super::SIM_PROBE;
+use super::shared::Shared;
+use super::{cuse_file_key, SIM_PROBE};
 use crate::client::{Client, FdSlot};
 use crate::host::FileKey;
 use crate::hw::backing::ProcessMemory;
@@ -203,7 +202,7 @@ mod tests {
     use crate::cuse::server::tests::initialised_server;
     use crate::inproc::client::InProcessClient;
     use crate::kfd::criu::{BO_PRIV_SIZE, DEVICE_PRIV_SIZE, PROCESS_PRIV_SIZE};
-    use crate::machine::{FileKind, MachineInner};
+    use crate::state::machine::{FileKind, MachineInner};
     use crate::{Machine, Preset, SimFile, SimProcess};
 
     const VA: u64 = 0x7f00_0000_0000;

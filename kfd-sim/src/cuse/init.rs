@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::os;
 use super::proto::{self, Opcode};
-use super::server::{DeviceRole, ServeConfig, DRM_MAJOR};
+use super::shared::{DeviceRole, ServeConfig, DRM_MAJOR};
 use super::CuseError;
 
 /// Bytes read from /dev/cuse at once: the kernel wants at least 8 KiB + max_write.

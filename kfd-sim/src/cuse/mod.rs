@@ -31,6 +31,7 @@ mod procs;
 mod proto;
 mod requests;
 mod server;
+mod shared;
 mod threads;
 
 use std::io;
@@ -40,10 +41,12 @@ use kfd_abi::ioctl::{encode, Dir};
 
 pub use bridge::{BridgeError, DEFAULT_PATH as BRIDGE_PATH};
 pub use os::TermSignals;
-use server::DRM_MAJOR;
-pub use server::{CuseServer, DeviceRole, ServeConfig, ServedDevice};
+pub use server::CuseServer;
+use shared::DRM_MAJOR;
+pub use shared::{DeviceRole, ServeConfig, ServedDevice};
 
-use crate::machine::MachineError;
+use crate::host::FileKey;
+use crate::state::machine::MachineError;
 
 /// `_IO('K', 0x7d)`: the daemon asks one of its own render-node files, fetched from a client,
 /// which open it is; the answer is the file's CUSE handle.
@@ -52,6 +55,14 @@ pub(crate) const SIM_PROBE: u32 = encode(Dir::None, b'K', 0x7d, 0);
 /// `st_dev` of the synthetic keys of CUSE open files in the machine's registry (no real file
 /// system has it).
 pub(crate) const CUSE_FILE_DEV: u64 = u64::MAX;
+
+/// The key under which the simulated open file of CUSE handle `fh` is registered.
+pub(crate) fn cuse_file_key(fh: u64) -> FileKey {
+    FileKey {
+        dev: CUSE_FILE_DEV,
+        ino: fh,
+    }
+}
 
 /// Why the CUSE server could not start.
 #[derive(Debug, thiserror::Error)]

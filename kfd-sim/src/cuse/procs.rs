@@ -15,17 +15,9 @@ use std::time::Duration;
 use kfd_abi::Errno;
 
 use super::os;
-use super::server::Shared;
+use super::shared::{ProcEntry, Shared};
 use crate::host::lock;
-use crate::kfd::process::KfdProcess;
-
-/// What the daemon keeps of one process.
-#[derive(Default)]
-pub(super) struct ProcEntry {
-    pub(super) pidfd: Option<Arc<OwnedFd>>,
-    pub(super) kfd: Option<Arc<KfdProcess>>,
-    pub(super) installed: HashMap<RawFd, OwnedFd>,
-}
+use crate::state::process::KfdProcess;
 
 /// Drops the records of exited processes, every second until shutdown.
 pub(super) fn reaper(shared: &Shared) {

@@ -16,13 +16,13 @@ use super::bridge::{self, HandOvers};
 use super::client::CuseClient;
 use super::os::ProcStatus;
 use super::proto::{self, InHeader, Opcode};
-use super::server::{DeviceRole, OpenEntry, Shared};
+use super::shared::{DeviceRole, OpenEntry, Shared};
 use super::threads::Device;
-use super::{CUSE_FILE_DEV, SIM_PROBE};
-use crate::host::{lock, FileKey};
-use crate::kfd::process::KfdProcess;
-use crate::machine::{FileKind, OpenFile};
-use crate::render::file::RenderFile;
+use super::{cuse_file_key, SIM_PROBE};
+use crate::host::lock;
+use crate::state::machine::{FileKind, OpenFile};
+use crate::state::process::KfdProcess;
+use crate::state::render_file::RenderFile;
 
 impl Shared {
     /// Handles one request; `None` when the kernel wants no reply.
@@ -192,22 +192,17 @@ impl Shared {
                     b.answer_mmap(&self.machine, &file, caller.as_ref(), h.pid, io.arg)
                 })
             }
-            cmd => match &file.kind {
-                FileKind::Kfd(p) => {
+            cmd => {
+                if let (FileKind::Kfd(p), Some(b)) = (&file.kind, &bridge) {
                     // What the process unmapped before this call, as amdkfd's notifier has
                     // applied it by now (CRIU_OP comes on the dumped process's file: its too).
-                    if let Some(b) = &bridge {
-                        b.apply_unmaps(p);
-                        if let Some(target) = self.criu_resume_target(&client, cmd, io.arg) {
-                            b.apply_unmaps(&target);
-                        }
+                    b.apply_unmaps(p);
+                    if let Some(target) = self.criu_resume_target(&client, cmd, io.arg) {
+                        b.apply_unmaps(&target);
                     }
-                    crate::kfd::kfd_ioctl(&self.machine, p, &client, cmd, io.arg)
                 }
-                FileKind::Render(r) => {
-                    crate::render::dispatch(&self.machine, r, &client, cmd, io.arg)
-                }
-            },
+                crate::fops::ioctl(&self.machine, &file, &client, cmd, io.arg)
+            }
         };
         // The fds this call installs reach the caller through the module, before our answer.
         let r = match (r, bridge, handovers) {
@@ -248,13 +243,5 @@ impl Shared {
     /// Whether `fh` is an open file of ours.
     pub(crate) fn has_file(&self, fh: u64) -> bool {
         lock(&self.files).contains_key(&fh)
-    }
-}
-
-/// The key under which the simulated open file of CUSE handle `fh` is registered.
-pub(crate) fn cuse_file_key(fh: u64) -> FileKey {
-    FileKey {
-        dev: CUSE_FILE_DEV,
-        ino: fh,
     }
 }

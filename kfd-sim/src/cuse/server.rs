@@ -1,6 +1,7 @@
 //! The CUSE server: one `/dev/cuse` connection per device (registered by [`init`](super::init)),
 //! a pool of reader threads per connection ([`threads`](super::threads)), the request handlers
-//! ([`requests`](super::requests)) and the processes they serve ([`procs`](super::procs)).
+//! ([`requests`](super::requests)) and the processes they serve ([`procs`](super::procs)); what
+//! they share, and the configuration, in [`shared`](super::shared).
 //!
 //! Shutdown writes to the shutdown socket: every reader sees it readable and returns, and the
 //! `/dev/cuse` fds are closed, which removes the devices.
@@ -26,97 +27,12 @@ use topology::Topology;
 
 use super::bridge::{self, Bridge};
 use super::init::{open_cuse, register};
-use super::procs::{reaper, ProcEntry};
+use super::procs::reaper;
+use super::shared::{DeviceRole, ServeConfig, ServedDevice, Shared, DRM_MAJOR};
 use super::threads::{spawn_reader, Device};
 use super::CuseError;
 use crate::host::lock;
-use crate::machine::{MachineInner, OpenFile};
-
-/// The DRM character major: render nodes are served with their real numbers.
-pub(super) const DRM_MAJOR: u32 = 226;
-
-/// How the server registers its devices.
-#[derive(Clone, Debug)]
-pub struct ServeConfig {
-    /// The CUSE control device (`/dev/cuse`).
-    pub cuse_path: PathBuf,
-    /// DEVNAME of the KFD node (`kfd`: `/dev/kfd`).
-    pub kfd_name: String,
-    /// Where devtmpfs shows the nodes (`/dev`).
-    pub dev_root: PathBuf,
-    /// Reader threads per device at most.
-    pub max_threads: usize,
-    /// The control device of the kernel module that gives our devices mmap and fd installation
-    /// (`ci/kmod/kfd_bridge`); used when it exists. `None`: plain CUSE even if it does.
-    pub bridge_path: Option<PathBuf>,
-    /// The KFD interface version GET_VERSION reports (`None`: the simulator's own, 1.11).
-    pub kfd_version: Option<kfd_abi::kfd::Version>,
-    /// The kernel the drivers behave as (Linux 6.1 unless told otherwise); `kfd_version`, when
-    /// given, overrides its KFD version.
-    pub kernel: crate::machine::Kernel,
-}
-
-impl Default for ServeConfig {
-    fn default() -> Self {
-        Self {
-            cuse_path: PathBuf::from("/dev/cuse"),
-            kfd_name: "kfd".into(),
-            dev_root: PathBuf::from("/dev"),
-            max_threads: 32,
-            bridge_path: Some(PathBuf::from(bridge::DEFAULT_PATH)),
-            kfd_version: None,
-            kernel: crate::machine::Kernel::default(),
-        }
-    }
-}
-
-/// What a served device is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeviceRole {
-    /// `/dev/kfd` (dynamic device numbers).
-    Kfd,
-    /// `/dev/dri/renderD<minor>` of GPU index `index` (numbers 226:minor).
-    Render {
-        /// GPU index in the machine.
-        index: usize,
-        /// Render minor.
-        minor: u32,
-    },
-}
-
-/// A device the server registered.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServedDevice {
-    /// KFD or render node.
-    pub role: DeviceRole,
-    /// The CUSE DEVNAME (`kfd`, `dri/renderD128`; `kfd-sim/...` behind the bridge).
-    pub devname: String,
-    /// The node clients open, under the dev root.
-    pub path: PathBuf,
-    /// Behind the kernel module's proxy at `path`: the CUSE node itself.
-    pub backend: Option<PathBuf>,
-}
-
-/// An open file of a device, by its CUSE handle.
-pub(super) struct OpenEntry {
-    pub(super) file: Arc<OpenFile>,
-}
-
-/// State shared by every reader thread.
-pub(crate) struct Shared {
-    pub(crate) machine: Arc<MachineInner>,
-    pub(crate) own_pid: u32,
-    pub(super) files: Mutex<HashMap<u64, OpenEntry>>,
-    pub(super) next_fh: AtomicU64,
-    pub(super) procs: Mutex<HashMap<u32, ProcEntry>>,
-    pub(crate) render_rdevs: Vec<u64>,
-    /// The kernel module's control device, when our devices are served through it (taken out
-    /// at shutdown, which removes the proxies).
-    pub(super) bridge: Mutex<Option<Arc<Bridge>>>,
-    pub(super) stop_rx: UnixStream,
-    pub(super) max_threads: usize,
-    pub(super) threads: Mutex<Vec<JoinHandle<()>>>,
-}
+use crate::state::machine::MachineInner;
 
 /// A running CUSE server: `/dev/kfd` and one render node per GPU, until [`shutdown`] or drop.
 ///
@@ -219,7 +135,7 @@ impl CuseServer {
             );
             let b = Arc::new(b);
             if b.watches_mms() {
-                let watch: Arc<dyn crate::kfd::process::MmWatch> = b.clone();
+                let watch: Arc<dyn crate::state::accounts::MmWatch> = b.clone();
                 shared.machine.set_mm_watch(Some(watch));
             }
             *lock(&shared.bridge) = Some(b);

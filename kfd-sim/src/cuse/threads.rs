@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use super::init::READ_BUF;
 use super::os;
-use super::server::{DeviceRole, ServedDevice, Shared};
+use super::shared::{DeviceRole, ServedDevice, Shared};
 use crate::host::lock;
 
 /// Idle readers per device beyond which a reader exits.

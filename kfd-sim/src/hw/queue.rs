@@ -26,7 +26,7 @@ pub(crate) struct RingState {
     pub hung: bool,
     /// AQL queues: what the command processor keeps of the queue between its passes (the
     /// dispatch in flight with its stopped waves, a wait, an error), made on its first pass.
-    pub cp: Option<Arc<Mutex<super::cp::QueueState>>>,
+    pub cp: Option<Arc<Mutex<super::cp::state::QueueState>>>,
 }
 
 /// The engine a user queue runs on.

@@ -6,13 +6,15 @@
 //! read pointer back.
 //!
 //! - **What it knows.** Only what the driver maps for it: the runlist of processes
-//!   ([`Runlist`]), each process's queues as their registers ([`MappedQueue`]), the process's
-//!   doorbell slice and GPU VM on each queue's GPU. It never sees the driver's state.
+//!   ([`Runlist`], in [`runlist`](super::runlist)), each process's queues as their registers
+//!   ([`MappedQueue`]), the process's doorbell slice and GPU VM on each queue's GPU. It never
+//!   sees the driver's state.
 //! - **When it runs.** One thread per machine, started when a doorbell slice is first mapped
 //!   (a queue cannot be rung before). A CPU store into a mapping wakes nobody, so the thread
-//!   polls the mapped doorbells of every active SDMA queue: every [`POLL_MIN`] while there is
-//!   work, backing off to [`POLL_MAX`] when idle (no core spins). It holds the machine weakly
-//!   and ends when the machine goes.
+//!   polls the mapped doorbells of every active SDMA queue: every
+//!   [`POLL_MIN`](super::runlist::POLL_MIN) while there is work, backing off to
+//!   [`POLL_MAX`](super::runlist::POLL_MAX) when idle (no core spins). It holds the machine
+//!   weakly and ends when the machine goes.
 //! - **What it reads.** The doorbell of a queue is the 64-bit value at `doorbell_id * 8` in the
 //!   process's slice (on gfx9 an SDMA doorbell carries the write pointer in bytes). A value
 //!   that differs from the last one seen is latched as the write pointer, as the doorbell write
@@ -20,8 +22,8 @@
 //!   and every packet's addresses are GPU VAs of the process's VM on the queue's GPU.
 //! - **What it skips.** A process whose queues are evicted (CRIU's PROCESS_INFO, a restore
 //!   before RESUME) runs nothing; evicting waits for the packet in flight
-//!   ([`wait_idle`]): the queue is preempted at a packet boundary. A queue without a ring, with
-//!   a zero percentage, or hung does not run. AQL compute queues are the command processor's
+//!   ([`wait_idle`](super::runlist::wait_idle)): the queue is preempted at a packet boundary.
+//!   A queue without a ring, with a zero percentage, or hung does not run. AQL compute queues are the command processor's
 //!   ([`super::cp`]), which runs on its own threads over the same runlist.
 //! - **Faults.** A packet the engine does not know, a ring pointer that is not dword aligned or
 //!   more than a ring ahead, or a VM fault hangs the queue (logged; nothing after it runs), as
@@ -39,83 +41,17 @@
 //!   not executed ([`latch_doorbells`] runs before the MQDs are saved).
 
 use std::sync::{Arc, Mutex, Once, Weak};
-use std::time::Duration;
 
 use kfd_abi::sdma::{DecodeError, Decoder};
 
-use super::queue::{Engine, MappedQueue, RingState};
+use super::queue::Engine;
+use super::runlist::{poll, MappedProcess, Queues, Runlist};
 use super::sdma::{read_va, run_packet, write_va, Fault, Ran};
 use super::vm::Vm;
 use crate::host::lock;
 
 /// Bits of an SDMA TRAP's context that carry the event id (`kfd_int_process_v9`).
 const TRAP_ID_BITS: u32 = 28;
-
-/// The poll interval while queues have work.
-pub(crate) const POLL_MIN: Duration = Duration::from_micros(100);
-/// The longest poll interval of an idle engine.
-pub(crate) const POLL_MAX: Duration = Duration::from_millis(10);
-
-/// The processes whose queues the driver has mapped: the scheduler's runlist.
-pub(crate) trait Runlist: Send + Sync + 'static {
-    /// One process of the runlist.
-    type Process: MappedProcess;
-
-    /// Every process, in any order.
-    fn processes(&self) -> Vec<Arc<Self::Process>>;
-
-    /// Notes something the GPU met and does not do: a warning the first time `key` is seen,
-    /// debug level later.
-    fn log_once(&self, key: &str, message: &str);
-}
-
-/// One process of the runlist: its queues, and the lock that preemption waits on.
-pub(crate) trait MappedProcess {
-    /// Its pid, for the log.
-    fn pid(&self) -> u32;
-
-    /// Held by the engine while it runs packets of this process: the driver takes it once after
-    /// evicting the queues, to wait for the packet in flight (a queue preemption).
-    fn preemption(&self) -> &Mutex<()>;
-
-    /// The same for the command processors: held while they run a round of this process's
-    /// AQL queues.
-    fn cp_preemption(&self) -> &Mutex<()>;
-
-    /// Runs `f` on the process's queues, under the lock the driver keeps them under.
-    fn with_queues<R>(&self, f: impl FnOnce(&mut dyn Queues) -> R) -> R;
-
-    /// Whether the process's mm is gone (it exited while its queues ran): asked when an engine
-    /// could not reach its memory. The driver destroys the queues of such a process from its MMU
-    /// notifier's release, so what the engine met is no fault of the queue: it stops without a
-    /// word, and the process's queues are gone. Call without the process's lock.
-    fn mm_gone(&self) -> bool;
-}
-
-/// The queues of one process, under its lock.
-pub(crate) trait Queues {
-    /// Whether the driver has evicted (preempted) the process's queues.
-    fn evicted(&self) -> bool;
-
-    /// Every queue of the process, as the GPU sees it.
-    fn mapped(&mut self) -> Vec<MappedQueue<'_>>;
-
-    /// The ring registers of queue `qid` (if it still has ring `ring`, when given: a queue
-    /// destroyed or replaced under the engine is left alone).
-    fn ring_state(&mut self, qid: u32, ring: Option<u64>) -> Option<&mut RingState>;
-
-    /// An interrupt an engine raised on queue `qid` naming (the low `valid_bits` bits of) an
-    /// event id: an SDMA TRAP's context, a command processor's end-of-pipe interrupt, a wave's
-    /// `s_sendmsg`. The driver's interrupt handler runs on it.
-    fn interrupt(&mut self, qid: u32, context: u32, valid_bits: u32);
-
-    /// A GPU VM fault of a wave on queue `qid` at `va`: the driver's VM fault handler runs on
-    /// it (the process's memory events).
-    fn vm_fault(&mut self, qid: u32, va: u64, write: bool);
-
-    /// The SVM ranges GPU `device` may reach, and whose memory they are.
-    fn svm(&self, device: usize) -> crate::hw::cp::memory::SvmView;
-}
 
 /// The queue scheduler of one machine: its engine thread, started once.
 #[derive(Debug)]
@@ -156,30 +92,6 @@ fn run<R: Runlist>(runlist: &Weak<R>) {
             .iter()
             .fold(false, |worked, p| service(&**p) | worked)
     });
-}
-
-/// Runs `round` over the runlist until the machine is gone: every [`POLL_MIN`] while rounds
-/// find work, backing off to [`POLL_MAX`] while they do not (an idle engine does not spin). The
-/// loop of the SDMA engine and of each GPU's command processor.
-pub(crate) fn poll<R: Runlist>(runlist: &Weak<R>, mut round: impl FnMut(&R) -> bool) {
-    let mut wait = POLL_MIN;
-    while let Some(r) = runlist.upgrade() {
-        let worked = round(&r);
-        drop(r);
-        wait = if worked {
-            POLL_MIN
-        } else {
-            (wait * 2).min(POLL_MAX)
-        };
-        std::thread::sleep(wait);
-    }
-}
-
-/// Waits until no engine runs a packet of `p` and no command processor a round of it (call
-/// after evicting its queues).
-pub(crate) fn wait_idle(p: &impl MappedProcess) {
-    drop(lock(p.preemption()));
-    drop(lock(p.cp_preemption()));
 }
 
 /// Latches every mapped SDMA doorbell of process `pid` into its queue's write pointer, and

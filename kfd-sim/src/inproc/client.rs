@@ -15,7 +15,7 @@ use crate::hw::backing::ProcessMemory;
 pub(crate) struct InProcessClient<'a> {
     pub(crate) pid: u32,
     pub(crate) capable: bool,
-    pub(crate) machine: &'a crate::machine::MachineInner,
+    pub(crate) machine: &'a crate::state::machine::MachineInner,
     pub(crate) mem: ProcessMemory,
     /// A signal sent to the simulated process ([`SimProcess::signal`](crate::SimProcess::signal)),
     /// taken by the first interruptible sleep that sees it (its handler would run when the call

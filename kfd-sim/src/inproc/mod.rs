@@ -31,10 +31,10 @@ use self::client::InProcessClient;
 use self::vmas::{DeviceVmas, VmaRecord};
 use crate::host::{self, lock};
 use crate::hw::backing::ProcessMemory;
-use crate::kfd::process::KfdProcess;
-use crate::machine::{FileKind, MachineError, MachineInner, OpenFile};
 use crate::preset::Preset;
-use crate::render::file::RenderFile;
+use crate::state::machine::{FileKind, MachineError, MachineInner, OpenFile};
+use crate::state::process::KfdProcess;
+use crate::state::render_file::RenderFile;
 
 /// A simulated machine: GPUs from a topology, and the simulated processes using them.
 #[derive(Clone, Debug)]
@@ -66,12 +66,12 @@ impl Machine {
 
     /// Makes the simulated drivers behave as `kernel` (Linux 6.1 by default; see
     /// [`Kernel`](crate::Kernel)), GET_VERSION included.
-    pub fn set_kernel(&self, kernel: crate::machine::Kernel) {
+    pub fn set_kernel(&self, kernel: crate::state::machine::Kernel) {
         self.inner.set_kernel(kernel);
     }
 
     /// The kernel the simulated drivers behave as.
-    pub fn kernel(&self) -> crate::machine::Kernel {
+    pub fn kernel(&self) -> crate::state::machine::Kernel {
         self.inner.kernel()
     }
 
@@ -301,7 +301,7 @@ impl SimProcess {
         let process = lock(&self.inner.kfd).clone();
         if let Some(p) = process {
             p.release_mm();
-            crate::hw::scheduler::wait_idle(&*p);
+            crate::hw::runlist::wait_idle(&*p);
         }
     }
 
@@ -439,14 +439,7 @@ impl SimFile {
             signal: &self.caller.signal,
             device_vmas: Some(&self.machine.vmas),
         };
-        match &self.file.kind {
-            FileKind::Kfd(p) => {
-                crate::kfd::kfd_ioctl(&self.machine.inner, p, &client, request, arg)
-            }
-            FileKind::Render(r) => {
-                crate::render::dispatch(&self.machine.inner, r, &client, request, arg)
-            }
-        }
+        crate::fops::ioctl(&self.machine.inner, &self.file, &client, request, arg)
     }
 }
 
@@ -480,7 +473,7 @@ impl Transport for SimFile {
     }
 
     /// mmap as the driver does it, in process: the driver model decides what backs the offset
-    /// (the simulator's `vma` module) and the mapping is of that memory itself, shared with the
+    /// (the simulator's `fops` and `vma` modules) and the mapping is of that memory itself, shared with the
     /// simulated GPU both ways. The VMA flags that userspace can express are applied: KFD pages
     /// are not inherited by fork (`VM_DONTCOPY`), no device mapping is in a core dump
     /// (`VM_DONTDUMP`), and a private `PROT_NONE` render mapping that lost `VM_MAYWRITE` is made
@@ -521,7 +514,7 @@ impl Transport for SimFile {
             length,
             flags,
         };
-        let target = m::resolve(&self.machine.inner, &self.file, caller.as_ref(), &req)?;
+        let target = crate::fops::mmap(&self.machine.inner, &self.file, caller.as_ref(), &req)?;
         let no_maywrite = target.vma & m::VMA_NO_MAYWRITE != 0;
         let fd = target
             .backing

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::{Machine, SimFile, SimProcess, DRM_MAJOR, SIM_KFD_MAJOR};
 use crate::host;
-use crate::machine::FileKind;
+use crate::state::machine::FileKind;
 
 /// The platform of the in-process simulator: opens its device files as one simulated process
 /// (the "calling process" of `kfd_abi::Platform`) and gives the directory of its sysfs tree.

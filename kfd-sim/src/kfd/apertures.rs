@@ -8,12 +8,12 @@ use std::sync::Arc;
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use super::process::{DrmBinding, ProcState};
 use super::{kmalloc_check, KfdCall};
 use crate::host::lock;
 use crate::host::{clock_ns, FileKey, Pod};
 use crate::limits::*;
-use crate::machine::{FileKind, MachineInner};
+use crate::state::machine::{FileKind, MachineInner};
+use crate::state::process::{DrmBinding, ProcState};
 use crate::uaccess::{copy_to_user, fd_from_field, with_args, IoctlResult};
 
 pub(super) fn get_version(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
@@ -298,7 +298,7 @@ pub(super) fn runtime_enable(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResul
     if st.pdds.iter().any(|p| p.queue_count > 0) {
         return Err(Errno::EEXIST);
     }
-    st.runtime = Some(super::process::Runtime {
+    st.runtime = Some(crate::state::process::Runtime {
         r_debug,
         ttmp_setup: mode & TTMP != 0,
     });

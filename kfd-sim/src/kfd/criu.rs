@@ -20,16 +20,16 @@ use kfd_sys as sys;
 use super::apertures::{bind_vm, xnack_supported};
 use super::events::{create_event_locked, kmap_event_page};
 use super::memory::{map_bo_on, new_bo};
-use super::process::ProcState;
-use super::queue::{Queue, QueueKind};
 use super::queues::{create_queue_locked, QueueRestore};
 use super::svm::svm_apply;
-use super::svm_range::SvmAccess;
 use super::{kmalloc_check, KfdCall};
 use crate::client::{Client, FdSlot};
 use crate::host::Pod;
 use crate::hw::cp::cwsr;
 use crate::limits::*;
+use crate::state::process::ProcState;
+use crate::state::queue::{Queue, QueueKind};
+use crate::state::svm_range::SvmAccess;
 use crate::uaccess::{
     copy_from_user, copy_to_user, fd_from_field, fd_to_field, get_u32, get_u64, put_u32, put_u64,
     struct_bytes, IoctlResult,
@@ -220,7 +220,7 @@ fn process_info(call: &KfdCall<'_>, a: &mut CriuArgs) -> IoctlResult {
     drop(st);
     // The queues are preempted: the SDMA engine finishes the packet it is running, if any; the
     // command processors stop their waves, which go into the context save areas.
-    crate::hw::scheduler::wait_idle(call.process);
+    crate::hw::runlist::wait_idle(call.process);
     crate::hw::cp::save_waves(call.process);
     // What the eviction caught in flight: the AQL queues whose control stack now holds a
     // dispatch (GET_QUEUE_WAVE_STATE would report it).

@@ -14,13 +14,13 @@ use kfd_abi::mmap_offset as mo;
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use super::event::{waiter, Event, SignalPage};
 use super::memory::handle_parts;
-use super::process::ProcState;
 use super::{kmalloc_check, KfdCall};
 use crate::client::{Client, FdSlot};
 use crate::host::Pod;
 use crate::limits::*;
+use crate::state::event::{waiter, Event, SignalPage};
+use crate::state::process::ProcState;
 use crate::uaccess::{
     copy_from_user, copy_struct_from_user, copy_to_user, fd_to_field, with_args, IoctlResult,
 };

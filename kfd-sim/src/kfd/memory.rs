@@ -8,13 +8,13 @@ use kfd_abi::mmap_offset as mo;
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use super::process::{domain_of, vm_unmap_bo, Bo, ProcState};
 use super::{kmalloc_check, KfdCall};
 use crate::host::lock;
 use crate::hw::backing::{Backing, Domain};
 use crate::hw::vm::{VmMapping, VmTarget};
 use crate::limits::align_up;
 use crate::limits::*;
+use crate::state::process::{domain_of, vm_unmap_bo, Bo, ProcState};
 use crate::uaccess::{
     check_user_range, copy_from_user, fd_from_field, get_u32, with_args, IoctlResult,
 };
@@ -461,7 +461,7 @@ mod tests {
     use super::*;
     use crate::client::Client;
     use crate::host::{FileKey, Pod};
-    use crate::machine::MachineInner;
+    use crate::state::machine::MachineInner;
 
     /// A caller whose fd 5 is a dma-buf of another exporter (or no dma-buf at all).
     struct Caller {

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use kfd_abi::mmap_offset as mo;
 use kfd_abi::Errno;
 
-use super::event::SignalPage;
-use super::process::{KfdProcess, ProcState};
 use crate::hw::backing::{device_page, Backing};
 use crate::limits::{DOORBELL_SLICE, PAGE_SIZE, SIGNAL_EVENT_LIMIT};
-use crate::machine::MachineInner;
+use crate::state::event::SignalPage;
+use crate::state::machine::MachineInner;
+use crate::state::process::{KfdProcess, ProcState};
 use crate::vma::{proc_state, MmapRequest, Target};
 use crate::vma::{VMA_DONTCOPY, VMA_DONTDUMP, VMA_IO, VMA_NORESERVE};
 
@@ -28,7 +28,7 @@ fn order(bytes: u64) -> u32 {
 
 /// `kfd_mmap`.
 pub(crate) fn kfd_mmap(
-    m: &MachineInner,
+    m: &Arc<MachineInner>,
     caller: Option<&Arc<KfdProcess>>,
     q: &MmapRequest,
 ) -> Result<Target, Errno> {
@@ -62,8 +62,8 @@ pub(crate) fn kfd_mmap(
             );
             // The process can ring its queues from now on: SDMA queues on the engines, AQL
             // queues on the GPU's command processor.
-            p.machine.scheduler.start(&p.machine);
-            p.machine.cp.start(&p.machine, dev);
+            m.scheduler.start(m);
+            m.cp.start(m, dev);
             Ok(target(page, KFD_VMA))
         }
         mo::TYPE_EVENTS => {

@@ -15,8 +15,9 @@
 //! - [`mmap`]: what the mmap offsets of `/dev/kfd` map (`kfd_mmap`);
 //! - [`runlist`]: what the driver hands the hardware scheduler, and the interrupt handler.
 //!
-//! What the driver keeps sits beside its code, in the state layer: [`process`] (the KFD process,
-//! its pdds and BOs), [`queue`], [`event`], [`svm_range`]. The render node is
+//! What the driver keeps is in the state layer: [`process`](crate::state::process) (the KFD
+//! process, its pdds and BOs), [`queue`](crate::state::queue), [`event`](crate::state::event),
+//! [`svm_range`](crate::state::svm_range). The render node is
 //! [`render`](crate::render), the GPU's engines are [`hw`](crate::hw); every user access goes
 //! through [`uaccess`](crate::uaccess).
 //!
@@ -25,26 +26,22 @@
 
 mod apertures;
 pub mod criu;
-pub(crate) mod event;
 mod events;
 mod memory;
 pub(crate) mod mmap;
-pub(crate) mod process;
-pub(crate) mod queue;
 mod queues;
 mod runlist;
 pub(crate) mod svm;
-pub(crate) mod svm_range;
 
 use std::sync::Arc;
 
 use kfd_abi::ioctl::{self, kfd};
 use kfd_abi::Errno;
 
-use self::process::KfdProcess;
 use crate::client::Client;
 use crate::limits::KMALLOC_MAX;
-use crate::machine::MachineInner;
+use crate::state::machine::MachineInner;
+use crate::state::process::KfdProcess;
 use crate::uaccess::{copy_in_kdata, copy_to_user, IoctlResult};
 
 /// What one `/dev/kfd` ioctl sees: the machine, the file's KFD process, and the caller.

@@ -6,13 +6,13 @@ use kfd_abi::mmap_offset as mo;
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use super::process::ProcState;
-use super::queue::{mqd_layout, sdma_doorbell_id, Queue, QueueKind};
 use super::KfdCall;
 use crate::host::access_ok;
 use crate::hw::cp::cwsr;
 use crate::limits::*;
-use crate::machine::MachineInner;
+use crate::state::machine::MachineInner;
+use crate::state::process::ProcState;
+use crate::state::queue::{mqd_layout, sdma_doorbell_id, Queue, QueueKind};
 use crate::uaccess::{copy_from_user, copy_to_user, get_u32, with_args, IoctlResult};
 
 /// `set_queue_properties_from_user`: checks and the queue type.

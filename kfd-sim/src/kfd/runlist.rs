@@ -5,13 +5,13 @@
 use std::sync::{Arc, Mutex};
 
 use super::events::{signal_event_interrupt, signal_vm_fault};
-use super::process::{KfdProcess, ProcState};
-use super::queue::QueueKind;
-use super::svm_range::SvmAccess;
 use crate::hw::cp::memory::SvmView;
 use crate::hw::queue::{Engine, MappedQueue, RingState};
-use crate::hw::scheduler::{MappedProcess, Queues, Runlist};
-use crate::machine::MachineInner;
+use crate::hw::runlist::{MappedProcess, Queues, Runlist};
+use crate::state::machine::MachineInner;
+use crate::state::process::{KfdProcess, ProcState};
+use crate::state::queue::QueueKind;
+use crate::state::svm_range::SvmAccess;
 
 impl Runlist for MachineInner {
     type Process = KfdProcess;

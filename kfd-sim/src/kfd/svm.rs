@@ -6,11 +6,11 @@ use std::mem::{offset_of, size_of};
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use super::process::{KfdProcess, ProcState};
-use super::svm_range::{SvmAccess, SvmRange};
 use super::KfdCall;
 use crate::host::access_ok;
 use crate::host::{lock, Vma};
+use crate::state::process::{KfdProcess, ProcState};
+use crate::state::svm_range::{SvmAccess, SvmRange};
 use crate::uaccess::{get_u32, get_u64, put_u32, IoctlResult};
 
 /// Byte offsets in `kfd_ioctl_svm_args`, whose attributes follow it in the ioctl buffer.

@@ -5,10 +5,10 @@ use std::mem::{offset_of, size_of};
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use super::file::{free_id, FileState};
 use super::RenderCall;
 use crate::host::lock;
 use crate::limits::KVMALLOC_MAX;
+use crate::state::render_file::{free_id, FileState};
 use crate::uaccess::{copy_from_user, get_u32, get_u64, put_u32, IoctlResult};
 
 /// `amdgpu_bo_create_list_entry_array`: reads `bo_number` entries of `bo_info_size` bytes

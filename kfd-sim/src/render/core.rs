@@ -21,7 +21,7 @@ use kfd_abi::Errno;
 use kfd_sys as sys;
 
 use super::{Handler, RenderCall};
-use crate::machine::Kernel;
+use crate::state::machine::Kernel;
 use crate::uaccess::{copy_to_user, get_u32, get_u64, put_u32, put_u64, IoctlResult};
 
 /// `DRM_AUTH`: authenticated clients only (render clients count as authenticated).

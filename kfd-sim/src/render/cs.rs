@@ -8,10 +8,10 @@ use std::time::Instant;
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use super::file::FENCE_WINDOW;
 use super::RenderCall;
 use crate::host::lock;
 use crate::limits::KVMALLOC_MAX;
+use crate::state::render_file::FENCE_WINDOW;
 use crate::uaccess::{copy_from_user, get_u32, get_u64, put_u64, IoctlResult};
 
 /// The DMA rings of this file's GPU: one per SDMA engine.

@@ -5,9 +5,9 @@ use std::mem::offset_of;
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use super::file::{free_id, Ctx};
 use super::RenderCall;
 use crate::host::lock;
+use crate::state::render_file::{free_id, Ctx};
 use crate::uaccess::{get_u32, put_u32, put_u64, IoctlResult};
 
 /// Context ids are allocated in `1..AMDGPU_VM_MAX_NUM_CTX`.

@@ -8,12 +8,12 @@ use std::sync::{Arc, Mutex};
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use super::file::{Charge, Gem, GemMemory, Handle, VaMap};
 use super::RenderCall;
 use crate::host::lock;
 use crate::hw::backing::{Backing, Domain};
 use crate::hw::vm::Vm;
 use crate::limits::PAGE_SIZE;
+use crate::state::render_file::{Charge, Gem, GemMemory, Handle, VaMap};
 use crate::uaccess::{
     check_user_range, copy_to_user, get_u32, get_u64, put_u32, put_u64, IoctlResult,
 };
@@ -24,7 +24,7 @@ const GEM_CREATE_DISCARDABLE: u64 = 1 << 12;
 /// Removes the VA mappings of `h` from `vm` (`amdgpu_vm_bo_del` at handle close).
 fn unmap_all(vm: &Mutex<Vm>, h: &Handle) {
     let mut vm = lock(vm);
-    for &super::file::VaMap { va, size, .. } in &h.vas {
+    for &crate::state::render_file::VaMap { va, size, .. } in &h.vas {
         let ours = vm
             .lookup(va)
             .is_some_and(|(s, m)| s == va && m.size == size && h.gem.is_target(&m.target));
@@ -93,7 +93,7 @@ pub(super) fn gem_create(call: &RenderCall<'_>, kdata: &mut [u8]) -> IoctlResult
         call.machine.reserve_system(aligned)?;
     }
     let charge = Charge {
-        machine: Arc::clone(call.machine),
+        accounts: Arc::clone(&call.machine.accounts),
         device: dev_index,
         vram,
         bytes: aligned,

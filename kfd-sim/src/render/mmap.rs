@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use kfd_abi::Errno;
 
-use super::file::RenderFile;
 use crate::hw::backing::Backing;
-use crate::machine::{FileKind, MachineInner, OpenFile};
+use crate::state::machine::{FileKind, MachineInner, OpenFile};
+use crate::state::render_file::RenderFile;
 use crate::vma::{proc_state, MmapRequest, Target, LOCK_WAIT};
 use crate::vma::{MAP_EXEC, MAP_MAYWRITE, MAP_READ, MAP_SHARED, MAP_WRITE};
 use crate::vma::{VMA_ACCESS, VMA_DONTDUMP, VMA_IO, VMA_NO_MAYWRITE};

@@ -5,10 +5,10 @@
 //! adopts that VM as the process's compute VM on the GPU, so `MAP_MEMORY_TO_GPU` inserts KFD BOs
 //! into it and command submission on the file sees them, as on hardware.
 //!
-//! The parts are amdgpu's: [`file`](mod@file) (what an open file keeps: `amdgpu_fpriv`),
-//! [`core`] (the DRM core's tables, `VERSION`, `GET_CAP`), [`vm`] (the VM layout, `GEM_VA`),
-//! [`gem`], [`prime`], [`ctx`], [`bo_list`], [`cs`] (with `WAIT_CS`), [`info`] (`AMDGPU_INFO`),
-//! [`mmap`].
+//! The parts are amdgpu's: [`core`] (the DRM core's tables, `VERSION`, `GET_CAP`), [`vm`] (the
+//! VM layout, `GEM_VA`), [`gem`], [`prime`], [`ctx`], [`bo_list`], [`cs`] (with `WAIT_CS`),
+//! [`info`] (`AMDGPU_INFO`), [`mmap`]; what an open file keeps (`amdgpu_fpriv`) is in the state
+//! layer, [`render_file`](crate::state::render_file).
 //!
 //! [`dispatch`] is written like `drm_ioctl` + the amdgpu driver (6.1):
 //!
@@ -48,7 +48,6 @@ mod bo_list;
 mod core;
 mod cs;
 mod ctx;
-pub(crate) mod file;
 mod gem;
 mod info;
 pub(crate) mod mmap;
@@ -60,10 +59,10 @@ use std::sync::Arc;
 use kfd_abi::ioctl::{self, drm as codes};
 use kfd_abi::Errno;
 
-use self::file::RenderFile;
 use crate::client::Client;
 use crate::host::lock;
-use crate::machine::MachineInner;
+use crate::state::machine::MachineInner;
+use crate::state::render_file::RenderFile;
 use crate::uaccess::{copy_in_kdata, copy_to_user, IoctlResult};
 
 /// What one render-node ioctl sees: the machine, the open file, and the caller.
@@ -166,7 +165,7 @@ mod tests {
     #[test]
     fn every_request_of_kfd_abi_has_its_row() {
         for d in codes::CORE_TABLE.iter().chain(codes::AMDGPU_TABLE) {
-            let row = core::lookup(d.nr, crate::machine::Kernel::Linux6_1)
+            let row = core::lookup(d.nr, crate::state::machine::Kernel::Linux6_1)
                 .unwrap_or_else(|| panic!("{}", d.name));
             assert_eq!(row.cmd, d.cmd, "{}", d.name);
         }
@@ -175,7 +174,7 @@ mod tests {
             .iter()
             .chain(kfd_abi::ioctl::linux618::drm::AMDGPU_TABLE)
         {
-            let row = core::lookup(d.nr, crate::machine::Kernel::Linux6_18)
+            let row = core::lookup(d.nr, crate::state::machine::Kernel::Linux6_18)
                 .unwrap_or_else(|| panic!("{}", d.name));
             assert_eq!(row.cmd, d.cmd, "{}", d.name);
         }

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use super::file::{Gem, GemMemory};
 use super::RenderCall;
 use crate::host::lock;
 use crate::hw::backing::Domain;
 use crate::limits::PAGE_SIZE;
+use crate::state::render_file::{Gem, GemMemory};
 use crate::uaccess::{fd_from_field, get_u32, put_u32, IoctlResult};
 
 /// `AMDGPU_GEM_CREATE_VRAM_WIPE_ON_RELEASE`, which KFD sets on its VRAM BOs.

@@ -6,11 +6,11 @@ use std::mem::offset_of;
 use kfd_abi::Errno;
 use kfd_sys as sys;
 
-use super::file::{GemMemory, VaMap};
 use super::RenderCall;
 use crate::host::lock;
 use crate::hw::vm::VmMapping;
 use crate::limits::PAGE_SIZE;
+use crate::state::render_file::{GemMemory, VaMap};
 use crate::uaccess::{get_u32, get_u64, IoctlResult};
 
 /// The gfx9 GPU VM layout, as the amdgpu driver (6.1) defines it.

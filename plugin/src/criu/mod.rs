@@ -1,110 +1,44 @@
 //! The engine behind criu's hooks: one [`Engine`] per criu process (and per restored process,
 //! which inherits it across fork).
 //!
-//! Here: the engine's state and criu's hooks, the KFD files' dump and restore. Beside it:
-//! `settings` (what the environment asks), `render` (render-node files and dma-bufs, dump and
-//! restore) and `shared` (buffers shared between the restored tasks).
+//! Here: the engine and criu's hooks. Beside it: `session` (what one stage keeps, a
+//! [`Session`](session::Session) per dump or restore, made at `init` and dropped at `fini`),
+//! `settings` (what the environment asks), `dumping` (the engine at dump: render-node files and
+//! dma-bufs), `restoring` (the engine at restore: `/dev/kfd` and render-node files, VMAs, the
+//! parallel restore's start) and `shared` (buffers shared between the restored tasks).
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, IntoRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use images::{DmabufImage, ImageFile, RenderNodeImage};
-use kfd_abi::{Errno, Kfd};
+use kfd_abi::Errno;
 
 use crate::dump::{self};
-use crate::gem::{self, GemError};
+use crate::gem::GemError;
 use crate::hooks::{CriuHooks, HookError, HookResult, Stage, VmaUpdate};
 use crate::inventory::{self, Inventory, NoInventory};
-use crate::restore::{self, Restored};
-use crate::vma::{MappedOn, SharedBuffer, SharedVmas, VmaDevice};
+use crate::restore;
+use crate::restore::sharing::SharedVmas;
+use crate::restore::vma::VmaDevice;
 use kfd_abi::platform::{DeviceKind, HostPlatform, Platform};
 
-mod render;
-use render::check_render_counts;
+mod dumping;
+mod restoring;
+use restoring::restored_vma;
+mod session;
+use session::{DumpSession, RestoreSession, Session};
 mod settings;
 mod shared;
 
 pub use settings::{Settings, PARALLEL_RESTORE_ENV};
 
-/// What the engine remembers between hooks.
-#[derive(Debug)]
-struct State<P: Platform> {
-    /// Dumped processes whose queues stay paused until DUMP_DEVICES_LATE (or exit).
-    paused: Vec<Kfd<P::Device>>,
-    /// The KFD files restored in this (restored) process.
-    restored: Vec<Restored<P::Device>>,
-    /// At dump: the ids processes use for GPUs (user ids), by the GPU's id now (actual id), from
-    /// the KFD files dumped so far.
-    user_ids: std::collections::BTreeMap<u32, u32>,
-    /// The local topology, read once per criu run (every device file of a dump needs it).
-    topology: Option<std::sync::Arc<topology::Topology>>,
-    /// At restore: the part of it that the restored process (by pid) may use, probed once per
-    /// process (a child task forked by its restored parent probes its own).
-    usable: Option<(u32, std::sync::Arc<restore::UsableGpus>)>,
-    /// At dump: render-node images written before the KFD file that names their GPU's user id,
-    /// as (image id, actual gpu id).
-    pending_renders: Vec<(u32, u32, u32)>,
-    /// At restore: render nodes restored before this process's `/dev/kfd` (or in a process
-    /// without one), by the GPU id of their image.
-    preopened: std::collections::BTreeMap<u32, kfd_abi::RenderNode<P::Device>>,
-    /// At restore: which `/dev/kfd` image is this process's (`None` inside: it has none), once
-    /// looked up.
-    own_kfd_image: Option<Option<u32>>,
-    /// At restore: the render-node buffers every restored task published, made at `init` in
-    /// criu's process (before it forks the tasks, which share it).
-    shared: Option<std::sync::Arc<SharedVmas>>,
-    /// This task's copy of what it last read of `shared`.
-    inherited: Vec<SharedBuffer>,
-    /// At dump: the buffer objects seen so far (render-node buffers, KFD BOs, dma-bufs).
-    ledger: gem::Ledger,
-    /// At restore: the render-node buffers restored in this task: the render minor at
-    /// checkpoint, their offsets, the file they are mapped from.
-    gem_remaps: Vec<(u32, Vec<gem::GemRemap>, kfd_abi::RenderNode<P::Device>)>,
-    /// At restore: dma-bufs this task keeps open for other tasks (published in `shared`).
-    kept: Vec<OwnedFd>,
-    /// At restore: the keys of buffers some file imports or holds as a dma-buf (read once).
-    needed: Option<std::sync::Arc<std::collections::BTreeSet<u32>>>,
-    /// At restore: the keys of buffers some file of the checkpoint creates (read once, when a
-    /// file first imports one).
-    created: Option<std::sync::Arc<std::collections::BTreeSet<u32>>>,
-    /// At dump: the render minors whose buffers the kernel could not list (before Linux 6.18).
-    unlisted: std::collections::BTreeSet<u32>,
-    /// At restore, with the parallel restore on: the master's socket and fills, made at
-    /// RESTORE_INIT (the tasks use its task end).
-    parallel: Option<std::sync::Arc<crate::parallel::Hub>>,
-}
-
-impl<P: Platform> Default for State<P> {
-    fn default() -> Self {
-        Self {
-            paused: Vec::new(),
-            restored: Vec::new(),
-            topology: None,
-            usable: None,
-            user_ids: std::collections::BTreeMap::new(),
-            pending_renders: Vec::new(),
-            preopened: std::collections::BTreeMap::new(),
-            own_kfd_image: None,
-            shared: None,
-            inherited: Vec::new(),
-            ledger: gem::Ledger::default(),
-            gem_remaps: Vec::new(),
-            kept: Vec::new(),
-            needed: None,
-            created: None,
-            unlisted: std::collections::BTreeSet::new(),
-            parallel: None,
-        }
-    }
-}
-
 /// The plugin engine over a platform.
 pub struct Engine<P: Platform> {
     platform: std::sync::Arc<P>,
     settings: Mutex<Option<Settings>>,
-    state: Mutex<State<P>>,
+    /// The stage criu is in: made at `init`, dropped at `fini`.
+    session: Mutex<Option<Session<P>>>,
     image_dir: std::sync::Arc<dyn Fn() -> Option<RawFd> + Send + Sync>,
     inventory: std::sync::Arc<dyn Inventory>,
     /// This dump's inventory lists the plugin already.
@@ -126,13 +60,18 @@ fn failed(errno: Errno, e: impl std::fmt::Display) -> HookError {
 }
 
 fn gem_failed(e: GemError) -> HookError {
-    HookError::failed(e.errno(), e.to_string())
+    caused(e.errno(), e)
+}
+
+/// A failure that error `e` is, with `e` kept as its cause (criu's log shows the chain).
+fn caused(errno: Errno, e: impl std::error::Error + Send + Sync + 'static) -> HookError {
+    HookError::caused_by(errno, e)
 }
 
 /// Another fd on the same open file (what criu gets to install in the task).
 fn dup(fd: BorrowedFd<'_>) -> HookResult<OwnedFd> {
     fd.try_clone_to_owned()
-        .map_err(|e| failed(Errno::from_io(&e), e))
+        .map_err(|e| caused(Errno::from_io(&e), e))
 }
 
 impl<P: Platform> Engine<P> {
@@ -142,7 +81,7 @@ impl<P: Platform> Engine<P> {
         Self {
             platform: std::sync::Arc::new(platform),
             settings: Mutex::new(None),
-            state: Mutex::new(State::default()),
+            session: Mutex::new(None),
             image_dir: std::sync::Arc::new(image_dir),
             inventory: std::sync::Arc::new(NoInventory),
             recorded: AtomicBool::new(false),
@@ -158,22 +97,23 @@ impl<P: Platform> Engine<P> {
     }
 
     /// What a task that criu forks from its own process after `init` has of this engine: a copy
-    /// of its settings and state as they are now (the topology read at `init`, the table of
-    /// buffers shared between the restored tasks), over the task's `platform`. The in-process
-    /// harness's fork.
+    /// of its settings and of its restore's session as they are now (the topology read at
+    /// `init`, the table of buffers shared between the restored tasks), over the task's
+    /// `platform`. The in-process harness's fork.
     pub fn forked(&self, platform: P) -> Self {
-        let state = lock(&self.state);
-        let copy = State {
-            topology: state.topology.clone(),
-            shared: state.shared.clone(),
-            parallel: state.parallel.clone(),
-            ..State::default()
+        let copy = match &*lock(&self.session) {
+            Some(Session::Restore(r)) => Some(Session::Restore(r.forked(platform.process_id()))),
+            Some(Session::Dump(d)) => {
+                let mut copy = DumpSession::default();
+                copy.topology = d.topology.clone();
+                Some(Session::Dump(copy))
+            }
+            None => None,
         };
-        drop(state);
         Self {
             platform: std::sync::Arc::new(platform),
             settings: Mutex::new(lock(&self.settings).clone()),
-            state: Mutex::new(copy),
+            session: Mutex::new(copy),
             image_dir: std::sync::Arc::clone(&self.image_dir),
             inventory: std::sync::Arc::clone(&self.inventory),
             recorded: AtomicBool::new(self.recorded.load(Ordering::SeqCst)),
@@ -188,7 +128,7 @@ impl<P: Platform> Engine<P> {
         }
         self.inventory.record().map_err(|e| {
             self.recorded.store(false, Ordering::SeqCst);
-            failed(Errno::EIO, e)
+            caused(Errno::EIO, e)
         })
     }
 
@@ -220,165 +160,66 @@ impl<P: Platform> Engine<P> {
         Ok(unsafe { BorrowedFd::borrow_raw(fd) })
     }
 
+    /// Runs `f` on the dump's session (made here if a dump hook comes without `init`).
+    fn with_dump<R>(&self, f: impl FnOnce(&mut DumpSession<P>) -> R) -> R {
+        let mut session = lock(&self.session);
+        if let Some(Session::Dump(d)) = session.as_mut() {
+            return f(d);
+        }
+        let mut d = DumpSession::default();
+        let r = f(&mut d);
+        *session = Some(Session::Dump(d));
+        r
+    }
+
+    /// Runs `f` on the restore's session (made here if a restore hook comes without `init`).
+    fn with_restore<R>(&self, f: impl FnOnce(&mut RestoreSession<P>) -> R) -> R {
+        let mut session = lock(&self.session);
+        if let Some(Session::Restore(r)) = session.as_mut() {
+            return f(r);
+        }
+        let mut r = RestoreSession::new(self.platform.process_id());
+        let out = f(&mut r);
+        *session = Some(Session::Restore(r));
+        out
+    }
+
     /// The GPU mappings of the `/dev/kfd` files restored in this process.
     pub fn mappings(&self) -> Vec<topology::Mapping> {
-        lock(&self.state)
-            .restored
-            .iter()
-            .map(|r| r.mapping.clone())
-            .collect()
+        match &*lock(&self.session) {
+            Some(Session::Restore(r)) => r.restored.iter().map(|r| r.mapping.clone()).collect(),
+            _ => Vec::new(),
+        }
     }
 
     /// Unpauses every dumped process's queues; the first failure, if any (each is logged).
     fn unpause_all(&self) -> Result<(), kfd_abi::IoctlError> {
-        let mut first = Ok(());
-        for kfd in lock(&self.state).paused.drain(..) {
-            match kfd.criu_unpause() {
-                Ok(()) => log::info!("unpaused a dumped process's GPU queues"),
-                Err(e) => {
-                    log::error!("{e}");
-                    if first.is_ok() {
-                        first = Err(e);
-                    }
-                }
-            }
+        match lock(&self.session).as_mut() {
+            Some(Session::Dump(d)) => d.unpause_all(),
+            _ => Ok(()),
         }
-        first
     }
 
     /// This machine's topology, parsed on first use in this criu run. A restore reads it in
     /// criu's own process, at init (see [`CriuHooks::init`]), so the restored tasks inherit it.
     fn local_topology(&self) -> HookResult<std::sync::Arc<topology::Topology>> {
-        let mut state = lock(&self.state);
-        if let Some(t) = &state.topology {
-            return Ok(std::sync::Arc::clone(t));
+        if let Some(t) = lock(&self.session)
+            .as_mut()
+            .and_then(|s| s.topology().clone())
+        {
+            return Ok(t);
         }
         let root = self.platform.topology_root();
         let t = std::sync::Arc::new(
             topology::parse(&root)
                 .map_err(|e| failed(Errno::EIO, format!("reading the GPU topology: {e}")))?,
         );
-        state.topology = Some(std::sync::Arc::clone(&t));
+        // Kept for the rest of the stage (without one, a hook outside `init` and `fini`, read
+        // again next time).
+        if let Some(s) = lock(&self.session).as_mut() {
+            *s.topology() = Some(std::sync::Arc::clone(&t));
+        }
         Ok(t)
-    }
-
-    /// The GPUs of this node that the calling restored process may use
-    /// ([`restore::usable_topology`]), probed on first use in this process.
-    fn usable_topology(&self) -> HookResult<std::sync::Arc<restore::UsableGpus>> {
-        let pid = self.platform.process_id();
-        if let Some((owner, t)) = &lock(&self.state).usable {
-            if *owner == pid {
-                return Ok(std::sync::Arc::clone(t));
-            }
-        }
-        let t = std::sync::Arc::new(restore::usable_topology(
-            &*self.platform,
-            &*self.local_topology()?,
-        ));
-        lock(&self.state).usable = Some((pid, std::sync::Arc::clone(&t)));
-        Ok(t)
-    }
-
-    /// RESTORE_EXT_FILE in Rust terms: recreates file `id` in the calling (restored) process
-    /// and returns its fd; `Ok(None)` asks to be called again later.
-    pub fn restore_file(&self, id: u32) -> HookResult<Option<OwnedFd>> {
-        self.enabled()?;
-        let dir = self.dir()?;
-        if let Some(msg) =
-            RenderNodeImage::try_read(dir, id).map_err(|e| failed(Errno::EINVAL, e))?
-        {
-            check_render_counts(id, &msg)?;
-            return self.restore_render(id, &msg);
-        }
-        let handoff = lock(&self.state).parallel.clone();
-        let opts = self.settings().restore_options(handoff);
-        if !restore::has_kfd_image(dir, id) {
-            if let Some(msg) =
-                DmabufImage::try_read(dir, id).map_err(|e| failed(Errno::EINVAL, e))?
-            {
-                return self.restore_dmabuf(id, msg).map(Some);
-            }
-            return Err(HookError::NotOurs);
-        }
-        let local = self.usable_topology()?;
-        let preopened = std::mem::take(&mut lock(&self.state).preopened);
-        let needed = self.needed_keys();
-        let keep = |key: u32| needed.contains(&key);
-        let mut restored =
-            restore::restore_kfd(&*self.platform, &local, id, dir, &opts, preopened, &keep)
-                .map_err(|e| HookError::failed(e.errno(), e.to_string()))?
-                .ok_or(HookError::NotOurs)?;
-        let shared = std::mem::take(&mut restored.shared);
-        log::info!(
-            "restored image {id}: {} bytes of GPU memory in {:.3}s",
-            restored.bytes(),
-            restored.elapsed.as_secs_f64()
-        );
-        let restored = self.keep_out_of_the_way(restored)?;
-        let fd = dup(restored.kfd.as_fd())?;
-        self.publish(&restored);
-        lock(&self.state).restored.push(restored);
-        self.publish_dmabufs(shared)?;
-        Ok(Some(fd))
-    }
-
-    /// Moves the files the plugin keeps in the restored task (its `/dev/kfd` and the render nodes
-    /// whose VMs the driver uses) above every fd number the task itself will have, so that criu
-    /// restoring the task's own files never lands on them.
-    fn keep_out_of_the_way(&self, mut r: Restored<P::Device>) -> HookResult<Restored<P::Device>> {
-        let Some(mut next) = crate::shim::unused_fd_of(r.pid) else {
-            return Ok(r);
-        };
-        log::debug!("keeping the restored task's device files from fd {next} up");
-        let io = |e: std::io::Error| failed(Errno::from_io(&e), e);
-        let high = kfd_abi::transport::dup_at_or_above(r.kfd.as_fd(), next).map_err(io)?;
-        next = high.as_raw_fd() + 1;
-        r.kfd = self
-            .platform
-            .kfd_from_fd(high)
-            .map_err(|e| failed(Errno::EIO, e))?;
-        for render in r.renders.values_mut() {
-            *render = self.render_at_or_above(render, next)?;
-            next = render.as_fd().as_raw_fd() + 1;
-        }
-        Ok(r)
-    }
-}
-
-impl<P: Platform> Engine<P> {
-    /// RESTORE_INIT with the parallel restore on: the socket the restored tasks send their BOs
-    /// on, and the fills in this (criu's master) process.
-    fn start_parallel(&self) -> HookResult<()> {
-        let dir = self.dir()?;
-        let opts = self.settings().restore_options(None);
-        let io = |e: std::io::Error| failed(Errno::from_io(&e), e);
-        let (master, task) = crate::parallel::socket_pair().map_err(io)?;
-        let task_end = if crate::shim::in_criu() {
-            match crate::shim::fdstore_add(task.as_fd()) {
-                Some(id) => crate::parallel::TaskEnd::Stored(id),
-                None => {
-                    log::warn!(
-                        "criu's fd store did not take the parallel restore's socket: buffer \
-                         contents are restored in the restored tasks"
-                    );
-                    return Err(HookError::NotOurs);
-                }
-            }
-        } else {
-            crate::parallel::TaskEnd::Inherited(task)
-        };
-        let platform = std::sync::Arc::clone(&self.platform);
-        let fill: std::sync::Arc<crate::parallel::Filler> =
-            std::sync::Arc::new(move |job: crate::parallel::Job| {
-                restore::fill_job(&*platform, dir, &opts, job).map_err(|e| e.to_string())
-            });
-        let hub = crate::parallel::Hub::new(master, task_end, self.platform.process_id(), fill);
-        lock(&self.state).parallel = Some(std::sync::Arc::new(hub));
-        log::info!(
-            "parallel restore on: the restored tasks hand their buffers to criu's master, which \
-             restores their contents"
-        );
-        Ok(())
     }
 }
 
@@ -402,20 +243,37 @@ impl<P: Platform> CriuHooks for Engine<P> {
             );
         }
         drop(s);
-        if stage == Stage::Restore && listed {
-            // Made here, in criu's process before it forks the restored tasks, so that they all
-            // share it (see crate::vma).
-            let mut state = lock(&self.state);
-            if state.shared.is_none() {
-                match SharedVmas::new() {
-                    Ok(t) => state.shared = Some(std::sync::Arc::new(t)),
-                    Err(e) => log::warn!(
-                        "no table of restored buffers for forked tasks ({e}): a task that \
-                         inherited its parent's GPU mappings cannot map them"
-                    ),
+        match stage {
+            Stage::Dump | Stage::PreDump => {
+                let mut session = lock(&self.session);
+                if !matches!(*session, Some(Session::Dump(_))) {
+                    *session = Some(Session::Dump(DumpSession::default()));
                 }
             }
-            drop(state);
+            Stage::Restore if listed => {
+                let mut session = lock(&self.session);
+                if !matches!(*session, Some(Session::Restore(_))) {
+                    *session = Some(Session::Restore(RestoreSession::new(
+                        self.platform.process_id(),
+                    )));
+                }
+            }
+            Stage::Restore | Stage::Unknown(_) => {}
+        }
+        if stage == Stage::Restore && listed {
+            // Made here, in criu's process before it forks the restored tasks, so that they all
+            // share it (see crate::restore::sharing).
+            self.with_restore(|r| {
+                if r.shared.is_none() {
+                    match SharedVmas::new() {
+                        Ok(t) => r.shared = Some(std::sync::Arc::new(t)),
+                        Err(e) => log::warn!(
+                            "no table of restored buffers for forked tasks ({e}): a task that \
+                             inherited its parent's GPU mappings cannot map them"
+                        ),
+                    }
+                }
+            });
             // criu restores GPU files in the restored tasks, after their namespaces are set up: a
             // container's task sees its own sysfs mount, where the topology may be missing or
             // partly unreadable (the device cgroup hides the GPUs it may not use). criu's own
@@ -435,42 +293,10 @@ impl<P: Platform> CriuHooks for Engine<P> {
     }
 
     fn fini(&self, stage: Stage, ret: i32) {
-        // Never leave a process paused, whatever happened in between (a failure is logged: the
-        // exit hook cannot fail the dump any more).
-        let _ = self.unpause_all();
-        let mut state = lock(&self.state);
-        state.restored.clear();
-        state.topology = None;
-        state.user_ids.clear();
-        state.pending_renders.clear();
-        state.preopened.clear();
-        state.own_kfd_image = None;
-        state.shared = None;
-        state.inherited.clear();
-        let lost = state.ledger.unresolved();
-        if !lost.is_empty() {
-            log::error!(
-                "dma-buf images {lost:?}: their buffers are in no dumped file (no render node or \
-                 /dev/kfd of the tree holds them): not saved"
-            );
-        }
-        state.ledger = gem::Ledger::default();
-        state.gem_remaps.clear();
-        state.kept.clear();
-        state.needed = None;
-        state.created = None;
-        state.unlisted.clear();
-        let parallel = state.parallel.take();
-        drop(state);
-        if let Some(hub) = parallel {
-            if hub.owner == self.platform.process_id() {
-                hub.shut_down();
-            } else {
-                // A restored task's copy of the master's: its fd numbers are the task's own
-                // files by now (criu closed the inherited ones), so they are never closed here.
-                std::mem::forget(hub);
-            }
-        }
+        // The stage's session goes: a dump's unpauses every process it left paused, a restore's
+        // shuts the parallel restore down (see session.rs).
+        let session = lock(&self.session).take();
+        drop(session);
         log::debug!("exit {stage:?} ({ret})");
     }
 
@@ -487,7 +313,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
         let kind = self
             .platform
             .identify(fd)
-            .map_err(|e| failed(Errno::from_io(&e), e))?;
+            .map_err(|e| caused(Errno::from_io(&e), e))?;
         if kind != DeviceKind::Other {
             self.record()?;
         }
@@ -500,7 +326,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
                 let kfd = self
                     .platform
                     .kfd_from_fd(dup(fd)?)
-                    .map_err(|e| failed(Errno::EIO, e))?;
+                    .map_err(|e| caused(Errno::EIO, e))?;
                 let opts = settings.dump_options();
                 // The queues stay paused until criu has dumped the tasks' memory: at
                 // DUMP_DEVICES_LATE, or, for a criu without it (3.17 to 4.2), in the exit hook,
@@ -514,7 +340,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
                 }
                 let topo = self.local_topology()?;
                 let report = dump::dump_kfd(&*self.platform, &topo, &kfd, id, self.dir()?, &opts)
-                    .map_err(|e| HookError::failed(e.errno(), e.to_string()))?;
+                    .map_err(|e| caused(e.errno(), e))?;
                 log::info!(
                     "dumped pid {}: {} BOs, {} bytes of GPU memory in {:.3}s",
                     report.pid,
@@ -522,15 +348,15 @@ impl<P: Platform> CriuHooks for Engine<P> {
                     report.bytes(),
                     report.elapsed.as_secs_f64()
                 );
-                lock(&self.state).paused.push(kfd);
+                self.with_dump(|d| d.paused.push(kfd));
                 self.learn_user_ids(&report.gpus)?;
-                let mut patches = Vec::new();
-                {
-                    let mut state = lock(&self.state);
+                let patches = self.with_dump(|d| {
+                    let mut patches = Vec::new();
                     for &(index, object) in &report.buffers {
-                        patches.extend(state.ledger.kfd(id, index, object).map_err(gem_failed)?);
+                        patches.extend(d.ledger.kfd(id, index, object).map_err(gem_failed)?);
                     }
-                }
+                    Ok::<_, HookError>(patches)
+                })?;
                 self.apply(patches)
             }
         }
@@ -549,62 +375,26 @@ impl<P: Platform> CriuHooks for Engine<P> {
     ) -> HookResult<Option<VmaUpdate>> {
         self.enabled()?;
         let device = VmaDevice::from_path(path).ok_or(HookError::NotOurs)?;
-        let state = lock(&self.state);
-        let Some((r, target)) = state
-            .restored
-            .iter()
-            .find_map(|r| Some((r, r.vmas.find(device, addr, old_pgoff)?)))
-        else {
-            if let VmaDevice::Render { minor } = device {
-                let hit = state
-                    .gem_remaps
-                    .iter()
-                    .filter(|(old, _, _)| *old == minor)
-                    .find_map(|(_, remaps, render)| {
-                        Some((remaps.iter().find_map(|r| r.answer(old_pgoff))?, render))
-                    });
-                if let Some((new_pgoff, render)) = hit {
-                    let fd = dup(render.as_fd())?;
-                    return Ok(Some(VmaUpdate {
-                        new_pgoff,
-                        fd: Some(fd),
-                    }));
-                }
+        let found = self.with_restore(|state| restored_vma(state, device, addr, old_pgoff))?;
+        if let Some(update) = found {
+            return Ok(Some(update));
+        }
+        if let VmaDevice::Render { minor } = device {
+            if let Some(update) = self.inherited_vma(minor, addr, old_pgoff)? {
+                return Ok(Some(update));
             }
-            drop(state);
-            if let VmaDevice::Render { minor } = device {
-                if let Some(update) = self.inherited_vma(minor, addr, old_pgoff)? {
-                    return Ok(Some(update));
-                }
-            }
-            log::info!(
-                "no restored buffer had {} at {addr:#x} with offset {old_pgoff:#x}: the mapping \
-                 stays as criu has it",
-                path.display()
-            );
-            return Ok(None);
-        };
-        let fd = match target.on {
-            MappedOn::Kfd => None,
-            MappedOn::Render { gpu_id } => {
-                let render = r.renders.get(&gpu_id).ok_or_else(|| {
-                    failed(
-                        Errno::EINVAL,
-                        format!("no render node was restored for GPU {gpu_id:#x}"),
-                    )
-                })?;
-                Some(dup(render.as_fd())?)
-            }
-        };
-        Ok(Some(VmaUpdate {
-            new_pgoff: target.new_pgoff,
-            fd,
-        }))
+        }
+        log::info!(
+            "no restored buffer had {} at {addr:#x} with offset {old_pgoff:#x}: the mapping \
+             stays as criu has it",
+            path.display()
+        );
+        Ok(None)
     }
 
     fn resume_devices_late(&self, pid: i32) -> HookResult<()> {
         self.enabled()?;
-        let parallel = lock(&self.state).parallel.clone();
+        let parallel = self.with_restore(|r| r.parallel.clone());
         if let Some(hub) = parallel {
             // Every fill of the restore, not only this pid's: its queues may use buffers other
             // tasks restored.
@@ -644,7 +434,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
             Ok(k) => k,
             // No KFD on this machine: nothing of ours was restored.
             Err(e) if e.errno() == Some(Errno::ENOENT) => return Err(HookError::NotOurs),
-            Err(e) => return Err(failed(e.errno().unwrap_or(Errno::EIO), e)),
+            Err(e) => return Err(caused(e.errno().unwrap_or(Errno::EIO), e)),
         };
         match kfd.criu_resume(pid) {
             Ok(()) => {
@@ -652,13 +442,13 @@ impl<P: Platform> CriuHooks for Engine<P> {
                 Ok(())
             }
             Err(e) if e.errno() == Some(Errno::ESRCH) => Err(HookError::NotOurs),
-            Err(e) => Err(failed(e.errno().unwrap_or(Errno::EIO), e)),
+            Err(e) => Err(caused(e.errno().unwrap_or(Errno::EIO), e)),
         }
     }
 
     fn post_forking(&self) -> HookResult<()> {
         self.enabled()?;
-        let Some(hub) = lock(&self.state).parallel.clone() else {
+        let Some(hub) = self.with_restore(|r| r.parallel.clone()) else {
             return Err(HookError::NotOurs);
         };
         hub.start()
@@ -674,21 +464,18 @@ impl<P: Platform> CriuHooks for Engine<P> {
             );
             return Err(HookError::NotOurs);
         }
-        if lock(&self.state).parallel.is_some() {
+        if self.with_restore(|r| r.parallel.is_some()) {
             return Ok(());
         }
         self.start_parallel()
     }
 
     fn dump_devices_late(&self, _id: u32) -> HookResult<()> {
-        let had = !lock(&self.state).paused.is_empty();
+        let had = self.with_dump(|d| !d.paused.is_empty());
         // A process left paused would hang: criu fails the dump instead.
         self.unpause_all()
-            .map_err(|e| failed(e.errno().unwrap_or(Errno::EIO), e.to_string()))?;
-        let (lost, unlisted) = {
-            let state = lock(&self.state);
-            (state.ledger.unresolved(), state.unlisted.clone())
-        };
+            .map_err(|e| caused(e.errno().unwrap_or(Errno::EIO), e))?;
+        let (lost, unlisted) = { self.with_dump(|d| (d.ledger.unresolved(), d.unlisted.clone())) };
         if !lost.is_empty() {
             let why = if unlisted.is_empty() {
                 String::new()

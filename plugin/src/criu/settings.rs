@@ -42,8 +42,8 @@ pub struct Settings {
     pub direct_io: DirectIo,
     /// `AMDGPU_CR_PARALLEL_RESTORE` (default off): under a criu that calls RESTORE_INIT and
     /// POST_FORKING, the restored tasks hand their BOs to criu's master, which writes their
-    /// contents while the tasks go on restoring (see `crate::parallel`). Other criu versions
-    /// restore contents in the task whatever it says.
+    /// contents while the tasks go on restoring (see `crate::restore::parallel`). Other criu
+    /// versions restore contents in the task whatever it says.
     pub parallel_restore: bool,
 }
 
@@ -52,7 +52,7 @@ impl Settings {
     /// (the parallel restore).
     pub(crate) fn restore_options(
         self,
-        handoff: Option<std::sync::Arc<crate::parallel::Hub>>,
+        handoff: Option<std::sync::Arc<crate::restore::parallel::Hub>>,
     ) -> RestoreOptions {
         RestoreOptions {
             staging: self.staging,

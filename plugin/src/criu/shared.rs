@@ -9,11 +9,12 @@ use images::{DmabufImage, ImageFile, KfdImage, RenderNodeImage};
 use kfd_abi::platform::{DeviceKind, Platform};
 use kfd_abi::Errno;
 
-use super::{failed, gem_failed, lock, Engine};
-use crate::gem::{self, GemError};
-use crate::hooks::{HookResult, VmaUpdate};
+use super::{caused, failed, gem_failed, Engine};
+use crate::gem::GemError;
+use crate::hooks::{HookError, HookResult, VmaUpdate};
+use crate::restore::render::{self, RenderRestore, RestoreGemOptions};
+use crate::restore::sharing::{self, SharedBuffer};
 use crate::restore::Restored;
-use crate::vma::{self, SharedBuffer};
 
 /// `SharedBuffer::old_minor` of a published dma-buf (render minors are 128..255): its `addr` is
 /// the buffer's key, its `fd` the publisher's fd of the dma-buf.
@@ -37,22 +38,22 @@ impl<P: Platform> Engine<P> {
     /// The keys of the buffers that some file of the checkpoint imports or holds as a dma-buf
     /// (read once from the image directory): their creators publish them.
     pub(super) fn needed_keys(&self) -> std::sync::Arc<std::collections::BTreeSet<u32>> {
-        if let Some(n) = &lock(&self.state).needed {
-            return std::sync::Arc::clone(n);
+        if let Some(n) = self.with_restore(|r| r.needed.clone()) {
+            return n;
         }
         let keys = std::sync::Arc::new(self.scan_keys(Keys::Imported));
-        lock(&self.state).needed = Some(std::sync::Arc::clone(&keys));
+        self.with_restore(|r| r.needed = Some(std::sync::Arc::clone(&keys)));
         keys
     }
 
     /// The keys of the buffers that some file of the checkpoint creates: render-node buffers
     /// that are not imports, and `/dev/kfd` BOs named by a handle (read once).
     fn created_keys(&self) -> std::sync::Arc<std::collections::BTreeSet<u32>> {
-        if let Some(c) = &lock(&self.state).created {
-            return std::sync::Arc::clone(c);
+        if let Some(c) = self.with_restore(|r| r.created.clone()) {
+            return c;
         }
         let keys = std::sync::Arc::new(self.scan_keys(Keys::Created));
-        lock(&self.state).created = Some(std::sync::Arc::clone(&keys));
+        self.with_restore(|r| r.created = Some(std::sync::Arc::clone(&keys)));
         keys
     }
 
@@ -108,7 +109,7 @@ impl<P: Platform> Engine<P> {
     /// other restored tasks (kept open here, above the task's own fds).
     pub(super) fn publish_dmabufs(&self, created: Vec<(u32, OwnedFd)>) -> HookResult<()> {
         let needed = self.needed_keys();
-        let Some(shared) = lock(&self.state).shared.clone() else {
+        let Some(shared) = self.with_restore(|r| r.shared.clone()) else {
             return Ok(());
         };
         let owner = self.platform.process_id();
@@ -126,7 +127,7 @@ impl<P: Platform> Engine<P> {
             }
             let fd = match crate::shim::unused_fd_of(owner) {
                 Some(next) => kfd_abi::transport::dup_at_or_above(fd.as_fd(), next)
-                    .map_err(|e| failed(Errno::from_io(&e), e))?,
+                    .map_err(|e| caused(Errno::from_io(&e), e))?,
                 None => fd,
             };
             records.push(SharedBuffer {
@@ -143,11 +144,11 @@ impl<P: Platform> Engine<P> {
         }
         shared
             .publish(&records)
-            .map_err(|e| failed(Errno::ENOSPC, e))?;
+            .map_err(|e| caused(Errno::ENOSPC, e))?;
         for r in &records {
             log::info!("pid {owner}: published the buffer shared as {}", r.addr);
         }
-        lock(&self.state).kept.extend(kept);
+        self.with_restore(|r| r.kept.extend(kept));
         Ok(())
     }
 
@@ -168,7 +169,7 @@ impl<P: Platform> Engine<P> {
                 ),
             });
         }
-        let Some(shared) = lock(&self.state).shared.clone() else {
+        let Some(shared) = self.with_restore(|r| r.shared.clone()) else {
             return Err(not_published(0));
         };
         let start = std::time::Instant::now();
@@ -234,14 +235,14 @@ impl<P: Platform> Engine<P> {
                     .get_or_init(|| self.scan_keys(Keys::RenderCreated))
                     .contains(&key)
         };
-        let opts = gem::RestoreGemOptions {
+        let opts = RestoreGemOptions {
             staging: settings.staging,
             reading: settings.reading(),
             progress: &settings.progress,
             lookup: &lookup,
             kfd_only: &kfd_only,
         };
-        let restored = gem::restore(&gem::RenderRestore {
+        let restored = render::restore(&RenderRestore {
             platform: &*self.platform,
             render,
             minor,
@@ -263,9 +264,10 @@ impl<P: Platform> Engine<P> {
         // the lowest free number it took an fd criu then restores the task's own file at).
         let above = crate::shim::unused_fd_of(self.platform.process_id()).unwrap_or(0);
         let keep = self.render_at_or_above(render, above)?;
-        lock(&self.state)
-            .gem_remaps
-            .push((msg.drm_render_minor, restored.remaps, keep));
+        self.with_restore(|r| {
+            r.gem_remaps
+                .push((msg.drm_render_minor, restored.remaps, keep));
+        });
         Ok(())
     }
 
@@ -273,7 +275,7 @@ impl<P: Platform> Engine<P> {
     /// tasks see: a child that shares this process's files (forked before the dump) maps them
     /// through this task's render nodes.
     pub(super) fn publish(&self, r: &Restored<P::Device>) {
-        let Some(shared) = lock(&self.state).shared.clone() else {
+        let Some(shared) = self.with_restore(|r| r.shared.clone()) else {
             return;
         };
         let owner = self.platform.process_id();
@@ -316,23 +318,27 @@ impl<P: Platform> Engine<P> {
         old_pgoff: u64,
     ) -> HookResult<Option<VmaUpdate>> {
         let pid = self.platform.process_id();
-        let mut state = lock(&self.state);
-        let Some(shared) = state.shared.clone() else {
-            return Ok(None);
-        };
         let find = |buffers: &[SharedBuffer]| {
-            vma::find_inherited(buffers, pid, minor, addr, old_pgoff, |p| {
+            sharing::find_inherited(buffers, pid, minor, addr, old_pgoff, |p| {
                 self.platform.parent_of(p)
             })
-            .map_err(|e| failed(Errno::EINVAL, e))
+            .map_err(|e| caused(Errno::EINVAL, e))
         };
-        let mut hit = find(&state.inherited)?;
-        if hit.is_none() {
-            // Published since this task last looked.
-            state.inherited = shared.buffers();
-            hit = find(&state.inherited)?;
-        }
-        drop(state);
+        let found = self.with_restore(|state| {
+            let Some(shared) = state.shared.clone() else {
+                return Ok(None);
+            };
+            let mut hit = find(&state.inherited)?;
+            if hit.is_none() {
+                // Published since this task last looked.
+                state.inherited = shared.buffers();
+                hit = find(&state.inherited)?;
+            }
+            Ok::<_, HookError>(Some((shared, hit)))
+        })?;
+        let Some((shared, hit)) = found else {
+            return Ok(None);
+        };
         let Some((b, new_pgoff)) = hit else {
             if shared.lost() > 0 {
                 return Err(failed(

@@ -23,7 +23,7 @@ pub(super) fn in_pages(b: &KfdBoEntry, readers: &BTreeMap<u32, PagesReader>) -> 
 /// Sends the dma-bufs of the BOs with contents to criu's master (the parallel restore); the
 /// GPUs' results say 0 bytes, which the master writes.
 pub(super) fn hand_off(
-    hub: &crate::parallel::Hub,
+    hub: &super::parallel::Hub,
     pid: u32,
     id: u32,
     mapping: &Mapping,
@@ -59,9 +59,9 @@ pub(super) fn hand_off(
             .socket()
             .map_err(|e| fail(format!("reaching criu's master: {e}")))?;
         let mut at = 0;
-        for part in crate::parallel::parts(id, pid, &gpus, &indices) {
+        for part in super::parallel::parts(id, pid, &gpus, &indices) {
             let n = part.bos.len();
-            crate::parallel::send_message(sock.as_fd(), &part.encode(), &fds[at..at + n]).map_err(
+            super::parallel::send_message(sock.as_fd(), &part.encode(), &fds[at..at + n]).map_err(
                 |e| {
                     fail(format!(
                         "sending buffers {at}..{} to criu's master: {e}",
@@ -101,7 +101,7 @@ pub(crate) fn fill_job<P: Platform>(
     platform: &P,
     dir: BorrowedFd<'_>,
     opts: &RestoreOptions,
-    job: crate::parallel::Job,
+    job: super::parallel::Job,
 ) -> Result<u64, RestoreError> {
     let id = job.image;
     let fail = |what: String| RestoreError::Handoff { id, what };

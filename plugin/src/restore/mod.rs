@@ -16,6 +16,11 @@
 //! (module `priv_data`). A host process therefore has those GPUs after the restore (it never
 //! names them: its runtime enumerated GPUs before the checkpoint); a container that must not have
 //! them is given only its GPUs by its device cgroup.
+//!
+//! Beside it, the rest of a restore: [`render`] (render-node buffers), [`vma`] (which restored
+//! buffer a device VMA maps), [`sharing`] (the table the restored tasks share their buffers in)
+//! and [`parallel`] (buffer contents restored from criu's master: wire format, socket calls,
+//! workers).
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -29,13 +34,17 @@ use topology::{CheckOptions, Mapping};
 
 use crate::copy::{Progress, Reading, Staging};
 use crate::shm::SharedMem;
-use crate::vma::VmaRemaps;
+
 use kfd_abi::platform::Platform;
 
 mod contents;
 mod error;
 mod gpus;
 mod lookup;
+pub(crate) mod parallel;
+pub(crate) mod render;
+pub(crate) mod sharing;
+pub(crate) mod vma;
 
 pub(crate) use contents::fill_job;
 use contents::{copy_contents, hand_off};
@@ -44,6 +53,7 @@ pub use error::RestoreError;
 use gpus::{spare_gpus, targets_of};
 pub(crate) use gpus::{usable_topology, UsableGpus};
 pub(crate) use lookup::{has_kfd_image, kfd_image_of, pid_needs_resume, render_minor_for};
+use vma::VmaRemaps;
 
 /// How to restore.
 #[derive(Clone, Debug, Default)]
@@ -57,8 +67,8 @@ pub(crate) struct RestoreOptions {
     /// Counts the bytes copied.
     pub progress: Progress,
     /// When set, the contents are not copied in the restored task: its BOs go to criu's master,
-    /// which fills them (see `crate::parallel`).
-    pub handoff: Option<std::sync::Arc<crate::parallel::Hub>>,
+    /// which fills them (see `parallel`).
+    pub handoff: Option<std::sync::Arc<parallel::Hub>>,
 }
 
 /// Per GPU, what a restore did.

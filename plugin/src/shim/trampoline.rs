@@ -44,10 +44,11 @@ fn status(hook: &str, result: HookResult<()>) -> c_int {
     }
 }
 
-/// The criu value of an error; failures (not "not ours") are logged with their message.
+/// The criu value of an error; failures (not "not ours") are logged with their message and
+/// what caused them.
 fn failure(hook: &str, e: &HookError) -> c_int {
     if !matches!(e, HookError::NotOurs) {
-        log::error!("{hook}: {e}");
+        log::error!("{hook}: {}", e.chain());
     }
     e.to_criu()
 }

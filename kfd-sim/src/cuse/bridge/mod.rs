@@ -51,8 +51,9 @@ use std::sync::{Arc, Mutex};
 use kfd_abi::Errno;
 
 use crate::host::lock;
-use crate::kfd::process::{KfdProcess, MmWatch};
-use crate::machine::{MachineInner, OpenFile};
+use crate::state::accounts::MmWatch;
+use crate::state::machine::{MachineInner, OpenFile};
+use crate::state::process::KfdProcess;
 
 /// Where the module's control device appears.
 pub const DEFAULT_PATH: &str = "/dev/kfd-bridge";
@@ -427,7 +428,7 @@ impl Bridge {
     /// `caller` is the calling process's KFD process, if it has one. The result is the mmap's.
     pub(crate) fn answer_mmap(
         &self,
-        machine: &MachineInner,
+        machine: &Arc<MachineInner>,
         file: &OpenFile,
         caller: Option<&Arc<KfdProcess>>,
         tid: u32,
@@ -455,7 +456,7 @@ impl Bridge {
             length: q.length,
             flags: q.flags,
         };
-        let target = crate::vma::resolve(machine, file, caller, &req).inspect_err(|e| {
+        let target = crate::fops::mmap(machine, file, caller, &req).inspect_err(|e| {
             log::debug!(
                 "kfd-simd: tid {tid}: mmap of {:#x}+{:#x} (flags {:#x}): {e}",
                 q.offset,

@@ -11,7 +11,7 @@ use super::dispatch::{self, Failure, InFlight, RoundEnd};
 use super::memory::{self, load_u64, read_u64};
 use super::packet::{code, off, u32_at, u64_at, SENDMSG_ID_BITS};
 use super::{QueueRun, Step};
-use crate::hw::scheduler::{MappedProcess, Runlist};
+use crate::hw::runlist::{MappedProcess, Runlist};
 use crate::hw::sdma::{gpu_timestamp, read_va};
 
 impl<R: Runlist> QueueRun<'_, R> {

@@ -9,7 +9,7 @@
 //!   driver drops with the queue.
 //! - **When it runs.** One thread per GPU, started when a doorbell slice of that GPU is first
 //!   mapped, polling the doorbells of the active AQL queues in the SDMA engine's loop
-//!   ([`super::scheduler::poll`]: often while there is work, backing off when there is
+//!   ([`poll`]: often while there is work, backing off when there is
 //!   none); it holds the machine weakly and ends with it.
 //! - **The ring.** 64-byte packets; the doorbell holds the index of the last packet made valid
 //!   (CHECKPOINT latches it into the MQD, and a restored queue starts from that value, its new
@@ -43,7 +43,7 @@
 //!   the queue stops, and the first of each kind is logged by name. Nothing a client writes
 //!   stops the thread or the daemon.
 //! - **Eviction.** An evicted process runs nothing; evicting waits for the round in flight
-//!   ([`wait_idle`](super::scheduler::wait_idle)), whose waves stop at an instruction boundary
+//!   ([`wait_idle`](super::runlist::wait_idle)), whose waves stop at an instruction boundary
 //!   (a kernel that never ends stops at the end of its time slice, [`dispatch::ROUND`]). Then
 //!   [`save_waves`] does what compute wave save/restore does ([`cwsr`]): each stopped dispatch's
 //!   waves and LDS go into the queue's context save area in the client's memory, its progress
@@ -56,7 +56,8 @@
 //!   again (logged): a checkpoint does not carry them, and a restored queue runs that dispatch
 //!   again from the start.
 //!
-//! Here: the queues' state and the packet loop. Beside it: `packet` (the layouts it reads),
+//! Here: the packet loop. Beside it: [`state`] (what it keeps of each queue), `packet` (the
+//! layouts it reads),
 //! `vendor` (PM4 and BARRIER_VALUE packets), `launch` (starting a dispatch, scratch, rounds,
 //! failures), `dispatch` (the workgroups on worker threads), `signal` (completion signals and
 //! queue errors), [`cwsr`] and [`memory`] (reads and atomics through the GPU's VM).
@@ -66,15 +67,16 @@ mod launch;
 pub(crate) mod memory;
 mod packet;
 mod signal;
+pub(crate) mod state;
 mod vendor;
 
 use std::sync::{Arc, Mutex, Weak};
 
-use self::cwsr::{Area, CwsrError, Layout, SavedDispatch};
-use self::dispatch::InFlight;
+use self::cwsr::{Area, CwsrError, Layout};
 use self::memory::{load_u64, read_u32, SvmView};
+use self::state::QueueState;
 use super::queue::Engine;
-use super::scheduler::{poll, MappedProcess, Runlist};
+use super::runlist::{poll, MappedProcess, Runlist};
 use super::sdma::{read_va, Fault};
 use super::vm::Vm;
 use crate::host::lock;
@@ -82,31 +84,6 @@ use packet::{code, off, ty, type_name, u64_at, PACKET};
 
 /// Packets one queue runs per pass (dispatch rounds count as one).
 const PACKETS_PER_PASS: usize = 64;
-
-/// What the command processor keeps of one AQL queue.
-#[derive(Debug, Default)]
-pub(crate) struct QueueState {
-    /// The read index was taken from memory.
-    started: bool,
-    /// The index of the packet the command processor is at.
-    rptr: u64,
-    /// The dispatch in flight.
-    dispatch: Option<InFlight>,
-    /// A control stack taken when the queue was mapped again: its waves are still to be read
-    /// from the context save area.
-    saved_layout: Option<Result<Layout, CwsrError>>,
-    /// A dispatch read back from the context save area, resumed when the command processor
-    /// meets its packet at the read index.
-    resume: Option<SavedDispatch>,
-    /// A scratch request is out: wait until ROCr answers it.
-    scratch_wait: bool,
-    /// A scratch request was answered for the packet at the read index.
-    scratch_answered: bool,
-    /// The queue stopped with this error code.
-    stopped: Option<u64>,
-    /// Where its first dispatch's ring, kernel, arguments and signal are was logged.
-    described: bool,
-}
 
 /// The command processors of one machine: a thread per GPU, each started once.
 #[derive(Debug, Default)]

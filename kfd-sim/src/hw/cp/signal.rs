@@ -3,7 +3,7 @@
 use super::memory::{fetch_add_u64, read_u32, read_u64, store_u64};
 use super::packet::{code, off, ty, EOP_ID_BITS, PROFILING};
 use super::{QueueRun, Step};
-use crate::hw::scheduler::{MappedProcess, Runlist};
+use crate::hw::runlist::{MappedProcess, Runlist};
 use crate::hw::sdma::{gpu_timestamp, write_va, Fault};
 
 impl<R: Runlist> QueueRun<'_, R> {

@@ -3,7 +3,7 @@
 use super::memory::load_u64;
 use super::packet::{code, off, pm4_name, u32_at, u64_at};
 use super::{QueueRun, Step};
-use crate::hw::scheduler::Runlist;
+use crate::hw::runlist::Runlist;
 use crate::hw::sdma::read_va;
 
 impl<R: Runlist> QueueRun<'_, R> {

@@ -20,6 +20,9 @@ use crate::copy::{self, BoSource, CopyError, Progress, Staging};
 use crate::shm::SharedMem;
 use kfd_abi::platform::Platform;
 
+pub(crate) mod gem;
+pub(crate) mod sharing;
+
 /// How to dump.
 #[derive(Clone, Debug)]
 pub(crate) struct DumpOptions {

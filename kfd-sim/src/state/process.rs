@@ -8,6 +8,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use kfd_abi::Errno;
 
+use super::accounts::Accounts;
 use super::event::{Event, SignalPage};
 use super::queue::{doorbell_reserved, Queue, QueueKind};
 use super::svm_range::{RestoredSvm, SvmRange};
@@ -15,7 +16,6 @@ use crate::host::{lock, FileKey};
 use crate::hw::backing::{device_page, Backing, Domain};
 use crate::hw::vm::Vm;
 use crate::limits::*;
-use crate::machine::MachineInner;
 
 /// One buffer object.
 #[derive(Debug)]
@@ -154,20 +154,13 @@ impl ProcState {
     }
 }
 
-/// Who tells the driver that a client's mm was torn down (the MMU notifier's `release`, which
-/// amdkfd registers for every process): the kfd_bridge module, for the CUSE server behind it.
-pub(crate) trait MmWatch: Send + Sync + std::fmt::Debug {
-    /// Whether the mm of OS process `pid` (the daemon's pid namespace) was torn down: it exited,
-    /// or called execve.
-    fn released(&self, pid: u32) -> bool;
-}
-
 /// A KFD process: one per simulated mm.
 #[derive(Debug)]
 pub(crate) struct KfdProcess {
     /// Simulated pid of the owner.
     pub pid: u32,
-    pub(crate) machine: Arc<MachineInner>,
+    /// What it gives back to the machine when it goes.
+    pub(crate) accounts: Arc<Accounts>,
     pub(crate) state: Mutex<ProcState>,
     /// Signalled on SET_EVENT and DESTROY_EVENT.
     pub(crate) events_cv: Condvar,
@@ -182,9 +175,9 @@ pub(crate) struct KfdProcess {
 }
 
 impl KfdProcess {
-    pub(crate) fn new(machine: Arc<MachineInner>, pid: u32, may_use: &dyn Fn(u32) -> bool) -> Self {
+    pub(crate) fn new(accounts: Arc<Accounts>, pid: u32, may_use: &dyn Fn(u32) -> bool) -> Self {
         let mut pdds = Vec::new();
-        for (i, dev) in machine.devices.iter().enumerate() {
+        for (i, dev) in accounts.devices.iter().enumerate() {
             if !may_use(dev.render_minor) {
                 continue;
             }
@@ -222,7 +215,7 @@ impl KfdProcess {
         };
         Self {
             pid,
-            machine,
+            accounts,
             state: Mutex::new(state),
             events_cv: Condvar::new(),
             engine: Mutex::new(()),
@@ -262,15 +255,12 @@ impl KfdProcess {
         }
         let aligned = align_up(bo.size);
         if bo.flags & kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_VRAM != 0 {
-            if let Some(d) = self.machine.devices.get(dev) {
-                let mut s = lock(&d.state);
-                s.vram_used = s.vram_used.saturating_sub(aligned);
-            }
+            self.accounts.release_vram(dev, aligned);
         } else if bo.flags
             & (kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_GTT | kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_USERPTR)
             != 0
         {
-            self.machine.release_system(aligned);
+            self.accounts.release_system(aligned);
         }
     }
 
@@ -279,7 +269,7 @@ impl KfdProcess {
     /// `pqm_uninit`) and nothing of it runs on the GPU again; a round of the engines in flight
     /// finds its queue gone. Returns whether this call released it (not done before). Does not
     /// wait for that round (the command processor calls it from inside one; see
-    /// [`wait_idle`](crate::hw::scheduler::wait_idle)).
+    /// [`wait_idle`](crate::hw::runlist::wait_idle)).
     pub(crate) fn release_mm(&self) -> bool {
         let mut st = self.lock();
         if st.mm_released {
@@ -301,14 +291,14 @@ impl KfdProcess {
     }
 
     /// Whether the process's mm is gone: released before, or the machine's watch
-    /// ([`MmWatch`]) says so now, and then it is released here ([`release_mm`](Self::release_mm)).
-    /// Asked when the engines could not reach the process's memory, before they call that a
-    /// fault of the queue.
+    /// ([`MmWatch`](super::accounts::MmWatch)) says so now, and then it is released here
+    /// ([`release_mm`](Self::release_mm)). Asked when the engines could not reach the process's
+    /// memory, before they call that a fault of the queue.
     pub(crate) fn mm_gone(&self) -> bool {
         if self.lock().mm_released {
             return true;
         }
-        if self.machine.mm_released(self.pid) {
+        if self.accounts.mm_released(self.pid) {
             self.release_mm();
             return true;
         }
@@ -328,7 +318,7 @@ impl KfdProcess {
                 }
             }
             if q.kind != QueueKind::Compute {
-                if let Some(d) = self.machine.devices.get(p.dev) {
+                if let Some(d) = self.accounts.devices.get(p.dev) {
                     d.free_sdma(q.kind, q.sdma_id);
                 }
             }
@@ -350,7 +340,7 @@ impl Drop for KfdProcess {
             }
             if let Some(d) = pdds
                 .get(q.pdd)
-                .and_then(|p| self.machine.devices.get(p.dev))
+                .and_then(|p| self.accounts.devices.get(p.dev))
             {
                 d.free_sdma(q.kind, q.sdma_id);
             }
@@ -365,14 +355,13 @@ impl Drop for KfdProcess {
             if let Some(drm) = &p.drm {
                 lock(&drm.vm).owner = None;
             }
-            if let Some(d) = self.machine.devices.get(p.dev) {
+            if let Some(d) = self.accounts.devices.get(p.dev) {
                 d.free_doorbell_slice(p.doorbell_index);
             }
         }
-        self.machine.forget_process(self.pid);
         if log::log_enabled!(log::Level::Info) {
             let used: Vec<String> = self
-                .machine
+                .accounts
                 .devices
                 .iter()
                 .map(|d| format!("{:#x}: {}", d.gpu_id, lock(&d.state).vram_used))

@@ -8,16 +8,12 @@ use kfd_abi::Errno;
 use topology::model::keys;
 use topology::Topology;
 
-use crate::device::{Device, DeviceState};
+use super::accounts::{Accounts, MmWatch};
+use super::device::{Device, DeviceState};
+use super::process::KfdProcess;
+use super::render_file::{Gem, RenderFile};
 use crate::host::{lock, FileKey};
 use crate::hw::backing::Backing;
-use crate::kfd::process::KfdProcess;
-use crate::render::file::{Gem, RenderFile};
-
-/// How often, and how long apart, [`MachineInner::mm_released`] asks again about a process that
-/// is between dropping its mm and the mm's release.
-const MM_RELEASE_POLLS: u32 = 50;
-const MM_RELEASE_POLL: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Why a machine could not be built from a topology.
 #[derive(Debug, thiserror::Error)]
@@ -150,7 +146,6 @@ struct Registry {
     /// of the same device gives this object again, as amdgpu's self-import does.
     gems: HashMap<FileKey, Weak<Gem>>,
     tracers: HashMap<u32, u32>,
-    system_used: u64,
     locked: bool,
 }
 
@@ -158,8 +153,10 @@ struct Registry {
 #[derive(Debug)]
 pub(crate) struct MachineInner {
     pub(crate) topology: Topology,
-    pub(crate) devices: Vec<Device>,
-    pub(crate) system_limit: u64,
+    /// The GPUs (the same list as the accounts').
+    pub(crate) devices: Arc<[Device]>,
+    /// What the kernel's objects settle with the machine: held by KFD processes and GEM objects.
+    pub(crate) accounts: Arc<Accounts>,
     /// What GET_VERSION reports, `major << 32 | minor` (1.11 unless told otherwise).
     kfd_version: std::sync::atomic::AtomicU64,
     /// The kernel the drivers behave as (`Kernel as u8`).
@@ -174,9 +171,6 @@ pub(crate) struct MachineInner {
     pub(crate) scheduler: crate::hw::scheduler::Scheduler,
     /// The command processors: a thread per GPU runs the AQL queues.
     pub(crate) cp: crate::hw::cp::CommandProcessors,
-    /// Who reports the release of clients' mms, when someone does (the CUSE server behind the
-    /// kfd_bridge module).
-    mm_watch: Mutex<Option<Arc<dyn crate::kfd::process::MmWatch>>>,
     reg: Mutex<Registry>,
 }
 
@@ -227,10 +221,12 @@ impl MachineInner {
             .fold(0u64, u64::saturating_add);
         let system_limit = ram / 16 * 15;
         let gtt_size = crate::sysfs::gtt_size(&topology);
+        let devices: Arc<[Device]> = devices.into();
+        let accounts = Arc::new(Accounts::new(Arc::clone(&devices), system_limit));
         Ok(Self {
             topology,
             devices,
-            system_limit,
+            accounts,
             gtt_size,
             unanswered: Mutex::new(BTreeSet::new()),
             scheduler: crate::hw::scheduler::Scheduler::default(),
@@ -241,7 +237,6 @@ impl MachineInner {
             ),
             engine: crate::hw::sdma::EngineTime::default(),
             kernel: std::sync::atomic::AtomicU8::new(0),
-            mm_watch: Mutex::new(None),
             reg: Mutex::new(Registry {
                 next_pid: 1000,
                 ..Registry::default()
@@ -318,7 +313,9 @@ impl MachineInner {
         if r.processes.get(&pid).is_some_and(|w| w.strong_count() > 0) {
             log::debug!("kfd-sim: pid {pid}: a new process while the old one's files linger");
         }
-        let p = Arc::new(KfdProcess::new(Arc::clone(self), pid, may_use));
+        let p = Arc::new(KfdProcess::new(Arc::clone(&self.accounts), pid, may_use));
+        // The entries of processes gone are dropped here, as those of files and dma-bufs are.
+        r.processes.retain(|_, w| w.strong_count() > 0);
         r.processes.insert(pid, Arc::downgrade(&p));
         Ok(p)
     }
@@ -335,13 +332,6 @@ impl MachineInner {
     /// The live KFD process of `pid`, if any.
     pub(crate) fn find_process(&self, pid: u32) -> Option<Arc<KfdProcess>> {
         lock(&self.reg).processes.get(&pid).and_then(Weak::upgrade)
-    }
-
-    pub(crate) fn forget_process(&self, pid: u32) {
-        let mut r = lock(&self.reg);
-        if r.processes.get(&pid).is_some_and(|w| w.strong_count() == 0) {
-            r.processes.remove(&pid);
-        }
     }
 
     pub(crate) fn register_file(&self, file: &Arc<OpenFile>) {
@@ -403,23 +393,16 @@ impl MachineInner {
 
     /// Charges `size` bytes of system memory (GTT, userptr); ENOMEM past the limit.
     pub(crate) fn reserve_system(&self, size: u64) -> Result<(), Errno> {
-        let mut r = lock(&self.reg);
-        let total = r.system_used.checked_add(size).ok_or(Errno::ENOMEM)?;
-        if total > self.system_limit {
-            return Err(Errno::ENOMEM);
-        }
-        r.system_used = total;
-        Ok(())
+        self.accounts.reserve_system(size)
     }
 
     pub(crate) fn release_system(&self, size: u64) {
-        let mut r = lock(&self.reg);
-        r.system_used = r.system_used.saturating_sub(size);
+        self.accounts.release_system(size);
     }
 
     /// System memory charged to GTT and userptr BOs (what `AMDGPU_INFO_GTT_USAGE` reports).
     pub(crate) fn system_used(&self) -> u64 {
-        lock(&self.reg).system_used
+        self.accounts.system_used()
     }
 
     /// The GTT size of each GPU: half the system memory, at least 3 GiB.
@@ -435,31 +418,8 @@ impl MachineInner {
     }
 
     /// Sets (or, with `None`, drops) who reports the release of clients' mms.
-    pub(crate) fn set_mm_watch(&self, watch: Option<Arc<dyn crate::kfd::process::MmWatch>>) {
-        *lock(&self.mm_watch) = watch;
-    }
-
-    /// Whether the watch reports the mm of OS process `pid` released (`false` without a watch).
-    /// A process whose memory cannot be reached although the watch does not report it yet may be
-    /// between dropping its mm and the mm's release (the kernel's `exit_mm`: the task lets go of
-    /// its mm, then the last reference's `mmput` runs the notifiers); when it has no mappings
-    /// left, the watch is asked again for a short while.
-    pub(crate) fn mm_released(&self, pid: u32) -> bool {
-        let Some(watch) = lock(&self.mm_watch).clone() else {
-            return false;
-        };
-        if watch.released(pid) {
-            return true;
-        }
-        // `maps`, not `smaps`: whether any mapping is left, without walking page tables.
-        let exiting = std::fs::read(format!("/proc/{pid}/maps")).map_or(true, |m| m.is_empty());
-        if !exiting {
-            return false;
-        }
-        (0..MM_RELEASE_POLLS).any(|_| {
-            std::thread::sleep(MM_RELEASE_POLL);
-            watch.released(pid)
-        })
+    pub(crate) fn set_mm_watch(&self, watch: Option<Arc<dyn MmWatch>>) {
+        self.accounts.set_mm_watch(watch);
     }
 
     /// The keys of what [`log_once`](Self::log_once) has logged on this machine, in order.
@@ -482,7 +442,7 @@ impl MachineInner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kfd::process::MmWatch;
+    use crate::state::accounts::MmWatch;
 
     /// A watch that reports the mms of `released` torn down, and counts the questions.
     #[derive(Debug)]
@@ -540,7 +500,7 @@ mod tests {
         assert!(!p.lock().mm_released);
         assert_eq!(watch.asked.load(std::sync::atomic::Ordering::Relaxed), 1);
         m.set_mm_watch(None);
-        assert!(!m.mm_released(77), "no watch any more");
+        assert!(!m.accounts.mm_released(77), "no watch any more");
     }
 
     #[test]

@@ -10,8 +10,8 @@ use kfd_abi::Errno;
 use crate::host::lock;
 use crate::hw::backing::{device_page, Backing};
 use crate::hw::sdma::Engines;
-use crate::kfd::queue::QueueKind;
 use crate::limits::{align_up, PAGE_SIZE};
+use crate::state::queue::QueueKind;
 
 /// Mutable per-device state shared by all processes (the device queue manager's part).
 #[derive(Debug)]
