@@ -60,10 +60,10 @@
 //!
 //! Besides the caller's thread (in process) or the CUSE reader threads (`kfd-simd`), a machine
 //! runs one SDMA engine thread (`kfd-sim-sdma`) and one command processor thread per GPU
-//! (`kfd-sim-cp<n>`), each started by the first mmap of a doorbell slice, polling the runlist,
-//! and ending with the machine; a command processor's rounds run workgroups on scoped worker
-//! threads. Locks are taken in this order only, outermost first (a thread holding one takes only
-//! those after it):
+//! (`kfd-sim-cp<n>`), each started by the first mmap of a doorbell slice (of that GPU), polling
+//! the runlist, and ending with the machine; a command processor's rounds run workgroups on
+//! scoped worker threads. Locks are taken in this order only, outermost first (a thread holding
+//! one takes only those after it):
 //!
 //! 1. an engine's or a command processor's preemption lock of a KFD process (the first lock of
 //!    a round; `wait_idle` takes them with nothing held), or, in process, a `SimProcess`'s KFD
@@ -71,12 +71,12 @@
 //! 2. a command processor's `QueueState`, or a command submission's entity lock and then an
 //!    SDMA engine's busy lock;
 //! 3. one KFD process's state, or one render file's state (never two of these at once);
-//! 4. the CUSE server's client records and open files;
+//! 4. the CUSE server's client records, or its open files (one at a time);
 //! 5. the machine's registry;
 //! 6. leaves: a device's state and MMIO page, a process's doorbell pages, the mm watch, ...;
 //! 7. a GPU VM, then a dispatch round's pinned memory.
 //!
-//! Handlers copy the caller's memory while holding a state lock of row 3; over CUSE the mmap
+//! Handlers copy the caller's memory while holding a state lock of item 3; over CUSE the mmap
 //! path therefore waits for those locks at most 2 s (`lock_within`, then `EAGAIN`), or a
 //! client thread inside `mmap` would wait on a reader that waits on that client's `mmap_lock`.
 //! Poisoned locks are taken as they are: handlers do not panic on client input, and a panic is
