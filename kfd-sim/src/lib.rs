@@ -47,9 +47,10 @@
 //! - **Hardware** (`hw/`): what the GPU does. `backing` (the memory: memfds, user memory), `vm`
 //!   (the page tables), `sdma` (the SDMA engines), `queue` (the registers of a mapped queue),
 //!   `runlist` (what the driver maps for the engines, and their polling loop), `scheduler`
-//!   (doorbells to the SDMA engines), `aql` (what the AQL queues ring; the command processor
-//!   that will run them belongs beside the SDMA engine). It knows no driver: the driver hands
-//!   it memory, VM mappings and a runlist of queue registers, and takes its interrupts.
+//!   (doorbells to the SDMA engines), `cp` (the command processor of each GPU: AQL packets,
+//!   kernel dispatch on the `kfd-shader` core, compute wave save/restore). It knows no driver:
+//!   the driver hands it memory, VM mappings and a runlist of queue registers, and takes its
+//!   interrupts.
 //! - **Base**: `host.rs` (the host OS), `scratch.rs` (temporary directories named for their
 //!   process), `limits.rs` (the gfx9 numbers) and the description of the
 //!   machine (`preset.rs`, `asic.rs`, `sysfs.rs`).
@@ -58,6 +59,35 @@
 //! hardware holds (a BO to its memory, a pdd to its VM, a queue to its registers), and the
 //! hardware reads only that, as a GPU reads memory, page tables and MQDs, not the driver's
 //! bookkeeping.
+//!
+//! # Threads and locks
+//!
+//! Besides the caller's thread (in process) or the CUSE reader threads (`kfd-simd`), a machine
+//! runs one SDMA engine thread (`kfd-sim-sdma`) and one command processor thread per GPU
+//! (`kfd-sim-cp<n>`), each started by the first mmap of a doorbell slice (of that GPU), polling
+//! the runlist, and ending with the machine; a command processor's rounds run workgroups on
+//! scoped worker threads. Locks are taken in this order only, outermost first (a thread holding
+//! one takes only those after it):
+//!
+//! 1. an engine's or a command processor's preemption lock of a KFD process (the first lock of
+//!    a round; `wait_idle` takes them with nothing held), or, in process, a `SimProcess`'s KFD
+//!    process;
+//! 2. a command processor's `QueueState`, or a command submission's entity lock and then an
+//!    SDMA engine's busy lock;
+//! 3. one KFD process's state, or one render file's state (never two of these at once);
+//! 4. the CUSE server's client records, or its open files (one at a time);
+//! 5. the machine's registry;
+//! 6. leaves: a device's state and MMIO page, a process's doorbell pages, the mm watch, ...;
+//! 7. a GPU VM, then a dispatch round's pinned memory.
+//!
+//! Handlers copy the caller's memory while holding a state lock of item 3; over CUSE the mmap
+//! path therefore waits for those locks at most 2 s (`lock_within`, then `EAGAIN`), or a
+//! client thread inside `mmap` would wait on a reader that waits on that client's `mmap_lock`.
+//! Poisoned locks are taken as they are: handlers do not panic on client input, and a panic is
+//! a bug whose half-done update nothing repairs. The table of every lock, what it guards and
+//! what its holder may block on, why the order holds and what a panic does to each thread:
+//! `kfd-sim/README.md`, section "Threads and locks"; the whole project's threads:
+//! `ARCHITECTURE.md`.
 
 mod asic;
 mod client;
