@@ -35,6 +35,7 @@ mod table;
 pub mod topo;
 mod upstream;
 
+mod validate;
 /// Exit status for usage and I/O errors (clap also exits with 2 on bad arguments).
 pub const EXIT_ERROR: u8 = 2;
 
