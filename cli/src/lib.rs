@@ -21,6 +21,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+pub mod app;
 pub mod args;
 pub mod bench;
 pub mod check;
