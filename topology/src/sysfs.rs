@@ -101,6 +101,13 @@ mod tests {
         assert_eq!(read_sysfs_file(&p).unwrap(), "1234\n");
     }
 
+    /// procfs files are regular files whose size says 0: read to their end all the same.
+    #[test]
+    fn a_proc_file_is_read() {
+        let status = read_bounded(Path::new("/proc/self/status"), 64 << 10).unwrap();
+        assert!(status.contains("\nPid:"), "{status}");
+    }
+
     #[test]
     fn the_limit_is_exact() {
         let dir = tempfile::tempdir().unwrap();
