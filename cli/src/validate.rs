@@ -13,8 +13,8 @@
 
 use std::collections::BTreeSet;
 
-use images::proto::CriuKfd;
-use images::{DmabufImage, ImageFile, KfdImage, RenderNodeImage};
+use images::proto::{CriuKfd, CriuRenderNode};
+use images::{pages, DmabufImage, ImageFile, KfdImage, PagesFile, PagesReader, RenderNodeImage};
 
 use crate::check::ImageProblem;
 use crate::imagedir::{ImageDir, ImageName};
@@ -99,6 +99,52 @@ pub(crate) fn kfd(id: u32, msg: &CriuKfd) -> Vec<ImageProblem> {
                 "objects (queues, events, SVM ranges)"
             ),
         ));
+    }
+    problems
+}
+
+/// The pages files of render-node image `id` (decoded as `msg`) that a restore would refuse:
+/// missing, of the wrong length, or (read to the end) with a chunk whose checksum fails. A BO
+/// with neither a pages file nor a checksum list had no contents saved. A file without checksums
+/// is opened as the restore opens it, its length header not trusted (criu-dev leaves it unset):
+/// the rules `inspect` applies to each row of its pages table.
+#[must_use]
+pub(crate) fn render_pages(dir: &ImageDir, id: u32, msg: &CriuRenderNode) -> Vec<ImageProblem> {
+    let mut problems = Vec::new();
+    let mut buf = vec![0u8; 1 << 20];
+    for (i, bo) in msg.bo_entries.iter().enumerate() {
+        let Ok(index) = u32::try_from(i) else { break };
+        let which = PagesFile::Drm {
+            id,
+            minor: msg.drm_render_minor,
+            index,
+        };
+        let sums = pages::find_checksums(&msg.pages_checksums, index);
+        let present = dir
+            .size_of(ImageName::DrmPages {
+                id,
+                minor: msg.drm_render_minor,
+                index,
+            })
+            .is_some();
+        if !present && sums.is_none() {
+            continue;
+        }
+        let opened = match sums {
+            None => PagesReader::open_ignoring_header(dir.fd(), which, bo.size),
+            Some(_) => PagesReader::open(dir.fd(), which, bo.size, sums),
+        };
+        let read = opened.and_then(|mut reader| loop {
+            if reader.read_chunk(&mut buf)? == 0 {
+                break Ok(());
+            }
+        });
+        if let Err(e) = read {
+            problems.push(ImageProblem {
+                file: which.file_name(),
+                message: e.to_string(),
+            });
+        }
     }
     problems
 }

@@ -12,8 +12,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use clap::CommandFactory;
-use images::proto::{CriuDmabufNode, CriuKfd, KfdBoEntry};
-use images::{DmabufImage, ImageFile, KfdImage, PagesFile, PagesWriter};
+use images::proto::{CriuDmabufNode, CriuKfd, CriuRenderNode, DrmBoEntry, KfdBoEntry};
+use images::{DmabufImage, ImageFile, KfdImage, PagesFile, PagesWriter, RenderNodeImage};
 use kfd_abi::AllocFlags;
 use rstest::rstest;
 use tempfile::TempDir;
@@ -207,6 +207,61 @@ fn a_dmabuf_of_a_buffer_no_image_creates_is_refused_by_both() {
     assert!(i_out.contains(says), "{i_out}");
     assert!(
         c_out.contains("amdgpu-dmabuf_9.img: it imports the buffer shared as GEM handle 3"),
+        "{c_out}"
+    );
+}
+
+/// A render-node buffer's pages file that is missing or damaged: inspect's row says so and
+/// check refuses the render node. (Before: check read only the KFD image's pages files and said
+/// "restorable here".)
+#[rstest]
+#[case::missing(None, "MISSING")]
+#[case::damaged(Some(100), "CORRUPT")]
+fn a_render_pages_file_gets_one_verdict(#[case] flip: Option<u64>, #[case] row: &str) {
+    let t = mi100s(1);
+    let root = tree(&t);
+    let dir = image_dir(&t);
+    let d = File::open(dir.path()).unwrap();
+    let gpu = t.gpus().next().unwrap();
+    let minor = gpu.render_minor();
+    let which = PagesFile::Drm {
+        id: 8,
+        minor,
+        index: 0,
+    };
+    let mut w = PagesWriter::new(d.as_fd(), which, 8192, Some(4096)).unwrap();
+    w.write_chunk(&[0x33; 8192]).unwrap();
+    let render = CriuRenderNode {
+        gpu_id: gpu.gpu_id,
+        id: 8,
+        drm_render_minor: minor,
+        num_of_bos: 1,
+        bo_entries: vec![DrmBoEntry {
+            size: 8192,
+            handle: 1,
+            ..Default::default()
+        }],
+        pages_checksums: w.finish().unwrap().into_iter().collect(),
+    };
+    RenderNodeImage::write(d.as_fd(), 8, &render).unwrap();
+    let file = dir.path().join(which.file_name());
+    match flip {
+        None => std::fs::remove_file(&file).unwrap(),
+        Some(at) => {
+            use std::os::unix::fs::FileExt;
+            let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+            f.write_all_at(&[0xff], at).unwrap();
+        }
+    }
+    let (inspect, i_out, _) = amdgpu_cr(&["inspect", "--verify", p(dir.path())]);
+    let (check, c_out, _) = amdgpu_cr(&["check", p(dir.path()), "--topology-root", p(root.path())]);
+    assert_eq!((inspect, check), (1, 1), "{i_out}\n{c_out}");
+    assert!(i_out.contains(row), "{i_out}");
+    assert!(
+        c_out.contains(&format!(
+            "amdgpu-renderD-8.img: NOT restorable: {}",
+            which.file_name()
+        )),
         "{c_out}"
     );
 }

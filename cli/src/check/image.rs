@@ -243,6 +243,11 @@ fn check_render(dir: &ImageDir, id: u32, kfds: &[KfdCheck]) -> RenderCheck {
             }
         }
     };
+    // Its buffers' pages files, as inspect judges them.
+    let pages: Vec<String> = crate::validate::render_pages(dir, id, &msg)
+        .into_iter()
+        .map(|p| format!("{}: {}", p.file, p.message))
+        .collect();
     let owner = kfds.iter().find(|k| k.gpu_ids.contains(&msg.gpu_id));
     let mapped = owner.and_then(|k| match &k.mapping {
         Some(MapOutcome::Mapped { mapping }) if k.restorable => {
@@ -261,6 +266,11 @@ fn check_render(dir: &ImageDir, id: u32, kfds: &[KfdCheck]) -> RenderCheck {
             k.file
         )),
         Some(_) => None,
+    };
+    let problem = match (problem, pages.is_empty()) {
+        (problem, true) => problem,
+        (None, false) => Some(pages.join("; ")),
+        (Some(p), false) => Some(format!("{p}; {}", pages.join("; "))),
     };
     RenderCheck {
         file,
