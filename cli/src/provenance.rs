@@ -241,13 +241,22 @@ fn judge(m: &Marks) -> Provenance {
     let mut dev = Vec::new();
     if m.render_buffers > 0 || m.drm_pages > 0 {
         ours.push(format!(
-            "restores the {} render-node buffers only on Linux 6.18 or later \
-             (AMDGPU_GEM_LIST_HANDLES, DRM_IOCTL_GEM_CHANGE_HANDLE); older kernels refuse them",
-            m.render_buffers
+            "restores the {} only on Linux 6.18 or later (AMDGPU_GEM_LIST_HANDLES, \
+             DRM_IOCTL_GEM_CHANGE_HANDLE); older kernels refuse {}",
+            crate::count(
+                usize::try_from(m.render_buffers).unwrap_or(usize::MAX),
+                "render-node buffer",
+                "render-node buffers"
+            ),
+            if m.render_buffers == 1 { "it" } else { "them" }
         ));
         v42.push(format!(
-            "restores the render nodes without their {} buffers (it does not know them)",
-            m.render_buffers
+            "restores the render nodes without their {} (it does not know them)",
+            crate::count(
+                usize::try_from(m.render_buffers).unwrap_or(usize::MAX),
+                "buffer",
+                "buffers"
+            )
         ));
     }
     if m.orphans > 0 {

@@ -469,6 +469,34 @@ fn a_devices_refusal_says_what_the_node_has_and_the_list_allows() {
     );
 }
 
+/// A `--devices` list refused for what it names counts the node's GPUs and what it allows.
+#[rstest]
+#[case::not_a_gpu(
+    "/dev/kfd,/dev/dri/renderD128,/dev/dri/renderD200",
+    "/dev/dri/renderD200 is not a GPU of the topology at ROOT: the node has 2 GPUs (renderD128, \
+     renderD129), the list allows 1 so far"
+)]
+#[case::none(
+    "/dev/kfd",
+    "no render node listed, so the list allows 0 GPUs; a container needs at least one GPU's (the \
+     node has 2 GPUs: renderD128, renderD129)"
+)]
+fn a_refused_device_list_counts(#[case] devices: &str, #[case] says: &str) {
+    let t = mi100s(2);
+    let root = tree(&t);
+    let dir = image_dir(&t);
+    let (code, out, err) = amdgpu_cr(&[
+        "check",
+        p(dir.path()),
+        "--topology-root",
+        p(root.path()),
+        "--devices",
+        devices,
+    ]);
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert!(err.contains(&says.replace("ROOT", p(root.path()))), "{err}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // 4, 5. demo: interrupts, --dir over a checkpoint
 
