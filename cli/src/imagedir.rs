@@ -143,24 +143,25 @@ impl ImageDir {
                 .or_else(|_| e.metadata())
                 .map_err(err)?
                 .len();
-            // An image the user may not read is the user's problem to fix (criu's images are
-            // root's, mode 0600), not a damaged checkpoint: an I/O error, before any verdict.
-            // The open does not wait (a FIFO's would); the readers refuse what is not a file.
-            if let Err(source) = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
-                .open(e.path())
-            {
-                if source.kind() == std::io::ErrorKind::PermissionDenied {
-                    return Err(CliError::ImagePermission {
-                        file: e.path(),
-                        source,
-                    });
-                }
-            }
             entries.push(Entry { name, size });
         }
         entries.sort_by_key(|e| e.name);
+        // An image the user may not read is the user's problem to fix (criu's images are root's,
+        // mode 0600), not a damaged checkpoint: an I/O error, before any verdict, naming the
+        // first such file in the listing's order (the KFD images first). The open does not wait
+        // (a FIFO's would); the readers refuse what is not a regular file.
+        for e in &entries {
+            let file = dir.join(e.name.file_name());
+            if let Err(source) = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+                .open(&file)
+            {
+                if source.kind() == std::io::ErrorKind::PermissionDenied {
+                    return Err(CliError::ImagePermission { file, source });
+                }
+            }
+        }
         Ok(Self { fd, entries })
     }
 

@@ -30,7 +30,7 @@ pub enum JudgeError {
     /// The directory of the reports is not there (or not a directory).
     #[error(
         "--judge {}: {source}; give the directory the runs wrote their reports into \
-         (ci/bench.sh's output directory)",
+         (scripts/bench-targets.sh's --dir)",
         dir.display()
     )]
     Directory {
