@@ -551,6 +551,29 @@ fn an_interrupted_demo_ends_quietly() {
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
+/// Once an interrupt is taken (what the binary's signal thread marks before its cleanup), no
+/// report is written and no temporary directory is made: deterministic, whatever phase the
+/// signal falls in. (Before: a report of the failure the cleanup caused was printed, and a
+/// phase starting after the signal made its directories anew.) nextest runs each test in its
+/// own process, so the mark stays here.
+#[test]
+fn after_an_interrupt_nothing_is_written_or_made() {
+    use amdgpu_cr::{interrupt, CliError, Format, Report};
+    let t = mi100s(1);
+    let report = amdgpu_cr::topo::TopologyReport::new("ROOT", &t);
+    let parent = tempfile::tempdir().unwrap();
+    interrupt::begin();
+    let mut out = Vec::new();
+    assert!(matches!(
+        report.emit(Format::Text, &mut out),
+        Err(CliError::Interrupted(_))
+    ));
+    assert!(out.is_empty());
+    let made = interrupt::ScratchDir::new(parent.path(), "amdgpu-cr-demo-");
+    assert_eq!(made.unwrap_err().kind(), std::io::ErrorKind::Interrupted);
+    assert_eq!(std::fs::read_dir(parent.path()).unwrap().count(), 0);
+}
+
 /// A second checkpoint into a directory that holds one is refused, or replaces it with
 /// `--force`; either way `inspect` then finds one sound checkpoint. (Before: mixed into the
 /// first, which inspect reported as 14 problems.)
