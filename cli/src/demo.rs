@@ -33,9 +33,13 @@ pub struct DemoArgs {
     #[arg(long, default_value = "mi210x2", value_parser = preset_names())]
     pub preset: String,
     /// Keep the image files in DIR (created if needed; default: a temporary directory, removed
-    /// afterwards, also when the demo is interrupted).
+    /// afterwards, also when the demo is interrupted). A directory that already holds amdgpu
+    /// images is refused: two checkpoints in one directory do not restore.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+    /// With --dir: remove the amdgpu images already in DIR before the dump.
+    #[arg(long, requires = "dir")]
+    pub force: bool,
     /// VRAM buffers per GPU, in MiB (comma-separated; each at least 1, together at most the
     /// GPU's VRAM less 64 MiB).
     #[arg(long, value_delimiter = ',', default_value = "24,4,1", value_parser = mib)]
@@ -357,6 +361,9 @@ pub enum DemoError {
     /// Setting up the simulated nodes or the image directory failed.
     #[error(transparent)]
     Setup(#[from] NodeError),
+    /// The user interrupted it: no phase starts after the signal.
+    #[error(transparent)]
+    Interrupted(#[from] crate::interrupt::Interrupted),
 }
 
 /// The image directory: `--dir` (created, or refused when it is not a directory), or a
@@ -367,10 +374,15 @@ enum ImageDir {
 }
 
 impl ImageDir {
-    fn new(dir: Option<&Path>) -> Result<Self, DemoError> {
+    fn new(dir: Option<&Path>, force: bool) -> Result<Self, DemoError> {
         let Some(d) = dir else {
             let temp = crate::interrupt::ScratchDir::new(&std::env::temp_dir(), "amdgpu-cr-demo-")
-                .map_err(io_err("creating a temporary image directory"))?;
+                .map_err(|e| match e.kind() {
+                    io::ErrorKind::Interrupted => {
+                        DemoError::Interrupted(crate::interrupt::Interrupted)
+                    }
+                    _ => DemoError::Setup(io_err("creating a temporary image directory")(e)),
+                })?;
             return Ok(Self::Temporary(temp));
         };
         match std::fs::metadata(d) {
@@ -378,7 +390,25 @@ impl ImageDir {
                 "--dir {}: not a directory; give a directory (created if it does not exist)",
                 d.display()
             ))),
-            Ok(_) => Ok(Self::Kept(d.to_owned())),
+            Ok(_) => {
+                let images = images_in(d)?;
+                if !images.is_empty() && !force {
+                    return Err(DemoError::Usage(format!(
+                        "--dir {}: it already holds {} of a checkpoint ({}{}); a second \
+                         checkpoint in it would mix with them. Give an empty or new directory, \
+                         or --force to remove them first",
+                        d.display(),
+                        super::count(images.len(), "amdgpu image file", "amdgpu image files"),
+                        images[..images.len().min(3)].join(", "),
+                        if images.len() > 3 { ", ..." } else { "" }
+                    )));
+                }
+                for name in &images {
+                    std::fs::remove_file(d.join(name))
+                        .map_err(io_err(format!("--force: removing {name}")))?;
+                }
+                Ok(Self::Kept(d.to_owned()))
+            }
             Err(_) => {
                 std::fs::create_dir_all(d)
                     .map_err(io_err(format!("--dir: creating {}", d.display())))?;
@@ -393,6 +423,23 @@ impl ImageDir {
             Self::Temporary(dir) => dir.path(),
         }
     }
+}
+
+/// The names of the plugin's image files in `dir` (as `inspect` finds them), sorted.
+fn images_in(dir: &Path) -> Result<Vec<String>, NodeError> {
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(io_err("listing the image directory"))? {
+        let e = e.map_err(io_err("listing the image directory"))?;
+        if let Some(name) = e
+            .file_name()
+            .to_str()
+            .filter(|n| crate::imagedir::ImageName::parse(n).is_some())
+        {
+            names.push(name.to_owned());
+        }
+    }
+    names.sort();
+    Ok(names)
 }
 
 /// The files of `dir` with their sizes and modification times.
@@ -470,7 +517,8 @@ pub(crate) fn run_demo(args: &DemoArgs) -> Result<DemoReport, DemoError> {
         &kfd_sim::scratch::owned_prefix(harness::TOPOLOGY_DIR_BASE),
     );
 
-    let dir = ImageDir::new(args.dir.as_deref())?;
+    crate::interrupt::check()?;
+    let dir = ImageDir::new(args.dir.as_deref(), args.force)?;
     let before = listing(dir.path())?;
     let mut report = DemoReport {
         source: source.name.clone(),
@@ -491,17 +539,21 @@ pub(crate) fn run_demo(args: &DemoArgs) -> Result<DemoReport, DemoError> {
         error: with_causes(e),
     };
 
+    crate::interrupt::check()?;
     let spinner = phase_spinner(bars, "setting up the source node and its workload");
     let src = SimNode::new(&source)?;
     let target = harness::start_target(&src, &spec)?;
     let manifest = target.workload.manifest().clone();
     spinner.finish_and_clear();
     let bytes = manifest.buffer_bytes();
+    crate::interrupt::check()?;
     let bar = ProgressBar::start("dump", bytes, &progress, bars);
     let dumped = harness::checkpoint(&src, &target, dir.path(), &settings);
     drop(bar);
     drop(target);
     drop(src);
+    // A dump the user stopped failed because of the stop: no verdict, no next phase.
+    crate::interrupt::check()?;
     let ids = match dumped {
         Ok((ids, time)) => {
             report.dump = Some(Phase {
@@ -530,12 +582,15 @@ pub(crate) fn run_demo(args: &DemoArgs) -> Result<DemoReport, DemoError> {
         corrupt_first_pages_file(dir.path())?;
     }
 
+    crate::interrupt::check()?;
     let spinner = phase_spinner(bars, "setting up the destination node");
     let dst = SimNode::new(&destination)?;
     spinner.finish_and_clear();
+    crate::interrupt::check()?;
     let bar = ProgressBar::start("restore", bytes, &progress, bars);
     let restored = harness::restore(&dst, dir.path(), &ids, &settings);
     drop(bar);
+    crate::interrupt::check()?;
     let (restored, restore_time) = match restored {
         Ok(r) => r,
         Err(e) => {
@@ -561,6 +616,7 @@ pub(crate) fn run_demo(args: &DemoArgs) -> Result<DemoReport, DemoError> {
             },
         })
         .collect();
+    crate::interrupt::check()?;
     let spinner = phase_spinner(bars, "verifying every byte, queue and event");
     report.verification = match restored.verify(&manifest) {
         Ok(r) => Verification::Verified {

@@ -2,6 +2,7 @@
 
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use images::names;
@@ -122,7 +123,8 @@ impl ImageDir {
     ///
     /// # Errors
     ///
-    /// [`CliError::ImageDir`] when it cannot be opened or listed.
+    /// [`CliError::ImageDir`] when it cannot be opened or listed, [`CliError::ImagePermission`]
+    /// when a file of the plugin's in it cannot be read for want of permission.
     pub(crate) fn open(dir: &Path) -> Result<Self, CliError> {
         let err = |source| CliError::ImageDir {
             dir: dir.to_owned(),
@@ -144,6 +146,22 @@ impl ImageDir {
             entries.push(Entry { name, size });
         }
         entries.sort_by_key(|e| e.name);
+        // An image the user may not read is the user's problem to fix (criu's images are root's,
+        // mode 0600), not a damaged checkpoint: an I/O error, before any verdict, naming the
+        // first such file in the listing's order (the KFD images first). The open does not wait
+        // (a FIFO's would); the readers refuse what is not a regular file.
+        for e in &entries {
+            let file = dir.join(e.name.file_name());
+            if let Err(source) = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+                .open(&file)
+            {
+                if source.kind() == std::io::ErrorKind::PermissionDenied {
+                    return Err(CliError::ImagePermission { file, source });
+                }
+            }
+        }
         Ok(Self { fd, entries })
     }
 

@@ -38,6 +38,26 @@ pub fn interrupted() -> bool {
     INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
 }
 
+/// The command was interrupted: it stops where it is, says nothing more, and leaves the exit to
+/// the binary's signal thread (128 + the signal's number).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("interrupted")]
+pub struct Interrupted;
+
+/// `Err` once an interrupt has been taken: for a command between its phases, so that none
+/// starts after the signal.
+///
+/// # Errors
+///
+/// [`Interrupted`].
+pub fn check() -> Result<(), Interrupted> {
+    if interrupted() {
+        Err(Interrupted)
+    } else {
+        Ok(())
+    }
+}
+
 /// Registered entries, by registration number.
 static ENTRIES: Mutex<Vec<(u64, Entry)>> = Mutex::new(Vec::new());
 /// The next registration number.
@@ -112,10 +132,19 @@ impl ScratchDir {
     ///
     /// # Errors
     ///
-    /// The directory's creation error.
+    /// The directory's creation error; [`std::io::ErrorKind::Interrupted`] once an interrupt has
+    /// been taken (no directory is made after it).
     pub fn new(parent: &Path, base: &str) -> std::io::Result<Self> {
         let prefix = kfd_sim::scratch::owned_prefix(base);
         let interrupt = remove_prefixed_on_interrupt(parent, &prefix);
+        // Registered first: an interrupt taken before this check finds the registration in its
+        // cleanup; one taken after it is seen here, and nothing is made.
+        if interrupted() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Interrupted,
+                Interrupted,
+            ));
+        }
         let dir = tempfile::Builder::new()
             .prefix(&prefix)
             .tempdir_in(parent)?;

@@ -21,6 +21,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+pub mod app;
 pub mod args;
 pub mod bench;
 pub mod check;
@@ -34,6 +35,7 @@ pub mod provenance;
 mod table;
 pub mod topo;
 mod upstream;
+mod validate;
 
 /// Exit status for usage and I/O errors (clap also exits with 2 on bad arguments).
 pub const EXIT_ERROR: u8 = 2;
@@ -80,6 +82,19 @@ pub enum CliError {
         #[source]
         source: io::Error,
     },
+    /// An image file the user may not read (criu's images are root's, mode 0600).
+    #[error(
+        "cannot read {}: permission denied; run as the user who can read it (criu's images are \
+         root's, mode 0600)",
+        file.display()
+    )]
+    ImagePermission {
+        /// The file.
+        file: PathBuf,
+        /// The open's error.
+        #[source]
+        source: io::Error,
+    },
     /// A topology tree cannot be read.
     #[error("reading the GPU topology under {root}: {source}")]
     Topology {
@@ -110,6 +125,19 @@ pub enum CliError {
     /// `bench --judge` could not read the runs' reports.
     #[error(transparent)]
     Judge(#[from] bench::JudgeError),
+    /// The user interrupted the command (Ctrl-C, SIGTERM, SIGHUP): it says nothing more, and the
+    /// binary exits with the signal's status.
+    #[error(transparent)]
+    Interrupted(#[from] interrupt::Interrupted),
+    /// `man` could not write a page.
+    #[error("writing {}: {source}", path.display())]
+    Install {
+        /// The file or directory.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
     /// Writing the output failed (a closed pipe, a full disk).
     #[error("writing the output: {0}")]
     Output(#[from] io::Error),
@@ -171,8 +199,11 @@ pub trait Report: Serialize {
     ///
     /// # Errors
     ///
-    /// [`CliError::Output`], [`CliError::Json`].
+    /// [`CliError::Output`], [`CliError::Json`]; [`CliError::Interrupted`] once an interrupt has
+    /// been taken (nothing is written).
     fn emit(&self, format: Format, out: &mut dyn Write) -> Result<Outcome, CliError> {
+        // A run the user stopped has no answer to print (its failures are the interrupt's).
+        interrupt::check()?;
         let written = match format {
             Format::Text => self.render(out).map_err(CliError::from),
             Format::Json => serde_json::to_writer_pretty(&mut *out, &json::Document::new(self))

@@ -6,42 +6,9 @@
 use std::io::Write;
 use std::process::ExitCode;
 
+use amdgpu_cr::app::Cli;
 use amdgpu_cr::{self as cli, Run};
-use clap::{Parser, Subcommand};
-
-#[derive(Parser)]
-#[command(
-    name = "amdgpu-cr",
-    version,
-    about = "Checkpoint/restore of AMD GPU (ROCm) processes with CRIU",
-    after_help = "Exit status: 0 yes (restorable, mapped, images sound); 1 no; 2 usage or I/O \
-                  error. check and map honour the KFD_*_CHECK variables as a restore would."
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Checkpoint and restore a model GPU workload on the in-process simulator (no GPU needed),
-    /// onto a node with other gpu ids, and verify every byte.
-    Demo(cli::demo::DemoArgs),
-    /// Measure dump and restore throughput on the simulator against the raw I/O limit of the
-    /// same directory, and the plugin's memory use.
-    Bench(cli::bench::BenchArgs),
-    /// Report the KFD driver of this machine (interface version) and whether checkpoint/restore
-    /// runs on it, or that there is none.
-    Probe(cli::probe::ProbeArgs),
-    /// Summarise the amdgpu images in a criu image directory.
-    Inspect(cli::inspect::InspectArgs),
-    /// Tell whether the images in a directory restore on this node, onto which GPUs, or why not.
-    Check(cli::check::CheckArgs),
-    /// Print the KFD topology of this node (or of a topology tree).
-    Topology(cli::topo::TopologyArgs),
-    /// Map the GPUs of one topology tree onto another's, or explain why they do not map.
-    Map(cli::check::MapArgs),
-}
+use clap::Parser;
 
 /// Runs a library subcommand on stdout and turns its answer into the exit status.
 fn run(command: &dyn Run) -> ExitCode {
@@ -101,13 +68,5 @@ fn take_interrupts() {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     take_interrupts();
-    match cli.command {
-        Command::Demo(args) => run(&args),
-        Command::Bench(args) => run(&args),
-        Command::Probe(args) => run(&args),
-        Command::Inspect(args) => run(&args),
-        Command::Check(args) => run(&args),
-        Command::Topology(args) => run(&args),
-        Command::Map(args) => run(&args),
-    }
+    run(cli.command.args())
 }

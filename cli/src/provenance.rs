@@ -207,9 +207,13 @@ fn judge(m: &Marks) -> Provenance {
         (
             Writer::Ours,
             format!(
-                "{} checksum lists of pages files (field 100), {} KFD image(s) with their own \
-                 checksum (field 101)",
-                m.checksum_lists, m.image_checksums
+                "{} of pages files (field 100), {} (field 101)",
+                crate::count(m.checksum_lists, "checksum list", "checksum lists"),
+                crate::count(
+                    m.image_checksums,
+                    "checksum of a KFD image",
+                    "checksums of KFD images"
+                )
             ),
         )
     } else if dev_marks > 0 {
@@ -237,26 +241,40 @@ fn judge(m: &Marks) -> Provenance {
     let mut dev = Vec::new();
     if m.render_buffers > 0 || m.drm_pages > 0 {
         ours.push(format!(
-            "restores the {} render-node buffers only on Linux 6.18 or later \
-             (AMDGPU_GEM_LIST_HANDLES, DRM_IOCTL_GEM_CHANGE_HANDLE); older kernels refuse them",
-            m.render_buffers
+            "restores the {} only on Linux 6.18 or later (AMDGPU_GEM_LIST_HANDLES, \
+             DRM_IOCTL_GEM_CHANGE_HANDLE); older kernels refuse {}",
+            crate::count(
+                usize::try_from(m.render_buffers).unwrap_or(usize::MAX),
+                "render-node buffer",
+                "render-node buffers"
+            ),
+            if m.render_buffers == 1 { "it" } else { "them" }
         ));
         v42.push(format!(
-            "restores the render nodes without their {} buffers (it does not know them)",
-            m.render_buffers
+            "restores the render nodes without their {} (it does not know them)",
+            crate::count(
+                usize::try_from(m.render_buffers).unwrap_or(usize::MAX),
+                "buffer",
+                "buffers"
+            )
         ));
     }
     if m.orphans > 0 {
         ours.push(format!(
-            "{} dma-buf file(s) or imported render-node buffer(s) name a shared buffer that no \
-             image creates: refused",
-            m.orphans
+            "{} {} a shared buffer that no image creates: refused",
+            crate::count(
+                m.orphans,
+                "dma-buf file or imported render-node buffer",
+                "dma-buf files or imported render-node buffers"
+            ),
+            if m.orphans == 1 { "names" } else { "name" }
         ));
     }
     if m.dmabufs > 0 {
         v42.push(format!(
-            "{} dma-buf file(s): criu finds no plugin to restore them",
-            m.dmabufs
+            "{}: criu finds no plugin to restore {}",
+            crate::count(m.dmabufs, "dma-buf file", "dma-buf files"),
+            if m.dmabufs == 1 { "it" } else { "them" }
         ));
     }
     if m.bos_without_handle > 0 || m.renders_v42 > 0 {
@@ -290,6 +308,24 @@ fn judge(m: &Marks) -> Provenance {
 }
 
 impl Provenance {
+    /// This plugin refuses the directory as it is when the validation found `problems` (those a
+    /// restore refuses): it must not say it restores all of it.
+    pub(crate) fn refused_by_ours(&mut self, problems: usize) {
+        if problems == 0 {
+            return;
+        }
+        if let Some(ours) = self.restorers.iter_mut().find(|r| r.plugin == Writer::Ours) {
+            ours.all = false;
+            ours.limits.insert(
+                0,
+                format!(
+                    "refuses it as it is: {} (listed above)",
+                    crate::count(problems, "problem", "problems")
+                ),
+            );
+        }
+    }
+
     /// The lines `amdgpu-cr inspect` prints.
     ///
     /// # Errors

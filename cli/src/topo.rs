@@ -1,4 +1,4 @@
-//! `amdgpu-cr topology [--root DIR]`: a KFD topology tree as tables (CPU nodes, GPU nodes,
+//! `amdgpu-cr topology [--topology-root DIR]`: a KFD topology tree as tables (CPU nodes, GPU nodes,
 //! xGMI hives).
 
 use std::io::{self, Write};
@@ -16,7 +16,7 @@ use kfd_abi::platform::{HostPlatform, Platform};
 #[derive(Clone, Debug, clap::Args)]
 pub struct TopologyArgs {
     /// Topology root (default: this machine's, or $AMDGPU_CR_TOPOLOGY_ROOT).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long = "topology-root", visible_alias = "root", value_name = "DIR")]
     pub root: Option<PathBuf>,
     /// Print one JSON document instead of tables.
     #[arg(long)]

@@ -96,7 +96,8 @@ fn write_kfd_image(
             offset: 0x1_0000_0000 * (i as u64 + 1),
             alloc_flags: flags.bits(),
             gpu_id: gpus[*g],
-            handle: u32::MAX,
+            // The first BO is the one the directory's dma-buf image (GEM handle 3) shares.
+            handle: if i == 0 { 3 } else { u32::MAX },
         })
         .collect();
     let mut pages_checksums = Vec::new();
@@ -535,7 +536,7 @@ fn check_reports_bad_counts() {
     assert_eq!(report.images[0].problems[0].file, "amdgpu-kfd-5.img");
     assert!(report.images[0].problems[0]
         .message
-        .contains("num_of_bos is 9 but 8 BO entries follow"));
+        .contains("num_of_bos is 9 but the image lists 8 BO entries"));
 }
 
 #[test]

@@ -92,11 +92,28 @@ impl ReadAhead {
         let read = |name: &str| -> Option<u64> {
             [dev.join("queue"), dev.join("../queue")]
                 .iter()
-                .find_map(|q| std::fs::read_to_string(q.join(name)).ok())
+                .find_map(|q| read_attribute(&q.join(name)))
                 .and_then(|s| s.trim().parse().ok())
         };
         Self::for_limits(read("read_ahead_kb"), read("max_sectors_kb"))
     }
+}
+
+/// A sysfs attribute of a few bytes, as the kernel serves it: a regular file, opened without
+/// waiting and read to at most a page. Anything else (a FIFO or a device where a test or a
+/// container put one) is no answer: `None`, at once.
+fn read_attribute(path: &Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)
+        .ok()?;
+    crate::dir::NotRegularFile::check(&file.metadata().ok()?).ok()?;
+    let mut text = String::new();
+    file.take(4096).read_to_string(&mut text).ok()?;
+    Some(text)
 }
 
 /// When a sequential reader asks for which pieces: call [`ReadAheadSchedule::advance`] with the
@@ -227,6 +244,28 @@ mod tests {
         assert_eq!(
             ReadAhead::for_sysfs_device(&tmp.path().join("missing")),
             ReadAhead::default()
+        );
+    }
+
+    /// A FIFO where an attribute should be would block an open forever, `/dev/zero` would be read
+    /// until memory ran out: both are no answer, at once.
+    #[test]
+    fn special_files_for_attributes_are_no_answer() {
+        let tmp = tempfile::tempdir().unwrap();
+        let disk = tmp.path().join("disk");
+        std::fs::create_dir_all(disk.join("queue")).unwrap();
+        let fifo = std::ffi::CString::new(
+            disk.join("queue/read_ahead_kb")
+                .as_os_str()
+                .as_encoded_bytes(),
+        )
+        .unwrap();
+        // SAFETY: mkfifo(3) with a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        std::os::unix::fs::symlink("/dev/zero", disk.join("queue/max_sectors_kb")).unwrap();
+        assert_eq!(
+            ReadAhead::for_sysfs_device(&disk),
+            ReadAhead::for_limits(None, None)
         );
     }
 

@@ -191,7 +191,7 @@ impl Platform for HostPlatform {
             if !dmabuf {
                 return Ok(DeviceKind::Other);
             }
-            let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", file.as_raw_fd()));
+            let info = read_proc_file(format!("/proc/self/fdinfo/{}", file.as_raw_fd()));
             return Ok(match info {
                 Ok(text) if !drm_exported(&text) => {
                     log::debug!("a dma-buf of another exporter than DRM: not ours");
@@ -227,7 +227,7 @@ impl Platform for HostPlatform {
     }
 
     fn parent_of(&self, pid: u32) -> Option<u32> {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let status = read_proc_file(format!("/proc/{pid}/status")).ok()?;
         status
             .lines()
             .find_map(|l| l.strip_prefix("PPid:"))?
@@ -236,6 +236,42 @@ impl Platform for HostPlatform {
             .ok()
             .filter(|&p| p != 0)
     }
+}
+
+/// The most bytes read of a `/proc` file (`status` and `fdinfo` hold well under a page).
+const PROC_FILE_LIMIT: u64 = 64 << 10;
+
+/// Reads a `/proc` file the plugin reads at dump or restore (`/proc/PID/status`,
+/// `/proc/self/fdinfo/FD`): opened without waiting, a regular file (procfs's are), at most
+/// [`PROC_FILE_LIMIT`] bytes. A `/proc` that is not procfs (a bind mount of anything) cannot make
+/// the dump wait or read without end.
+///
+/// # Errors
+///
+/// The open's or read's error; [`io::ErrorKind::InvalidInput`] for what is not a regular file,
+/// [`io::ErrorKind::InvalidData`] for more than the limit or text that is not UTF-8.
+pub fn read_proc_file(path: impl AsRef<std::path::Path>) -> io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)?;
+    if !file.metadata()?.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file (a /proc file is one)",
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(PROC_FILE_LIMIT + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > PROC_FILE_LIMIT {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("more than {PROC_FILE_LIMIT} bytes, more than procfs writes there"),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 #[cfg(test)]
@@ -286,5 +322,37 @@ mod tests {
         );
         assert_eq!(p.identify_rdev(libc::makedev(226, 0)), DeviceKind::Other);
         assert_eq!(p.identify_rdev(libc::makedev(1, 3)), DeviceKind::Other);
+    }
+
+    /// procfs files (size 0 in their metadata) read whole; a FIFO, a device or an oversized file
+    /// in their place is refused at once.
+    #[test]
+    fn proc_files_are_read_with_a_bound() {
+        let status = read_proc_file(format!("/proc/{}/status", std::process::id())).unwrap();
+        assert!(status.contains("\nPPid:"), "{status}");
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo(3) with a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        for special in [fifo.as_path(), std::path::Path::new("/dev/zero")] {
+            let e = read_proc_file(special).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                io::ErrorKind::InvalidInput,
+                "{}",
+                special.display()
+            );
+        }
+        let big = dir.path().join("big");
+        std::fs::write(
+            &big,
+            vec![b'x'; usize::try_from(PROC_FILE_LIMIT + 1).unwrap()],
+        )
+        .unwrap();
+        assert_eq!(
+            read_proc_file(&big).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
     }
 }

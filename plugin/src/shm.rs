@@ -25,9 +25,21 @@ pub(crate) struct SharedMem {
 }
 
 impl SharedMem {
-    /// Reads the record of the file at `path`, `None` when there is no such file.
+    /// Reads the record of the file at `path`, `None` when there is no such file, or when it is
+    /// not a regular file: opened without waiting, so that a FIFO put there cannot block the
+    /// dump (as a plain open would, forever), and a device is not read.
     pub(crate) fn probe(path: &Path) -> Option<Self> {
-        let mut f = File::open(path).ok()?;
+        let mut f: File = match topology::sysfs::open_regular(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                log::warn!(
+                    "{}: {e}; libhsakmt's shared memory is not recorded",
+                    path.display()
+                );
+                return None;
+            }
+        };
         let size = f.metadata().ok()?.len();
         let mut head = [0u8; 4];
         let magic = if f.read_exact(&mut head).is_ok() {
@@ -123,6 +135,21 @@ mod tests {
         // An existing file is left alone.
         SharedMem { size: 8, magic: 1 }.recreate(&path).unwrap();
         assert_eq!(SharedMem::probe(&path), Some(rec));
+    }
+
+    /// A FIFO (whose plain open waits for a writer forever) or a device where the file should
+    /// be: no record, at once.
+    #[test]
+    fn a_special_file_is_no_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("hsakmt_shared_mem");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo(3) with a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert_eq!(SharedMem::probe(&fifo), None);
+        let zero = dir.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        assert_eq!(SharedMem::probe(&zero), None);
     }
 
     #[test]

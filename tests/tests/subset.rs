@@ -274,7 +274,7 @@ fn a_container_given_too_few_gpus_is_refused() {
     let err = harness::restore_with(&node, &|p| p, process, dir.path(), &ids, &settings())
         .unwrap_err()
         .to_string();
-    assert!(err.contains("taken with 2 GPU(s)"), "{err}");
+    assert!(err.contains("taken with 2 GPUs"), "{err}");
     assert!(err.contains("has only 1"), "{err}");
     for gpu in ids_at(&big, 0..8) {
         assert_eq!(node.machine.vram_used(gpu), Some(0), "GPU {gpu:#x}");

@@ -23,6 +23,7 @@ pub mod map;
 pub mod model;
 pub mod options;
 mod parse;
+pub mod sysfs;
 mod write;
 
 pub use map::{map_gpus, GpuMapping, MapError, Mapping};

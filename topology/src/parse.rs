@@ -76,6 +76,19 @@ pub enum ParseError {
         /// The node that has it first.
         first: u32,
     },
+    /// Two GPU nodes have the same render minor.
+    #[error(
+        "{path}: drm_render_minor {minor} is also node {first}'s; the kernel gives every GPU its \
+         own render node"
+    )]
+    DuplicateRenderMinor {
+        /// The second node's `properties` file.
+        path: PathBuf,
+        /// The minor.
+        minor: u64,
+        /// The node that has it first.
+        first: u32,
+    },
     /// The root is an empty path, which would read the current directory.
     #[error(
         "the topology root is an empty path (is AMDGPU_CR_TOPOLOGY_ROOT set to an empty \
@@ -118,7 +131,7 @@ impl ParseError {
 /// [`ParseError`] naming the file (and line) that is missing, unreadable or not in the kernel's
 /// format, and the fault; [`ParseError::EmptyRoot`] for an empty `root`.
 pub fn parse(root: &Path) -> Result<Topology, ParseError> {
-    parse_with(root, &|path| fs::read_to_string(path))
+    parse_with(root, &|path| crate::sysfs::read_sysfs_file(path))
 }
 
 /// The keys a node's `properties` must hold besides those the mapping compares
@@ -196,6 +209,17 @@ fn parse_with(root: &Path, read: ReadText<'_>) -> Result<Topology, ParseError> {
                     return Err(ParseError::DuplicateGpuId {
                         path: dir.join("gpu_id"),
                         gpu_id: node.gpu_id,
+                        first: first.id,
+                    });
+                }
+                let minor = |n: &Node| n.properties.get_or_zero(keys::DRM_RENDER_MINOR);
+                if let Some(first) = nodes
+                    .iter()
+                    .find(|n: &&Node| node.gpu_id != 0 && n.gpu_id != 0 && minor(n) == minor(&node))
+                {
+                    return Err(ParseError::DuplicateRenderMinor {
+                        path: dir.join("properties"),
+                        minor: minor(&node),
                         first: first.id,
                     });
                 }

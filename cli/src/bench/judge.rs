@@ -27,6 +27,19 @@ pub enum JudgeError {
         #[source]
         source: io::Error,
     },
+    /// The directory of the reports is not there (or not a directory).
+    #[error(
+        "--judge {}: {source}; give the directory the runs wrote their reports into \
+         (scripts/bench-targets.sh's --dir)",
+        dir.display()
+    )]
+    Directory {
+        /// The directory.
+        dir: PathBuf,
+        /// Why it cannot be read.
+        #[source]
+        source: io::Error,
+    },
     /// A repeated run has no report at all.
     #[error("no report of run {run} in {} ({run}-1.json ...)", dir.display())]
     Missing {
@@ -162,6 +175,11 @@ impl Reports {
 ///
 /// [`JudgeError`] when a report is unreadable or a repeated run has none.
 pub(crate) fn judge(dir: &Path) -> Result<Judgement, JudgeError> {
+    // Before: a missing directory judged every target "skipped", exit 0.
+    std::fs::read_dir(dir).map_err(|source| JudgeError::Directory {
+        dir: dir.to_owned(),
+        source,
+    })?;
     let first = RUNS.iter().find(|r| r.repeated).map_or("", |r| r.name);
     let repetitions = (1..)
         .take_while(|i| dir.join(format!("{first}-{i}.json")).exists())

@@ -8,13 +8,17 @@ use std::time::Duration;
 
 use kfd_sim::Machine;
 
+/// The most bytes read of a `/proc` file here (statm is one line, meminfo about 1.5 KiB): a
+/// `/proc` that is not procfs (a container's bind mount) cannot make the bench read without end.
+const PROC_FILE_LIMIT: u64 = 64 << 10;
+
 /// Bytes of a page (`/proc/self/statm` counts pages).
 const PAGE: u64 = 4096;
 
 /// Resident anonymous memory of this process, bytes: `resident - shared` of `/proc/self/statm`
 /// (`shared` is `RssFile + RssShmem`, so the difference is `RssAnon`).
 fn rss_anon() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
+    topology::sysfs::read_bounded(std::path::Path::new("/proc/self/statm"), PROC_FILE_LIMIT)
         .ok()
         .and_then(|s| {
             let mut f = s.split_whitespace().skip(1);
@@ -94,7 +98,7 @@ pub(super) fn measure<T>(machine: &Machine, f: impl FnOnce() -> T) -> (T, Cost) 
 
 /// `MemAvailable` of `/proc/meminfo`, bytes (0 when unreadable).
 pub(super) fn mem_available() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
+    topology::sysfs::read_bounded(std::path::Path::new("/proc/meminfo"), PROC_FILE_LIMIT)
         .ok()
         .and_then(|s| {
             let line = s.lines().find(|l| l.starts_with("MemAvailable:"))?;

@@ -259,10 +259,10 @@ impl Report for BenchReport {
         )?;
         writeln!(
             out,
-            "{} GPUs x {} BOs of {}; raw write before/after the dump {} / {}, raw read \
+            "{} x {} of {}; raw write before/after the dump {} / {}, raw read \
              before/after the restore {} / {} (the faster is the limit); {}; in {}",
-            d.gpus,
-            d.bos_per_gpu,
+            crate::count(d.gpus, "GPU", "GPUs"),
+            crate::count(d.bos_per_gpu, "BO", "BOs"),
             HumanSize(d.bo_size),
             rate(d.raw_writes[0]),
             rate(d.raw_writes[1]),

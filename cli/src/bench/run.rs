@@ -66,20 +66,22 @@ impl Plan {
         let per_gpu = args.size / gpus as u64;
         if per_gpu > super::MAX_PER_GPU {
             return Err(BenchError::Usage(format!(
-                "--size {} over {gpus} GPUs is {} per GPU, more than the {} an MI210 of the bench's \
-                 node holds (64 GiB of VRAM less 1 GiB); give a smaller --size or more --gpus",
+                "--size {} over {} is {} per GPU, more than the {} an MI210 of the bench's node \
+                 holds (64 GiB of VRAM less 1 GiB); give a smaller --size or more --gpus",
                 HumanSize(args.size),
+                crate::count(gpus, "GPU", "GPUs"),
                 HumanSize(per_gpu),
                 HumanSize(super::MAX_PER_GPU)
             )));
         }
         if args.bo_size > per_gpu {
             return Err(BenchError::Usage(format!(
-                "--bo-size {} is larger than the {} of buffers per GPU (--size {} over {gpus} \
-                 GPUs); give a smaller --bo-size or a larger --size",
+                "--bo-size {} is larger than the {} of buffers per GPU (--size {} over {}); give \
+                 a smaller --bo-size or a larger --size",
                 HumanSize(args.bo_size),
                 HumanSize(per_gpu),
-                HumanSize(args.size)
+                HumanSize(args.size),
+                crate::count(gpus, "GPU", "GPUs")
             )));
         }
         let bo_size = args.bo_size;

@@ -46,8 +46,11 @@ pub fn render_minors(
         if !known.contains(&minor) {
             return Err(DeviceListError {
                 what: format!(
-                    "{d} is not a GPU of the topology at {topology_root} (its render nodes: {})",
-                    listing()
+                    "{d} is not a GPU of the topology at {topology_root}: the node has {} ({}), \
+                     the list allows {} so far",
+                    crate::count(known.len(), "GPU", "GPUs"),
+                    listing(),
+                    minors.len()
                 ),
             });
         }
@@ -57,7 +60,12 @@ pub fn render_minors(
     }
     if minors.is_empty() {
         return Err(DeviceListError {
-            what: "no render node listed: a container needs at least one GPU's".to_owned(),
+            what: format!(
+                "no render node listed, so the list allows 0 GPUs; a container needs at least one \
+                 GPU's (the node has {}: {})",
+                crate::count(known.len(), "GPU", "GPUs"),
+                listing()
+            ),
         });
     }
     Ok(minors)

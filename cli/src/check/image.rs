@@ -90,7 +90,8 @@ pub struct CheckReport {
     pub images: Vec<KfdCheck>,
     /// One per render-node image, by id.
     pub render_nodes: Vec<RenderCheck>,
-    /// Pages files of no image in the directory (a KFD or render-node image is missing).
+    /// Pages files of no image in the directory (a KFD or render-node image is missing), and
+    /// dma-buf images of a buffer no image creates.
     pub orphans: Vec<ImageProblem>,
     /// Whether the directory holds any of the plugin's files.
     pub has_images: bool,
@@ -184,6 +185,14 @@ fn check_kfd(
         .map(|d| d.gpu_id)
         .collect();
     let source = amdgpu_plugin::topology_image::from_device_entries(&image.device_entries);
+    // The validation inspect makes too: one verdict for one directory.
+    let problems = crate::validate::kfd(id, &image);
+    if !problems.is_empty() {
+        out.problems = problems;
+        // The restore stops at the image problem; still show where the GPUs would go.
+        out.mapping = Some(MapOutcome::compute(&source, local, checks));
+        return out;
+    }
     match restore::plan(id, dir.fd(), local, checks) {
         Ok(Some(plan)) => {
             out.mapping = Some(MapOutcome::new(Ok(plan.mapping), &source, local, checks));
@@ -234,6 +243,11 @@ fn check_render(dir: &ImageDir, id: u32, kfds: &[KfdCheck]) -> RenderCheck {
             }
         }
     };
+    // Its buffers' pages files, as inspect judges them.
+    let pages: Vec<String> = crate::validate::render_pages(dir, id, &msg)
+        .into_iter()
+        .map(|p| format!("{}: {}", p.file, p.message))
+        .collect();
     let owner = kfds.iter().find(|k| k.gpu_ids.contains(&msg.gpu_id));
     let mapped = owner.and_then(|k| match &k.mapping {
         Some(MapOutcome::Mapped { mapping }) if k.restorable => {
@@ -252,6 +266,11 @@ fn check_render(dir: &ImageDir, id: u32, kfds: &[KfdCheck]) -> RenderCheck {
             k.file
         )),
         Some(_) => None,
+    };
+    let problem = match (problem, pages.is_empty()) {
+        (problem, true) => problem,
+        (None, false) => Some(pages.join("; ")),
+        (Some(p), false) => Some(format!("{p}; {}", pages.join("; "))),
     };
     RenderCheck {
         file,
@@ -319,11 +338,25 @@ pub fn check_dir_on(
         .into_iter()
         .map(|id| check_render(&d, id, &images))
         .collect();
-    let orphans: Vec<ImageProblem> = d
+    let mut render_nodes = render_nodes;
+    let mut orphans: Vec<ImageProblem> = d
         .orphans()
         .into_iter()
         .map(|(file, message)| ImageProblem { file, message })
         .collect();
+    // Files importing a buffer no image creates: a render-node image's problem, or (a dma-buf
+    // image, which has no row of its own) a file whose image is missing.
+    for p in crate::validate::shared_buffers(&d) {
+        match render_nodes.iter_mut().find(|r| r.file == p.file) {
+            Some(r) => {
+                r.problem = Some(match r.problem.take() {
+                    Some(first) => format!("{first}; {}", p.message),
+                    None => p.message,
+                });
+            }
+            None => orphans.push(p),
+        }
+    }
     let has_images = !d.entries.is_empty();
     let restorable = has_images
         && orphans.is_empty()
@@ -350,14 +383,15 @@ impl Report for CheckReport {
         match &self.devices {
             None => writeln!(
                 out,
-                "Restoring onto: {} ({} GPUs)",
-                self.topology_root, self.local_gpus
+                "Restoring onto: {} ({})",
+                self.topology_root,
+                crate::count(self.local_gpus, "GPU", "GPUs")
             )?,
             Some(minors) => writeln!(
                 out,
-                "Restoring onto: {} ({} GPUs; the devices given allow {}: {})",
+                "Restoring onto: {} ({}; the devices given allow {}: {})",
                 self.topology_root,
-                self.node_gpus,
+                crate::count(self.node_gpus, "GPU", "GPUs"),
                 self.local_gpus,
                 minors
                     .iter()
@@ -382,7 +416,11 @@ impl Report for CheckReport {
         for k in &self.images {
             write!(out, "\n{}", k.file)?;
             if let Some(pid) = k.pid {
-                write!(out, " (pid {pid}, {} GPUs)", k.gpu_ids.len())?;
+                write!(
+                    out,
+                    " (pid {pid}, {})",
+                    crate::count(k.gpu_ids.len(), "GPU", "GPUs")
+                )?;
             }
             writeln!(
                 out,
@@ -415,6 +453,15 @@ impl Report for CheckReport {
                 }
                 m.render(out, "  ", IMAGE_SIDES)?;
             }
+            if self.devices.is_some() && !k.restorable && k.gpu_ids.len() > self.local_gpus {
+                writeln!(
+                    out,
+                    "  --devices: the node has {}, the devices given allow {}; the image needs {}",
+                    crate::count(self.node_gpus, "GPU", "GPUs"),
+                    self.local_gpus,
+                    k.gpu_ids.len()
+                )?;
+            }
         }
         if !self.render_nodes.is_empty() {
             writeln!(out, "\nRender nodes")?;
@@ -429,7 +476,7 @@ impl Report for CheckReport {
             }
         }
         if !self.orphans.is_empty() {
-            writeln!(out, "\nFiles of no image")?;
+            writeln!(out, "\nFiles whose image is missing")?;
             for o in &self.orphans {
                 writeln!(out, "  {}: {}", o.file, o.message)?;
             }
@@ -455,10 +502,12 @@ impl Report for CheckReport {
         } else if !self.has_images {
             writeln!(out, "\nResult: NOT restorable here: no amdgpu image files")
         } else {
+            // Every file counted in `bad` is counted in the whole: orphan pages files too.
+            let files = self.images.len() + self.render_nodes.len() + self.orphans.len();
             writeln!(
                 out,
-                "\nResult: NOT restorable here ({bad} of {} image files refused)",
-                self.images.len() + self.render_nodes.len()
+                "\nResult: NOT restorable here ({bad} of {} refused)",
+                crate::count(files, "image file", "image files")
             )
         }
     }

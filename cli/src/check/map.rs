@@ -49,8 +49,18 @@ impl MapReport {
 
 impl Report for MapReport {
     fn render(&self, out: &mut dyn Write) -> io::Result<()> {
-        writeln!(out, "From: {} ({} GPUs)", self.from, self.source_gpus)?;
-        writeln!(out, "To:   {} ({} GPUs)", self.to, self.destination_gpus)?;
+        writeln!(
+            out,
+            "From: {} ({})",
+            self.from,
+            crate::count(self.source_gpus, "GPU", "GPUs")
+        )?;
+        writeln!(
+            out,
+            "To:   {} ({})",
+            self.to,
+            crate::count(self.destination_gpus, "GPU", "GPUs")
+        )?;
         self.checks.render(out)?;
         writeln!(out)?;
         self.mapping.render(out, "", TREE_SIDES)?;

@@ -37,7 +37,7 @@ pub struct CheckArgs {
     /// The image directory (criu's -D).
     pub dir: PathBuf,
     /// Topology root to restore onto (default: this machine's, or $AMDGPU_CR_TOPOLOGY_ROOT).
-    #[arg(long, value_name = "ROOT")]
+    #[arg(long = "topology-root", visible_alias = "topology", value_name = "DIR")]
     pub topology: Option<PathBuf>,
     /// Only the GPUs of these device files are candidates, as for a container given them
     /// (`podman run --device ...`): render nodes `/dev/dri/renderD<minor>`, comma-separated or

@@ -264,12 +264,16 @@ pub fn inspect(dir: &Path, shown: &str, verify: bool) -> Result<InspectReport, C
     for e in &d.entries {
         match e.name {
             ImageName::Kfd { id } => {
-                let (error, content) = match KfdImage::read(d.fd(), id) {
+                let (error, content, problems) = match KfdImage::read(d.fd(), id) {
                     Ok(msg) => {
                         kfd_pages_files(&d, id, &msg, reading, &mut pages_files);
-                        (None, Some(kfd_content(id, &msg)))
+                        let problems = crate::validate::kfd(id, &msg)
+                            .into_iter()
+                            .map(|p| p.message)
+                            .collect();
+                        (None, Some(kfd_content(id, &msg)), problems)
                     }
-                    Err(e) => (Some(e.to_string()), None),
+                    Err(e) => (Some(e.to_string()), None, Vec::new()),
                 };
                 kfd.push(KfdSummary {
                     file: e.name.file_name(),
@@ -277,6 +281,7 @@ pub fn inspect(dir: &Path, shown: &str, verify: bool) -> Result<InspectReport, C
                     size: e.size,
                     error,
                     content,
+                    problems,
                 });
             }
             ImageName::Render { id } => {
@@ -321,6 +326,7 @@ pub fn inspect(dir: &Path, shown: &str, verify: bool) -> Result<InspectReport, C
                     id,
                     error,
                     gem_handle,
+                    problem: None,
                 });
             }
             ImageName::KfdPages { .. } | ImageName::DrmPages { .. } => {}
@@ -358,6 +364,24 @@ pub fn inspect(dir: &Path, shown: &str, verify: bool) -> Result<InspectReport, C
             ));
         }
     }
+    for p in crate::validate::shared_buffers(&d) {
+        let slot = render_nodes
+            .iter_mut()
+            .find(|r| r.file == p.file)
+            .map(|r| &mut r.problem)
+            .or_else(|| {
+                dmabufs
+                    .iter_mut()
+                    .find(|b| b.file == p.file)
+                    .map(|b| &mut b.problem)
+            });
+        if let Some(slot) = slot {
+            *slot = Some(match slot.take() {
+                Some(first) => format!("{first}; {}", p.message),
+                None => p.message,
+            });
+        }
+    }
     let has_images = !d.entries.is_empty();
     let problems = usize::from(!has_images)
         + kfd.iter().filter(|k| k.error.is_some()).count()
@@ -365,13 +389,15 @@ pub fn inspect(dir: &Path, shown: &str, verify: bool) -> Result<InspectReport, C
             .iter()
             .filter(|r| r.error.is_some() || r.problem.is_some())
             .count()
-        + dmabufs.iter().filter(|r| r.error.is_some()).count()
-        + pages_files.iter().filter(|p| p.status.is_problem()).count()
-        + kfd
+        + dmabufs
             .iter()
-            .filter_map(|k| k.content.as_ref())
-            .filter(|c| !c.unassigned_bos.is_empty())
-            .count();
+            .filter(|r| r.error.is_some() || r.problem.is_some())
+            .count()
+        + pages_files.iter().filter(|p| p.status.is_problem()).count()
+        // BOs of no GPU are among these (`validate::kfd` names them).
+        + kfd.iter().map(|k| k.problems.len()).sum::<usize>();
+    let mut provenance = crate::provenance::provenance(dir, &d);
+    provenance.refused_by_ours(problems);
     Ok(InspectReport {
         dir: shown.to_owned(),
         verify,
@@ -381,7 +407,7 @@ pub fn inspect(dir: &Path, shown: &str, verify: bool) -> Result<InspectReport, C
         pages_files,
         has_images,
         problems,
-        provenance: crate::provenance::provenance(dir, &d),
+        provenance,
     })
 }
 

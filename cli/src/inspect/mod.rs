@@ -245,6 +245,8 @@ pub struct KfdSummary {
     pub error: Option<String>,
     /// What it holds, when it decodes.
     pub content: Option<KfdContent>,
+    /// What a restore refuses in it although it decodes (the validation `check` makes too).
+    pub problems: Vec<String>,
 }
 
 /// One render-node image.
@@ -280,6 +282,8 @@ pub struct DmabufSummary {
     pub error: Option<String>,
     /// The GEM handle it records.
     pub gem_handle: Option<u32>,
+    /// What is wrong although it decodes (no image creates the buffer it shares).
+    pub problem: Option<String>,
 }
 
 /// The state of one pages file.
@@ -383,8 +387,9 @@ pub struct InspectReport {
     pub pages_files: Vec<PagesFileSummary>,
     /// Whether the directory holds any of the plugin's files (none is a problem).
     pub has_images: bool,
-    /// Number of problems found (no images, undecodable images, missing, bad or orphan pages
-    /// files, render-node images of no KFD image's GPU).
+    /// Number of problems found (no images, undecodable images, images a restore refuses,
+    /// missing, bad or orphan pages files, render-node images of no KFD image's GPU, files that
+    /// import a buffer no image creates).
     pub problems: usize,
     /// Which plugin wrote the images, and what each plugin can restore of them.
     pub provenance: super::provenance::Provenance,

@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use super::{ImageLink, InspectReport, KfdSummary, PagesStatus};
 use crate::table::Table;
 use crate::topo::{hive_text, vram_text};
-use crate::{hex_id, HumanSize, Outcome, Report};
+use crate::{count, hex_id, HumanSize, Outcome, Report};
 
 fn size_or_dash(size: Option<u64>) -> String {
     size.map_or("-".to_owned(), |s| HumanSize(s).to_string())
@@ -22,15 +22,19 @@ fn render_kfd(k: &KfdSummary, out: &mut dyn Write) -> io::Result<()> {
         );
     };
     writeln!(out, ": /dev/kfd of pid {}", c.pid)?;
+    let n = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
     writeln!(
         out,
-        "  {} GPUs, {} CPU nodes, {} BOs, {} objects, priv_data {}",
-        c.num_of_gpus,
-        c.num_of_cpus,
-        c.num_of_bos,
-        c.num_of_objects,
+        "  {}, {}, {}, {}, priv_data {}",
+        count(n(c.num_of_gpus.into()), "GPU", "GPUs"),
+        count(n(c.num_of_cpus.into()), "CPU node", "CPU nodes"),
+        count(n(c.num_of_bos), "BO", "BOs"),
+        count(n(c.num_of_objects.into()), "object", "objects"),
         HumanSize(c.priv_data_size)
     )?;
+    for p in &k.problems {
+        writeln!(out, "  PROBLEM: {p}")?;
+    }
     match c.shared_memory {
         Some(s) => writeln!(
             out,
@@ -46,8 +50,9 @@ fn render_kfd(k: &KfdSummary, out: &mut dyn Write) -> io::Result<()> {
     } else {
         writeln!(
             out,
-            "  page checksums: present for {} of {} GPUs with contents",
-            c.checksummed_files, with_contents
+            "  page checksums: present for {} of {} with contents",
+            c.checksummed_files,
+            count(with_contents, "GPU", "GPUs")
         )?;
     }
     writeln!(out, "  GPUs")?;
@@ -184,7 +189,14 @@ impl Report for InspectReport {
             writeln!(out, "\ndma-buf images")?;
             for b in &self.dmabufs {
                 match (&b.error, b.gem_handle) {
-                    (None, Some(h)) => writeln!(out, "  {}: GEM handle {h}", b.file)?,
+                    (None, Some(h)) => writeln!(
+                        out,
+                        "  {}: GEM handle {h}{}",
+                        b.file,
+                        b.problem
+                            .as_ref()
+                            .map_or(String::new(), |p| format!(": PROBLEM: {p}"))
+                    )?,
                     (e, _) => writeln!(
                         out,
                         "  {}: DOES NOT DECODE: {}",
@@ -223,14 +235,38 @@ impl Report for InspectReport {
             }
         }
         self.provenance.render(out)?;
+        // The summary says no more than the rows: files read without checksums were not
+        // verified.
+        let unverified = self
+            .pages_files
+            .iter()
+            .filter(|p| {
+                matches!(
+                    p.status,
+                    PagesStatus::Ok {
+                        read: true,
+                        verified: false
+                    } | PagesStatus::HeaderUnset { read: true }
+                )
+            })
+            .count();
         if self.problems == 0 {
             writeln!(
                 out,
                 "\nResult: ok{}",
-                if self.verify {
-                    " (all pages files read and verified)"
+                if !self.verify {
+                    " (pages files not read; --verify reads and verifies them)".to_owned()
+                } else if self.pages_files.is_empty() {
+                    " (no pages files)".to_owned()
+                } else if unverified == 0 {
+                    " (all pages files read and verified)".to_owned()
+                } else if unverified == self.pages_files.len() {
+                    " (all pages files read; none has checksums, so none was verified)".to_owned()
                 } else {
-                    " (pages files not read; --verify reads and verifies them)"
+                    format!(
+                        " (all pages files read; {} without checksums not verified)",
+                        count(unverified, "file", "files")
+                    )
                 }
             )
         } else {

@@ -13,7 +13,11 @@ use kfd_sim::preset::{Preset, BUILTIN};
 #[derive(Parser)]
 #[command(
     name = "kfd-simd",
-    about = "Simulated amdkfd for gfx9: topology presets and sysfs trees"
+    version,
+    about = "Simulated amdkfd for gfx9: topology presets and sysfs trees",
+    after_help = "Exit status: 0 done; 1 failed (a file it cannot write, a device it cannot \
+                  serve); 2 usage error (an option's value, a preset it does not know), as \
+                  amdgpu-cr's."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -29,10 +33,10 @@ enum Command {
     Show {
         /// A built-in preset (see `kfd-simd presets`).
         name: String,
-        /// Other gpu ids, one per GPU (decimal or 0x hex, comma-separated).
+        /// Other gpu ids, one per GPU of the preset (decimal or 0x hex, comma-separated).
         #[arg(long, value_delimiter = ',', value_parser = parse_u32)]
         gpu_ids: Vec<u32>,
-        /// Other render minors, one per GPU (comma-separated).
+        /// Other render minors, one per GPU of the preset (comma-separated).
         #[arg(long, value_delimiter = ',')]
         render_minors: Vec<u32>,
         /// One MEC firmware version for every GPU.
@@ -117,13 +121,47 @@ enum Command {
     },
 }
 
-fn load_preset(preset: Option<String>, file: Option<PathBuf>) -> Result<Preset, String> {
-    match (preset, file) {
-        (Some(name), _) => Preset::by_name(&name),
-        (None, Some(path)) => Preset::load(&path),
-        (None, None) => return Err("give --preset NAME or --file PRESET.toml".into()),
+/// Why kfd-simd stopped: a usage error (exit 2, as amdgpu-cr's) or a failure (exit 1).
+enum Failure {
+    /// A value the command line gave that cannot be used.
+    Usage(String),
+    /// Something failed while doing what was asked.
+    Failed(String),
+}
+
+impl From<String> for Failure {
+    fn from(e: String) -> Self {
+        Self::Failed(e)
     }
-    .map_err(|e| e.to_string())
+}
+
+/// Exit status of a usage error.
+const EXIT_USAGE: u8 = 2;
+
+fn load_preset(preset: Option<String>, file: Option<PathBuf>) -> Result<Preset, Failure> {
+    match (preset, file) {
+        (Some(name), _) => Preset::by_name(&name).map_err(|e| Failure::Usage(e.to_string())),
+        (None, Some(path)) => Preset::load(&path).map_err(|e| Failure::Failed(e.to_string())),
+        (None, None) => Err(Failure::Usage(
+            "give --preset NAME or --file PRESET.toml".into(),
+        )),
+    }
+}
+
+/// `values` as given for `flag`: one per GPU of `preset`, or none at all.
+fn one_per_gpu(flag: &str, values: &[u32], preset: &Preset) -> Result<(), Failure> {
+    let gpus = preset.gpus.len();
+    if values.is_empty() || values.len() == gpus {
+        return Ok(());
+    }
+    let plural =
+        |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    Err(Failure::Usage(format!(
+        "{flag}: {} given, but {} has {}; give one per GPU",
+        plural(values.len(), "value", "values"),
+        preset.name,
+        plural(gpus, "GPU", "GPUs"),
+    )))
 }
 
 struct Serve {
@@ -135,15 +173,17 @@ struct Serve {
     ready_timeout: Duration,
 }
 
-fn serve(args: Serve) -> Result<(), String> {
+fn serve(args: Serve) -> Result<(), Failure> {
     let preset = load_preset(args.preset, args.file)?;
     let topology = preset.to_topology().map_err(|e| e.to_string())?;
     if !args.cfg.cuse_path.exists() {
         // Before touching anything: the usual reason on development machines.
-        return Err(kfd_sim::cuse::CuseError::NoCuse {
-            path: args.cfg.cuse_path,
-        }
-        .to_string());
+        return Err(Failure::Failed(
+            kfd_sim::cuse::CuseError::NoCuse {
+                path: args.cfg.cuse_path,
+            }
+            .to_string(),
+        ));
     }
     topology::replace(&topology, &args.topology_dir).map_err(|e| e.to_string())?;
     if let Some(dir) = &args.sysfs_dir {
@@ -255,7 +295,7 @@ fn parse_u32(s: &str) -> Result<u32, String> {
     r.map_err(|e| format!("{s:?}: {e}"))
 }
 
-fn run(cli: Cli) -> Result<(), String> {
+fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Presets => {
             for (name, description) in BUILTIN {
@@ -269,7 +309,10 @@ fn run(cli: Cli) -> Result<(), String> {
             render_minors,
             fw_version,
         } => {
-            let mut p = kfd_sim::Preset::by_name(&name).map_err(|e| e.to_string())?;
+            let mut p =
+                kfd_sim::Preset::by_name(&name).map_err(|e| Failure::Usage(e.to_string()))?;
+            one_per_gpu("--gpu-ids", &gpu_ids, &p)?;
+            one_per_gpu("--render-minors", &render_minors, &p)?;
             if !gpu_ids.is_empty() {
                 p = p.with_gpu_ids(&gpu_ids);
             }
@@ -279,7 +322,7 @@ fn run(cli: Cli) -> Result<(), String> {
             if let Some(fw) = fw_version {
                 p = p.with_fw_version(fw);
             }
-            p.validate().map_err(|e| e.to_string())?;
+            p.validate().map_err(|e| Failure::Usage(e.to_string()))?;
             print!("{}", p.to_toml());
             Ok(())
         }
@@ -350,7 +393,11 @@ fn main() -> ExitCode {
     init_log();
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        Err(Failure::Usage(e)) => {
+            eprintln!("kfd-simd: {e}");
+            ExitCode::from(EXIT_USAGE)
+        }
+        Err(Failure::Failed(e)) => {
             eprintln!("kfd-simd: {e}");
             ExitCode::FAILURE
         }

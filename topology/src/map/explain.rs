@@ -293,8 +293,9 @@ pub struct LocalHive {
 pub enum MapError {
     /// Fewer GPUs here than in the image.
     #[error(
-        "the image was taken with {image_gpus} GPU(s) but this node has only {local_gpus}; \
-         restore needs at least as many (inside a container, check which GPUs it may use)"
+        "the image was taken with {} but this node has only {local_gpus}; restore needs at \
+         least as many (inside a container, check which GPUs it may use)",
+        gpus(*image_gpus)
     )]
     GpuCount {
         /// GPUs in the image.
@@ -408,12 +409,17 @@ fn display_no_candidate(unplaced: &[Unplaced]) -> String {
     out
 }
 
+/// `1 GPU`, `2 GPUs`.
+fn gpus(n: usize) -> String {
+    format!("{n} {}", if n == 1 { "GPU" } else { "GPUs" })
+}
+
 fn display_contention(sources: &[u32], destinations: &[u32], unplaced: &[Unplaced]) -> String {
     let mut out = format!(
-        "{} of the image's GPUs ({}) can only go to {} GPU(s) here ({}):",
+        "{} of the image's GPUs ({}) can only go to {} here ({}):",
         sources.len(),
         hex_list(sources),
-        destinations.len(),
+        gpus(destinations.len()),
         hex_list(destinations)
     );
     for (gpus, lines) in grouped(unplaced) {
