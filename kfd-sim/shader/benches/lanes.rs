@@ -15,52 +15,16 @@
 
 use std::time::Duration;
 
-use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use kfd_shader::testmem::Rig;
 use kfd_shader::{run_dispatch, Dispatch, NoClock, Stop};
 
+mod common;
+
+use common::CpuTime;
+
 const CODE_OBJECT: &[u8] = include_bytes!("../kernels/kernels.co");
 const BLIT: &[u8] = include_bytes!("../kernels/blit.co");
-
-/// CPU time of the process (all its threads).
-struct CpuTime;
-
-fn cpu_now() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec to the pointer, which is a valid local.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
-impl Measurement for CpuTime {
-    type Intermediate = Duration;
-    type Value = Duration;
-    fn start(&self) -> Duration {
-        cpu_now()
-    }
-    fn end(&self, start: Duration) -> Duration {
-        cpu_now().saturating_sub(start)
-    }
-    fn add(&self, a: &Duration, b: &Duration) -> Duration {
-        *a + *b
-    }
-    fn zero(&self) -> Duration {
-        Duration::ZERO
-    }
-    fn to_f64(&self, v: &Duration) -> f64 {
-        v.as_nanos() as f64
-    }
-    fn formatter(&self) -> &dyn ValueFormatter {
-        // Nanoseconds, formatted as the wall clock's are.
-        static NS: WallTime = WallTime;
-        NS.formatter()
-    }
-}
 
 fn args(words: &[u64]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_le_bytes()).collect()

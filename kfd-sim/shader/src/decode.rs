@@ -79,6 +79,19 @@ pub mod mflag {
     pub const LDS: u8 = 32;
 }
 
+/// The VOP3P-MAI fields of a matrix instruction (`v_mfma_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Mai {
+    /// CBSZ: the A block ABID names stands in for every block of its group of 2^CBSZ blocks.
+    pub cbsz: u8,
+    /// ABID: which block of each group of 2^CBSZ blocks is broadcast.
+    pub abid: u8,
+    /// BLGP: the lane pattern B is read with.
+    pub blgp: u8,
+    /// ACC_CD: C and D are AGPRs (else VGPRs).
+    pub acc_cd: bool,
+}
+
 /// A decoded instruction.
 #[derive(Debug, Clone, Copy)]
 pub struct Inst {
@@ -118,6 +131,8 @@ pub struct Inst {
     pub sdwa: Option<Sdwa>,
     /// DPP form.
     pub dpp: Option<Dpp>,
+    /// Matrix instruction fields (MFMA only; zero otherwise).
+    pub mai: Mai,
 }
 
 fn illegal(word: u32, pc: u64, what: &'static str) -> ShaderError {
@@ -257,6 +272,12 @@ fn blank(def: &'static OpDef, enc: Encoding) -> Inst {
         mem: 0,
         sdwa: None,
         dpp: None,
+        mai: Mai {
+            cbsz: 0,
+            abid: 0,
+            blgp: 0,
+            acc_cd: false,
+        },
     }
 }
 
@@ -683,6 +704,31 @@ fn decode_vop3p<F: FnMut(u64) -> Result<u32, ShaderError>>(
 ) -> Result<Inst, ShaderError> {
     let code = ((w0 >> 16) & 0x7f) as u16;
     let (mut i, w1) = vop3_common(Encoding::Vop3p, code, w0, d, words, |_| 3)?;
+    if i.def.has(flag::MFMA) {
+        // VOP3P-MAI: CBSZ, ABID and ACC_CD where VOP3P has NEG_HI, OPSEL and CLAMP; ACC (A and
+        // B are AGPRs) where it has OPSEL_HI; BLGP where it has NEG.
+        i.mai = Mai {
+            cbsz: ((w0 >> 8) & 7) as u8,
+            abid: ((w0 >> 11) & 0xf) as u8,
+            blgp: (w1 >> 29) as u8,
+            acc_cd: w0 & (1 << 15) != 0,
+        };
+        i.clamp = false;
+        i.neg = 0;
+        for n in 0..2 {
+            if let Operand::Vgpr(r) = i.src[n] {
+                if w1 >> (27 + n) & 1 != 0 {
+                    i.src[n] = Operand::Agpr(r);
+                }
+            }
+        }
+        if let Operand::Vgpr(r) = i.src[2] {
+            if i.mai.acc_cd {
+                i.src[2] = Operand::Agpr(r);
+            }
+        }
+        return Ok(i);
+    }
     i.neg_hi = ((w0 >> 8) & 7) as u8;
     i.opsel = ((w0 >> 11) & 7) as u8;
     i.opsel_hi = ((w1 >> 27) & 3) as u8 | (((w0 >> 14) & 1) << 2) as u8;

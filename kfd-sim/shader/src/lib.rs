@@ -45,6 +45,7 @@ mod float;
 mod host;
 mod lds;
 mod memory;
+mod mfma;
 mod operand;
 mod salu;
 mod save;
@@ -58,7 +59,7 @@ mod vopc;
 mod wave;
 mod workgroup;
 
-pub use decode::{Inst, Operand};
+pub use decode::{Inst, Mai, Operand};
 pub use dispatch::{
     Apertures, Dispatch, DispatchError, DispatchPacket, KernelDescriptor, ScratchSetup,
 };

@@ -136,6 +136,8 @@ pub(crate) mod flag {
     pub(crate) const DST_AGPR: u16 = 1024;
     /// 16-bit VOP3 op whose OPSEL selects halves.
     pub(crate) const OPSEL16: u16 = 2048;
+    /// A matrix instruction (VOP3P-MAI fields, `v_mfma_*`).
+    pub(crate) const MFMA: u16 = 4096;
 }
 
 /// One row of the table.

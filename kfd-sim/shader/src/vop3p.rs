@@ -1,12 +1,13 @@
 //! Packed math (VOP3P): two 16-bit or two 32-bit halves per lane, each source half chosen by
 //! OPSEL (low result) and OPSEL_HI (high result); mixed-precision FMA, dot products, and the
-//! gfx90a accumulation-register moves.
+//! gfx90a accumulation-register moves and matrix instructions (their arithmetic is in `mfma`).
 
 use crate::decode::{Inst, Operand};
 use crate::exec::Ctx;
 use crate::float;
+use crate::mfma::{self, forms};
 use crate::operand::Lanes64;
-use crate::table::{flag, row, unsupported, Encoding, OpDef, Ty};
+use crate::table::{flag, row, Encoding, OpDef, Ty};
 use crate::valu::{ex, u32_1, R};
 use crate::wave::{Lanes, LANES};
 
@@ -171,6 +172,11 @@ const PK: [Ty; 4] = [Ty::B32; 4];
 const PKF: [Ty; 4] = [Ty::F16; 4];
 const PK32: [Ty; 4] = [Ty::F32; 4];
 const PKB64: [Ty; 4] = [Ty::B64; 4];
+const PKF64: [Ty; 4] = [Ty::F64; 4];
+/// MFMA operand types: D, A, B, C (they decide how an inline constant C reads).
+const MF32: [Ty; 4] = [Ty::F32; 4];
+const MF16: [Ty; 4] = [Ty::F32, Ty::F16, Ty::F16, Ty::F32];
+const MBF16: [Ty; 4] = [Ty::F32, Ty::B16, Ty::B16, Ty::F32];
 
 use Encoding::Vop3p as P;
 
@@ -447,21 +453,126 @@ pub(crate) static VOP3P: &[OpDef] = &[
         0,
     ),
     row(P, 0x33, "v_pk_mov_b32", pk_mov_b32, PKB64, 0),
-    unsupported(P, 0x40, "v_mfma_f32_32x32x1f32"),
-    unsupported(P, 0x41, "v_mfma_f32_16x16x1f32"),
-    unsupported(P, 0x42, "v_mfma_f32_4x4x1f32"),
-    unsupported(P, 0x44, "v_mfma_f32_32x32x2f32"),
-    unsupported(P, 0x45, "v_mfma_f32_16x16x4f32"),
-    unsupported(P, 0x48, "v_mfma_f32_32x32x4f16"),
-    unsupported(P, 0x49, "v_mfma_f32_16x16x4f16"),
-    unsupported(P, 0x4a, "v_mfma_f32_4x4x4f16"),
-    unsupported(P, 0x4c, "v_mfma_f32_32x32x8f16"),
-    unsupported(P, 0x4d, "v_mfma_f32_16x16x16f16"),
-    unsupported(P, 0x50, "v_mfma_i32_32x32x4i8"),
-    unsupported(P, 0x51, "v_mfma_i32_16x16x4i8"),
-    unsupported(P, 0x52, "v_mfma_i32_4x4x4i8"),
-    unsupported(P, 0x54, "v_mfma_i32_32x32x8i8"),
-    unsupported(P, 0x55, "v_mfma_i32_16x16x16i8"),
+    row(
+        P,
+        0x40,
+        "v_mfma_f32_32x32x1f32",
+        ex!(|c, i| mfma::exec(c, i, &forms::F32_32X32X1)),
+        MF32,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x41,
+        "v_mfma_f32_16x16x1f32",
+        ex!(|c, i| mfma::exec(c, i, &forms::F32_16X16X1)),
+        MF32,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x42,
+        "v_mfma_f32_4x4x1f32",
+        ex!(|c, i| mfma::exec(c, i, &forms::F32_4X4X1)),
+        MF32,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x44,
+        "v_mfma_f32_32x32x2f32",
+        ex!(|c, i| mfma::exec(c, i, &forms::F32_32X32X2)),
+        MF32,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x45,
+        "v_mfma_f32_16x16x4f32",
+        ex!(|c, i| mfma::exec(c, i, &forms::F32_16X16X4)),
+        MF32,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x48,
+        "v_mfma_f32_32x32x4f16",
+        ex!(|c, i| mfma::exec(c, i, &forms::F16_32X32X4)),
+        MF16,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x49,
+        "v_mfma_f32_16x16x4f16",
+        ex!(|c, i| mfma::exec(c, i, &forms::F16_16X16X4)),
+        MF16,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x4a,
+        "v_mfma_f32_4x4x4f16",
+        ex!(|c, i| mfma::exec(c, i, &forms::F16_4X4X4)),
+        MF16,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x4c,
+        "v_mfma_f32_32x32x8f16",
+        ex!(|c, i| mfma::exec(c, i, &forms::F16_32X32X8)),
+        MF16,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x4d,
+        "v_mfma_f32_16x16x16f16",
+        ex!(|c, i| mfma::exec(c, i, &forms::F16_16X16X16)),
+        MF16,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x50,
+        "v_mfma_i32_32x32x4i8",
+        ex!(|c, i| mfma::exec(c, i, &forms::I8_32X32X4)),
+        PK,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x51,
+        "v_mfma_i32_16x16x4i8",
+        ex!(|c, i| mfma::exec(c, i, &forms::I8_16X16X4)),
+        PK,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x52,
+        "v_mfma_i32_4x4x4i8",
+        ex!(|c, i| mfma::exec(c, i, &forms::I8_4X4X4)),
+        PK,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x54,
+        "v_mfma_i32_32x32x8i8",
+        ex!(|c, i| mfma::exec(c, i, &forms::I8_32X32X8)),
+        PK,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x55,
+        "v_mfma_i32_16x16x16i8",
+        ex!(|c, i| mfma::exec(c, i, &forms::I8_16X16X16)),
+        PK,
+        flag::MFMA,
+    ),
     row(
         P,
         0x58,
@@ -478,16 +589,100 @@ pub(crate) static VOP3P: &[OpDef] = &[
         PK,
         flag::DST_AGPR,
     ),
-    unsupported(P, 0x63, "v_mfma_f32_32x32x4bf16_1k"),
-    unsupported(P, 0x64, "v_mfma_f32_16x16x4bf16_1k"),
-    unsupported(P, 0x65, "v_mfma_f32_4x4x4bf16_1k"),
-    unsupported(P, 0x66, "v_mfma_f32_32x32x8bf16_1k"),
-    unsupported(P, 0x67, "v_mfma_f32_16x16x16bf16_1k"),
-    unsupported(P, 0x68, "v_mfma_f32_32x32x2bf16"),
-    unsupported(P, 0x69, "v_mfma_f32_16x16x2bf16"),
-    unsupported(P, 0x6b, "v_mfma_f32_4x4x2bf16"),
-    unsupported(P, 0x6c, "v_mfma_f32_32x32x4bf16"),
-    unsupported(P, 0x6d, "v_mfma_f32_16x16x8bf16"),
-    unsupported(P, 0x6e, "v_mfma_f64_16x16x4f64"),
-    unsupported(P, 0x6f, "v_mfma_f64_4x4x4f64"),
+    row(
+        P,
+        0x63,
+        "v_mfma_f32_32x32x4bf16_1k",
+        ex!(|c, i| mfma::exec(c, i, &forms::BF16_1K_32X32X4)),
+        MBF16,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x64,
+        "v_mfma_f32_16x16x4bf16_1k",
+        ex!(|c, i| mfma::exec(c, i, &forms::BF16_1K_16X16X4)),
+        MBF16,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x65,
+        "v_mfma_f32_4x4x4bf16_1k",
+        ex!(|c, i| mfma::exec(c, i, &forms::BF16_1K_4X4X4)),
+        MBF16,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x66,
+        "v_mfma_f32_32x32x8bf16_1k",
+        ex!(|c, i| mfma::exec(c, i, &forms::BF16_1K_32X32X8)),
+        MBF16,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x67,
+        "v_mfma_f32_16x16x16bf16_1k",
+        ex!(|c, i| mfma::exec(c, i, &forms::BF16_1K_16X16X16)),
+        MBF16,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x68,
+        "v_mfma_f32_32x32x2bf16",
+        ex!(|c, i| mfma::exec(c, i, &forms::BF16_32X32X2)),
+        MBF16,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x69,
+        "v_mfma_f32_16x16x2bf16",
+        ex!(|c, i| mfma::exec(c, i, &forms::BF16_16X16X2)),
+        MBF16,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x6b,
+        "v_mfma_f32_4x4x2bf16",
+        ex!(|c, i| mfma::exec(c, i, &forms::BF16_4X4X2)),
+        MBF16,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x6c,
+        "v_mfma_f32_32x32x4bf16",
+        ex!(|c, i| mfma::exec(c, i, &forms::BF16_32X32X4)),
+        MBF16,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x6d,
+        "v_mfma_f32_16x16x8bf16",
+        ex!(|c, i| mfma::exec(c, i, &forms::BF16_16X16X8)),
+        MBF16,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x6e,
+        "v_mfma_f64_16x16x4f64",
+        ex!(|c, i| mfma::exec(c, i, &forms::F64_16X16X4)),
+        PKF64,
+        flag::MFMA,
+    ),
+    row(
+        P,
+        0x6f,
+        "v_mfma_f64_4x4x4f64",
+        ex!(|c, i| mfma::exec(c, i, &forms::F64_4X4X4)),
+        PKF64,
+        flag::MFMA,
+    ),
 ];
