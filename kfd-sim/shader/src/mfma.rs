@@ -22,9 +22,10 @@
 //!
 //! Arithmetic: C first, then one product at a time in k order, each added with round to
 //! nearest even: f32 and f64 products are rounded before the add (no fused multiply-add), f16
-//! and bf16 products are exact in f32, i8 accumulates in wrapping i32. The f16, bf16 and bf16_1k forms flush
-//! denormal inputs (A, B and C) and outputs to zero of the same sign, as MI200 does; the f32
-//! and f64 forms keep denormals. MODE's denormal and rounding fields do not apply.
+//! and bf16 products are exact in f32, i8 accumulates in wrapping i32. The f16, bf16 and
+//! bf16_1k forms flush denormal inputs (A, B and C) and outputs to zero of the same sign, as
+//! MI200 does; the f32 and f64 forms keep denormals. MODE's denormal and rounding fields do not
+//! apply.
 //!
 //! A matrix instruction works on the whole wave: all 64 lanes are read and written whatever
 //! EXEC holds. The instruction reads all of A, B and C before it writes D, so D may overlap
