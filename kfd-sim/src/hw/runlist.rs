@@ -76,20 +76,25 @@ pub(crate) trait Queues {
     fn svm(&self, device: usize) -> SvmView;
 }
 
-/// Runs `round` over the runlist until the machine is gone: every [`POLL_MIN`] while rounds
-/// find work, backing off to [`POLL_MAX`] while they do not (an idle engine does not spin). The
-/// loop of the SDMA engine and of each GPU's command processor.
+/// Runs `round` over the runlist until the machine is gone: again at once (after a yield) while
+/// rounds find work, then after [`POLL_MIN`], backing off to [`POLL_MAX`] while they do not (an
+/// idle engine does not spin). The loop of the SDMA engine and of each GPU's command processor.
 pub(crate) fn poll<R: Runlist>(runlist: &Weak<R>, mut round: impl FnMut(&R) -> bool) {
     let mut wait = POLL_MIN;
     while let Some(r) = runlist.upgrade() {
         let worked = round(&r);
         drop(r);
-        wait = if worked {
-            POLL_MIN
-        } else {
-            (wait * 2).min(POLL_MAX)
-        };
+        if worked {
+            // More may be ready at once (a dispatch goes on round after round): the thread
+            // stays runnable. A sleep, however short, gives its core away, and on a host whose
+            // cores are all busy (a guest's vCPUs, one spun by a client waiting for the
+            // dispatch) getting it back can take longer than a round.
+            wait = POLL_MIN;
+            std::thread::yield_now();
+            continue;
+        }
         std::thread::sleep(wait);
+        wait = (wait * 2).min(POLL_MAX);
     }
 }
 

@@ -1,9 +1,11 @@
 //! A kernel dispatch in flight: its workgroups run on worker threads in time slices.
 //!
-//! A round ([`InFlight::round`]) runs workgroups on up to [`workers`] threads for about
-//! [`ROUND`] of time each: a thread takes a stopped workgroup or starts the next one, runs it
-//! [`SLICE`] instructions at a time until it ends or the round's time is up, and parks what is
-//! unfinished in the dispatch. So a kernel that never ends (a wave spinning on a flag in memory)
+//! A round ([`InFlight::round`]) runs workgroups on up to [`workers`] threads (the command
+//! processor's own thread one of them) for about [`ROUND`] of time each, counted from when the
+//! thread starts: a thread takes a stopped workgroup or starts the next one, runs it [`SLICE`]
+//! instructions at a time until it ends or the round's time is up, and parks what is unfinished
+//! in the dispatch. Every thread runs at least one slice, so a round always moves the dispatch
+//! on, however slow the host is to start it. So a kernel that never ends (a wave spinning on a flag in memory)
 //! uses its time and lets the command processor go on to other queues and processes, and an
 //! eviction waits at most one round: the waves stop at an instruction boundary and stay parked
 //! in the dispatch, which compute wave save/restore then writes out ([`InFlight::snapshot`])
@@ -182,7 +184,26 @@ impl InFlight {
         interrupts: &mut Vec<u32>,
         stop: &AtomicBool,
     ) -> RoundEnd {
-        self.run_round(vm, svm, interrupts, stop, None)
+        self.run_round(vm, svm, interrupts, stop, None, ROUND)
+    }
+
+    /// A round as [`InFlight::round`] whose workers each run for `length` (at least one
+    /// workgroup slice each, however short): a host slower than the round's own setup.
+    #[cfg(test)]
+    pub(crate) fn round_of(
+        &mut self,
+        vm: &Arc<Mutex<Vm>>,
+        svm: &Arc<SvmView>,
+        length: Duration,
+    ) -> RoundEnd {
+        self.run_round(
+            vm,
+            svm,
+            &mut Vec::new(),
+            &AtomicBool::new(false),
+            None,
+            length,
+        )
     }
 
     /// A round on one worker that ends after exactly `instructions` wave instructions (or
@@ -202,6 +223,8 @@ impl InFlight {
             &mut Vec::new(),
             &AtomicBool::new(false),
             Some(&left),
+            // The instruction budget, not the clock, ends this round.
+            Duration::from_secs(3600),
         );
         (end, instructions - left.into_inner())
     }
@@ -213,6 +236,7 @@ impl InFlight {
         interrupts: &mut Vec<u32>,
         stop: &AtomicBool,
         budget: Option<&AtomicU64>,
+        length: Duration,
     ) -> RoundEnd {
         let left = self.total - self.next + self.parked.len() as u64;
         let threads = if budget.is_some() {
@@ -231,8 +255,6 @@ impl InFlight {
         let failure: Mutex<Option<Failure>> = Mutex::new(None);
         let sent: Mutex<Vec<u32>> = Mutex::new(Vec::new());
         let failed = AtomicBool::new(false);
-        // An instruction budget, not the clock, ends a round that has one.
-        let deadline = Instant::now() + budget.map_or(ROUND, |_| Duration::from_secs(3600));
         let dispatch = &self.dispatch;
         let total = self.total;
         // One translation of the VM for the round, shared by its workers: mirrored client
@@ -242,19 +264,20 @@ impl InFlight {
         let work = || {
             let mut ex = Executor::new();
             worker(
-                dispatch, total, &pool, &mut ex, &mem, deadline, &failed, stop, &failure, &sent,
+                dispatch, total, &pool, &mut ex, &mem, length, &failed, stop, &failure, &sent,
                 budget,
             );
         };
-        if threads == 1 {
+        // The command processor's thread is one of the workers: on a host whose cores are
+        // busy (a guest's vCPUs shared with a client spinning on its completion signal), a
+        // thread that blocks to wait for others loses its core for long, and every round would
+        // pay that.
+        std::thread::scope(|s| {
+            for _ in 1..threads {
+                s.spawn(work);
+            }
             work();
-        } else {
-            std::thread::scope(|s| {
-                for _ in 0..threads {
-                    s.spawn(work);
-                }
-            });
-        }
+        });
         if let Err(addr) = mem.flush() {
             failed.store(true, Ordering::SeqCst);
             lock(&failure).get_or_insert(Failure::WriteBack { addr });
@@ -288,7 +311,7 @@ fn worker(
     pool: &Mutex<Pool>,
     ex: &mut Executor,
     mem: &GpuMemory,
-    deadline: Instant,
+    length: Duration,
     failed: &AtomicBool,
     stop: &AtomicBool,
     failure: &Mutex<Option<Failure>>,
@@ -297,10 +320,15 @@ fn worker(
 ) {
     let clock = GpuClock;
     let slice = || budget.map_or(SLICE, |b| b.load(Ordering::SeqCst).min(SLICE));
+    // The round's time counts from when this worker starts, and a worker runs at least one
+    // slice before it looks at the clock: however long starting the round took (threads,
+    // translations, a host whose cores are busy elsewhere), every round moves the dispatch on.
+    let deadline = Instant::now() + length;
+    let mut ran = false;
     loop {
         if failed.load(Ordering::SeqCst)
             || stop.load(Ordering::SeqCst)
-            || Instant::now() >= deadline
+            || (ran && Instant::now() >= deadline)
             || slice() == 0
         {
             return;
@@ -335,6 +363,7 @@ fn worker(
                 return;
             }
             let st = ex.run(&mut live.wg, mem, &clock, n);
+            ran = true;
             if let Some(b) = budget {
                 b.fetch_sub(st.instructions.min(n), Ordering::SeqCst);
             }
@@ -371,4 +400,108 @@ fn worker(
 fn fail(failed: &AtomicBool, failure: &Mutex<Option<Failure>>, f: Failure) {
     failed.store(true, Ordering::SeqCst);
     lock(failure).get_or_insert(f);
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
+
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use kfd_shader::testmem::{layout::*, Args, Rig};
+
+    use super::super::super::backing::{Backing, Domain};
+    use super::super::super::sdma::read_va;
+    use super::super::super::vm::{Vm, VmMapping, VmTarget};
+    use super::super::memory::SvmView;
+    use super::{InFlight, RoundEnd};
+
+    /// kernels/blit.s: ROCr's blit shape (raw code behind an amd_kernel_code_t, FLAT loads and
+    /// stores over a grid-stride loop).
+    const BLIT: &[u8] = include_bytes!("../../../shader/kernels/blit.co");
+
+    /// ROCr's grid for a blit, 64 x 4 work-items per CU, on a GPU of `cus` CUs, copying
+    /// `n16` 16-byte chunks and `tail` bytes; the VM (GTT at the rig's addresses), the
+    /// dispatch, where the copy goes and what it must hold.
+    fn blit(cus: u32, n16: u64, tail: u64) -> (Arc<Mutex<Vm>>, InFlight, u64, Vec<u8>) {
+        let mut rig = Rig::new(BLIT, 1 << 20).unwrap();
+        let len = n16 * 16 + tail;
+        let src = rig.alloc(len).unwrap();
+        let dst = rig.alloc(len).unwrap();
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 13 + 5) as u8).collect();
+        rig.mem.write(src, &bytes);
+        let grid = 64 * 4 * cus;
+        let a = Args::default()
+            .u64(src)
+            .u64(dst)
+            .u64(n16)
+            .u64(tail)
+            .u32(grid);
+        let dispatch = rig
+            .dispatch("flat_blit", [grid, 1, 1], [64, 1, 1], &a.0, 1)
+            .unwrap();
+        let code_end = kfd_shader::elf::CodeObject::parse(BLIT)
+            .unwrap()
+            .segments()
+            .unwrap()
+            .iter()
+            .map(|s| s.vaddr + s.memsz)
+            .max()
+            .unwrap();
+        let mut vm = Vm::new();
+        for (va, len) in [
+            (CODE_VA, code_end.div_ceil(4096) * 4096),
+            (DATA_VA, 1 << 20),
+            (KERNARG_VA, 4096),
+            (PACKET_VA, 4096),
+        ] {
+            let backing = Backing::new(len, Domain::Gtt, 0, false).unwrap();
+            let bytes = rig.mem.read(va, len as usize).unwrap();
+            assert!(backing.write(0, &bytes));
+            let target = VmTarget::Memory {
+                backing: Arc::new(backing),
+                offset: 0,
+            };
+            let m = VmMapping {
+                size: len,
+                target,
+                writable: true,
+            };
+            vm.map(va, m).unwrap();
+        }
+        let slots = vec![0; super::workers()];
+        let d = InFlight::new(0, 0, 0, dispatch, slots);
+        (Arc::new(Mutex::new(vm)), d, dst, bytes)
+    }
+
+    /// A host slower than a round: in the forky guest (qemu TCG, its vCPUs shared with ROCr
+    /// spinning on the copy's completion signal) starting a round (threads, translations)
+    /// took longer than the round's 20 ms, and the workers, finding its time up, returned
+    /// without running anything: ROCr 6.4's 1 MiB `hsa_memory_copy` (416 workgroups) started
+    /// 0 to 3 workgroups a round and did not finish within its 20 s. Every round now runs at
+    /// least a slice on each worker, however short its time.
+    #[test]
+    fn a_round_shorter_than_its_setup_still_moves_a_blit_on() {
+        let (vm, mut d, dst, bytes) = blit(2, 300, 7);
+        let svm = Arc::new(SvmView::default());
+        let total = d.total;
+        let mut rounds = 0;
+        loop {
+            let before = d.next;
+            let end = d.round_of(&vm, &svm, Duration::ZERO);
+            rounds += 1;
+            match end {
+                RoundEnd::Done => break,
+                RoundEnd::More => assert!(
+                    d.next > before,
+                    "round {rounds} started no workgroup ({} of {total})",
+                    d.next
+                ),
+                RoundEnd::Failed(f) => panic!("{f:?}"),
+            }
+            assert!(rounds <= total, "{rounds} rounds for {total} workgroups");
+        }
+        assert_eq!(read_va(&vm, dst, bytes.len() as u64).unwrap(), bytes);
+    }
 }
