@@ -19,13 +19,7 @@ const VA: u64 = 0x7f00_0000_0000;
 const MIB: u64 = 1 << 20;
 
 fn aql(e: &Env, g: usize) -> QueueDesc {
-    let mut d = QueueDesc::new(e.gpus[g], QueueType::ComputeAql);
-    d.ring_base = 0x1000_0000;
-    d.ring_size = 4096;
-    d.read_ptr = 0x2000_0000;
-    d.write_ptr = 0x2000_0008;
-    d.ctl_stack_size = 0x1000;
-    d
+    aql_queue(e, g)
 }
 
 fn create_queue(e: &Env, d: &QueueDesc) -> Result<kfd_abi::kfd::CreatedQueue, kfd_abi::IoctlError> {

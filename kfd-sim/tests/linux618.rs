@@ -12,31 +12,14 @@ use common::*;
 use kfd_abi::ioctl::linux618;
 use kfd_abi::render::{GemDomain, VmPageFlags};
 use kfd_abi::uapi618 as u;
-use kfd_abi::{AllocFlags, BoHandle, Errno, Kfd, Prot, RenderNode, Share};
-use kfd_sim::{Kernel, Machine, Preset, SimFile};
+use kfd_abi::{AllocFlags, Errno, Kfd, Prot, RenderNode, Share};
+use kfd_sim::Kernel;
 use kfd_sys as sys;
 use rstest::rstest;
 
 const MIB: u64 = 1 << 20;
 const VA: u64 = 0x10_0000_0000;
 const RW: VmPageFlags = VmPageFlags::READABLE.union(VmPageFlags::WRITEABLE);
-
-fn machine(kernel: Kernel) -> Machine {
-    let m = Machine::new(&Preset::by_name("mi210x2").unwrap()).unwrap();
-    m.set_kernel(kernel);
-    m
-}
-
-fn render(e: &Env, g: usize) -> RenderNode<SimFile> {
-    RenderNode::new(
-        kfd_abi::Transport::try_clone(&e.renders[g]).unwrap(),
-        "renderD (sim)",
-    )
-}
-
-fn bo(raw: u32) -> BoHandle {
-    BoHandle::new(raw).unwrap()
-}
 
 #[rstest]
 #[case::linux_6_1(Kernel::Linux6_1, (1, 11), (3, 49))]
@@ -47,7 +30,7 @@ fn each_kernel_reports_its_versions(
     #[case] kfd: (u32, u32),
     #[case] drm: (i32, i32),
 ) {
-    let e = env_on(machine(kernel));
+    let e = env_on(machine_on(kernel));
     let v = e.kfd.get_version().unwrap();
     assert_eq!((v.major, v.minor), kfd);
     let d = render(&e, 0).version().unwrap();
@@ -56,7 +39,7 @@ fn each_kernel_reports_its_versions(
 
 #[test]
 fn linux_6_1_answers_the_6_18_requests_as_numbers_it_does_not_know() {
-    let e = env_on(machine(Kernel::Linux6_1));
+    let e = env_on(machine_on(Kernel::Linux6_1));
     let r = render(&e, 0);
     let h = r.gem_create(MIB, 0, GemDomain::VRAM, 0).unwrap();
     // No GEM_LIST_HANDLES (amdgpu number 0x19) nor GEM_CHANGE_HANDLE (core 0xd2) rows: EINVAL.
@@ -91,7 +74,7 @@ fn linux_6_1_answers_the_6_18_requests_as_numbers_it_does_not_know() {
 
 #[test]
 fn list_handles_gives_every_handle_with_its_creation_parameters() {
-    let e = env_on(machine(Kernel::Linux6_18));
+    let e = env_on(machine_on(Kernel::Linux6_18));
     let r = render(&e, 0);
     assert_eq!(r.gem_list_handles().unwrap(), vec![]);
     let cpu = u64::from(sys::AMDGPU_GEM_CREATE_CPU_ACCESS_REQUIRED);
@@ -124,7 +107,7 @@ fn list_handles_gives_every_handle_with_its_creation_parameters() {
 
 #[test]
 fn list_handles_with_too_little_room_only_counts() {
-    let e = env_on(machine(Kernel::Linux6_18));
+    let e = env_on(machine_on(Kernel::Linux6_18));
     let r = render(&e, 0);
     for _ in 0..3 {
         r.gem_create(MIB, 0, GemDomain::GTT, 0).unwrap();
@@ -150,7 +133,7 @@ fn list_handles_with_too_little_room_only_counts() {
 
 #[test]
 fn mapping_info_gives_the_mappings_with_their_page_table_flags() {
-    let e = env_on(machine(Kernel::Linux6_18));
+    let e = env_on(machine_on(Kernel::Linux6_18));
     let r = render(&e, 0);
     let h = r.gem_create(4 * MIB, 0, GemDomain::VRAM, 0).unwrap();
     assert_eq!(r.gem_mapping_info(h).unwrap(), vec![]);
@@ -196,7 +179,7 @@ fn gem_op_checks_in_6_18_order(
     #[case] room: u32,
     #[case] want: Errno,
 ) {
-    let e = env_on(machine(Kernel::Linux6_18));
+    let e = env_on(machine_on(Kernel::Linux6_18));
     render(&e, 0).gem_create(MIB, 0, GemDomain::GTT, 0).unwrap();
     let mut a = u::drm_amdgpu_gem_op {
         handle,
@@ -216,7 +199,7 @@ fn gem_op_checks_in_6_18_order(
 #[case::unknown_handle(5, 9, Errno::ENOENT)]
 #[case::taken(1, 2, Errno::ENOSPC)]
 fn change_handle_refuses(#[case] from: u32, #[case] to: u32, #[case] want: Errno) {
-    let e = env_on(machine(Kernel::Linux6_18));
+    let e = env_on(machine_on(Kernel::Linux6_18));
     let r = render(&e, 0);
     r.gem_create(MIB, 0, GemDomain::GTT, 0).unwrap();
     r.gem_create(MIB, 0, GemDomain::GTT, 0).unwrap();
@@ -230,7 +213,7 @@ fn change_handle_refuses(#[case] from: u32, #[case] to: u32, #[case] want: Errno
 
 #[test]
 fn change_handle_moves_the_object_with_its_mappings() {
-    let e = env_on(machine(Kernel::Linux6_18));
+    let e = env_on(machine_on(Kernel::Linux6_18));
     let r = render(&e, 0);
     let h = r.gem_create(2 * MIB, 0, GemDomain::VRAM, 0).unwrap();
     r.va_map(h, VA, 0, 2 * MIB, RW).unwrap();
@@ -267,7 +250,7 @@ fn change_handle_moves_the_object_with_its_mappings() {
 
 #[test]
 fn a_dma_buf_of_the_same_device_imports_as_the_same_object() {
-    let m = machine(Kernel::Linux6_18);
+    let m = machine_on(Kernel::Linux6_18);
     let a = env_on(m.clone());
     let b = env_on(m);
     let ra = render(&a, 0);
@@ -305,7 +288,7 @@ fn a_dma_buf_of_the_same_device_imports_as_the_same_object() {
 
 #[test]
 fn kfd_1_12_exports_a_kfd_bo_that_render_nodes_import_as_one_object() {
-    let m = machine(Kernel::Linux6_18);
+    let m = machine_on(Kernel::Linux6_18);
     let a = env_on(m.clone());
     let b = env_on(m);
     let va = 0x7f00_0000_0000;

@@ -9,33 +9,15 @@ mod common;
 
 use common::*;
 use kfd_abi::ioctl::{encode, linux618, Dir};
-use kfd_abi::kfd::QueueDesc;
 use kfd_abi::render::{GemDomain, VmPageFlags};
 use kfd_abi::uapi618 as u;
-use kfd_abi::{BoHandle, Errno, QueueType, RenderNode};
-use kfd_sim::{Kernel, Machine, Preset, SimFile};
+use kfd_abi::Errno;
+use kfd_sim::Kernel;
 use rstest::rstest;
 
 const MIB: u64 = 1 << 20;
 const VA: u64 = 0x10_0000_0000;
 const RW: VmPageFlags = VmPageFlags::READABLE.union(VmPageFlags::WRITEABLE);
-
-fn machine(kernel: Kernel) -> Machine {
-    let m = Machine::new(&Preset::by_name("mi210x2").unwrap()).unwrap();
-    m.set_kernel(kernel);
-    m
-}
-
-fn render(e: &Env, g: usize) -> RenderNode<SimFile> {
-    RenderNode::new(
-        kfd_abi::Transport::try_clone(&e.renders[g]).unwrap(),
-        "renderD (sim)",
-    )
-}
-
-fn bo(raw: u32) -> BoHandle {
-    BoHandle::new(raw).unwrap()
-}
 
 #[test]
 fn the_kernel_is_named_7_2_on_the_command_line() {
@@ -54,7 +36,7 @@ fn the_kernel_is_named_7_2_on_the_command_line() {
 #[case::a_taken_handle(1, 2)]
 #[case::past_int_max(1, 0x8000_0000)]
 fn change_handle_is_refused_whatever_it_asks(#[case] from: u32, #[case] to: u32) {
-    let e = env_on(machine(Kernel::Linux7_2));
+    let e = env_on(machine_on(Kernel::Linux7_2));
     let r = render(&e, 0);
     let a = r.gem_create(MIB, 0, GemDomain::VRAM, 0).unwrap();
     r.gem_create(MIB, 0, GemDomain::GTT, 0).unwrap();
@@ -81,7 +63,7 @@ fn change_handle_is_refused_whatever_it_asks(#[case] from: u32, #[case] to: u32)
 #[test]
 fn handles_are_allocated_lowest_free_first_from_1() {
     // What a restore without GEM_CHANGE_HANDLE relies on (the file's idr).
-    let e = env_on(machine(Kernel::Linux7_2));
+    let e = env_on(machine_on(Kernel::Linux7_2));
     let r = render(&e, 0);
     for want in 1..=4 {
         assert_eq!(r.gem_create(MIB, 0, GemDomain::GTT, 0).unwrap(), bo(want));
@@ -95,7 +77,7 @@ fn handles_are_allocated_lowest_free_first_from_1() {
 
 #[test]
 fn gem_op_keeps_6_18s_padding_check_and_mapping_info() {
-    let e = env_on(machine(Kernel::Linux7_2));
+    let e = env_on(machine_on(Kernel::Linux7_2));
     let r = render(&e, 0);
     let h = r.gem_create(2 * MIB, 0, GemDomain::VRAM, 0).unwrap();
     r.va_map(h, VA, 0, 2 * MIB, RW).unwrap();
@@ -114,23 +96,13 @@ fn gem_op_keeps_6_18s_padding_check_and_mapping_info() {
     );
 }
 
-fn aql(e: &Env, g: usize) -> QueueDesc {
-    let mut d = QueueDesc::new(e.gpus[g], QueueType::ComputeAql);
-    d.ring_base = 0x1000_0000;
-    d.ring_size = 4096;
-    d.read_ptr = 0x2000_0000;
-    d.write_ptr = 0x2000_0008;
-    d.ctl_stack_size = 0x1000;
-    d
-}
-
 /// ROCr's order: enable before the first queue, disable at exit; the driver refuses a second
 /// enable (`EBUSY`) and an enable while queues exist (`EEXIST`), and a disable always succeeds.
 #[rstest]
 #[case::linux_6_18(Kernel::Linux6_18)]
 #[case::linux_7_2(Kernel::Linux7_2)]
 fn runtime_enable_is_answered_as_the_driver_answers_it(#[case] kernel: Kernel) {
-    let e = env_on(machine(kernel));
+    let e = env_on(machine_on(kernel));
     e.kfd.runtime_enable(true, 0x7f00_1000, true).unwrap();
     assert_eq!(
         errno(e.kfd.runtime_enable(true, 0x7f00_1000, true)),
@@ -139,7 +111,7 @@ fn runtime_enable_is_answered_as_the_driver_answers_it(#[case] kernel: Kernel) {
     e.kfd.runtime_enable(false, 0, false).unwrap();
     e.kfd.runtime_enable(false, 0, false).unwrap();
     // SAFETY: the simulator keeps the queue's addresses but never dereferences them here.
-    let q = unsafe { e.kfd.create_queue(&aql(&e, 1)) }.unwrap();
+    let q = unsafe { e.kfd.create_queue(&aql_queue(&e, 1)) }.unwrap();
     assert_eq!(
         errno(e.kfd.runtime_enable(true, 0x7f00_1000, false)),
         Some(Errno::EEXIST)
@@ -150,7 +122,7 @@ fn runtime_enable_is_answered_as_the_driver_answers_it(#[case] kernel: Kernel) {
 
 #[test]
 fn linux_6_1_has_no_runtime_enable() {
-    let e = env_on(machine(Kernel::Linux6_1));
+    let e = env_on(machine_on(Kernel::Linux6_1));
     assert_eq!(
         errno(e.kfd.runtime_enable(true, 0, true)),
         Some(Errno::ENOTTY)
@@ -163,7 +135,7 @@ fn linux_6_1_has_no_runtime_enable() {
 #[case::create_process(encode(Dir::None, b'K', 0x27, 0))]
 #[case::profiler(encode(Dir::ReadWrite, b'K', 0x28, 32))]
 fn later_kfd_ioctls_are_not_simulated(#[case] request: u32) {
-    let e = env_on(machine(Kernel::Linux7_2));
+    let e = env_on(machine_on(Kernel::Linux7_2));
     let mut arg = [0u8; 32];
     assert_eq!(
         raw(e.kfd.transport(), request, &mut arg),

@@ -74,3 +74,34 @@ pub(crate) fn raw<A>(t: &SimFile, request: u32, arg: &mut A) -> Result<i32, kfd_
     // SAFETY: `arg` is a live struct; the simulator never dereferences pointers itself.
     unsafe { t.ioctl(request, (arg as *mut A).cast()) }
 }
+
+/// A machine of two simulated MI210s behaving as `kernel`.
+pub(crate) fn machine_on(kernel: kfd_sim::Kernel) -> Machine {
+    let m = Machine::new(&Preset::by_name("mi210x2").expect("preset")).expect("machine");
+    m.set_kernel(kernel);
+    m
+}
+
+/// A render node of GPU `g` of `e`, on a clone of its file.
+pub(crate) fn render(e: &Env, g: usize) -> kfd_abi::RenderNode<SimFile> {
+    kfd_abi::RenderNode::new(
+        Transport::try_clone(&e.renders[g]).expect("clone"),
+        "renderD (sim)",
+    )
+}
+
+/// GEM handle `raw` (not 0).
+pub(crate) fn bo(raw: u32) -> kfd_abi::BoHandle {
+    kfd_abi::BoHandle::new(raw).expect("a handle is not 0")
+}
+
+/// An AQL queue's description on GPU `g`: addresses the simulator keeps but never reads.
+pub(crate) fn aql_queue(e: &Env, g: usize) -> kfd_abi::kfd::QueueDesc {
+    let mut d = kfd_abi::kfd::QueueDesc::new(e.gpus[g], kfd_abi::QueueType::ComputeAql);
+    d.ring_base = 0x1000_0000;
+    d.ring_size = 4096;
+    d.read_ptr = 0x2000_0000;
+    d.write_ptr = 0x2000_0008;
+    d.ctl_stack_size = 0x1000;
+    d
+}
