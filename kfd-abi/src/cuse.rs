@@ -125,7 +125,7 @@ pub(crate) fn adopt(link: &CuseLink, dev: BorrowedFd<'_>, raw: RawFd) -> io::Res
 /// the close-on-exec flag the daemon gave its own copy (none for CRIU_OP dma-bufs, the caller's
 /// choice for PRIME), read from `/proc/<daemon>/fdinfo/<raw>` before the daemon closes it.
 fn inherit_close_on_exec(pid: u32, raw: RawFd, fd: OwnedFd) -> io::Result<OwnedFd> {
-    let info = crate::platform::read_proc_file(format!("/proc/{pid}/fdinfo/{raw}"))?;
+    let info = crate::procfs::read_proc_file(format!("/proc/{pid}/fdinfo/{raw}"))?;
     let flags = info
         .lines()
         .find_map(|l| l.strip_prefix("flags:"))

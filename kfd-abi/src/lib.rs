@@ -34,6 +34,7 @@ pub mod ioctl;
 pub mod kfd;
 mod mapping;
 pub mod platform;
+mod procfs;
 pub mod render;
 pub mod sdma;
 mod syscall;
