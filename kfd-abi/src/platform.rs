@@ -312,7 +312,7 @@ mod tests {
         let big = dir.path().join("big");
         std::fs::write(
             &big,
-            vec![b'x'; usize::try_from(PROC_FILE_LIMIT + 1).unwrap()],
+            vec![b'x'; usize::try_from(crate::procfs::PROC_FILE_LIMIT + 1).unwrap()],
         )
         .unwrap();
         assert_eq!(

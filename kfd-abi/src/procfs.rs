@@ -4,7 +4,7 @@
 use std::io;
 
 /// The most bytes read of a `/proc` file (`status` and `fdinfo` hold well under a page).
-const PROC_FILE_LIMIT: u64 = 64 << 10;
+pub(crate) const PROC_FILE_LIMIT: u64 = 64 << 10;
 
 /// Reads a `/proc` file the plugin reads at dump or restore (`/proc/PID/status`,
 /// `/proc/self/fdinfo/FD`): opened without waiting, a regular file (procfs's are), at most
