@@ -8,7 +8,7 @@ pub(crate) const PROC_FILE_LIMIT: u64 = 64 << 10;
 
 /// Reads a `/proc` file the plugin reads at dump or restore (`/proc/PID/status`,
 /// `/proc/self/fdinfo/FD`): opened without waiting, a regular file (procfs's are), at most
-/// [`PROC_FILE_LIMIT`] bytes. A `/proc` that is not procfs (a bind mount of anything) cannot make
+/// `PROC_FILE_LIMIT` (64 KiB) bytes. A `/proc` that is not procfs (a bind mount of anything) cannot make
 /// the dump wait or read without end.
 ///
 /// # Errors

@@ -2,7 +2,7 @@
 //! which inherits it across fork).
 //!
 //! Here: the engine and criu's hooks. Beside it: `session` (what one stage keeps, a
-//! [`Session`](session::Session) per dump or restore, made at `init` and dropped at `fini`),
+//! `Session` per dump or restore, made at `init` and dropped at `fini`),
 //! `settings` (what the environment asks), `dumping` (the engine at dump: render-node files and
 //! dma-bufs), `restoring` (the engine at restore: `/dev/kfd` and render-node files, VMAs, the
 //! parallel restore's start) and `shared` (buffers shared between the restored tasks).

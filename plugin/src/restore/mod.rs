@@ -17,9 +17,9 @@
 //! names them: its runtime enumerated GPUs before the checkpoint); a container that must not have
 //! them is given only its GPUs by its device cgroup.
 //!
-//! Beside it, the rest of a restore: [`render`] (render-node buffers), [`vma`] (which restored
-//! buffer a device VMA maps), [`sharing`] (the table the restored tasks share their buffers in)
-//! and [`parallel`] (buffer contents restored from criu's master: wire format, socket calls,
+//! Beside it, the rest of a restore: `render` (render-node buffers), `vma` (which restored
+//! buffer a device VMA maps), `sharing` (the table the restored tasks share their buffers in)
+//! and `parallel` (buffer contents restored from criu's master: wire format, socket calls,
 //! workers).
 
 use std::collections::BTreeMap;
