@@ -244,15 +244,20 @@ fn linux_6_1_shows_no_buffers_and_refuses_an_image_that_has_some() {
     e.fini(Stage::Restore, -1);
 }
 
-/// VRAM in use on every GPU of `n`, as the render nodes report it.
-fn vram_in_use(n: &SimNode) -> Vec<u64> {
+/// What `usage` reads of every GPU of `n`'s render node.
+fn in_use(n: &SimNode, usage: impl Fn(&RenderNode<SimFile>) -> u64) -> Vec<u64> {
     let p = n.machine.spawn_process();
     let plat = n.platform_of(&p);
     n.machine
         .render_minors()
         .into_iter()
-        .map(|m| plat.open_render(m).unwrap().vram_usage().unwrap())
+        .map(|m| usage(&plat.open_render(m).unwrap()))
         .collect()
+}
+
+/// VRAM in use on every GPU of `n`, as the render nodes report it.
+fn vram_in_use(n: &SimNode) -> Vec<u64> {
+    in_use(n, |r| r.vram_usage().unwrap())
 }
 
 #[test]
@@ -1088,11 +1093,5 @@ fn a_handle_number_that_cannot_be_reached_without_change_handle_is_refused(
 
 /// GTT in use on every GPU of `n`, as the render nodes report it.
 fn gtt_in_use(n: &SimNode) -> Vec<u64> {
-    let p = n.machine.spawn_process();
-    let plat = n.platform_of(&p);
-    n.machine
-        .render_minors()
-        .into_iter()
-        .map(|m| plat.open_render(m).unwrap().gtt_usage().unwrap())
-        .collect()
+    in_use(n, |r| r.gtt_usage().unwrap())
 }
