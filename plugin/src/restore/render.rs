@@ -197,11 +197,14 @@ struct Made {
 }
 
 impl Made {
-    /// Whether handle `n` is in the file now.
-    fn taken(&self, n: u32) -> bool {
-        self.before.contains(&n)
-            || self.handles.iter().any(|h| h.get() == n)
-            || self.placeholders.iter().any(|h| h.get() == n)
+    /// The handles in the file now.
+    fn taken(&self) -> BTreeSet<u32> {
+        let made = self
+            .handles
+            .iter()
+            .chain(&self.placeholders)
+            .map(|h| h.get());
+        self.before.iter().copied().chain(made).collect()
     }
 
     /// Makes the next buffer the file allocates get handle `target`: placeholders take every
@@ -217,13 +220,14 @@ impl Made {
             handle: target,
             why,
         };
-        if self.taken(target) {
+        let taken = self.taken();
+        if taken.contains(&target) {
             return Err(unreachable(
                 "the restored file already has a buffer under that number".to_owned(),
             ));
         }
         let free: Vec<u32> = (1..target)
-            .filter(|&n| !self.taken(n))
+            .filter(|n| !taken.contains(n))
             .take(MAX_PLACEHOLDERS + 1)
             .collect();
         if free.len() + self.placeholders.len() > MAX_PLACEHOLDERS {
