@@ -576,6 +576,76 @@ pub(crate) fn process_vm_write(pid: libc::pid_t, addr: u64, buf: &[u8]) -> Resul
     unsafe { vm_transfer(pid, buf.as_ptr().cast_mut(), addr, buf.len(), true) }
 }
 
+/// The most pieces one `process_vm_writev` is given (the kernel's `UIO_MAXIOV` is 1024).
+const PIECES_PER_CALL: usize = 1024;
+
+/// Writes the pieces `[start, end)` of `buf` into process `pid`'s memory at `remote + start`,
+/// with one `process_vm_writev` for up to [`PIECES_PER_CALL`] of them; the remote address of the
+/// first piece that could not be written whole (the others are written).
+pub(crate) fn process_vm_write_pieces(
+    pid: libc::pid_t,
+    remote: u64,
+    buf: &[u8],
+    pieces: &[(usize, usize)],
+) -> Result<(), u64> {
+    let at = |start: usize| remote.wrapping_add(start as u64);
+    let mut first = Ok(());
+    for batch in pieces.chunks(PIECES_PER_CALL) {
+        let mut local = Vec::with_capacity(batch.len());
+        let mut far = Vec::with_capacity(batch.len());
+        let mut total = 0usize;
+        let mut valid = true;
+        for &(start, end) in batch {
+            let Some(bytes) = buf.get(start..end) else {
+                valid = false;
+                break;
+            };
+            let Ok(r) = addr_at(at(start), 0, bytes.len()) else {
+                valid = false;
+                break;
+            };
+            local.push(libc::iovec {
+                iov_base: bytes.as_ptr().cast_mut().cast(),
+                iov_len: bytes.len(),
+            });
+            far.push(libc::iovec {
+                iov_base: r as *mut libc::c_void,
+                iov_len: bytes.len(),
+            });
+            total += bytes.len();
+        }
+        if valid && !local.is_empty() {
+            // SAFETY: every local iovec is a piece of `buf`, readable for the call (writing to
+            // the remote side, the kernel only reads the local one); the remote side is only
+            // accessed by the kernel, which fails cleanly on unmapped memory. The counts are at
+            // most PIECES_PER_CALL.
+            let n = unsafe {
+                libc::process_vm_writev(
+                    pid,
+                    local.as_ptr(),
+                    local.len() as libc::c_ulong,
+                    far.as_ptr(),
+                    far.len() as libc::c_ulong,
+                    0,
+                )
+            };
+            if usize::try_from(n).is_ok_and(|n| n == total) {
+                continue;
+            }
+        }
+        // A piece could not be written (or is out of range): each on its own, to find which.
+        for &(start, end) in batch {
+            let ok = buf
+                .get(start..end)
+                .is_some_and(|b| process_vm_write(pid, at(start), b).is_ok());
+            if !ok {
+                first = first.and(Err(at(start)));
+            }
+        }
+    }
+    first
+}
+
 fn addr_at(addr: u64, done: usize, len: usize) -> Result<usize, Errno> {
     let start = addr.checked_add(done as u64).ok_or(Errno::EFAULT)?;
     let end = start.checked_add(len as u64).ok_or(Errno::EFAULT)?;

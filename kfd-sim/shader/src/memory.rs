@@ -36,6 +36,16 @@ pub struct HostRun {
 pub unsafe trait Memory: Sync {
     /// The run containing `va`, or None if `va` is not mapped (for writing, if `write`).
     fn translate(&self, va: u64, write: bool) -> Option<HostRun>;
+
+    /// A wave executed an instruction that, in the gfx90a memory model, must see what other
+    /// agents (the host's CPU, other queues) wrote since the dispatch started: an atomic, a
+    /// load with GLC (atomic loads at agent or system scope, volatile loads), or an L1/L2 or
+    /// scalar cache invalidation (an acquire fence). An implementation that serves reads from
+    /// copies of memory other agents write (the simulator's mirrors of a client's memory) must
+    /// not keep serving the dispatch's later reads from copies made before this call; when it
+    /// refreshes them is its own (the simulator: from the dispatch's next time slice on). The
+    /// default does nothing: memory read in place is always current.
+    fn acquire(&self) {}
 }
 
 /// The counters the shader reads.

@@ -16,6 +16,9 @@ fn address(c: &Ctx<'_>, i: &Inst) -> u64 {
 
 /// s_load_dword(xN): N dwords from the scalar address into consecutive SGPRs.
 fn load<const N: usize>(c: &mut Ctx<'_>, i: &Inst) -> R {
+    if i.mem & crate::decode::mflag::GLC != 0 {
+        c.mem.acquire();
+    }
     let a = address(c, i);
     for k in 0..N {
         let v = c
@@ -64,6 +67,13 @@ fn store<const N: usize>(c: &mut Ctx<'_>, i: &Inst) -> R {
     Ok(())
 }
 
+/// s_dcache_inv(_vol): the scalar cache is coherent here, but an acquire fence must see other
+/// agents' writes (`Memory::acquire`).
+fn invalidate(c: &mut Ctx<'_>, _i: &Inst) -> R {
+    c.mem.acquire();
+    Ok(())
+}
+
 /// s_memtime (the GPU's clock) and s_memrealtime (the constant-rate clock) into an SGPR pair.
 fn time<const REAL: bool>(c: &mut Ctx<'_>, i: &Inst) -> R {
     let t = if REAL {
@@ -93,9 +103,9 @@ pub(crate) static SMEM: &[OpDef] = &[
     row(S, 0x10, "s_store_dword", store::<1>, T, 0),
     row(S, 0x11, "s_store_dwordx2", store::<2>, T, 0),
     row(S, 0x12, "s_store_dwordx4", store::<4>, T, 0),
-    row(S, 0x20, "s_dcache_inv", ex!(|_c, _i| Ok(())), T, 0),
+    row(S, 0x20, "s_dcache_inv", invalidate, T, 0),
     row(S, 0x21, "s_dcache_wb", ex!(|_c, _i| Ok(())), T, 0),
-    row(S, 0x22, "s_dcache_inv_vol", ex!(|_c, _i| Ok(())), T, 0),
+    row(S, 0x22, "s_dcache_inv_vol", invalidate, T, 0),
     row(S, 0x23, "s_dcache_wb_vol", ex!(|_c, _i| Ok(())), T, 0),
     row(S, 0x24, "s_memtime", time::<false>, T, 0),
     row(S, 0x25, "s_memrealtime", time::<true>, T, 0),

@@ -264,6 +264,9 @@ fn load(c: &mut Ctx<'_>, i: &Inst, bytes: u8, sext: bool, d16: u8) -> R {
     let ad = addrs(c, i, u64::from(bytes));
     let nd = usize::from(bytes).div_ceil(4);
     let mut vals = [[0u32; LANES]; 4];
+    if i.mem & mflag::GLC != 0 {
+        c.mem.acquire();
+    }
     let span = wave_span(c, &ad, exec, u64::from(bytes), false).map_err(|f| c.fault(f))?;
     match span {
         Some(s) if bytes >= 4 && d16 == 0 => {
@@ -278,6 +281,17 @@ fn load(c: &mut Ctx<'_>, i: &Inst, bytes: u8, sext: bool, d16: u8) -> R {
                 }
             }
             return Ok(());
+        }
+        Some(s) if bytes < 4 => {
+            // Bytes and shorts (the misaligned blits' accesses): every lane from the one span,
+            // no translation per lane.
+            for l in 0..LANES {
+                if exec >> l & 1 != 0 {
+                    let mut b = [0u8; 4];
+                    s.read(ad.a[l], &mut b[..usize::from(bytes)]);
+                    vals[0][l] = u32::from_le_bytes(b);
+                }
+            }
         }
         _ => {
             for l in 0..LANES {
@@ -340,6 +354,16 @@ fn store(c: &mut Ctx<'_>, i: &Inst, bytes: u8, hi: bool) -> R {
                 }
             }
         }
+        Some(s) if bytes < 4 => {
+            // Bytes and shorts: every lane into the one span.
+            let v = c.w.v(dr);
+            for l in 0..LANES {
+                if exec >> l & 1 != 0 {
+                    let x = if hi { v[l] >> 16 } else { v[l] };
+                    s.write(ad.a[l], &x.to_le_bytes()[..usize::from(bytes)]);
+                }
+            }
+        }
         _ => {
             let data: [Lanes; 4] =
                 std::array::from_fn(|k| if k < nd { *c.w.v(dr + k) } else { [0; LANES] });
@@ -361,6 +385,7 @@ fn store(c: &mut Ctx<'_>, i: &Inst, bytes: u8, hi: bool) -> R {
 }
 
 fn atomic(c: &mut Ctx<'_>, i: &Inst, aop: u8, wide: bool) -> R {
+    c.mem.acquire();
     let exec = c.w.exec();
     let bytes = if wide { 8 } else { 4 };
     let ad = addrs(c, i, bytes);
@@ -572,6 +597,13 @@ fn mem_op<const CODE: u16>(c: &mut Ctx<'_>, i: &Inst) -> R {
 }
 
 fn nop(_c: &mut Ctx<'_>, _i: &Inst) -> R {
+    Ok(())
+}
+
+/// `buffer_wbinvl1(_vol)`, `buffer_invl2`: the caches are coherent here, but an acquire fence
+/// must see other agents' writes (`Memory::acquire`).
+fn invalidate(c: &mut Ctx<'_>, _i: &Inst) -> R {
+    c.mem.acquire();
     Ok(())
 }
 
@@ -813,9 +845,16 @@ const MUBUF_OTHER: [OpDef; 10] = [
         0,
     ),
     row(Encoding::Mubuf, 0x28, "buffer_wbl2", nop, T, 0),
-    row(Encoding::Mubuf, 0x29, "buffer_invl2", nop, T, 0),
-    row(Encoding::Mubuf, 0x3e, "buffer_wbinvl1", nop, T, 0),
-    row(Encoding::Mubuf, 0x3f, "buffer_wbinvl1_vol", nop, T, 0),
+    row(Encoding::Mubuf, 0x29, "buffer_invl2", invalidate, T, 0),
+    row(Encoding::Mubuf, 0x3e, "buffer_wbinvl1", invalidate, T, 0),
+    row(
+        Encoding::Mubuf,
+        0x3f,
+        "buffer_wbinvl1_vol",
+        invalidate,
+        T,
+        0,
+    ),
     unsupported(Encoding::Mubuf, 0x00, "buffer_load_format_x"),
     unsupported(Encoding::Mubuf, 0x01, "buffer_load_format_xy"),
     unsupported(Encoding::Mubuf, 0x04, "buffer_store_format_x"),

@@ -23,6 +23,9 @@ use super::{Env, GTT_W, VRAM_W};
 
 /// The committed test kernels.
 pub(crate) const CODE_OBJECT: &[u8] = include_bytes!("../../shader/kernels/kernels.co");
+/// The byte-granular copy kernel (`copy_misaligned`), the shape of the runtimes' misaligned
+/// blits.
+pub(crate) const MISALIGNED: &[u8] = include_bytes!("../../shader/kernels/misaligned.co");
 
 /// `hsa_packet_type_t`.
 pub(crate) const INVALID: u8 = 1;
@@ -119,6 +122,48 @@ fn alloc(
     }
 }
 
+/// A code object's segments in host-visible VRAM, as a loader copies them, and its symbols.
+pub(crate) struct Code {
+    pub(crate) code: Buf,
+    symbols: Vec<(String, u64)>,
+}
+
+impl Code {
+    /// The kernel object of `kernel` and its group and private sizes.
+    pub(crate) fn kernel(&self, kernel: &str) -> (u64, u32, u32) {
+        kernel_in(&self.code, &self.symbols, kernel)
+    }
+}
+
+fn load(
+    e: &Env,
+    render: &RenderNode<SimFile>,
+    g: GpuId,
+    next: &Cell<u64>,
+    code_object: &[u8],
+) -> Code {
+    let co = CodeObject::parse(code_object).unwrap();
+    let segs = co.segments().unwrap();
+    let end = segs.iter().map(|s| s.vaddr + s.memsz).max().unwrap();
+    let code = alloc(e, render, g, next, end, VRAM_W | AllocFlags::PUBLIC);
+    for s in &segs {
+        code.write(s.vaddr as usize, &s.data);
+    }
+    let symbols = co.symbols().map(|(n, v)| (n.to_string(), v)).collect();
+    Code { code, symbols }
+}
+
+fn kernel_in(code: &Buf, symbols: &[(String, u64)], kernel: &str) -> (u64, u32, u32) {
+    let name = format!("{kernel}.kd");
+    let off = symbols
+        .iter()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("no kernel {kernel}"))
+        .1;
+    let kd = code.u32s(off as usize, 2);
+    (code.va + off, kd[0], kd[1])
+}
+
 impl Rig {
     pub(crate) fn new(e: Env) -> Self {
         let g = e.gpus[0];
@@ -140,15 +185,7 @@ impl Rig {
             .create_event(EventType::Signal, true, Some(events.handle))
             .unwrap();
         e.kfd.destroy_event(first.event_id).unwrap();
-        // The code object's segments, as a loader copies them into VRAM.
-        let co = CodeObject::parse(CODE_OBJECT).unwrap();
-        let segs = co.segments().unwrap();
-        let end = segs.iter().map(|s| s.vaddr + s.memsz).max().unwrap();
-        let code = alloc(&e, &render, g, &next_va, end, VRAM_W | AllocFlags::PUBLIC);
-        for s in &segs {
-            code.write(s.vaddr as usize, &s.data);
-        }
-        let symbols = co.symbols().map(|(n, v)| (n.to_string(), v)).collect();
+        let Code { code, symbols } = load(&e, &render, g, &next_va, CODE_OBJECT);
         Self {
             e,
             render,
@@ -171,15 +208,12 @@ impl Rig {
 
     /// The kernel object (descriptor address) of `kernel` and its group and private sizes.
     pub(crate) fn kernel(&self, kernel: &str) -> (u64, u32, u32) {
-        let name = format!("{kernel}.kd");
-        let off = self
-            .symbols
-            .iter()
-            .find(|(n, _)| *n == name)
-            .unwrap_or_else(|| panic!("no kernel {kernel}"))
-            .1;
-        let kd = self.code.u32s(off as usize, 2);
-        (self.code.va + off, kd[0], kd[1])
+        kernel_in(&self.code, &self.symbols, kernel)
+    }
+
+    /// Another code object loaded into the rig's VRAM.
+    pub(crate) fn load(&self, code_object: &[u8]) -> Code {
+        load(&self.e, &self.render, self.g, &self.next_va, code_object)
     }
 
     /// A signal of initial `value`; with an event when `event`.

@@ -19,7 +19,7 @@ use kfd_shader::{Dispatch, Executor, ShaderError, Stop, Workgroup};
 
 use super::super::vm::Vm;
 use super::cwsr::{CwsrError, SavedDispatch, SavedGroup};
-use super::memory::{GpuClock, GpuMemory, SvmView};
+use super::memory::{GpuClock, GpuMemory, Kept, SvmView};
 use crate::host::lock;
 
 /// Instructions a workgroup runs between two looks at the clock.
@@ -82,6 +82,9 @@ pub(crate) struct InFlight {
     total: u64,
     parked: Vec<Live>,
     free_slots: Vec<u32>,
+    /// The client memory the last round mirrored, for the next (`memory`'s module
+    /// documentation says when a round reads it afresh).
+    kept: Kept,
 }
 
 impl std::fmt::Debug for Live {
@@ -119,6 +122,7 @@ impl InFlight {
             total,
             parked: Vec::new(),
             free_slots: slots,
+            kept: Kept::default(),
         }
     }
 
@@ -151,6 +155,7 @@ impl InFlight {
             total,
             parked,
             free_slots: slots,
+            kept: Kept::default(),
         })
     }
 
@@ -259,8 +264,10 @@ impl InFlight {
         let total = self.total;
         // One translation of the VM for the round, shared by its workers: mirrored client
         // memory is one copy, so atomics on it from workgroups on different workers are atomic,
-        // and it is written back once, after every worker has stopped.
-        let mut mem = GpuMemory::new(Arc::clone(vm), Arc::clone(svm));
+        // and it is written back once, after every worker has stopped. It starts with the
+        // mirrors the last round kept.
+        let kept = std::mem::take(&mut self.kept);
+        let mut mem = GpuMemory::with_kept(Arc::clone(vm), Arc::clone(svm), kept);
         let work = || {
             let mut ex = Executor::new();
             worker(
@@ -282,6 +289,7 @@ impl InFlight {
             failed.store(true, Ordering::SeqCst);
             lock(&failure).get_or_insert(Failure::WriteBack { addr });
         }
+        self.kept = mem.keep();
         interrupts.extend(sent.into_inner().unwrap_or_default());
         let pool = pool
             .into_inner()
