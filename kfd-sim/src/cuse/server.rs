@@ -635,6 +635,35 @@ pub(crate) mod tests {
         );
     }
 
+    /// A handler that panics leaves no caller in its call: the request gets an `EIO` reply (a
+    /// FORGET, which wants none, gets none), its in-flight entry goes, and the daemon goes on
+    /// serving the device.
+    #[test]
+    fn a_handler_that_panics_answers_eio_and_the_daemon_goes_on() {
+        let (s, mut k) = initialised_server();
+        let dev = &s.devices[0];
+        let ioctl = request(39, 4242, me(), &ioctl_body(1, kfd::GET_VERSION, 0));
+        let reply = crate::cuse::threads::answer(dev, &ioctl, |_| {
+            lock(&dev.inflight).insert(4242, Arc::new(AtomicBool::new(false)));
+            panic!("injected into a handler")
+        });
+        assert_eq!(
+            reply,
+            Some(crate::cuse::proto::error_reply(4242, kfd_abi::Errno::EIO))
+        );
+        assert!(lock(&dev.inflight).is_empty());
+        let forget = request(2, 4244, me(), &[0u8; 8]);
+        let reply = crate::cuse::threads::answer(dev, &forget, |_| panic!("injected again"));
+        assert_eq!(reply, None);
+        // The same device still answers, on the same reader threads.
+        let fh = k[0].open(me()).unwrap();
+        let mut v = kfd_sys::kfd_ioctl_get_version_args::default();
+        let addr = std::ptr::addr_of_mut!(v) as u64;
+        assert_eq!(k[0].ioctl(me(), fh, kfd::GET_VERSION, addr), 0);
+        assert_eq!(v.major_version, 1);
+        s.shutdown();
+    }
+
     #[test]
     fn open_ioctl_release_on_kfd() {
         let (s, mut k) = initialised_server();
