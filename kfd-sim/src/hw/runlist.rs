@@ -26,6 +26,10 @@ pub(crate) trait Runlist: Send + Sync + 'static {
     /// Notes something the GPU met and does not do: a warning the first time `key` is seen,
     /// debug level later.
     fn log_once(&self, key: &str, message: &str);
+
+    /// Engine `engine` (its thread) died of a panic and runs nothing any more: the driver fails
+    /// what would wait on it for ever. Called from the dead engine's thread, holding nothing.
+    fn engine_died(&self, engine: &str);
 }
 
 /// One process of the runlist: its queues, and the lock that preemption waits on.
@@ -95,6 +99,32 @@ pub(crate) fn poll<R: Runlist>(runlist: &Weak<R>, mut round: impl FnMut(&R) -> b
         }
         std::thread::sleep(wait);
         wait = (wait * 2).min(POLL_MAX);
+    }
+}
+
+/// The body of an engine thread (`engine` names it in the log): runs `body`, and if it panics,
+/// logs the panic and tells the runlist's driver ([`Runlist::engine_died`]), so that a client
+/// waiting for the engine's work gets an error instead of waiting for ever. The thread then
+/// ends: nothing restarts an engine (its state may be half-updated), as nothing restarts a GPU
+/// ring that hung until a reset.
+///
+/// `AssertUnwindSafe`: after the panic the engine's own state is dropped, not looked at; the
+/// locks it held are released poisoned, and [`lock`] takes them as they are.
+pub(crate) fn run_engine<R: Runlist>(engine: &str, runlist: &Weak<R>, body: impl FnOnce()) {
+    let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) else {
+        return;
+    };
+    let what = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)");
+    log::error!(
+        "kfd-sim: {engine} panicked ({what}): it runs no queue any more, and waits for events \
+         fail; please report this as a bug"
+    );
+    if let Some(r) = runlist.upgrade() {
+        r.engine_died(engine);
     }
 }
 

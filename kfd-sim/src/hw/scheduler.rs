@@ -45,7 +45,7 @@ use std::sync::{Arc, Mutex, Once, Weak};
 use kfd_abi::sdma::{DecodeError, Decoder};
 
 use super::queue::Engine;
-use super::runlist::{poll, MappedProcess, Queues, Runlist};
+use super::runlist::{poll, run_engine, MappedProcess, Queues, Runlist};
 use super::sdma::{read_va, run_packet, write_va, Fault, Ran};
 use super::vm::Vm;
 use crate::host::lock;
@@ -74,7 +74,7 @@ impl Scheduler {
         self.started.call_once(move || {
             let spawned = std::thread::Builder::new()
                 .name("kfd-sim-sdma".into())
-                .spawn(move || run(&weak));
+                .spawn(move || run_engine("the SDMA engine", &weak, || run(&weak)));
             if let Err(e) = spawned {
                 log::error!(
                     "kfd-sim: cannot start the SDMA engine thread: {e}; user queues will not run"

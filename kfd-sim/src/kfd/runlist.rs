@@ -23,6 +23,18 @@ impl Runlist for MachineInner {
     fn log_once(&self, key: &str, message: &str) {
         MachineInner::log_once(self, key, message);
     }
+
+    /// The machine is wedged (as amdgpu marks a GPU whose reset failed): every waiter of every
+    /// process wakes, and WAIT_EVENTS fails with `EIO` instead of sleeping (`kfd/events.rs`).
+    fn engine_died(&self, engine: &str) {
+        self.wedge(engine);
+        for p in self.processes() {
+            // Taken and dropped before the wake-up: a waiter between its check of the machine
+            // and its sleep holds the state, so it cannot miss the notification.
+            drop(p.lock());
+            p.events_cv.notify_all();
+        }
+    }
 }
 
 impl MappedProcess for KfdProcess {

@@ -172,6 +172,8 @@ pub(crate) struct MachineInner {
     /// The command processors: a thread per GPU runs the AQL queues.
     pub(crate) cp: crate::hw::cp::CommandProcessors,
     reg: Mutex<Registry>,
+    /// The engine that died, if one did: the machine is wedged (see [`Self::wedge`]).
+    wedged: std::sync::OnceLock<String>,
 }
 
 impl MachineInner {
@@ -241,7 +243,19 @@ impl MachineInner {
                 next_pid: 1000,
                 ..Registry::default()
             }),
+            wedged: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Marks the machine wedged: engine `engine` died and runs nothing any more. The first
+    /// engine named stays.
+    pub(crate) fn wedge(&self, engine: &str) {
+        let _ = self.wedged.set(engine.to_owned());
+    }
+
+    /// The engine whose death wedged the machine, if one did.
+    pub(crate) fn wedged(&self) -> Option<&str> {
+        self.wedged.get().map(String::as_str)
     }
 
     /// The KFD ioctl interface version GET_VERSION reports.

@@ -76,7 +76,7 @@ use self::cwsr::{Area, CwsrError, Layout};
 use self::memory::{load_u64, read_u32, SvmView};
 use self::state::QueueState;
 use super::queue::Engine;
-use super::runlist::{poll, MappedProcess, Runlist};
+use super::runlist::{poll, run_engine, MappedProcess, Runlist};
 use super::sdma::{read_va, Fault};
 use super::vm::Vm;
 use crate::host::lock;
@@ -101,7 +101,10 @@ impl CommandProcessors {
         let weak = Arc::downgrade(runlist);
         let spawned = std::thread::Builder::new()
             .name(format!("kfd-sim-cp{device}"))
-            .spawn(move || run(&weak, device));
+            .spawn(move || {
+                let engine = format!("the command processor of GPU {device}");
+                run_engine(&engine, &weak, || run(&weak, device));
+            });
         match spawned {
             Ok(_) => started.push(device),
             Err(e) => log::error!(
