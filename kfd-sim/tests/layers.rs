@@ -36,6 +36,7 @@ enum Layer {
 const LAYERS: &[(&str, Layer)] = &[
     ("host.rs", Layer::Base),
     ("limits.rs", Layer::Base),
+    ("lock_order.rs", Layer::Base),
     ("asic.rs", Layer::Base),
     ("preset.rs", Layer::Base),
     ("sysfs.rs", Layer::Base),

@@ -19,7 +19,7 @@ use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,7 @@ use super::shared::{DeviceRole, ServeConfig, ServedDevice, Shared, DRM_MAJOR};
 use super::threads::{spawn_reader, Device};
 use super::CuseError;
 use crate::host::lock;
+use crate::lock_order::{rank, Ordered};
 use crate::state::machine::MachineInner;
 
 /// A running CUSE server: `/dev/kfd` and one render node per GPU, until [`shutdown`] or drop.
@@ -110,14 +111,14 @@ impl CuseServer {
         let shared = Arc::new(Shared {
             machine,
             own_pid: std::process::id(),
-            files: Mutex::new(HashMap::new()),
+            files: Ordered::new(rank::CUSE_FILES, HashMap::new()),
             next_fh: AtomicU64::new(1),
-            procs: Mutex::new(HashMap::new()),
+            procs: Ordered::new(rank::CUSE_PROCS, HashMap::new()),
             render_rdevs,
-            bridge: Mutex::new(None),
+            bridge: Ordered::new(rank::CUSE_BRIDGE, None),
             stop_rx,
             max_threads: cfg.max_threads.max(2),
-            threads: Mutex::new(Vec::new()),
+            threads: Ordered::new(rank::CUSE_THREADS, Vec::new()),
         });
         let mut server = Self {
             shared: Arc::clone(&shared),
@@ -158,7 +159,7 @@ impl CuseServer {
                 idle: AtomicUsize::new(0),
                 total: AtomicUsize::new(0),
                 dead: AtomicBool::new(false),
-                inflight: Mutex::new(HashMap::new()),
+                inflight: Ordered::new(rank::CUSE_INFLIGHT, HashMap::new()),
             });
             spawn_reader(&shared, &dev).map_err(CuseError::Thread)?;
             server.devices.push(dev);

@@ -10,7 +10,7 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use kfd_abi::Errno;
 
@@ -18,6 +18,7 @@ use super::init::READ_BUF;
 use super::shared::{DeviceRole, ServedDevice, Shared};
 use super::{os, proto};
 use crate::host::lock;
+use crate::lock_order::Ordered;
 
 /// Idle readers per device beyond which a reader exits.
 const MAX_IDLE: usize = 4;
@@ -31,7 +32,7 @@ pub(super) struct Device {
     pub(super) dead: AtomicBool,
     /// The ioctls being served, by request `unique`, each with its "signal pending" flag, which
     /// FUSE_INTERRUPT sets.
-    pub(super) inflight: Mutex<HashMap<u64, Arc<AtomicBool>>>,
+    pub(super) inflight: Ordered<HashMap<u64, Arc<AtomicBool>>>,
 }
 
 /// Starts one more reader thread of `dev`.

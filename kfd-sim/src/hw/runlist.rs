@@ -3,12 +3,13 @@
 //! [`Queues`]), and the polling loop every engine runs over it ([`poll`]): the SDMA engine's
 //! ([`scheduler`](super::scheduler)) and each GPU's command processor ([`cp`](super::cp)).
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::cp::memory::SvmView;
 use super::queue::{MappedQueue, RingState};
 use crate::host::lock;
+use crate::lock_order::Ordered;
 
 /// The poll interval while queues have work.
 pub(crate) const POLL_MIN: Duration = Duration::from_micros(100);
@@ -39,11 +40,11 @@ pub(crate) trait MappedProcess {
 
     /// Held by the engine while it runs packets of this process: the driver takes it once after
     /// evicting the queues, to wait for the packet in flight (a queue preemption).
-    fn preemption(&self) -> &Mutex<()>;
+    fn preemption(&self) -> &Ordered<()>;
 
     /// The same for the command processors: held while they run a round of this process's
     /// AQL queues.
-    fn cp_preemption(&self) -> &Mutex<()>;
+    fn cp_preemption(&self) -> &Ordered<()>;
 
     /// Runs `f` on the process's queues, under the lock the driver keeps them under.
     fn with_queues<R>(&self, f: impl FnOnce(&mut dyn Queues) -> R) -> R;

@@ -483,11 +483,7 @@ fn wait_on_events(
             break sys::KFD_IOC_WAIT_RESULT_FAIL;
         }
         if a.timeout == TIMEOUT_INFINITE {
-            st = call
-                .process
-                .events_cv
-                .wait(st)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            st = st.wait(&call.process.events_cv);
             continue;
         }
         let now = Instant::now();
@@ -497,10 +493,7 @@ fn wait_on_events(
         else {
             break condition(&waiters);
         };
-        st = match call.process.events_cv.wait_timeout(st, left) {
-            Ok((g, _)) => g,
-            Err(e) => e.into_inner().0,
-        };
+        st = st.wait_timeout(&call.process.events_cv, left).0;
     };
     cleanup(&mut st, &waiters);
     if result == sys::KFD_IOC_WAIT_RESULT_COMPLETE {

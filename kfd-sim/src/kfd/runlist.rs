@@ -2,12 +2,13 @@
 //! manager): every KFD process with its queues as the GPU reads them, and the interrupt handler
 //! for what the engines raise on them (`kfd_int_process_v9`).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::events::{signal_event_interrupt, signal_vm_fault};
 use crate::hw::cp::memory::SvmView;
 use crate::hw::queue::{Engine, MappedQueue, RingState};
 use crate::hw::runlist::{MappedProcess, Queues, Runlist};
+use crate::lock_order::Ordered;
 use crate::state::machine::MachineInner;
 use crate::state::process::{KfdProcess, ProcState};
 use crate::state::queue::QueueKind;
@@ -42,11 +43,11 @@ impl MappedProcess for KfdProcess {
         self.pid
     }
 
-    fn preemption(&self) -> &Mutex<()> {
+    fn preemption(&self) -> &Ordered<()> {
         &self.engine
     }
 
-    fn cp_preemption(&self) -> &Mutex<()> {
+    fn cp_preemption(&self) -> &Ordered<()> {
         &self.cp
     }
 

@@ -25,7 +25,7 @@
 //! path the daemon takes.
 
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use kfd_shader::{Clock, HostRun, Memory};
 
@@ -33,6 +33,7 @@ use super::super::backing::{Backing, ProcessMemory};
 use super::super::sdma::{gpu_timestamp, read_va, write_va, Fault};
 use super::super::vm::{Vm, VmTarget};
 use crate::host::lock;
+use crate::lock_order::{rank, Ordered};
 
 /// The largest window of client memory one translation mirrors. Small, because every round
 /// mirrors afresh what its waves touch, and a wave of a grid-stride copy (ROCr's and HIP's
@@ -193,10 +194,10 @@ impl Drop for Mirror {
 /// dispatch, shared by its workers: what it hands out stays valid until it is dropped, and
 /// [`GpuMemory::flush`] writes the client memory it mirrored back.
 pub(crate) struct GpuMemory {
-    vm: Arc<Mutex<Vm>>,
+    vm: Arc<Ordered<Vm>>,
     svm: Arc<SvmView>,
-    pins: Mutex<Vec<Arc<Backing>>>,
-    mirrors: Mutex<Vec<Mirror>>,
+    pins: Ordered<Vec<Arc<Backing>>>,
+    mirrors: Ordered<Vec<Mirror>>,
 }
 
 impl std::fmt::Debug for GpuMemory {
@@ -206,12 +207,12 @@ impl std::fmt::Debug for GpuMemory {
 }
 
 impl GpuMemory {
-    pub(crate) fn new(vm: Arc<Mutex<Vm>>, svm: Arc<SvmView>) -> Self {
+    pub(crate) fn new(vm: Arc<Ordered<Vm>>, svm: Arc<SvmView>) -> Self {
         Self {
             vm,
             svm,
-            pins: Mutex::new(Vec::new()),
-            mirrors: Mutex::new(Vec::new()),
+            pins: Ordered::new(rank::PINS, Vec::new()),
+            mirrors: Ordered::new(rank::MIRRORS, Vec::new()),
         }
     }
 
@@ -347,7 +348,7 @@ impl Clock for GpuClock {
 }
 
 /// What the VM has at `va`, for a fault's log line.
-pub(crate) fn describe(vm: &Mutex<Vm>, va: u64) -> String {
+pub(crate) fn describe(vm: &Ordered<Vm>, va: u64) -> String {
     let vm = lock(vm);
     match vm.lookup(va) {
         None => "nothing mapped there".to_owned(),
@@ -392,7 +393,7 @@ pub(crate) fn describe(vm: &Mutex<Vm>, va: u64) -> String {
 }
 
 /// Reads the little-endian qword at `va`.
-pub(crate) fn read_u64(vm: &Mutex<Vm>, va: u64) -> Result<u64, Fault> {
+pub(crate) fn read_u64(vm: &Ordered<Vm>, va: u64) -> Result<u64, Fault> {
     let b = read_va(vm, va, 8)?;
     let mut q = [0u8; 8];
     q.copy_from_slice(&b);
@@ -400,7 +401,7 @@ pub(crate) fn read_u64(vm: &Mutex<Vm>, va: u64) -> Result<u64, Fault> {
 }
 
 /// Reads the little-endian dword at `va`.
-pub(crate) fn read_u32(vm: &Mutex<Vm>, va: u64) -> Result<u32, Fault> {
+pub(crate) fn read_u32(vm: &Ordered<Vm>, va: u64) -> Result<u32, Fault> {
     let b = read_va(vm, va, 4)?;
     Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
@@ -413,7 +414,7 @@ enum Qword {
     Other,
 }
 
-fn qword(vm: &Mutex<Vm>, va: u64, write: bool) -> Result<Qword, Fault> {
+fn qword(vm: &Ordered<Vm>, va: u64, write: bool) -> Result<Qword, Fault> {
     let vm = lock(vm);
     let (start, m) = vm.lookup(va).ok_or(Fault::Unmapped { va })?;
     if write && !m.writable {
@@ -429,7 +430,7 @@ fn qword(vm: &Mutex<Vm>, va: u64, write: bool) -> Result<Qword, Fault> {
 
 /// Adds `delta` to the qword at `va`: a real atomic on VRAM and GTT; on client memory a read
 /// and a write (not atomic against the client's CPU). The old value.
-pub(crate) fn fetch_add_u64(vm: &Mutex<Vm>, va: u64, delta: u64) -> Result<u64, Fault> {
+pub(crate) fn fetch_add_u64(vm: &Ordered<Vm>, va: u64, delta: u64) -> Result<u64, Fault> {
     if let Qword::Shared(b, off) = qword(vm, va, true)? {
         if let Some(old) = b.map().fetch_add_u64(off, delta) {
             return Ok(old);
@@ -441,7 +442,7 @@ pub(crate) fn fetch_add_u64(vm: &Mutex<Vm>, va: u64, delta: u64) -> Result<u64, 
 }
 
 /// Stores the qword `v` at `va` (atomically on VRAM and GTT).
-pub(crate) fn store_u64(vm: &Mutex<Vm>, va: u64, v: u64) -> Result<(), Fault> {
+pub(crate) fn store_u64(vm: &Ordered<Vm>, va: u64, v: u64) -> Result<(), Fault> {
     if let Qword::Shared(b, off) = qword(vm, va, true)? {
         if b.map().store_u64(off, v) {
             return Ok(());
@@ -451,7 +452,7 @@ pub(crate) fn store_u64(vm: &Mutex<Vm>, va: u64, v: u64) -> Result<(), Fault> {
 }
 
 /// Loads the qword at `va` (atomically on VRAM and GTT).
-pub(crate) fn load_u64(vm: &Mutex<Vm>, va: u64) -> Result<u64, Fault> {
+pub(crate) fn load_u64(vm: &Ordered<Vm>, va: u64) -> Result<u64, Fault> {
     if let Qword::Shared(b, off) = qword(vm, va, false)? {
         if let Some(v) = b.map().load_u64(off) {
             return Ok(v);
