@@ -98,6 +98,7 @@ mod hw;
 mod inproc;
 mod kfd;
 mod limits;
+pub mod lock_order;
 pub mod preset;
 mod render;
 pub mod scratch;

@@ -39,6 +39,7 @@ use kfd_abi::Errno;
 
 use crate::host::lock_within;
 use crate::hw::backing::Backing;
+use crate::lock_order::OrderedGuard;
 use crate::state::process::{KfdProcess, ProcState};
 
 /// How long an mmap waits for a lock of the simulator's state before it gives up (`EAGAIN`).
@@ -95,7 +96,7 @@ pub(crate) struct Target {
 }
 
 /// The state of `p`, waiting at most [`LOCK_WAIT`] (`EAGAIN`).
-pub(crate) fn proc_state(p: &KfdProcess) -> Result<std::sync::MutexGuard<'_, ProcState>, Errno> {
+pub(crate) fn proc_state(p: &KfdProcess) -> Result<OrderedGuard<'_, ProcState>, Errno> {
     lock_within(&p.state, LOCK_WAIT).ok_or_else(|| {
         log::warn!(
             "kfd-sim: pid {}: the KFD process stayed busy; mmap answered EAGAIN",

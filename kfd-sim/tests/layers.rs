@@ -36,6 +36,7 @@ enum Layer {
 const LAYERS: &[(&str, Layer)] = &[
     ("host.rs", Layer::Base),
     ("limits.rs", Layer::Base),
+    ("lock_order.rs", Layer::Base),
     ("asic.rs", Layer::Base),
     ("preset.rs", Layer::Base),
     ("sysfs.rs", Layer::Base),
@@ -437,9 +438,7 @@ fn no_file_of_the_simulator_is_in_an_import_cycle() {
 }
 
 /// kfd-abi, below the simulator, has no import cycle either: a module two of its modules need
-/// (its bounded `/proc` reads, say) goes below both. (The plugin's engine and its C ABI shim
-/// still name each other: `criu/mod.rs`, `logger.rs` and `shim/` form one circle, which this
-/// check would report.)
+/// (its bounded `/proc` reads, say) goes below both.
 #[test]
 fn no_file_of_kfd_abi_is_in_an_import_cycle() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kfd-abi/src");
@@ -449,6 +448,43 @@ fn no_file_of_kfd_abi_is_in_an_import_cycle() {
         cycles.is_empty(),
         "import cycles in kfd-abi/src:\n{}",
         cycles.join("\n")
+    );
+}
+
+/// The plugin's source (read from beside this crate: the test needs no dependency on it).
+fn plugin_src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugin/src")
+}
+
+/// The plugin has no import cycle: the C ABI shim calls the engine, and the engine and the
+/// logger reach criu's exported functions through the `host::CriuHost` the shim installs, never
+/// by naming the shim (inline `crate::shim::f()` calls included).
+#[test]
+fn no_file_of_the_plugin_is_in_an_import_cycle() {
+    let cycles = import_cycles(&import_graph(&read_library(&plugin_src())));
+    let cycles: Vec<String> = cycles.iter().map(|c| c.join(" <-> ")).collect();
+    assert!(
+        cycles.is_empty(),
+        "import cycles in plugin/src:\n{}",
+        cycles.join("\n")
+    );
+}
+
+/// The shim is the plugin's top: the C ABI criu calls. Only the crate root (which declares it)
+/// and the shim's own files name it.
+#[test]
+fn nothing_in_the_plugin_uses_its_c_abi_shim() {
+    let graph = import_graph(&read_library(&plugin_src()));
+    let users: Vec<String> = graph
+        .iter()
+        .filter(|(file, _)| !file.starts_with("shim/"))
+        .filter(|(_, uses)| uses.iter().any(|u| u.starts_with("shim/")))
+        .map(|(file, _)| format!("plugin/src/{file}"))
+        .collect();
+    assert!(
+        users.is_empty(),
+        "these files name the C ABI shim (give the engine what it needs through \
+         host::CriuHost instead): {users:?}"
     );
 }
 
@@ -538,5 +574,47 @@ fn the_cycle_check_finds_a_cycle_and_nothing_else() {
     assert_eq!(
         import_cycles(&import_graph(&two)),
         [["a.rs", "b.rs"], ["c.rs", "d.rs"]]
+    );
+}
+
+/// A cycle made only of inline paths, the way code calls a function of another module without a
+/// `use` line (`crate::shim::lookup_symbol(..)` in a function body, `super::x::f()` in an
+/// expression), is a cycle too: the check must not read only `use` lines.
+#[test]
+fn the_cycle_check_finds_a_cycle_of_inline_paths_only() {
+    let files: BTreeMap<String, String> = [
+        ("lib.rs", "mod engine;\nmod logger;\nmod shim;\n"),
+        (
+            "engine/mod.rs",
+            "pub fn run() {\n    let dir = crate::shim::image_dir();\n    go(dir);\n}\n",
+        ),
+        (
+            "logger.rs",
+            "pub fn install() {\n    let print = crate::shim::lookup_symbol(c\"print\");\n}\n",
+        ),
+        (
+            "shim/mod.rs",
+            "extern \"C\" fn init() -> i32 {\n    crate::logger::install();\n    \
+             super::engine::run();\n    0\n}\n",
+        ),
+    ]
+    .iter()
+    .map(|&(f, t)| (f.to_owned(), t.to_owned()))
+    .collect();
+    assert!(
+        files.values().all(|t| !t.contains("use ")),
+        "the example has no use line"
+    );
+    assert_eq!(
+        import_cycles(&import_graph(&files)),
+        [["engine/mod.rs", "logger.rs", "shim/mod.rs"]]
+    );
+    // The same files with the engine's and the logger's calls gone: no cycle left.
+    let mut broken = files.clone();
+    broken.insert("engine/mod.rs".to_owned(), "pub fn run() {}\n".to_owned());
+    broken.insert("logger.rs".to_owned(), "pub fn install() {}\n".to_owned());
+    assert_eq!(
+        import_cycles(&import_graph(&broken)),
+        Vec::<Vec<String>>::new()
     );
 }

@@ -17,7 +17,8 @@
 //!   `amdgpu-cr probe` to answer as the plugin decides.
 //!
 //! Everything else is the crate's own: the C ABI (`shim`: the `CR_PLUGIN_DESC` descriptor and
-//! the hook trampolines), the dump (`dump`: `/dev/kfd` files, render-node buffers, which
+//! the hook trampolines; it makes the process's engine and installs criu's exported functions as
+//! `host::CriuHost`, so the engine never names the shim), the dump (`dump`: `/dev/kfd` files, render-node buffers, which
 //! buffers the files share), what both phases say of render-node buffers (`gem`), criu's
 //! logger, the private-data rewriting for other GPUs. The restore's own parts (render-node
 //! buffers, VMAs, the parallel restore) are under [`restore`].
@@ -27,6 +28,7 @@ pub mod criu;
 mod dump;
 mod gem;
 pub mod hooks;
+mod host;
 pub mod inventory;
 mod kfd_version;
 mod logger;

@@ -1,9 +1,10 @@
 //! A [`log::Log`] that writes into criu's log through criu's exported `print_on_level`.
 //!
 //! criu exports `void print_on_level(unsigned level, const char *fmt, ...)` (it links with
-//! `-rdynamic`); it is looked up at [`install`] time with `dlsym(RTLD_DEFAULT, ..)`, never linked
-//! against, because the same code runs in binaries without criu (`amdgpu-cr`, tests), where lines
-//! go to stderr instead. Every line is passed as the argument of a `"%s"` format, never as the
+//! `-rdynamic`); the C ABI shim looks it up with `dlsym(RTLD_DEFAULT, ..)`, never linked against,
+//! and [`install`] takes it from the host the shim installed ([`crate::host::criu`]), because the
+//! same code runs in binaries without criu (`amdgpu-cr`, tests), where lines go to stderr
+//! instead. Every line is passed as the argument of a `"%s"` format, never as the
 //! format itself, prefixed `amdgpu_plugin: ` and ended with a newline as criu's own lines are.
 //! criu filters by its own log level (`-v`).
 
@@ -45,7 +46,7 @@ static LOGGER: CriuLogger = CriuLogger {
 /// Finds criu's `print_on_level` and installs the logger for this copy of the `log` crate.
 /// If another logger is already installed (a binary that set its own), it is left alone.
 pub(crate) fn install() {
-    let print = crate::shim::lookup_symbol(c"print_on_level");
+    let print = crate::host::criu().print_on_level();
     LOGGER.print.store(print, Ordering::Release);
     if log::set_logger(&LOGGER).is_ok() {
         log::set_max_level(LevelFilter::Debug);

@@ -90,7 +90,6 @@ impl Opcode {
     }
 
     /// Whether the kernel expects an answer to this request.
-    #[cfg(test)]
     pub(super) fn wants_reply(self) -> bool {
         !matches!(self, Self::Interrupt | Self::Forget)
     }

@@ -19,7 +19,7 @@ use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,7 @@ use super::shared::{DeviceRole, ServeConfig, ServedDevice, Shared, DRM_MAJOR};
 use super::threads::{spawn_reader, Device};
 use super::CuseError;
 use crate::host::lock;
+use crate::lock_order::{rank, Ordered};
 use crate::state::machine::MachineInner;
 
 /// A running CUSE server: `/dev/kfd` and one render node per GPU, until [`shutdown`] or drop.
@@ -110,14 +111,14 @@ impl CuseServer {
         let shared = Arc::new(Shared {
             machine,
             own_pid: std::process::id(),
-            files: Mutex::new(HashMap::new()),
+            files: Ordered::new(rank::CUSE_FILES, HashMap::new()),
             next_fh: AtomicU64::new(1),
-            procs: Mutex::new(HashMap::new()),
+            procs: Ordered::new(rank::CUSE_PROCS, HashMap::new()),
             render_rdevs,
-            bridge: Mutex::new(None),
+            bridge: Ordered::new(rank::CUSE_BRIDGE, None),
             stop_rx,
             max_threads: cfg.max_threads.max(2),
-            threads: Mutex::new(Vec::new()),
+            threads: Ordered::new(rank::CUSE_THREADS, Vec::new()),
         });
         let mut server = Self {
             shared: Arc::clone(&shared),
@@ -158,7 +159,7 @@ impl CuseServer {
                 idle: AtomicUsize::new(0),
                 total: AtomicUsize::new(0),
                 dead: AtomicBool::new(false),
-                inflight: Mutex::new(HashMap::new()),
+                inflight: Ordered::new(rank::CUSE_INFLIGHT, HashMap::new()),
             });
             spawn_reader(&shared, &dev).map_err(CuseError::Thread)?;
             server.devices.push(dev);
@@ -633,6 +634,35 @@ pub(crate) mod tests {
             i32::from_ne_bytes(out[..4].try_into().unwrap()),
             -libc::EINTR
         );
+    }
+
+    /// A handler that panics leaves no caller in its call: the request gets an `EIO` reply (a
+    /// FORGET, which wants none, gets none), its in-flight entry goes, and the daemon goes on
+    /// serving the device.
+    #[test]
+    fn a_handler_that_panics_answers_eio_and_the_daemon_goes_on() {
+        let (s, mut k) = initialised_server();
+        let dev = &s.devices[0];
+        let ioctl = request(39, 4242, me(), &ioctl_body(1, kfd::GET_VERSION, 0));
+        let reply = crate::cuse::threads::answer(dev, &ioctl, |_| {
+            lock(&dev.inflight).insert(4242, Arc::new(AtomicBool::new(false)));
+            panic!("injected into a handler")
+        });
+        assert_eq!(
+            reply,
+            Some(crate::cuse::proto::error_reply(4242, kfd_abi::Errno::EIO))
+        );
+        assert!(lock(&dev.inflight).is_empty());
+        let forget = request(2, 4244, me(), &[0u8; 8]);
+        let reply = crate::cuse::threads::answer(dev, &forget, |_| panic!("injected again"));
+        assert_eq!(reply, None);
+        // The same device still answers, on the same reader threads.
+        let fh = k[0].open(me()).unwrap();
+        let mut v = kfd_sys::kfd_ioctl_get_version_args::default();
+        let addr = std::ptr::addr_of_mut!(v) as u64;
+        assert_eq!(k[0].ioctl(me(), fh, kfd::GET_VERSION, addr), 0);
+        assert_eq!(v.major_version, 1);
+        s.shutdown();
     }
 
     #[test]

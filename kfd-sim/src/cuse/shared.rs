@@ -9,10 +9,11 @@ use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use super::bridge::{self, Bridge};
+use crate::lock_order::Ordered;
 use crate::state::machine::{MachineInner, OpenFile};
 use crate::state::process::KfdProcess;
 
@@ -90,16 +91,16 @@ pub(super) struct OpenEntry {
 pub(crate) struct Shared {
     pub(crate) machine: Arc<MachineInner>,
     pub(crate) own_pid: u32,
-    pub(super) files: Mutex<HashMap<u64, OpenEntry>>,
+    pub(super) files: Ordered<HashMap<u64, OpenEntry>>,
     pub(super) next_fh: AtomicU64,
-    pub(super) procs: Mutex<HashMap<u32, ProcEntry>>,
+    pub(super) procs: Ordered<HashMap<u32, ProcEntry>>,
     pub(crate) render_rdevs: Vec<u64>,
     /// The kernel module's control device, when our devices are served through it (taken out
     /// at shutdown, which removes the proxies).
-    pub(super) bridge: Mutex<Option<Arc<Bridge>>>,
+    pub(super) bridge: Ordered<Option<Arc<Bridge>>>,
     pub(super) stop_rx: UnixStream,
     pub(super) max_threads: usize,
-    pub(super) threads: Mutex<Vec<JoinHandle<()>>>,
+    pub(super) threads: Ordered<Vec<JoinHandle<()>>>,
 }
 
 /// What the daemon keeps of one process.

@@ -10,12 +10,15 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use kfd_abi::Errno;
 
 use super::init::READ_BUF;
-use super::os;
 use super::shared::{DeviceRole, ServedDevice, Shared};
+use super::{os, proto};
 use crate::host::lock;
+use crate::lock_order::Ordered;
 
 /// Idle readers per device beyond which a reader exits.
 const MAX_IDLE: usize = 4;
@@ -29,7 +32,7 @@ pub(super) struct Device {
     pub(super) dead: AtomicBool,
     /// The ioctls being served, by request `unique`, each with its "signal pending" flag, which
     /// FUSE_INTERRUPT sets.
-    pub(super) inflight: Mutex<HashMap<u64, Arc<AtomicBool>>>,
+    pub(super) inflight: Ordered<HashMap<u64, Arc<AtomicBool>>>,
 }
 
 /// Starts one more reader thread of `dev`.
@@ -105,7 +108,7 @@ fn reader(shared: &Arc<Shared>, dev: &Arc<Device>) {
                 );
             }
         }
-        if let Some(reply) = shared.handle(dev, &buf[..n]) {
+        if let Some(reply) = answer(dev, &buf[..n], |req| shared.handle(dev, req)) {
             match (&dev.cuse).write(&reply) {
                 Ok(_) => {}
                 // The caller is gone or the request was interrupted: nobody waits for it.
@@ -123,6 +126,44 @@ fn reader(shared: &Arc<Shared>, dev: &Arc<Device>) {
         }
     }
     dev.total.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// `handle`'s reply to request `req`; if `handle` panics, an `EIO` reply (when the request wants
+/// one), so that the calling thread, which FUSE lets nothing else end, is not left in its call,
+/// and the reader goes on serving. The request's entry in [`Device::inflight`] goes too.
+///
+/// `AssertUnwindSafe`: a panic is a bug of the handler; the state it was changing is left as
+/// the panic left it (the locks it held are released poisoned, and `host::lock` takes them as
+/// they are: see kfd-sim/README.md, Poisoning), and the client learns that its call failed.
+pub(super) fn answer(
+    dev: &Device,
+    req: &[u8],
+    handle: impl FnOnce(&[u8]) -> Option<Vec<u8>>,
+) -> Option<Vec<u8>> {
+    let payload = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle(req))) {
+        Ok(reply) => return reply,
+        Err(payload) => payload,
+    };
+    let what = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)");
+    let header = proto::parse_request(req).ok().map(|(h, _)| h);
+    log::error!(
+        "kfd-simd: {}: the handler of {} panicked ({what}); the caller gets EIO; please report \
+         this as a bug",
+        dev.info.devname,
+        header.map_or_else(
+            || "a request".to_owned(),
+            |h| format!("{:?} request {}", h.opcode, h.unique)
+        ),
+    );
+    let h = header?;
+    lock(&dev.inflight).remove(&h.unique);
+    h.opcode
+        .wants_reply()
+        .then(|| proto::error_reply(h.unique, Errno::EIO))
 }
 
 fn dead(dev: &Device, why: &str) {

@@ -3,10 +3,11 @@
 //! rest of a queue (its ids, EOP and context-save areas, the MQD image that CRIU saves) beside
 //! its ioctls; the queue scheduler ([`scheduler`](super::scheduler)) sees only this.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::backing::Backing;
 use super::vm::Vm;
+use crate::lock_order::Ordered;
 
 /// Where the simulated SDMA engine is in a user-mode queue's ring: what the MQD's ring pointer
 /// registers hold on hardware. Pointers count bytes since the queue was created and are
@@ -26,7 +27,7 @@ pub(crate) struct RingState {
     pub hung: bool,
     /// AQL queues: what the command processor keeps of the queue between its passes (the
     /// dispatch in flight with its stopped waves, a wait, an error), made on its first pass.
-    pub cp: Option<Arc<Mutex<super::cp::state::QueueState>>>,
+    pub cp: Option<Arc<Ordered<super::cp::state::QueueState>>>,
 }
 
 /// The engine a user queue runs on.
@@ -70,7 +71,7 @@ pub(crate) struct MappedQueue<'a> {
     /// The process's doorbell slice on the queue's GPU, once mapped.
     pub doorbells: Option<Arc<Backing>>,
     /// The process's GPU VM on the queue's GPU, once acquired.
-    pub vm: Option<Arc<Mutex<Vm>>>,
+    pub vm: Option<Arc<Ordered<Vm>>>,
 }
 
 impl MappedQueue<'_> {

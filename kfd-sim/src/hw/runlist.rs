@@ -3,12 +3,13 @@
 //! [`Queues`]), and the polling loop every engine runs over it ([`poll`]): the SDMA engine's
 //! ([`scheduler`](super::scheduler)) and each GPU's command processor ([`cp`](super::cp)).
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::cp::memory::SvmView;
 use super::queue::{MappedQueue, RingState};
 use crate::host::lock;
+use crate::lock_order::Ordered;
 
 /// The poll interval while queues have work.
 pub(crate) const POLL_MIN: Duration = Duration::from_micros(100);
@@ -26,6 +27,10 @@ pub(crate) trait Runlist: Send + Sync + 'static {
     /// Notes something the GPU met and does not do: a warning the first time `key` is seen,
     /// debug level later.
     fn log_once(&self, key: &str, message: &str);
+
+    /// Engine `engine` (its thread) died of a panic and runs nothing any more: the driver fails
+    /// what would wait on it for ever. Called from the dead engine's thread, holding nothing.
+    fn engine_died(&self, engine: &str);
 }
 
 /// One process of the runlist: its queues, and the lock that preemption waits on.
@@ -35,11 +40,11 @@ pub(crate) trait MappedProcess {
 
     /// Held by the engine while it runs packets of this process: the driver takes it once after
     /// evicting the queues, to wait for the packet in flight (a queue preemption).
-    fn preemption(&self) -> &Mutex<()>;
+    fn preemption(&self) -> &Ordered<()>;
 
     /// The same for the command processors: held while they run a round of this process's
     /// AQL queues.
-    fn cp_preemption(&self) -> &Mutex<()>;
+    fn cp_preemption(&self) -> &Ordered<()>;
 
     /// Runs `f` on the process's queues, under the lock the driver keeps them under.
     fn with_queues<R>(&self, f: impl FnOnce(&mut dyn Queues) -> R) -> R;
@@ -95,6 +100,32 @@ pub(crate) fn poll<R: Runlist>(runlist: &Weak<R>, mut round: impl FnMut(&R) -> b
         }
         std::thread::sleep(wait);
         wait = (wait * 2).min(POLL_MAX);
+    }
+}
+
+/// The body of an engine thread (`engine` names it in the log): runs `body`, and if it panics,
+/// logs the panic and tells the runlist's driver ([`Runlist::engine_died`]), so that a client
+/// waiting for the engine's work gets an error instead of waiting for ever. The thread then
+/// ends: nothing restarts an engine (its state may be half-updated), as nothing restarts a GPU
+/// ring that hung until a reset.
+///
+/// `AssertUnwindSafe`: after the panic the engine's own state is dropped, not looked at; the
+/// locks it held are released poisoned, and [`lock`] takes them as they are.
+pub(crate) fn run_engine<R: Runlist>(engine: &str, runlist: &Weak<R>, body: impl FnOnce()) {
+    let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) else {
+        return;
+    };
+    let what = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)");
+    log::error!(
+        "kfd-sim: {engine} panicked ({what}): it runs no queue any more, and waits for events \
+         fail; please report this as a bug"
+    );
+    if let Some(r) = runlist.upgrade() {
+        r.engine_died(engine);
     }
 }
 

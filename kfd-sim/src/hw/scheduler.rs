@@ -40,15 +40,16 @@
 //!   CRIU's private data carries; a restored queue resumes the packets that were submitted but
 //!   not executed ([`latch_doorbells`] runs before the MQDs are saved).
 
-use std::sync::{Arc, Mutex, Once, Weak};
+use std::sync::{Arc, Once, Weak};
 
 use kfd_abi::sdma::{DecodeError, Decoder};
 
 use super::queue::Engine;
-use super::runlist::{poll, MappedProcess, Queues, Runlist};
+use super::runlist::{poll, run_engine, MappedProcess, Queues, Runlist};
 use super::sdma::{read_va, run_packet, write_va, Fault, Ran};
 use super::vm::Vm;
 use crate::host::lock;
+use crate::lock_order::Ordered;
 
 /// Bits of an SDMA TRAP's context that carry the event id (`kfd_int_process_v9`).
 const TRAP_ID_BITS: u32 = 28;
@@ -74,7 +75,7 @@ impl Scheduler {
         self.started.call_once(move || {
             let spawned = std::thread::Builder::new()
                 .name("kfd-sim-sdma".into())
-                .spawn(move || run(&weak));
+                .spawn(move || run_engine("the SDMA engine", &weak, || run(&weak)));
             if let Err(e) = spawned {
                 log::error!(
                     "kfd-sim: cannot start the SDMA engine thread: {e}; user queues will not run"
@@ -127,7 +128,7 @@ pub(crate) fn latch_doorbells(pid: u32, queues: &mut dyn Queues) {
 /// One queue's pending work, taken under the process lock.
 struct Work {
     qid: u32,
-    vm: Arc<Mutex<Vm>>,
+    vm: Arc<Ordered<Vm>>,
     ring: u64,
     ring_size: u64,
     rptr_addr: u64,

@@ -40,7 +40,7 @@
 //! longer than [`JOB_TIMEOUT`] fail like a hung job.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kfd_abi::sdma::{DecodeError, Decoder, Packet};
@@ -50,6 +50,7 @@ use super::backing::{Backing, ProcessMemory};
 use super::vm::{Vm, VmTarget};
 use crate::host::lock;
 use crate::host::{self, pattern_chunk, Transfer};
+use crate::lock_order::{rank, Ordered};
 
 /// CPU time the engine has used, summed over every thread that ran a submission.
 #[derive(Debug, Default)]
@@ -81,7 +82,7 @@ impl EngineTime {
 /// engine a job runs on is that thread while it holds the engine.
 #[derive(Debug)]
 pub(crate) struct Engines {
-    busy: Vec<Mutex<()>>,
+    busy: Vec<Ordered<()>>,
     next: std::sync::atomic::AtomicUsize,
 }
 
@@ -90,7 +91,9 @@ impl Engines {
     pub(crate) fn new(count: u32) -> Self {
         let count = usize::try_from(count).unwrap_or(1).max(1);
         Self {
-            busy: (0..count).map(|_| Mutex::new(())).collect(),
+            busy: (0..count)
+                .map(|_| Ordered::new(rank::SDMA_BUSY, ()))
+                .collect(),
             next: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -218,7 +221,7 @@ impl Piece {
 
 /// Resolves `[va, va + len)` in `vm` into pieces; every byte must be mapped (and writable if
 /// `write`).
-fn resolve(vm: &Mutex<Vm>, va: u64, len: u64, write: bool) -> Result<Vec<Piece>, Fault> {
+fn resolve(vm: &Ordered<Vm>, va: u64, len: u64, write: bool) -> Result<Vec<Piece>, Fault> {
     let end = va.checked_add(len).ok_or(Fault::Wraps { va, len })?;
     let vm = lock(vm);
     let mut pieces = Vec::new();
@@ -370,7 +373,7 @@ fn fill(dst: &[Piece], value: u32) -> Result<(), Fault> {
 }
 
 /// Reads `len` bytes at GPU VA `va` of `vm` (every byte mapped).
-pub(crate) fn read_va(vm: &Mutex<Vm>, va: u64, len: u64) -> Result<Vec<u8>, Fault> {
+pub(crate) fn read_va(vm: &Ordered<Vm>, va: u64, len: u64) -> Result<Vec<u8>, Fault> {
     let mut raw = Vec::new();
     for p in resolve(vm, va, len, false)? {
         let start = raw.len();
@@ -394,7 +397,7 @@ pub(crate) fn read_va(vm: &Mutex<Vm>, va: u64, len: u64) -> Result<Vec<u8>, Faul
 
 /// Writes `bytes` at GPU VA `va` of `vm` (every byte mapped writable); nothing is written if any
 /// byte is not.
-pub(crate) fn write_va(vm: &Mutex<Vm>, va: u64, bytes: &[u8]) -> Result<(), Fault> {
+pub(crate) fn write_va(vm: &Ordered<Vm>, va: u64, bytes: &[u8]) -> Result<(), Fault> {
     let mut at = 0usize;
     for p in resolve(vm, va, bytes.len() as u64, true)? {
         let n = usize::try_from(p.len()).map_err(|_| Fault::Unmapped { va })?;
@@ -416,7 +419,7 @@ pub(crate) fn write_va(vm: &Mutex<Vm>, va: u64, bytes: &[u8]) -> Result<(), Faul
 }
 
 /// Reads the IB of `bytes` bytes at `va` (aligned down to 32 bytes) as dwords.
-fn fetch_ib(vm: &Mutex<Vm>, va: u64, bytes: u32) -> Result<Vec<u32>, Fault> {
+fn fetch_ib(vm: &Ordered<Vm>, va: u64, bytes: u32) -> Result<Vec<u32>, Fault> {
     let dwords = u64::from(bytes / 4);
     let len = dwords * 4;
     if len > MAX_IB_BYTES {
@@ -453,7 +456,7 @@ pub(crate) fn gpu_timestamp() -> u64 {
 /// same qword at the same time (ROCr's completion signals are written by the engine alone while a
 /// copy is in flight).
 pub(crate) fn run_packet(
-    vm: &Mutex<Vm>,
+    vm: &Ordered<Vm>,
     packet: Packet,
     on_trap: &mut dyn FnMut(u32),
 ) -> Result<Ran, Fault> {
@@ -508,7 +511,7 @@ const CS_POLL_INTERVAL: Duration = Duration::from_micros(200);
 /// command submission interrupts only the kernel's own fence handling, which the simulator does
 /// not model: it does nothing here.
 pub(crate) fn execute(
-    vm: &Mutex<Vm>,
+    vm: &Ordered<Vm>,
     ib_va: u64,
     bytes: u32,
     started: Instant,
@@ -540,7 +543,7 @@ mod tests {
         Arc::new(Backing::new(size, Domain::Vram, 0, true).unwrap())
     }
 
-    fn map(vm: &Mutex<Vm>, va: u64, b: &Arc<Backing>, offset: u64, size: u64, writable: bool) {
+    fn map(vm: &Ordered<Vm>, va: u64, b: &Arc<Backing>, offset: u64, size: u64, writable: bool) {
         lock(vm)
             .map(
                 va,
@@ -556,7 +559,7 @@ mod tests {
             .unwrap();
     }
 
-    fn ib_at(vm: &Mutex<Vm>, va: u64, ib: IbBuilder) -> (Arc<Backing>, u32) {
+    fn ib_at(vm: &Ordered<Vm>, va: u64, ib: IbBuilder) -> (Arc<Backing>, u32) {
         let dwords = ib.finish();
         let bytes: Vec<u8> = dwords.iter().flat_map(|d| d.to_le_bytes()).collect();
         let size = (bytes.len() as u64).next_multiple_of(4096);
@@ -603,7 +606,7 @@ mod tests {
 
     #[test]
     fn copies_span_mappings_and_count_is_bytes_minus_one() {
-        let vm = Mutex::new(Vm::new());
+        let vm = Ordered::new(rank::VM, Vm::new());
         let (a, b) = (mem(8192), mem(8192));
         let data: Vec<u8> = (0..8192u32).map(|i| (i * 7).to_le_bytes()[0]).collect();
         assert!(a.write(0, &data));
@@ -631,7 +634,7 @@ mod tests {
 
     #[test]
     fn a_faulting_packet_moves_nothing_but_earlier_ones_ran() {
-        let vm = Mutex::new(Vm::new());
+        let vm = Ordered::new(rank::VM, Vm::new());
         let a = mem(4096);
         map(&vm, 0x10_0000, &a, 0, 4096, true);
         let mut ib = IbBuilder::new();
@@ -648,7 +651,7 @@ mod tests {
 
     #[test]
     fn a_zero_fill_reads_back_as_zeros_around_unaligned_edges() {
-        let vm = Mutex::new(Vm::new());
+        let vm = Ordered::new(rank::VM, Vm::new());
         let a = mem(4 * 4096);
         assert!(a.write(0, &[0xff; 4 * 4096]));
         map(&vm, 0x10_0000, &a, 0, 4 * 4096, true);
@@ -671,7 +674,7 @@ mod tests {
 
     #[test]
     fn writes_to_read_only_mappings_and_doorbells_fault() {
-        let vm = Mutex::new(Vm::new());
+        let vm = Ordered::new(rank::VM, Vm::new());
         let a = mem(4096);
         map(&vm, 0x10_0000, &a, 0, 4096, false);
         lock(&vm)

@@ -15,7 +15,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use kfd_abi::{Errno, Transport};
 use topology::Topology;
@@ -31,6 +31,7 @@ use self::client::InProcessClient;
 use self::vmas::{DeviceVmas, VmaRecord};
 use crate::host::{self, lock};
 use crate::hw::backing::ProcessMemory;
+use crate::lock_order::{rank, Ordered};
 use crate::preset::Preset;
 use crate::state::machine::{FileKind, MachineError, MachineInner, OpenFile};
 use crate::state::process::KfdProcess;
@@ -117,10 +118,10 @@ impl Machine {
                 caller: Arc::new(Caller {
                     pid,
                     capable: AtomicBool::new(true),
-                    devices: Mutex::new(None),
+                    devices: Ordered::new(rank::CALLER_DEVICES, None),
                     signal: AtomicBool::new(false),
                 }),
-                kfd: Mutex::new(None),
+                kfd: Ordered::new(rank::PROC_KFD, None),
             }),
         }
     }
@@ -198,7 +199,7 @@ struct Caller {
     pid: u32,
     capable: AtomicBool,
     /// The render minors its device cgroup lets it use; `None`: every device.
-    devices: Mutex<Option<BTreeSet<u32>>>,
+    devices: Ordered<Option<BTreeSet<u32>>>,
     /// A signal is pending (see [`SimProcess::signal`]).
     signal: AtomicBool,
 }
@@ -223,7 +224,7 @@ struct ProcInner {
     machine: Machine,
     caller: Arc<Caller>,
     /// The KFD process lives as long as the mm (or an open file) does.
-    kfd: Mutex<Option<Arc<KfdProcess>>>,
+    kfd: Ordered<Option<Arc<KfdProcess>>>,
 }
 
 impl SimProcess {
@@ -421,7 +422,7 @@ impl SimFile {
     }
 
     /// The GPU VM of a render-node file (what ACQUIRE_VM adopts), for inspection.
-    pub fn vm(&self) -> Option<Arc<Mutex<crate::hw::vm::Vm>>> {
+    pub fn vm(&self) -> Option<Arc<Ordered<crate::hw::vm::Vm>>> {
         match &self.file.kind {
             FileKind::Render(r) => Some(Arc::clone(&r.vm)),
             FileKind::Kfd(_) => None,

@@ -3,9 +3,9 @@
 //! process's address space, so a recorded mapping counts while the range still maps its memory).
 
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 use crate::host::{lock, FileKey};
+use crate::lock_order::{rank, Ordered};
 
 /// A device mapping of a simulated process, as criu reads it from `/proc/PID/maps` and
 /// `/proc/PID/map_files`: address range, file offset, path and device number of the file.
@@ -55,8 +55,14 @@ fn file_ranges() -> Vec<(u64, u64, u64, u64, u64)> {
 }
 
 /// The device mappings made in process, by simulated pid.
-#[derive(Debug, Default)]
-pub(crate) struct DeviceVmas(Mutex<Vec<VmaRecord>>);
+#[derive(Debug)]
+pub(crate) struct DeviceVmas(Ordered<Vec<VmaRecord>>);
+
+impl Default for DeviceVmas {
+    fn default() -> Self {
+        Self(Ordered::new(rank::DEVICE_VMAS, Vec::new()))
+    }
+}
 
 impl DeviceVmas {
     /// Records an in-process device mapping.

@@ -473,12 +473,17 @@ fn wait_on_events(
         if r != sys::KFD_IOC_WAIT_RESULT_TIMEOUT || a.timeout == 0 {
             break r;
         }
+        // An engine died (a simulator bug, logged when it happened): what the caller waits for
+        // may never come, so the wait fails rather than sleeps.
+        if let Some(engine) = call.machine.wedged() {
+            log::warn!(
+                "kfd-sim: pid {}: WAIT_EVENTS fails with EIO: {engine} is dead",
+                call.process.pid
+            );
+            break sys::KFD_IOC_WAIT_RESULT_FAIL;
+        }
         if a.timeout == TIMEOUT_INFINITE {
-            st = call
-                .process
-                .events_cv
-                .wait(st)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            st = st.wait(&call.process.events_cv);
             continue;
         }
         let now = Instant::now();
@@ -488,10 +493,7 @@ fn wait_on_events(
         else {
             break condition(&waiters);
         };
-        st = match call.process.events_cv.wait_timeout(st, left) {
-            Ok((g, _)) => g,
-            Err(e) => e.into_inner().0,
-        };
+        st = st.wait_timeout(&call.process.events_cv, left).0;
     };
     cleanup(&mut st, &waiters);
     if result == sys::KFD_IOC_WAIT_RESULT_COMPLETE {
@@ -558,6 +560,42 @@ pub(super) fn smi_events(call: &KfdCall<'_>, kdata: &mut [u8]) -> IoctlResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kfd_abi::kfd::WAIT_INFINITE;
+    use kfd_abi::{EventType, Kfd, WaitResult};
+
+    /// A client in an infinite WAIT_EVENTS when an engine thread panics wakes with `EIO`, and
+    /// later waits fail at once, instead of sleeping for what the dead engine will never signal;
+    /// a wait that does not sleep (timeout 0) still answers.
+    #[test]
+    fn a_waiting_client_gets_eio_when_an_engine_thread_panics() {
+        let machine = crate::Machine::new(&crate::Preset::mi50x1()).unwrap();
+        let proc = machine.spawn_process();
+        let kfd = Kfd::new(proc.open_kfd().unwrap(), "/dev/kfd");
+        let ev = kfd
+            .create_event(EventType::NodeChange, false, None)
+            .unwrap();
+        let runlist = Arc::downgrade(machine.inner());
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| kfd.wait_events(&[ev.event_id], false, WAIT_INFINITE));
+            std::thread::sleep(Duration::from_millis(50));
+            s.spawn(move || {
+                crate::hw::runlist::run_engine("the test engine", &runlist, || {
+                    panic!("injected into an engine thread")
+                });
+            })
+            .join()
+            .unwrap();
+            let r = waiter.join().unwrap();
+            assert_eq!(r.unwrap_err().errno(), Some(Errno::EIO));
+        });
+        assert_eq!(machine.inner().wedged(), Some("the test engine"));
+        let again = kfd.wait_events(&[ev.event_id], false, WAIT_INFINITE);
+        assert_eq!(again.unwrap_err().errno(), Some(Errno::EIO));
+        assert_eq!(
+            kfd.wait_events(&[ev.event_id], false, 0).unwrap(),
+            WaitResult::Timeout
+        );
+    }
 
     #[rstest::rstest]
     #[case::nothing_slept(10_000, 0, 10_000)]

@@ -2,12 +2,13 @@
 //! manager): every KFD process with its queues as the GPU reads them, and the interrupt handler
 //! for what the engines raise on them (`kfd_int_process_v9`).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::events::{signal_event_interrupt, signal_vm_fault};
 use crate::hw::cp::memory::SvmView;
 use crate::hw::queue::{Engine, MappedQueue, RingState};
 use crate::hw::runlist::{MappedProcess, Queues, Runlist};
+use crate::lock_order::Ordered;
 use crate::state::machine::MachineInner;
 use crate::state::process::{KfdProcess, ProcState};
 use crate::state::queue::QueueKind;
@@ -23,6 +24,18 @@ impl Runlist for MachineInner {
     fn log_once(&self, key: &str, message: &str) {
         MachineInner::log_once(self, key, message);
     }
+
+    /// The machine is wedged (as amdgpu marks a GPU whose reset failed): every waiter of every
+    /// process wakes, and WAIT_EVENTS fails with `EIO` instead of sleeping (`kfd/events.rs`).
+    fn engine_died(&self, engine: &str) {
+        self.wedge(engine);
+        for p in self.processes() {
+            // Taken and dropped before the wake-up: a waiter between its check of the machine
+            // and its sleep holds the state, so it cannot miss the notification.
+            drop(p.lock());
+            p.events_cv.notify_all();
+        }
+    }
 }
 
 impl MappedProcess for KfdProcess {
@@ -30,11 +43,11 @@ impl MappedProcess for KfdProcess {
         self.pid
     }
 
-    fn preemption(&self) -> &Mutex<()> {
+    fn preemption(&self) -> &Ordered<()> {
         &self.engine
     }
 
-    fn cp_preemption(&self) -> &Mutex<()> {
+    fn cp_preemption(&self) -> &Ordered<()> {
         &self.cp
     }
 

@@ -3,7 +3,7 @@
 
 use std::mem::offset_of;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use kfd_abi::Errno;
 use kfd_sys as sys;
@@ -13,6 +13,7 @@ use crate::host::lock;
 use crate::hw::backing::{Backing, Domain};
 use crate::hw::vm::Vm;
 use crate::limits::PAGE_SIZE;
+use crate::lock_order::Ordered;
 use crate::state::render_file::{Charge, Gem, GemMemory, Handle, VaMap};
 use crate::uaccess::{
     check_user_range, copy_to_user, get_u32, get_u64, put_u32, put_u64, IoctlResult,
@@ -22,7 +23,7 @@ use crate::uaccess::{
 const GEM_CREATE_DISCARDABLE: u64 = 1 << 12;
 
 /// Removes the VA mappings of `h` from `vm` (`amdgpu_vm_bo_del` at handle close).
-fn unmap_all(vm: &Mutex<Vm>, h: &Handle) {
+fn unmap_all(vm: &Ordered<Vm>, h: &Handle) {
     let mut vm = lock(vm);
     for &crate::state::render_file::VaMap { va, size, .. } in &h.vas {
         let ours = vm

@@ -8,12 +8,13 @@
 //!
 //! [`MachineInner`]: super::machine::MachineInner
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use kfd_abi::Errno;
 
 use super::device::Device;
 use crate::host::lock;
+use crate::lock_order::{rank, Ordered};
 
 /// How often, and how long apart, [`Accounts::mm_released`] asks again about a process that is
 /// between dropping its mm and the mm's release.
@@ -36,10 +37,10 @@ pub(crate) struct Accounts {
     /// The KFD system memory limit: 15/16 of system RAM.
     system_limit: u64,
     /// System memory charged to GTT and userptr BOs.
-    system_used: Mutex<u64>,
+    system_used: Ordered<u64>,
     /// Who reports the release of clients' mms, when someone does (the CUSE server behind the
     /// kfd_bridge module).
-    mm_watch: Mutex<Option<Arc<dyn MmWatch>>>,
+    mm_watch: Ordered<Option<Arc<dyn MmWatch>>>,
 }
 
 impl Accounts {
@@ -49,8 +50,8 @@ impl Accounts {
         Self {
             devices,
             system_limit,
-            system_used: Mutex::new(0),
-            mm_watch: Mutex::new(None),
+            system_used: Ordered::new(rank::SYSTEM_USED, 0),
+            mm_watch: Ordered::new(rank::MM_WATCH, None),
         }
     }
 

@@ -3,7 +3,7 @@
 //! and doorbell slices handed out, the fake mmap offsets, and its SDMA engines.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use kfd_abi::Errno;
 
@@ -11,6 +11,7 @@ use crate::host::lock;
 use crate::hw::backing::{device_page, Backing};
 use crate::hw::sdma::Engines;
 use crate::limits::{align_up, PAGE_SIZE};
+use crate::lock_order::Ordered;
 use crate::state::queue::QueueKind;
 
 /// Mutable per-device state shared by all processes (the device queue manager's part).
@@ -34,11 +35,11 @@ pub(crate) struct Device {
     pub sdma_engines: u32,
     pub xgmi_sdma_engines: u32,
     pub num_gws: u32,
-    pub state: Mutex<DeviceState>,
+    pub state: Ordered<DeviceState>,
     /// The SDMA engines that run command submissions on the DMA ring.
     pub dma: Engines,
     /// The MMIO remap (HDP flush) page, shared by every process, made on its first mapping.
-    pub mmio: Mutex<Option<Arc<Backing>>>,
+    pub mmio: Ordered<Option<Arc<Backing>>>,
 }
 
 impl Device {

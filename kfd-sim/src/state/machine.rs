@@ -2,7 +2,7 @@
 //! dma-bufs, the KFD processes by pid, and ptrace relations.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 use kfd_abi::Errno;
 use topology::model::keys;
@@ -14,6 +14,7 @@ use super::process::KfdProcess;
 use super::render_file::{Gem, RenderFile};
 use crate::host::{lock, FileKey};
 use crate::hw::backing::Backing;
+use crate::lock_order::{rank, Ordered};
 
 /// Why a machine could not be built from a topology.
 #[derive(Debug, thiserror::Error)]
@@ -166,12 +167,14 @@ pub(crate) struct MachineInner {
     /// The GTT size of every GPU (`amdgpu_ttm_init`).
     gtt_size: u64,
     /// The client requests the simulator does not answer that it has logged (once each).
-    unanswered: Mutex<BTreeSet<String>>,
+    unanswered: Ordered<BTreeSet<String>>,
     /// The queue scheduler: its engine thread runs the user-mode queues.
     pub(crate) scheduler: crate::hw::scheduler::Scheduler,
     /// The command processors: a thread per GPU runs the AQL queues.
     pub(crate) cp: crate::hw::cp::CommandProcessors,
-    reg: Mutex<Registry>,
+    reg: Ordered<Registry>,
+    /// The engine that died, if one did: the machine is wedged (see [`Self::wedge`]).
+    wedged: std::sync::OnceLock<String>,
 }
 
 impl MachineInner {
@@ -202,15 +205,18 @@ impl MachineInner {
                 sdma_engines,
                 xgmi_sdma_engines,
                 num_gws: p32(keys::NUM_GWS),
-                state: Mutex::new(DeviceState {
-                    vram_used: 0,
-                    sdma_used: slots(sdma_engines),
-                    xgmi_sdma_used: slots(xgmi_sdma_engines),
-                    doorbell_slices: BTreeSet::new(),
-                    next_mmap_offset: crate::limits::DRM_FILE_PAGE_OFFSET_START,
-                }),
+                state: Ordered::new(
+                    rank::DEVICE_STATE,
+                    DeviceState {
+                        vram_used: 0,
+                        sdma_used: slots(sdma_engines),
+                        xgmi_sdma_used: slots(xgmi_sdma_engines),
+                        doorbell_slices: BTreeSet::new(),
+                        next_mmap_offset: crate::limits::DRM_FILE_PAGE_OFFSET_START,
+                    },
+                ),
                 dma: crate::hw::sdma::Engines::new(sdma_engines.saturating_add(xgmi_sdma_engines)),
-                mmio: Mutex::new(None),
+                mmio: Ordered::new(rank::DEVICE_MMIO, None),
             });
         }
         // The KFD system memory limit: 15/16 of system RAM.
@@ -228,7 +234,7 @@ impl MachineInner {
             devices,
             accounts,
             gtt_size,
-            unanswered: Mutex::new(BTreeSet::new()),
+            unanswered: Ordered::new(rank::UNANSWERED, BTreeSet::new()),
             scheduler: crate::hw::scheduler::Scheduler::default(),
             cp: crate::hw::cp::CommandProcessors::default(),
             kfd_version: std::sync::atomic::AtomicU64::new(
@@ -237,11 +243,26 @@ impl MachineInner {
             ),
             engine: crate::hw::sdma::EngineTime::default(),
             kernel: std::sync::atomic::AtomicU8::new(0),
-            reg: Mutex::new(Registry {
-                next_pid: 1000,
-                ..Registry::default()
-            }),
+            reg: Ordered::new(
+                rank::REGISTRY,
+                Registry {
+                    next_pid: 1000,
+                    ..Registry::default()
+                },
+            ),
+            wedged: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Marks the machine wedged: engine `engine` died and runs nothing any more. The first
+    /// engine named stays.
+    pub(crate) fn wedge(&self, engine: &str) {
+        let _ = self.wedged.set(engine.to_owned());
+    }
+
+    /// The engine whose death wedged the machine, if one did.
+    pub(crate) fn wedged(&self) -> Option<&str> {
+        self.wedged.get().map(String::as_str)
     }
 
     /// The KFD ioctl interface version GET_VERSION reports.

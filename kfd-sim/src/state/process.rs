@@ -4,7 +4,7 @@
 //! ([`svm_range`](super::svm_range)) and the CRIU state.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar};
 
 use kfd_abi::Errno;
 
@@ -16,6 +16,7 @@ use crate::host::{lock, FileKey};
 use crate::hw::backing::{device_page, Backing, Domain};
 use crate::hw::vm::Vm;
 use crate::limits::*;
+use crate::lock_order::{rank, Ordered, OrderedGuard};
 
 /// One buffer object.
 #[derive(Debug)]
@@ -46,7 +47,7 @@ pub(crate) struct DrmBinding {
     /// Identity of the render-node open file.
     pub key: FileKey,
     /// Its VM.
-    pub vm: Arc<Mutex<Vm>>,
+    pub vm: Arc<Ordered<Vm>>,
 }
 
 /// A per-device record of a process.
@@ -161,17 +162,17 @@ pub(crate) struct KfdProcess {
     pub pid: u32,
     /// What it gives back to the machine when it goes.
     pub(crate) accounts: Arc<Accounts>,
-    pub(crate) state: Mutex<ProcState>,
+    pub(crate) state: Ordered<ProcState>,
     /// Signalled on SET_EVENT and DESTROY_EVENT.
     pub(crate) events_cv: Condvar,
     /// Held by the simulated SDMA engine while it runs this process's queues: taken once after
     /// the queues are evicted, it waits for the packet in flight (a queue preemption).
-    pub(crate) engine: Mutex<()>,
+    pub(crate) engine: Ordered<()>,
     /// The same for the command processors: held while they run a round of this process.
-    pub(crate) cp: Mutex<()>,
+    pub(crate) cp: Ordered<()>,
     /// Its doorbell slices that were mapped, by device index: the same pages for every mapping,
     /// and what the GPU reads when a doorbell rings.
-    doorbells: Mutex<Vec<(usize, Arc<Backing>)>>,
+    doorbells: Ordered<Vec<(usize, Arc<Backing>)>>,
 }
 
 impl KfdProcess {
@@ -216,11 +217,11 @@ impl KfdProcess {
         Self {
             pid,
             accounts,
-            state: Mutex::new(state),
+            state: Ordered::new(rank::PROC_STATE, state),
             events_cv: Condvar::new(),
-            engine: Mutex::new(()),
-            cp: Mutex::new(()),
-            doorbells: Mutex::new(Vec::new()),
+            engine: Ordered::new(rank::ENGINE_PREEMPTION, ()),
+            cp: Ordered::new(rank::CP_PREEMPTION, ()),
+            doorbells: Ordered::new(rank::DOORBELLS, Vec::new()),
         }
     }
 
@@ -244,7 +245,7 @@ impl KfdProcess {
     }
 
     /// Locks the process.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, ProcState> {
+    pub(crate) fn lock(&self) -> OrderedGuard<'_, ProcState> {
         lock(&self.state)
     }
 

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use kfd_abi::Errno;
 use kfd_sys as sys;
@@ -11,6 +11,7 @@ use kfd_sys as sys;
 use super::accounts::Accounts;
 use crate::hw::backing::{Backing, ProcessMemory};
 use crate::hw::vm::{Vm, VmTarget};
+use crate::lock_order::{rank, Ordered};
 
 /// How many fences a context entity remembers (`amdgpu_sched_jobs`, default 32); older sequence
 /// numbers are reported signalled, as amdgpu does.
@@ -131,7 +132,7 @@ pub(crate) struct Entity {
     pub(crate) done: VecDeque<(u64, Result<(), Errno>)>,
     /// Held while one of its jobs executes: an entity's jobs run one after the other, in order,
     /// as a scheduler entity's jobs do.
-    pub(crate) running: Arc<Mutex<()>>,
+    pub(crate) running: Arc<Ordered<()>>,
 }
 
 impl Default for Entity {
@@ -139,7 +140,7 @@ impl Default for Entity {
         Self {
             next: 1,
             done: VecDeque::new(),
-            running: Arc::new(Mutex::new(())),
+            running: Arc::new(Ordered::new(rank::ENTITY_RUNNING, ())),
         }
     }
 }
@@ -172,8 +173,8 @@ pub(crate) struct RenderFile {
     /// Index of the GPU in the machine.
     pub device: usize,
     /// The file's VM.
-    pub vm: Arc<Mutex<Vm>>,
-    pub(crate) state: Mutex<FileState>,
+    pub vm: Arc<Ordered<Vm>>,
+    pub(crate) state: Ordered<FileState>,
 }
 
 impl FileState {
@@ -202,8 +203,8 @@ impl RenderFile {
     pub(crate) fn new(device: usize) -> Self {
         Self {
             device,
-            vm: Arc::new(Mutex::new(Vm::new())),
-            state: Mutex::new(FileState::default()),
+            vm: Arc::new(Ordered::new(rank::VM, Vm::new())),
+            state: Ordered::new(rank::RENDER_FILE_STATE, FileState::default()),
         }
     }
 }

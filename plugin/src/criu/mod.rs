@@ -10,7 +10,7 @@
 use std::os::fd::{BorrowedFd, IntoRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use kfd_abi::Errno;
 
@@ -21,7 +21,7 @@ use crate::inventory::{self, Inventory, NoInventory};
 use crate::restore;
 use crate::restore::sharing::SharedVmas;
 use crate::restore::vma::VmaDevice;
-use kfd_abi::platform::{DeviceKind, HostPlatform, Platform};
+use kfd_abi::platform::{DeviceKind, Platform};
 
 mod dumping;
 mod restoring;
@@ -407,7 +407,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
                 Err(e) => {
                     // criu only logs a failing RESUME_DEVICES_LATE and would let the task run
                     // on zeros: killed, it makes criu's restore fail before any task runs.
-                    let killed = crate::shim::kill_restored_task(pid);
+                    let killed = crate::host::criu().kill_restored_task(pid);
                     return Err(failed(
                         Errno::EIO,
                         format!(
@@ -503,21 +503,7 @@ impl<P: Platform> CriuHooks for Engine<P> {
     }
 }
 
-/// The hooks of this process's plugin instance: the engine on the real machine.
-pub(crate) fn hooks() -> &'static dyn CriuHooks {
-    static ENGINE: OnceLock<Engine<HostPlatform>> = OnceLock::new();
-    ENGINE.get_or_init(|| {
-        Engine::new(HostPlatform::from_env(), criu_image_dir)
-            .with_inventory(crate::shim::HostInventory)
-    })
-}
-
 /// Whether the host criu calls DUMP_DEVICES_LATE (measured by the shim when criu loaded us).
 fn host_has_dump_devices_late() -> bool {
-    crate::shim::host().has_dump_devices_late
-}
-
-/// criu's image directory fd.
-fn criu_image_dir() -> Option<RawFd> {
-    crate::shim::criu_image_dir()
+    crate::host::criu().has_dump_devices_late()
 }

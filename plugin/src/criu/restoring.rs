@@ -84,7 +84,7 @@ impl<P: Platform> Engine<P> {
     /// whose VMs the driver uses) above every fd number the task itself will have, so that criu
     /// restoring the task's own files never lands on them.
     fn keep_out_of_the_way(&self, mut r: Restored<P::Device>) -> HookResult<Restored<P::Device>> {
-        let Some(mut next) = crate::shim::unused_fd_of(r.pid) else {
+        let Some(mut next) = crate::host::criu().unused_fd_of(r.pid) else {
             return Ok(r);
         };
         log::debug!("keeping the restored task's device files from fd {next} up");
@@ -109,8 +109,8 @@ impl<P: Platform> Engine<P> {
         let opts = self.settings().restore_options(None);
         let io = |e: std::io::Error| caused(Errno::from_io(&e), e);
         let (master, task) = crate::restore::parallel::socket_pair().map_err(io)?;
-        let task_end = if crate::shim::in_criu() {
-            match crate::shim::fdstore_add(task.as_fd()) {
+        let task_end = if crate::host::criu().in_criu() {
+            match crate::host::criu().fdstore_add(task.as_fd()) {
                 Some(id) => crate::restore::parallel::TaskEnd::Stored(id),
                 None => {
                     log::warn!(
@@ -176,7 +176,7 @@ impl<P: Platform> Engine<P> {
         }
         let render = self.open_render_early(id, msg)?;
         // Kept until the KFD restore: above every fd the task will have, like the KFD's files.
-        let render = match crate::shim::unused_fd_of(self.platform.process_id()) {
+        let render = match crate::host::criu().unused_fd_of(self.platform.process_id()) {
             Some(next) => self.render_at_or_above(&render, next)?,
             None => render,
         };

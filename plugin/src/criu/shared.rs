@@ -125,7 +125,7 @@ impl<P: Platform> Engine<P> {
             if !needed.contains(&key) || published.contains(&u64::from(key)) {
                 continue;
             }
-            let fd = match crate::shim::unused_fd_of(owner) {
+            let fd = match crate::host::criu().unused_fd_of(owner) {
                 Some(next) => kfd_abi::transport::dup_at_or_above(fd.as_fd(), next)
                     .map_err(|e| caused(Errno::from_io(&e), e))?,
                 None => fd,
@@ -262,7 +262,9 @@ impl<P: Platform> Engine<P> {
         self.publish_dmabufs(restored.created)?;
         // Kept for UPDATE_VMA_MAP: above every fd the task will have, like the KFD's files (at
         // the lowest free number it took an fd criu then restores the task's own file at).
-        let above = crate::shim::unused_fd_of(self.platform.process_id()).unwrap_or(0);
+        let above = crate::host::criu()
+            .unused_fd_of(self.platform.process_id())
+            .unwrap_or(0);
         let keep = self.render_at_or_above(render, above)?;
         self.with_restore(|r| {
             r.gem_remaps

@@ -8,7 +8,7 @@
 //! RESUME_DEVICES_LATE (9) are always filled; POST_FORKING (12), RESTORE_INIT (13) and
 //! DUMP_DEVICES_LATE (14) only when the host criu has them; every other slot is null. Each hook
 //! body lives in `trampoline`, which converts the C arguments, calls
-//! [`crate::criu::hooks`], maps the result to criu's convention, logs failures and never lets a
+//! the engine ([`hooks`]), maps the result to criu's convention, logs failures and never lets a
 //! panic unwind into criu (it returns `-EIO`).
 //!
 //! # Choosing the hook set at load time
@@ -45,10 +45,14 @@
 //! every criu-plugin.h we found that declares DUMP_DEVICES_LATE declares the two-argument form;
 //! both serve the upstream amdgpu plugin's dma-buf support.
 //!
-//! The decision is [`decide`](host::decide), a pure function of [`HostFacts`](host::HostFacts); the engine reads it with
-//! [`host()`] (for instance [`HostCriu::has_dump_devices_late`]: when false, the engine must unpause
-//! the dumped process inside DUMP_EXT_FILE). [`criu_image_dir`] calls criu's
-//! `criu_get_image_dir()` the same way (looked up, never linked).
+//! The decision is [`decide`](host::decide), a pure function of [`HostFacts`](host::HostFacts);
+//! the engine reads what it needs of it, and criu's other exported functions, through
+//! [`crate::host::CriuHost`], which [`LoadedCriu`] implements and the load-time constructor
+//! installs (for instance [`HostCriu::has_dump_devices_late`]: when false, the engine must unpause
+//! the dumped process inside DUMP_EXT_FILE). The engine never names this module: the shim
+//! depends on the engine, not the other way round. [`criu_image_dir`] calls criu's
+//! `criu_get_image_dir()` the same way (looked up, never linked); the shim gives it to the
+//! process's [`Engine`](crate::criu::Engine), which it makes on first use ([`hooks`]).
 //!
 //! The load-time choice was checked against Debian bookworm's criu 3.17.1: its `cr_plugin_ctl` is
 //! a 176-byte dynamic symbol, and `tests/real_criu.rs` loads the plugin inside that binary.
@@ -70,6 +74,14 @@ pub(crate) mod trampoline;
 
 use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
+use std::sync::OnceLock;
+
+use kfd_abi::platform::HostPlatform;
+
+use crate::criu::Engine;
+use crate::hooks::CriuHooks;
+use crate::host::CriuHost;
 
 pub(crate) use host::lookup as lookup_symbol;
 pub(crate) use host::{host, HostCriu, BASELINE_HOOKS};
@@ -294,9 +306,48 @@ pub(crate) fn kill_restored_task(pid: i32) -> bool {
     unsafe { libc::kill(pid, libc::SIGKILL) == 0 }
 }
 
+/// The criu this plugin was loaded into, as the engine and the logger see it
+/// ([`crate::host::criu`]): the functions of this module.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct LoadedCriu;
+
+impl CriuHost for LoadedCriu {
+    fn has_dump_devices_late(&self) -> bool {
+        host().has_dump_devices_late
+    }
+    fn print_on_level(&self) -> *mut c_void {
+        lookup_symbol(c"print_on_level")
+    }
+    fn unused_fd_of(&self, pid: u32) -> Option<RawFd> {
+        unused_fd_of(pid)
+    }
+    fn fdstore_add(&self, fd: BorrowedFd<'_>) -> Option<i32> {
+        fdstore_add(fd)
+    }
+    fn fdstore_get(&self, id: i32) -> Option<OwnedFd> {
+        fdstore_get(id)
+    }
+    fn in_criu(&self) -> bool {
+        in_criu()
+    }
+    fn kill_restored_task(&self, pid: i32) -> bool {
+        kill_restored_task(pid)
+    }
+}
+
+/// The hooks of this process's plugin instance: the engine on the real machine, with criu's
+/// image directory and inventory.
+pub(crate) fn hooks() -> &'static dyn CriuHooks {
+    static ENGINE: OnceLock<Engine<HostPlatform>> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        Engine::new(HostPlatform::from_env(), criu_image_dir).with_inventory(HostInventory)
+    })
+}
+
 /// Runs inside criu's `dlopen`, before criu reads the descriptor (see the module documentation).
 extern "C" fn on_load() {
     trampoline::guard("load", (), || {
+        crate::host::install(&LoadedCriu);
         let host = host();
         let slots = slots_for(&host);
         let d = CR_PLUGIN_DESC.0.get();
@@ -319,6 +370,8 @@ static ON_LOAD: extern "C" fn() = on_load;
 /// `init(stage)`: installs the logger, reports the host, starts the engine.
 unsafe extern "C" fn init(stage: c_int) -> c_int {
     trampoline::guard("init", trampoline::PANIC_RESULT, || {
+        // Installed at load already, where a constructor ran; here for a loader that skips them.
+        crate::host::install(&LoadedCriu);
         crate::logger::install();
         let host = host();
         log::info!(
@@ -329,32 +382,32 @@ unsafe extern "C" fn init(stage: c_int) -> c_int {
             host.has_dump_devices_late,
             host.restore_ext_file_retry,
         );
-        trampoline::init(crate::criu::hooks(), stage)
+        trampoline::init(hooks(), stage)
     })
 }
 
 unsafe extern "C" fn exit(stage: c_int, ret: c_int) {
-    trampoline::exit(crate::criu::hooks(), stage, ret);
+    trampoline::exit(hooks(), stage, ret);
 }
 
 unsafe extern "C" fn dump_ext_file(fd: c_int, id: c_int) -> c_int {
     // SAFETY: criu passes an fd it keeps open for the call.
-    unsafe { trampoline::dump_ext_file(crate::criu::hooks(), fd, id) }
+    unsafe { trampoline::dump_ext_file(hooks(), fd, id) }
 }
 
 unsafe extern "C" fn restore_ext_file(id: c_int) -> c_int {
     // SAFETY: no retry pointer: this host calls the one-argument form.
-    unsafe { trampoline::restore_ext_file(crate::criu::hooks(), id, std::ptr::null_mut()) }
+    unsafe { trampoline::restore_ext_file(hooks(), id, std::ptr::null_mut()) }
 }
 
 unsafe extern "C" fn restore_ext_file_retry(id: c_int, retry_needed: *mut bool) -> c_int {
     // SAFETY: installed only for hosts that pass a pointer to their `bool retry_needed`.
-    unsafe { trampoline::restore_ext_file(crate::criu::hooks(), id, retry_needed) }
+    unsafe { trampoline::restore_ext_file(hooks(), id, retry_needed) }
 }
 
 unsafe extern "C" fn handle_device_vma(fd: c_int, st: *const libc::stat) -> c_int {
     // SAFETY: criu passes an open fd and its `struct stat` for the call (null is checked).
-    unsafe { trampoline::handle_device_vma(crate::criu::hooks(), fd, st) }
+    unsafe { trampoline::handle_device_vma(hooks(), fd, st) }
 }
 
 unsafe extern "C" fn update_vma_map(
@@ -365,32 +418,23 @@ unsafe extern "C" fn update_vma_map(
     plugin_fd: *mut c_int,
 ) -> c_int {
     // SAFETY: criu passes a path string and two writable outputs (nulls are checked).
-    unsafe {
-        trampoline::update_vma_map(
-            crate::criu::hooks(),
-            path,
-            addr,
-            old_pgoff,
-            new_pgoff,
-            plugin_fd,
-        )
-    }
+    unsafe { trampoline::update_vma_map(hooks(), path, addr, old_pgoff, new_pgoff, plugin_fd) }
 }
 
 unsafe extern "C" fn resume_devices_late(pid: c_int) -> c_int {
-    trampoline::resume_devices_late(crate::criu::hooks(), pid)
+    trampoline::resume_devices_late(hooks(), pid)
 }
 
 unsafe extern "C" fn post_forking() -> c_int {
-    trampoline::post_forking(crate::criu::hooks())
+    trampoline::post_forking(hooks())
 }
 
 unsafe extern "C" fn restore_init() -> c_int {
-    trampoline::restore_init(crate::criu::hooks())
+    trampoline::restore_init(hooks())
 }
 
 unsafe extern "C" fn dump_devices_late(id: c_int) -> c_int {
-    trampoline::dump_devices_late(crate::criu::hooks(), id)
+    trampoline::dump_devices_late(hooks(), id)
 }
 
 #[cfg(test)]

@@ -46,11 +46,12 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use kfd_abi::Errno;
 
 use crate::host::lock;
+use crate::lock_order::{rank, Ordered};
 use crate::state::accounts::MmWatch;
 use crate::state::machine::{MachineInner, OpenFile};
 use crate::state::process::KfdProcess;
@@ -182,8 +183,14 @@ pub(crate) struct HandOver {
 /// CRIU_OP's dma-bufs), so the list holds exactly what the caller is to get.
 ///
 /// [`Client::uninstall_fd`]: crate::client::Client::uninstall_fd
-#[derive(Debug, Default)]
-pub(crate) struct HandOvers(Mutex<Vec<HandOver>>);
+#[derive(Debug)]
+pub(crate) struct HandOvers(Ordered<Vec<HandOver>>);
+
+impl Default for HandOvers {
+    fn default() -> Self {
+        Self(Ordered::new(rank::HAND_OVERS, Vec::new()))
+    }
+}
 
 impl HandOvers {
     /// Keeps `fd` for the caller, its number to be written at `addr`. Returns our own number,

@@ -23,13 +23,12 @@
 //!   done; those from it on have not started. The packet itself stays valid at the read index,
 //!   and the packets after it stay in the ring.
 
-use std::sync::Mutex;
-
 use kfd_abi::Errno;
 
 use super::super::sdma::{read_va, write_va, Fault};
 use super::super::vm::Vm;
 use super::memory::SvmView;
+use crate::lock_order::Ordered;
 
 /// Byte offsets of the CWSR registers in the simulator's compute MQD image.
 pub(crate) mod regs {
@@ -274,7 +273,7 @@ fn svm_range(svm: &SvmView, va: u64, len: u64) -> Option<crate::hw::backing::Pro
 
 /// Writes `bytes` at `va` as the CP does: through the GPU VM (a KFD BO: ROCr 5.2's area), else
 /// into the SVM range that holds it (ROCr 6.1's area: anonymous memory at the same address).
-fn write_gpu(vm: &Mutex<Vm>, svm: &SvmView, va: u64, bytes: &[u8]) -> Result<(), CwsrError> {
+fn write_gpu(vm: &Ordered<Vm>, svm: &SvmView, va: u64, bytes: &[u8]) -> Result<(), CwsrError> {
     match write_va(vm, va, bytes) {
         Ok(()) => Ok(()),
         Err(e) => match svm_range(svm, va, bytes.len() as u64) {
@@ -285,7 +284,7 @@ fn write_gpu(vm: &Mutex<Vm>, svm: &SvmView, va: u64, bytes: &[u8]) -> Result<(),
 }
 
 /// Reads `len` bytes at `va` as [`write_gpu`] writes them.
-fn read_gpu(vm: &Mutex<Vm>, svm: &SvmView, va: u64, len: u64) -> Result<Vec<u8>, CwsrError> {
+fn read_gpu(vm: &Ordered<Vm>, svm: &SvmView, va: u64, len: u64) -> Result<Vec<u8>, CwsrError> {
     match read_va(vm, va, len) {
         Ok(b) => Ok(b),
         Err(e) => match svm_range(svm, va, len) {
@@ -305,7 +304,7 @@ impl Area {
     /// control stack's used part, to go at its end, and the bytes of wave data.
     pub(crate) fn save(
         &self,
-        vm: &Mutex<Vm>,
+        vm: &Ordered<Vm>,
         svm: &SvmView,
         d: &SavedDispatch,
     ) -> Result<(Vec<u8>, usize), CwsrError> {
@@ -334,7 +333,7 @@ impl Area {
     /// dispatch.
     pub(crate) fn load(
         &self,
-        vm: &Mutex<Vm>,
+        vm: &Ordered<Vm>,
         svm: &SvmView,
         l: Layout,
     ) -> Result<SavedDispatch, CwsrError> {
@@ -446,6 +445,7 @@ mod tests {
         clippy::cast_sign_loss
     )]
 
+    use crate::lock_order::rank;
     use std::sync::Arc;
 
     use kfd_shader::Dispatch;
@@ -517,7 +517,7 @@ mod tests {
     /// A dispatch of one of the committed test kernels in a GPU VM of GTT memory, with a
     /// context save area and a control stack beside it.
     struct Case {
-        vm: Arc<Mutex<Vm>>,
+        vm: Arc<Ordered<Vm>>,
         svm: Arc<SvmView>,
         dispatch: Dispatch,
         slots: Vec<u32>,
@@ -616,7 +616,7 @@ mod tests {
             .unwrap();
         }
         Case {
-            vm: Arc::new(Mutex::new(vm)),
+            vm: Arc::new(Ordered::new(rank::VM, vm)),
             svm: Arc::new(SvmView::default()),
             dispatch,
             slots: vec![0],

@@ -13,6 +13,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+use crate::lock_order::Ordered;
 use std::time::{Duration, Instant};
 
 use kfd_shader::{Dispatch, Executor, ShaderError, Stop, Workgroup};
@@ -184,7 +186,7 @@ impl InFlight {
     /// `stop` ends the round early (at the next slice).
     pub(crate) fn round(
         &mut self,
-        vm: &Arc<Mutex<Vm>>,
+        vm: &Arc<Ordered<Vm>>,
         svm: &Arc<SvmView>,
         interrupts: &mut Vec<u32>,
         stop: &AtomicBool,
@@ -197,7 +199,7 @@ impl InFlight {
     #[cfg(test)]
     pub(crate) fn round_of(
         &mut self,
-        vm: &Arc<Mutex<Vm>>,
+        vm: &Arc<Ordered<Vm>>,
         svm: &Arc<SvmView>,
         length: Duration,
     ) -> RoundEnd {
@@ -217,7 +219,7 @@ impl InFlight {
     #[cfg(test)]
     pub(crate) fn round_for(
         &mut self,
-        vm: &Arc<Mutex<Vm>>,
+        vm: &Arc<Ordered<Vm>>,
         svm: &Arc<SvmView>,
         instructions: u64,
     ) -> (RoundEnd, u64) {
@@ -236,7 +238,7 @@ impl InFlight {
 
     fn run_round(
         &mut self,
-        vm: &Arc<Mutex<Vm>>,
+        vm: &Arc<Ordered<Vm>>,
         svm: &Arc<SvmView>,
         interrupts: &mut Vec<u32>,
         stop: &AtomicBool,
@@ -414,7 +416,9 @@ fn fail(failed: &AtomicBool, failure: &Mutex<Option<Failure>>, f: Failure) {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 
-    use std::sync::{Arc, Mutex};
+    use crate::lock_order::{rank, Ordered};
+    use std::sync::Arc;
+
     use std::time::Duration;
 
     use kfd_shader::testmem::{layout::*, Args, Rig};
@@ -432,7 +436,7 @@ mod tests {
     /// ROCr's grid for a blit, 64 x 4 work-items per CU, on a GPU of `cus` CUs, copying
     /// `n16` 16-byte chunks and `tail` bytes; the VM (GTT at the rig's addresses), the
     /// dispatch, where the copy goes and what it must hold.
-    fn blit(cus: u32, n16: u64, tail: u64) -> (Arc<Mutex<Vm>>, InFlight, u64, Vec<u8>) {
+    fn blit(cus: u32, n16: u64, tail: u64) -> (Arc<Ordered<Vm>>, InFlight, u64, Vec<u8>) {
         let mut rig = Rig::new(BLIT, 1 << 20).unwrap();
         let len = n16 * 16 + tail;
         let src = rig.alloc(len).unwrap();
@@ -480,7 +484,7 @@ mod tests {
         }
         let slots = vec![0; super::workers()];
         let d = InFlight::new(0, 0, 0, dispatch, slots);
-        (Arc::new(Mutex::new(vm)), d, dst, bytes)
+        (Arc::new(Ordered::new(rank::VM, vm)), d, dst, bytes)
     }
 
     /// A host slower than a round: in the forky guest (qemu TCG, its vCPUs shared with ROCr

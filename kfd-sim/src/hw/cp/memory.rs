@@ -46,7 +46,7 @@
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use kfd_shader::{Clock, HostRun, Memory};
 
@@ -54,6 +54,7 @@ use super::super::backing::{Backing, ProcessMemory};
 use super::super::sdma::{gpu_timestamp, read_va, write_va, Fault};
 use super::super::vm::{Vm, VmTarget};
 use crate::host::{lock, process_vm_write_pieces};
+use crate::lock_order::{rank, Ordered};
 
 /// The largest window of client memory one translation mirrors. Small, because a round that
 /// reads client memory afresh (a dispatch's first, or one after an acquire) mirrors what its
@@ -302,11 +303,11 @@ enum Target {
 /// mirrors of the dispatch's last round ([`GpuMemory::with_kept`]) and hand them on
 /// ([`GpuMemory::keep`]).
 pub(crate) struct GpuMemory {
-    vm: Arc<Mutex<Vm>>,
+    vm: Arc<Ordered<Vm>>,
     svm: Arc<SvmView>,
-    pins: Mutex<Vec<Arc<Backing>>>,
+    pins: Ordered<Vec<Arc<Backing>>>,
     /// Sorted by address, not overlapping.
-    mirrors: Mutex<Vec<Mirror>>,
+    mirrors: Ordered<Vec<Mirror>>,
     /// A wave asked for memory as other agents see it now ([`Memory::acquire`]).
     acquired: AtomicBool,
 }
@@ -320,19 +321,19 @@ impl std::fmt::Debug for GpuMemory {
 impl GpuMemory {
     /// A translation with no mirrors yet.
     #[cfg(test)]
-    pub(crate) fn new(vm: Arc<Mutex<Vm>>, svm: Arc<SvmView>) -> Self {
+    pub(crate) fn new(vm: Arc<Ordered<Vm>>, svm: Arc<SvmView>) -> Self {
         Self::with_kept(vm, svm, Kept::default())
     }
 
     /// A translation starting with `kept`, the mirrors of the dispatch's last round, less those
     /// whose GPU addresses no longer lead to the same client memory (unmapped, mapped again
     /// elsewhere, or with other access): those are dropped, and read afresh when touched.
-    pub(crate) fn with_kept(vm: Arc<Mutex<Vm>>, svm: Arc<SvmView>, kept: Kept) -> Self {
+    pub(crate) fn with_kept(vm: Arc<Ordered<Vm>>, svm: Arc<SvmView>, kept: Kept) -> Self {
         let mem = Self {
             vm,
             svm,
-            pins: Mutex::new(Vec::new()),
-            mirrors: Mutex::new(Vec::new()),
+            pins: Ordered::new(rank::PINS, Vec::new()),
+            mirrors: Ordered::new(rank::MIRRORS, Vec::new()),
             acquired: AtomicBool::new(false),
         };
         let valid: Vec<Mirror> = kept.0.into_iter().filter(|m| mem.still(m)).collect();
@@ -539,7 +540,7 @@ impl Clock for GpuClock {
 }
 
 /// What the VM has at `va`, for a fault's log line.
-pub(crate) fn describe(vm: &Mutex<Vm>, va: u64) -> String {
+pub(crate) fn describe(vm: &Ordered<Vm>, va: u64) -> String {
     let vm = lock(vm);
     match vm.lookup(va) {
         None => "nothing mapped there".to_owned(),
@@ -584,7 +585,7 @@ pub(crate) fn describe(vm: &Mutex<Vm>, va: u64) -> String {
 }
 
 /// Reads the little-endian qword at `va`.
-pub(crate) fn read_u64(vm: &Mutex<Vm>, va: u64) -> Result<u64, Fault> {
+pub(crate) fn read_u64(vm: &Ordered<Vm>, va: u64) -> Result<u64, Fault> {
     let b = read_va(vm, va, 8)?;
     let mut q = [0u8; 8];
     q.copy_from_slice(&b);
@@ -592,7 +593,7 @@ pub(crate) fn read_u64(vm: &Mutex<Vm>, va: u64) -> Result<u64, Fault> {
 }
 
 /// Reads the little-endian dword at `va`.
-pub(crate) fn read_u32(vm: &Mutex<Vm>, va: u64) -> Result<u32, Fault> {
+pub(crate) fn read_u32(vm: &Ordered<Vm>, va: u64) -> Result<u32, Fault> {
     let b = read_va(vm, va, 4)?;
     Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
@@ -605,7 +606,7 @@ enum Qword {
     Other,
 }
 
-fn qword(vm: &Mutex<Vm>, va: u64, write: bool) -> Result<Qword, Fault> {
+fn qword(vm: &Ordered<Vm>, va: u64, write: bool) -> Result<Qword, Fault> {
     let vm = lock(vm);
     let (start, m) = vm.lookup(va).ok_or(Fault::Unmapped { va })?;
     if write && !m.writable {
@@ -621,7 +622,7 @@ fn qword(vm: &Mutex<Vm>, va: u64, write: bool) -> Result<Qword, Fault> {
 
 /// Adds `delta` to the qword at `va`: a real atomic on VRAM and GTT; on client memory a read
 /// and a write (not atomic against the client's CPU). The old value.
-pub(crate) fn fetch_add_u64(vm: &Mutex<Vm>, va: u64, delta: u64) -> Result<u64, Fault> {
+pub(crate) fn fetch_add_u64(vm: &Ordered<Vm>, va: u64, delta: u64) -> Result<u64, Fault> {
     if let Qword::Shared(b, off) = qword(vm, va, true)? {
         if let Some(old) = b.map().fetch_add_u64(off, delta) {
             return Ok(old);
@@ -633,7 +634,7 @@ pub(crate) fn fetch_add_u64(vm: &Mutex<Vm>, va: u64, delta: u64) -> Result<u64, 
 }
 
 /// Stores the qword `v` at `va` (atomically on VRAM and GTT).
-pub(crate) fn store_u64(vm: &Mutex<Vm>, va: u64, v: u64) -> Result<(), Fault> {
+pub(crate) fn store_u64(vm: &Ordered<Vm>, va: u64, v: u64) -> Result<(), Fault> {
     if let Qword::Shared(b, off) = qword(vm, va, true)? {
         if b.map().store_u64(off, v) {
             return Ok(());
@@ -643,7 +644,7 @@ pub(crate) fn store_u64(vm: &Mutex<Vm>, va: u64, v: u64) -> Result<(), Fault> {
 }
 
 /// Loads the qword at `va` (atomically on VRAM and GTT).
-pub(crate) fn load_u64(vm: &Mutex<Vm>, va: u64) -> Result<u64, Fault> {
+pub(crate) fn load_u64(vm: &Ordered<Vm>, va: u64) -> Result<u64, Fault> {
     if let Qword::Shared(b, off) = qword(vm, va, false)? {
         if let Some(v) = b.map().load_u64(off) {
             return Ok(v);
@@ -656,7 +657,7 @@ pub(crate) fn load_u64(vm: &Mutex<Vm>, va: u64) -> Result<u64, Fault> {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
 
     use kfd_shader::Memory;
     use rstest::rstest;
@@ -664,6 +665,7 @@ mod tests {
     use super::super::super::backing::ProcessMemory;
     use super::super::super::vm::{Vm, VmMapping, VmTarget};
     use super::{changed, changed_run, GpuMemory, Kept, SvmView, WINDOW};
+    use crate::lock_order::{rank, Ordered};
 
     const VA: u64 = 0x7e00_0000_0000;
 
@@ -695,10 +697,10 @@ mod tests {
             unsafe { p.write_volatile(v) };
         }
         /// A VM with the memory mapped at `VA` as userptr.
-        fn vm(&self) -> Arc<Mutex<Vm>> {
+        fn vm(&self) -> Arc<Ordered<Vm>> {
             let mut vm = Vm::new();
             self.map_into(&mut vm);
-            Arc::new(Mutex::new(vm))
+            Arc::new(Ordered::new(rank::VM, vm))
         }
         fn map_into(&self, vm: &mut Vm) {
             let m = VmMapping {
@@ -729,7 +731,7 @@ mod tests {
         unsafe { r.host.as_ptr().add(off).write_volatile(v) };
     }
 
-    fn round(vm: &Arc<Mutex<Vm>>, kept: Kept) -> GpuMemory {
+    fn round(vm: &Arc<Ordered<Vm>>, kept: Kept) -> GpuMemory {
         GpuMemory::with_kept(Arc::clone(vm), Arc::new(SvmView::default()), kept)
     }
 

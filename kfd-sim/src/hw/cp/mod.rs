@@ -70,25 +70,34 @@ mod signal;
 pub(crate) mod state;
 mod vendor;
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 use self::cwsr::{Area, CwsrError, Layout};
 use self::memory::{load_u64, read_u32, SvmView};
 use self::state::QueueState;
 use super::queue::Engine;
-use super::runlist::{poll, MappedProcess, Runlist};
+use super::runlist::{poll, run_engine, MappedProcess, Runlist};
 use super::sdma::{read_va, Fault};
 use super::vm::Vm;
 use crate::host::lock;
+use crate::lock_order::{rank, Ordered};
 use packet::{code, off, ty, type_name, u64_at, PACKET};
 
 /// Packets one queue runs per pass (dispatch rounds count as one).
 const PACKETS_PER_PASS: usize = 64;
 
 /// The command processors of one machine: a thread per GPU, each started once.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct CommandProcessors {
-    started: Mutex<Vec<usize>>,
+    started: Ordered<Vec<usize>>,
+}
+
+impl Default for CommandProcessors {
+    fn default() -> Self {
+        Self {
+            started: Ordered::new(rank::CP_STARTED, Vec::new()),
+        }
+    }
 }
 
 impl CommandProcessors {
@@ -101,7 +110,10 @@ impl CommandProcessors {
         let weak = Arc::downgrade(runlist);
         let spawned = std::thread::Builder::new()
             .name(format!("kfd-sim-cp{device}"))
-            .spawn(move || run(&weak, device));
+            .spawn(move || {
+                let engine = format!("the command processor of GPU {device}");
+                run_engine(&engine, &weak, || run(&weak, device));
+            });
         match spawned {
             Ok(_) => started.push(device),
             Err(e) => log::error!(
@@ -128,8 +140,8 @@ fn run<R: Runlist>(runlist: &Weak<R>, device: usize) {
 pub(crate) fn save_waves<P: MappedProcess>(p: &P) {
     struct Target {
         qid: u32,
-        state: Arc<Mutex<QueueState>>,
-        vm: Arc<Mutex<Vm>>,
+        state: Arc<Ordered<QueueState>>,
+        vm: Arc<Ordered<Vm>>,
         svm: SvmView,
         area: Area,
     }
@@ -212,9 +224,9 @@ struct Work {
     slots: u64,
     rptr_addr: u64,
     doorbell: u64,
-    vm: Arc<Mutex<Vm>>,
+    vm: Arc<Ordered<Vm>>,
     svm: Arc<SvmView>,
-    state: Arc<Mutex<QueueState>>,
+    state: Arc<Ordered<QueueState>>,
     /// The context save area.
     area: Area,
     /// What the control stack held when the queue was mapped (taken off it).
@@ -237,7 +249,9 @@ fn service<R: Runlist>(runlist: &R, p: &R::Process, device: usize) -> bool {
                 // checkpoint (a restored process's doorbell slice starts at zero).
                 let doorbell = q.doorbell()?.max(q.state.wptr);
                 q.state.wptr = doorbell;
-                let state = Arc::clone(q.state.cp.get_or_insert_with(Arc::default));
+                let state = Arc::clone(q.state.cp.get_or_insert_with(|| {
+                    Arc::new(Ordered::new(rank::QUEUE_STATE, QueueState::default()))
+                }));
                 let vm = q.vm?;
                 let area = Area {
                     base: q.ctx.0,
@@ -298,7 +312,7 @@ enum Step {
 }
 
 impl<R: Runlist> QueueRun<'_, R> {
-    fn vm(&self) -> &Mutex<Vm> {
+    fn vm(&self) -> &Ordered<Vm> {
         &self.w.vm
     }
 

@@ -245,6 +245,36 @@ mod tests {
     }
 
     #[test]
+    fn a_fill_that_panics_fails_the_wait_instead_of_hanging_it() {
+        let (master, task) = socket_pair().unwrap();
+        let filler: Arc<Filler> = Arc::new(|job: Job| {
+            if job.image == 7 {
+                panic!("injected: image {} cannot be filled", job.image);
+            }
+            Ok(1)
+        });
+        let hub = Arc::new(Hub::new(master, TaskEnd::Inherited(task), 1, filler));
+        hub.start().unwrap();
+        let sock = hub.task_end.socket().unwrap();
+        let one = fds(1);
+        send_message(
+            sock.as_fd(),
+            &part(0, 1, vec![0]).encode(),
+            &[one[0].as_fd()],
+        )
+        .unwrap();
+        let e = hub.wait().unwrap_err();
+        assert!(
+            e.contains(
+                "image 7 (pid 100): the fill thread panicked (injected: image 7 cannot be filled)"
+            ),
+            "{e}"
+        );
+        // The hub is idle again: shutting down waits for nothing.
+        hub.shut_down();
+    }
+
+    #[test]
     fn the_receiver_ends_when_every_task_end_is_closed() {
         let (master, task) = socket_pair().unwrap();
         let filler: Arc<Filler> = Arc::new(|job: Job| Ok(job.bos.len() as u64));

@@ -198,7 +198,7 @@ impl TaskEnd {
     /// An fd of the socket in the calling task (closed by the caller before its hook returns).
     pub(crate) fn socket(&self) -> io::Result<OwnedFd> {
         match self {
-            TaskEnd::Stored(id) => crate::shim::fdstore_get(*id).ok_or_else(|| {
+            TaskEnd::Stored(id) => crate::host::criu().fdstore_get(*id).ok_or_else(|| {
                 io::Error::other(format!("criu's fd store has no socket under id {id}"))
             }),
             TaskEnd::Inherited(fd) => fd.try_clone(),

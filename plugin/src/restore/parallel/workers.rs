@@ -93,6 +93,24 @@ fn spawn_quiet(
     handle
 }
 
+/// Fills `job`, a panic of the filler becoming its error: the fill is counted as finished
+/// either way, so [`Hub::wait`] reports it rather than waiting for it for ever.
+///
+/// `AssertUnwindSafe`: the filler's own state after a panic is not looked at again; the job's
+/// buffers keep whatever was written, and the error fails the restore.
+fn fill_caught(fill: &Filler, job: Job) -> FillResult {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fill(job))).unwrap_or_else(|payload| {
+        let what = payload
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("(no message)");
+        Err(format!(
+            "the fill thread panicked ({what}); please report this as a bug"
+        ))
+    })
+}
+
 impl Hub {
     /// A hub on `sock` whose tasks use `task_end`, filling jobs with `fill`.
     pub(crate) fn new(sock: OwnedFd, task_end: TaskEnd, owner: u32, fill: Arc<Filler>) -> Self {
@@ -154,7 +172,7 @@ impl Hub {
         );
         let hub = Arc::clone(self);
         let spawned = spawn_quiet(&format!("amdgpu-fill-{image}"), move || {
-            let r = (hub.fill)(job);
+            let r = fill_caught(&*hub.fill, job);
             hub.finish(image, pid, r);
         });
         if let Err(e) = spawned {
