@@ -75,7 +75,7 @@ pub mod mflag {
     pub const IDXEN: u8 = 8;
     /// Data and destination are AGPRs (gfx90a ACC bit).
     pub const ACC: u8 = 16;
-    /// LDS bit (load to LDS), not supported.
+    /// LDS bit: the load goes to LDS at M0 (MUBUF `buffer_load_dword` only).
     pub const LDS: u8 = 32;
 }
 
@@ -558,7 +558,15 @@ where
                 }
             }
             if w0 & (1 << 16) != 0 {
-                return Err(illegal(w0, pc, "MUBUF LDS bit is not supported"));
+                // Loads to LDS: only the dword form (what Tensile's DirectToLds kernels use).
+                if def.code != 0x14 {
+                    return Err(illegal(
+                        w0,
+                        pc,
+                        "MUBUF LDS bit is supported only on buffer_load_dword",
+                    ));
+                }
+                i.mem |= mflag::LDS;
             }
             if w1 & (1 << 23) != 0 {
                 i.mem |= mflag::ACC;

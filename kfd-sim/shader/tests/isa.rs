@@ -22,6 +22,8 @@ const S_ENDPGM: u32 = 0xbf81_0000;
 /// Every encoding used below, checked against the decoder's table: (assembly, words).
 const ENCODINGS: &[(&str, &[u32])] = &[
     ("buffer_load_dword v2, v0, s[4:7], 0 offen", &[0xe050_1000, 0x8001_0200]),
+    ("buffer_load_dword v0, v0, s[4:7], 0 offen lds", &[0xe051_1000, 0x8001_0000]),
+    ("buffer_load_dword v0, v0, s[4:7], 0 offen offset:16 lds", &[0xe051_1010, 0x8001_0000]),
     ("v_dot2c_i32_i16_e32 v3, v0, v1", &[0x7006_0300]),
     ("v_dot4c_i32_i8_e32 v2, v0, v1", &[0x7204_0300]),
     ("v_dot8c_i32_i4_e32 v4, v0, v1", &[0x7408_0300]),
@@ -1460,4 +1462,50 @@ fn accumulating_dot_products_add_signed_field_products_to_the_destination(
         (i64::from(i32::from_ne_bytes(acc[l].to_ne_bytes())) + dot) as u32
     });
     assert_eq!(r.w.v(dst), &want, "{text}");
+}
+
+#[rstest]
+#[case::no_offset("buffer_load_dword v0, v0, s[4:7], 0 offen lds", 0x100, 0)]
+#[case::offset_16("buffer_load_dword v0, v0, s[4:7], 0 offen offset:16 lds", 0x200, 16)]
+fn buffer_loads_with_the_lds_bit_write_each_lanes_dword_to_lds_at_m0(
+    #[case] text: &str,
+    #[case] m0: u32,
+    #[case] offset: u32,
+) {
+    let r = run(&[text], |w, mem| {
+        mem.write_u32s(DATA, &(0..80).map(|k| 0x1000 + k).collect::<Vec<_>>());
+        // Raw buffer of 60 dwords: lanes 60.. read past NUM_RECORDS.
+        w.sgpr[4] = DATA as u32;
+        w.sgpr[5] = (DATA >> 32) as u32;
+        w.sgpr[6] = 240;
+        w.sgpr[7] = 0;
+        w.sgpr[reg::M0] = m0;
+        // Lane l reads dword 63 - l (plus the offset).
+        *w.v_mut(0).unwrap() = lanes(|l| 4 * (63 - l as u32));
+        w.set_exec(!(1u64 << 5));
+    });
+    assert_eq!(r.stop, Stop::Done);
+    assert_eq!(
+        r.w.v(0),
+        &lanes(|l| 4 * (63 - l as u32)),
+        "no register is written"
+    );
+    let lds = |a: u32| {
+        let a = a as usize;
+        u32::from_le_bytes(r.wg.lds[a..a + 4].try_into().unwrap())
+    };
+    for l in 0..LANES as u32 {
+        let dword = 63 - l + offset / 4;
+        let want = match l {
+            5 => 0,
+            _ if dword * 4 + 4 > 240 => 0,
+            _ => 0x1000 + dword,
+        };
+        assert_eq!(lds(m0 + offset + 4 * l), want, "lane {l}");
+    }
+    assert_eq!(
+        lds(m0 + offset + 4 * 64),
+        0,
+        "nothing past the wave's 64 dwords"
+    );
 }
