@@ -9,7 +9,7 @@
 //! Markdown: per kind of file the kernels and instructions walked and how many kernels every
 //! instruction decodes in; every instruction the core cannot execute with its occurrences and
 //! the kernels it blocks; the same per GEMM type of Tensile's kernels; with `--mnemonics`, how
-//! often each mnemonic decoded (to compare with a disassembler's count); with `--blocked`, every
+//! often each mnemonic and DPP control decoded (to compare with a disassembler's count); with `--blocked`, every
 //! kernel that cannot run and what stops it.
 
 use std::collections::BTreeMap;
@@ -26,6 +26,7 @@ struct Kind {
     code_objects: usize,
     compressed: usize,
     kernels: Vec<KernelScan>,
+    callees: Vec<KernelScan>,
 }
 
 /// The code objects in a file: (label of the kind, code objects, compressed bundles skipped).
@@ -153,7 +154,10 @@ fn main() -> ExitCode {
             match coverage::scan(co) {
                 Ok(ks) => {
                     kind.code_objects += 1;
-                    kind.kernels.extend(ks);
+                    let (callees, kernels): (Vec<_>, Vec<_>) =
+                        ks.into_iter().partition(|k| k.callee);
+                    kind.kernels.extend(kernels);
+                    kind.callees.extend(callees);
                 }
                 Err(e) => {
                     eprintln!("{path}: a code object: {e}");
@@ -179,6 +183,17 @@ fn main() -> ExitCode {
             k.kernels.len()
         );
     }
+    let callees: Vec<&KernelScan> = kinds.values().flat_map(|k| k.callees.iter()).collect();
+    if !callees.is_empty() {
+        let blocked: Vec<&KernelScan> = callees.iter().copied().filter(|k| !k.runnable()).collect();
+        println!(
+            "\nAlso {} functions that are no kernel's entry (callees), {} instructions; {} with instructions the core cannot execute{}.",
+            callees.len(),
+            callees.iter().map(|k| k.instructions).sum::<u64>(),
+            blocked.len(),
+            if blocked.is_empty() { "" } else { " (below as kernels blocked)" }
+        );
+    }
     let truncated = all().filter(|k| k.truncated).count();
     if truncated > 0 {
         println!(
@@ -188,6 +203,10 @@ fn main() -> ExitCode {
 
     println!("\n## Instructions the core cannot execute, by kernels blocked\n");
     print_gaps(&tally(all()), usize::MAX);
+    if callees.iter().any(|k| !k.runnable()) {
+        println!("\nIn callees:\n");
+        print_gaps(&tally(callees.iter().copied()), usize::MAX);
+    }
 
     println!("\n## By kernel type\n");
     let mut classes: BTreeMap<&str, Vec<&KernelScan>> = BTreeMap::new();
@@ -221,6 +240,18 @@ fn main() -> ExitCode {
             for (name, n) in &k.mnemonics {
                 *m.entry(name).or_default() += n;
             }
+        }
+        let mut dpp: BTreeMap<u16, u64> = BTreeMap::new();
+        for k in all() {
+            for (ctrl, n) in &k.dpp_ctrls {
+                *dpp.entry(*ctrl).or_default() += n;
+            }
+        }
+        println!("\n## DPP controls decoded\n");
+        println!("| DPP_CTRL | count |");
+        println!("|---|---:|");
+        for (ctrl, n) in dpp {
+            println!("| {ctrl:#05x} | {n} |");
         }
         println!("\n## Mnemonics decoded\n");
         println!("| mnemonic | count |");

@@ -7,10 +7,11 @@
 //! instruction the decoder refuses is a [`Gap`]; its length comes from [`decode::length_of`] so
 //! the walk goes on. A kernel is runnable only when its walk met no gap.
 //!
-//! Code reached only through calls (`s_swappc_b64` to a callee outside the kernel's extent) is
-//! not followed: kernels of hipcc-built libraries are inlined, Tensile's have no calls.
+//! Calls (`s_swappc_b64`) are not followed from a kernel; instead every function symbol that is
+//! no kernel's entry is walked on its own as a callee ([`KernelScan::callee`]), so what the
+//! callees need shows too, though not which kernels call them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::decode::{self, encoding_of, length_of, opcode_of};
 use crate::dispatch::KernelDescriptor;
@@ -55,8 +56,14 @@ pub struct KernelScan {
     pub gaps: BTreeMap<Gap, u64>,
     /// Each mnemonic the core decoded and how often.
     pub mnemonics: BTreeMap<&'static str, u64>,
+    /// Each DPP_CTRL value of the decoded DPP instructions and how often (the decoder takes any
+    /// value; which ones the core models is a question for the run, not the decode).
+    pub dpp_ctrls: BTreeMap<u16, u64>,
     /// The walk ran into bytes that are not in the file (a bad descriptor or symbol).
     pub truncated: bool,
+    /// Not a kernel but a function of the code object that is no kernel's entry (a callee,
+    /// reached by `s_swappc_b64`): walked so that its gaps are seen, not counted as a kernel.
+    pub callee: bool,
 }
 
 impl KernelScan {
@@ -154,6 +161,9 @@ fn walk(image: &Image<'_>, name: String, start: u64, end: u64) -> KernelScan {
         let len = match decode::decode(pc, |a| image.word(a).ok_or_else(|| fault(a))) {
             Ok(inst) => {
                 *k.mnemonics.entry(inst.def.name).or_default() += 1;
+                if let Some(d) = inst.dpp {
+                    *k.dpp_ctrls.entry(d.ctrl).or_default() += 1;
+                }
                 u64::from(inst.len)
             }
             Err(e) => {
@@ -204,6 +214,7 @@ pub fn scan(bytes: &[u8]) -> Result<Vec<KernelScan>, ElfError> {
         .filter(|s| s.func && s.size > 0)
         .map(|s| (s.value, s.size))
         .collect();
+    let kernel_entries: HashSet<u64> = entries.iter().filter_map(|(_, e)| *e).collect();
     let mut out = Vec::with_capacity(entries.len());
     for (name, entry) in entries {
         let Some(entry) = entry else {
@@ -227,7 +238,24 @@ pub fn scan(bytes: &[u8]) -> Result<Vec<KernelScan>, ElfError> {
         }
         out.push(walk(&image, name, entry, end));
     }
-    log::debug!("scanned {} kernels", out.len());
+    for f in symbols
+        .iter()
+        .filter(|s| s.func && !kernel_entries.contains(&s.value))
+    {
+        let next = starts
+            .get(starts.partition_point(|&a| a <= f.value))
+            .copied();
+        let seg_end = image.end(f.value).unwrap_or(f.value);
+        let end = if f.size > 0 {
+            f.value + f.size
+        } else {
+            next.unwrap_or(seg_end)
+        };
+        let mut k = walk(&image, f.name.clone(), f.value, end.min(seg_end));
+        k.callee = true;
+        out.push(k);
+    }
+    log::debug!("scanned {} kernels and callees", out.len());
     Ok(out)
 }
 

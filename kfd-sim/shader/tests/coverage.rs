@@ -44,13 +44,19 @@ const GFX90A: &str = "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-";
 const GFX908: &str = "hipv4-amdgcn-amd-amdhsa--gfx908";
 
 #[test]
-fn every_kernel_of_the_test_code_object_is_walked_and_only_the_illegal_one_is_blocked() {
-    let scans = coverage::scan(KERNELS).unwrap();
+fn every_kernel_and_callee_of_the_test_code_object_is_walked_and_only_the_illegal_one_blocked() {
+    let all = coverage::scan(KERNELS).unwrap();
+    let (callees, scans): (Vec<_>, Vec<_>) = all.into_iter().partition(|k| k.callee);
     let mut names: Vec<_> = scans.iter().map(|k| k.name.clone()).collect();
     let mut want = CodeObject::parse(KERNELS).unwrap().kernels();
     names.sort();
     want.sort();
     assert_eq!(names, want);
+    // The two functions the kernels call are walked as callees.
+    let mut called: Vec<_> = callees.iter().map(|k| k.name.as_str()).collect();
+    called.sort_unstable();
+    assert_eq!(called, ["get", "put"]);
+    assert!(callees.iter().all(|k| k.runnable() && k.instructions > 0));
     let co = CodeObject::parse(KERNELS).unwrap();
     for k in &scans {
         assert!(!k.truncated, "{}", k.name);
