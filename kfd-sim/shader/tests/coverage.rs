@@ -205,3 +205,41 @@ fn gaps_name_themselves_by_mnemonic_or_by_encoding_and_opcode() {
     };
     assert_eq!(unknown.to_string(), "VOP2 0x39");
 }
+
+/// `bytes` with the sizes of every symbol of `.symtab` and `.dynsym` zeroed, as Tensile's
+/// assembler leaves its kernels' symbols.
+fn without_symbol_sizes(bytes: &[u8]) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    for name in [".symtab", ".dynsym"] {
+        let Some(table) = elf::section(bytes, name).unwrap() else {
+            continue;
+        };
+        let start = table.as_ptr() as usize - bytes.as_ptr() as usize;
+        for entry in (start..start + table.len()).step_by(24) {
+            out[entry + 16..entry + 24].fill(0);
+        }
+    }
+    out
+}
+
+#[test]
+fn kernels_without_symbol_sizes_are_walked_to_the_next_entry() {
+    let sized = coverage::scan(KERNELS).unwrap();
+    let unsized_bytes = without_symbol_sizes(KERNELS);
+    let co = CodeObject::parse(&unsized_bytes).unwrap();
+    assert!(co.symbol_table().iter().all(|s| s.size == 0));
+    let unsized_scans = coverage::scan(&unsized_bytes).unwrap();
+    assert_eq!(unsized_scans.len(), sized.len());
+    for (a, b) in sized.iter().zip(&unsized_scans) {
+        assert_eq!(a.name, b.name);
+        assert!(!b.truncated, "{}", b.name);
+        // The same code, then only the s_nop words clang pads functions and .text with.
+        assert!(b.bytes >= a.bytes, "{}", b.name);
+        let nops = |k: &coverage::KernelScan| k.mnemonics.get("s_nop").copied().unwrap_or(0);
+        assert_eq!((b.bytes - a.bytes) / 4, nops(b) - nops(a), "{}", b.name);
+        assert_eq!(a.gaps, b.gaps, "{}", b.name);
+        for (m, n) in &a.mnemonics {
+            assert!(b.mnemonics.get(m) >= Some(n), "{}: {m}", b.name);
+        }
+    }
+}
