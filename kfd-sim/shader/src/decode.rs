@@ -75,7 +75,7 @@ pub mod mflag {
     pub const IDXEN: u8 = 8;
     /// Data and destination are AGPRs (gfx90a ACC bit).
     pub const ACC: u8 = 16;
-    /// LDS bit (load to LDS), not supported.
+    /// LDS bit: the load goes to LDS at M0 (MUBUF `buffer_load_dword` only).
     pub const LDS: u8 = 32;
 }
 
@@ -320,6 +320,50 @@ pub fn encoding_of(w: u32) -> Option<Encoding> {
     })
 }
 
+/// The opcode field of an instruction word of encoding `enc` (for VOP3 the 10-bit field, which
+/// also numbers the VOP1/VOP2/VOPC opcodes' 64-bit forms).
+pub fn opcode_of(enc: Encoding, w: u32) -> u16 {
+    let f = |shift: u32, mask: u32| ((w >> shift) & mask) as u16;
+    match enc {
+        Encoding::Sop2 => f(23, 0x7f),
+        Encoding::Sopk => f(23, 0x1f),
+        Encoding::Sop1 => f(8, 0xff),
+        Encoding::Sopc | Encoding::Sopp => f(16, 0x7f),
+        Encoding::Smem => f(18, 0xff),
+        Encoding::Vop2 => f(25, 0x3f),
+        Encoding::Vop1 => f(9, 0xff),
+        Encoding::Vopc => f(17, 0xff),
+        Encoding::Vop3 => f(16, 0x3ff),
+        Encoding::Vop3p => f(16, 0x7f),
+        Encoding::Ds => f(17, 0xff),
+        Encoding::Flat | Encoding::Global | Encoding::Scratch | Encoding::Mubuf => f(18, 0x7f),
+        Encoding::Mtbuf => f(15, 0xf),
+        Encoding::Mimg => f(18, 0x7f),
+        Encoding::Exp | Encoding::Vintrp => 0,
+    }
+}
+
+/// The length in bytes of the instruction whose first dword is `w0`, whether or not the core executes it: what a walk over machine code needs to step over an
+/// instruction the decoder refuses. `None` for a word of no gfx9 encoding.
+pub fn length_of(w0: u32) -> Option<u8> {
+    let enc = encoding_of(w0)?;
+    let lit = |code: u32| code & 0xff == 255;
+    let row = table::lookup(enc, opcode_of(enc, w0));
+    Some(match enc {
+        Encoding::Sop2 | Encoding::Sopc => 4 + 4 * u8::from(lit(w0) || lit(w0 >> 8)),
+        Encoding::Sop1 => 4 + 4 * u8::from(lit(w0)),
+        Encoding::Sopk => 4 + 4 * u8::from(row.is_some_and(|d| d.has(flag::LITERAL))),
+        Encoding::Sopp | Encoding::Vintrp => 4,
+        Encoding::Vop1 | Encoding::Vopc => 4 + 4 * u8::from(matches!(w0 & 0x1ff, 249 | 250 | 255)),
+        Encoding::Vop2 => {
+            let k = row.is_some_and(|d| d.has(flag::MADMK) || d.has(flag::MADAK));
+            // A K constant takes the dword a literal would: an instruction has one or the other.
+            4 + 4 * u8::from(matches!(w0 & 0x1ff, 249 | 250 | 255) || k)
+        }
+        _ => 8,
+    })
+}
+
 /// Decodes the instruction at `pc`; `fetch` reads the dword at an address (the first call is
 /// for `pc`, later ones for the dwords after it, as the encoding needs them).
 pub fn decode<F>(pc: u64, mut fetch: F) -> Result<Inst, ShaderError>
@@ -514,7 +558,15 @@ where
                 }
             }
             if w0 & (1 << 16) != 0 {
-                return Err(illegal(w0, pc, "MUBUF LDS bit is not supported"));
+                // Loads to LDS: only the dword form (what Tensile's DirectToLds kernels use).
+                if def.code != 0x14 {
+                    return Err(illegal(
+                        w0,
+                        pc,
+                        "MUBUF LDS bit is supported only on buffer_load_dword",
+                    ));
+                }
+                i.mem |= mflag::LDS;
             }
             if w1 & (1 << 23) != 0 {
                 i.mem |= mflag::ACC;

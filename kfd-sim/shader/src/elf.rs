@@ -1,5 +1,11 @@
 //! A small reader of AMDGPU code objects (ELF64): finds a kernel's descriptor (`NAME.kd`) and
-//! the bytes of the loadable segments, enough to load a code object into test memory.
+//! the bytes of the loadable segments, enough to load a code object into test memory, and the
+//! sections of any ELF64 file by name (a host library's `.hip_fatbin`).
+
+use std::collections::HashSet;
+
+/// `e_machine` of AMDGPU code objects.
+pub const EM_AMDGPU: u16 = 224;
 
 /// A code object that cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -26,11 +32,24 @@ pub struct Segment {
     pub data: Vec<u8>,
 }
 
+/// A symbol of the symbol tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Symbol {
+    /// Its name.
+    pub name: String,
+    /// Its value (an address relative to the load base).
+    pub value: u64,
+    /// Its size (0 where the assembler gave none, as Tensile's assembly kernels do).
+    pub size: u64,
+    /// Whether it is a function (`STT_FUNC`): the code of a kernel or of a callee.
+    pub func: bool,
+}
+
 /// A parsed code object.
 #[derive(Debug, Clone)]
 pub struct CodeObject<'a> {
     bytes: &'a [u8],
-    symbols: Vec<(String, u64, u64)>,
+    symbols: Vec<Symbol>,
 }
 
 fn rd<const N: usize>(b: &[u8], at: usize) -> Result<[u8; N], ElfError> {
@@ -58,19 +77,61 @@ fn usz(v: u64) -> Result<usize, ElfError> {
     usize::try_from(v).map_err(|_| ElfError::Truncated)
 }
 
+fn check_elf(bytes: &[u8]) -> Result<(), ElfError> {
+    if bytes.get(..4) != Some(b"\x7fELF") || bytes.get(4) != Some(&2) || bytes.get(5) != Some(&1) {
+        return Err(ElfError::NotElf);
+    }
+    Ok(())
+}
+
+/// `e_machine` of an ELF64 little-endian file ([`EM_AMDGPU`] for a code object, 62 for an x86-64
+/// host library).
+pub fn machine(bytes: &[u8]) -> Result<u16, ElfError> {
+    check_elf(bytes)?;
+    u16_at(bytes, 0x12)
+}
+
+/// The contents of the section called `name` of an ELF64 little-endian file (`None` when it has
+/// none, or the section has no file bytes).
+pub fn section<'b>(bytes: &'b [u8], name: &str) -> Result<Option<&'b [u8]>, ElfError> {
+    check_elf(bytes)?;
+    let shoff = usz(u64_at(bytes, 0x28)?)?;
+    let shentsize = usize::from(u16_at(bytes, 0x3a)?);
+    let shnum = usize::from(u16_at(bytes, 0x3c)?);
+    let shstrndx = usize::from(u16_at(bytes, 0x3e)?);
+    let strsh = shoff.saturating_add(shstrndx.saturating_mul(shentsize));
+    let stroff = usz(u64_at(bytes, strsh.saturating_add(0x18))?)?;
+    for k in 0..shnum {
+        let sh = shoff.saturating_add(k * shentsize);
+        let name_off = u32_at(bytes, sh)? as usize;
+        let start = stroff.saturating_add(name_off);
+        let rest = bytes.get(start..).ok_or(ElfError::Truncated)?;
+        if rest.get(..name.len()) != Some(name.as_bytes()) || rest.get(name.len()) != Some(&0) {
+            continue;
+        }
+        // SHT_NOBITS has no file bytes.
+        if u32_at(bytes, sh.saturating_add(4))? == 8 {
+            return Ok(None);
+        }
+        let off = usz(u64_at(bytes, sh.saturating_add(0x18))?)?;
+        let size = usz(u64_at(bytes, sh.saturating_add(0x20))?)?;
+        return bytes
+            .get(off..off.saturating_add(size))
+            .map(Some)
+            .ok_or(ElfError::Truncated);
+    }
+    Ok(None)
+}
+
 impl<'a> CodeObject<'a> {
     /// Parses the headers and the symbol table.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, ElfError> {
-        if bytes.get(..4) != Some(b"\x7fELF")
-            || bytes.get(4) != Some(&2)
-            || bytes.get(5) != Some(&1)
-        {
-            return Err(ElfError::NotElf);
-        }
+        check_elf(bytes)?;
         let shoff = usz(u64_at(bytes, 0x28)?)?;
         let shentsize = usize::from(u16_at(bytes, 0x3a)?);
         let shnum = usize::from(u16_at(bytes, 0x3c)?);
         let mut symbols = Vec::new();
+        let mut seen = HashSet::new();
         for k in 0..shnum {
             let sh = shoff.saturating_add(k * shentsize);
             let ty = u32_at(bytes, sh.saturating_add(4))?;
@@ -86,6 +147,7 @@ impl<'a> CodeObject<'a> {
             let stroff = usz(u64_at(bytes, strsh.saturating_add(0x18))?)?;
             for s in (off..off.saturating_add(size)).step_by(entsize) {
                 let name_off = u32_at(bytes, s)? as usize;
+                let info = *bytes.get(s.saturating_add(4)).ok_or(ElfError::Truncated)?;
                 let value = u64_at(bytes, s.saturating_add(8))?;
                 let sz = u64_at(bytes, s.saturating_add(16))?;
                 let start = stroff.saturating_add(name_off);
@@ -95,8 +157,13 @@ impl<'a> CodeObject<'a> {
                     .position(|&c| c == 0)
                     .ok_or(ElfError::Truncated)?;
                 let name = String::from_utf8_lossy(&rest[..end]).into_owned();
-                if !name.is_empty() && !symbols.iter().any(|(n, _, _)| *n == name) {
-                    symbols.push((name, value, sz));
+                if !name.is_empty() && seen.insert(name.clone()) {
+                    symbols.push(Symbol {
+                        name,
+                        value,
+                        size: sz,
+                        func: info & 0xf == 2,
+                    });
                 }
             }
         }
@@ -107,22 +174,50 @@ impl<'a> CodeObject<'a> {
     pub fn symbol(&self, name: &str) -> Result<(u64, u64), ElfError> {
         self.symbols
             .iter()
-            .find(|(n, _, _)| n == name)
-            .map(|(_, v, s)| (*v, *s))
+            .find(|s| s.name == name)
+            .map(|s| (s.value, s.size))
             .ok_or_else(|| ElfError::NoSymbol(name.to_string()))
     }
 
     /// Every symbol: (name, address).
     pub fn symbols(&self) -> impl Iterator<Item = (&str, u64)> {
-        self.symbols.iter().map(|(n, v, _)| (n.as_str(), *v))
+        self.symbols.iter().map(|s| (s.name.as_str(), s.value))
+    }
+
+    /// Every symbol with its size and kind.
+    pub fn symbol_table(&self) -> &[Symbol] {
+        &self.symbols
     }
 
     /// Names of the kernels (symbols `NAME.kd`).
     pub fn kernels(&self) -> Vec<String> {
         self.symbols
             .iter()
-            .filter_map(|(n, _, _)| n.strip_suffix(".kd").map(String::from))
+            .filter_map(|s| s.name.strip_suffix(".kd").map(String::from))
             .collect()
+    }
+
+    /// The file bytes of the PT_LOAD segments, borrowed: (virtual address, bytes).
+    pub fn loaded(&self) -> Result<Vec<(u64, &'a [u8])>, ElfError> {
+        let b = self.bytes;
+        let phoff = usz(u64_at(b, 0x20)?)?;
+        let phentsize = usize::from(u16_at(b, 0x36)?);
+        let phnum = usize::from(u16_at(b, 0x38)?);
+        let mut out = Vec::new();
+        for k in 0..phnum {
+            let ph = phoff.saturating_add(k * phentsize);
+            if u32_at(b, ph)? != 1 {
+                continue;
+            }
+            let off = usz(u64_at(b, ph.saturating_add(8))?)?;
+            let vaddr = u64_at(b, ph.saturating_add(16))?;
+            let filesz = usz(u64_at(b, ph.saturating_add(32))?)?;
+            let data = b
+                .get(off..off.saturating_add(filesz))
+                .ok_or(ElfError::Truncated)?;
+            out.push((vaddr, data));
+        }
+        Ok(out)
     }
 
     /// The PT_LOAD segments.

@@ -36,6 +36,8 @@
 )]
 
 mod atom;
+pub mod bundle;
+pub mod coverage;
 pub mod decode;
 pub mod dispatch;
 pub mod elf;

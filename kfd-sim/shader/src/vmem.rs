@@ -259,7 +259,32 @@ fn wave_span(
     }
 }
 
+/// `buffer_load_dword ... lds`: each active lane's dword goes to the workgroup's LDS at M0 +
+/// the instruction offset + 4 x the lane id, not to a register. Every lane reads before any
+/// writes, so a faulting load changes nothing.
+fn load_to_lds(c: &mut Ctx<'_>, i: &Inst) -> R {
+    let exec = c.w.exec();
+    let ad = addrs(c, i, 4);
+    let mut vals = [[0u8; 4]; LANES];
+    for l in 0..LANES {
+        if exec >> l & 1 != 0 {
+            let seg = ad.seg.map_or(Seg::Global, |s| s[l]);
+            read_lane(c, seg, ad.a[l], l, &mut vals[l]).map_err(|f| c.fault(f))?;
+        }
+    }
+    let base = u64::from(c.w.sgpr[reg::M0]) + u64::from(i.imm);
+    for l in 0..LANES {
+        if exec >> l & 1 != 0 {
+            lds::write(c.lds, base + 4 * l as u64, &vals[l]);
+        }
+    }
+    Ok(())
+}
+
 fn load(c: &mut Ctx<'_>, i: &Inst, bytes: u8, sext: bool, d16: u8) -> R {
+    if i.mem & mflag::LDS != 0 {
+        return load_to_lds(c, i);
+    }
     let exec = c.w.exec();
     let ad = addrs(c, i, u64::from(bytes));
     let nd = usize::from(bytes).div_ceil(4);

@@ -22,6 +22,11 @@ const S_ENDPGM: u32 = 0xbf81_0000;
 /// Every encoding used below, checked against the decoder's table: (assembly, words).
 const ENCODINGS: &[(&str, &[u32])] = &[
     ("buffer_load_dword v2, v0, s[4:7], 0 offen", &[0xe050_1000, 0x8001_0200]),
+    ("buffer_load_dword v0, v0, s[4:7], 0 offen lds", &[0xe051_1000, 0x8001_0000]),
+    ("buffer_load_dword v0, v0, s[4:7], 0 offen offset:16 lds", &[0xe051_1010, 0x8001_0000]),
+    ("v_dot2c_i32_i16_e32 v3, v0, v1", &[0x7006_0300]),
+    ("v_dot4c_i32_i8_e32 v2, v0, v1", &[0x7204_0300]),
+    ("v_dot8c_i32_i4_e32 v4, v0, v1", &[0x7408_0300]),
     ("buffer_store_dword v4, v0, s[4:7], 0 offen", &[0xe070_1000, 0x8001_0400]),
     ("ds_add_rtn_u32 v6, v0, v1", &[0xd840_0000, 0x0600_0100]),
     ("ds_bpermute_b32 v3, v0, v1", &[0xd87e_0000, 0x0300_0100]),
@@ -1404,4 +1409,103 @@ proptest::proptest! {
         let back = Workgroup::restore(&wg.save()).unwrap();
         proptest::prop_assert_eq!(back, wg);
     }
+}
+
+/// The signed `bits`-wide fields of `v`, low first.
+fn fields(v: u32, bits: u32) -> Vec<i64> {
+    (0..32 / bits)
+        .map(|k| {
+            let f = i64::from((v >> (k * bits)) & ((1 << bits) - 1));
+            if f >= 1 << (bits - 1) {
+                f - (1 << bits)
+            } else {
+                f
+            }
+        })
+        .collect()
+}
+
+#[rstest]
+#[case::i16_pairs("v_dot2c_i32_i16_e32 v3, v0, v1", 3, 16)]
+#[case::i8_quads("v_dot4c_i32_i8_e32 v2, v0, v1", 2, 8)]
+#[case::i4_octets("v_dot8c_i32_i4_e32 v4, v0, v1", 4, 4)]
+fn accumulating_dot_products_add_signed_field_products_to_the_destination(
+    #[case] text: &str,
+    #[case] dst: usize,
+    #[case] bits: u32,
+) {
+    // Fields of every sign and size, from lane to lane; accumulators near both ends of i32 so
+    // that some lanes wrap.
+    let a = lanes(|l| (l as u32).wrapping_mul(0x9e37_79b9) ^ 0x8070_f00f);
+    let b = lanes(|l| (l as u32).wrapping_mul(0x85eb_ca6b).rotate_left(l as u32));
+    let acc = lanes(|l| match l % 3 {
+        0 => i32::MAX as u32 - l as u32,
+        1 => i32::MIN as u32 + l as u32,
+        _ => (l as u32) * 1000,
+    });
+    let r = run(&[text], |w, _| {
+        *w.v_mut(0).unwrap() = a;
+        *w.v_mut(1).unwrap() = b;
+        *w.v_mut(dst).unwrap() = acc;
+        w.set_exec(!(1u64 << 7));
+    });
+    assert_eq!(r.stop, Stop::Done);
+    let want = lanes(|l| {
+        if l == 7 {
+            return acc[l];
+        }
+        let dot: i64 = fields(a[l], bits)
+            .iter()
+            .zip(fields(b[l], bits))
+            .map(|(x, y)| x * y)
+            .sum();
+        (i64::from(i32::from_ne_bytes(acc[l].to_ne_bytes())) + dot) as u32
+    });
+    assert_eq!(r.w.v(dst), &want, "{text}");
+}
+
+#[rstest]
+#[case::no_offset("buffer_load_dword v0, v0, s[4:7], 0 offen lds", 0x100, 0)]
+#[case::offset_16("buffer_load_dword v0, v0, s[4:7], 0 offen offset:16 lds", 0x200, 16)]
+fn buffer_loads_with_the_lds_bit_write_each_lanes_dword_to_lds_at_m0(
+    #[case] text: &str,
+    #[case] m0: u32,
+    #[case] offset: u32,
+) {
+    let r = run(&[text], |w, mem| {
+        mem.write_u32s(DATA, &(0..80).map(|k| 0x1000 + k).collect::<Vec<_>>());
+        // Raw buffer of 60 dwords: lanes 60.. read past NUM_RECORDS.
+        w.sgpr[4] = DATA as u32;
+        w.sgpr[5] = (DATA >> 32) as u32;
+        w.sgpr[6] = 240;
+        w.sgpr[7] = 0;
+        w.sgpr[reg::M0] = m0;
+        // Lane l reads dword 63 - l (plus the offset).
+        *w.v_mut(0).unwrap() = lanes(|l| 4 * (63 - l as u32));
+        w.set_exec(!(1u64 << 5));
+    });
+    assert_eq!(r.stop, Stop::Done);
+    assert_eq!(
+        r.w.v(0),
+        &lanes(|l| 4 * (63 - l as u32)),
+        "no register is written"
+    );
+    let lds = |a: u32| {
+        let a = a as usize;
+        u32::from_le_bytes(r.wg.lds[a..a + 4].try_into().unwrap())
+    };
+    for l in 0..LANES as u32 {
+        let dword = 63 - l + offset / 4;
+        let want = match l {
+            5 => 0,
+            _ if dword * 4 + 4 > 240 => 0,
+            _ => 0x1000 + dword,
+        };
+        assert_eq!(lds(m0 + offset + 4 * l), want, "lane {l}");
+    }
+    assert_eq!(
+        lds(m0 + offset + 4 * 64),
+        0,
+        "nothing past the wave's 64 dwords"
+    );
 }

@@ -7,8 +7,20 @@ use super::{
 };
 use crate::float;
 use crate::table::Encoding::Vop2 as V2;
-use crate::table::{flag, row, unsupported, OpDef, Ty};
+use crate::table::{flag, row, OpDef, Ty};
 use crate::wave::LANES;
+
+/// The signed dot product of the `bits`-wide fields of `a` and `b` added to `d`, wrapping in 32
+/// bits: the accumulating `v_dot*c_i32_*` forms (VOP2 and DPP only, so no CLAMP).
+#[inline(always)]
+fn dot_acc(a: u32, b: u32, d: u32, bits: u32) -> u32 {
+    let field = |v: u32, k: u32| (((v >> (k * bits)) << (32 - bits)) as i32) >> (32 - bits);
+    let mut acc = d;
+    for k in 0..32 / bits {
+        acc = acc.wrapping_add(field(a, k).wrapping_mul(field(b, k)) as u32);
+    }
+    acc
+}
 
 /// VOP2 opcodes (also VOP3 0x100 + opcode).
 pub(crate) static VOP2: &[OpDef] = &[
@@ -508,9 +520,30 @@ pub(crate) static VOP2: &[OpDef] = &[
         T_PK_F16,
         flag::MAC,
     ),
-    unsupported(V2, 0x38, "v_dot2c_i32_i16"),
-    unsupported(V2, 0x39, "v_dot4c_i32_i8"),
-    unsupported(V2, 0x3a, "v_dot8c_i32_i4"),
+    row(
+        V2,
+        0x38,
+        "v_dot2c_i32_i16",
+        ex!(|c, i| u32_3(c, i, |a, b, d| dot_acc(a, b, d, 16))),
+        B32,
+        flag::MAC,
+    ),
+    row(
+        V2,
+        0x39,
+        "v_dot4c_i32_i8",
+        ex!(|c, i| u32_3(c, i, |a, b, d| dot_acc(a, b, d, 8))),
+        B32,
+        flag::MAC,
+    ),
+    row(
+        V2,
+        0x3a,
+        "v_dot8c_i32_i4",
+        ex!(|c, i| u32_3(c, i, |a, b, d| dot_acc(a, b, d, 4))),
+        B32,
+        flag::MAC,
+    ),
     row(
         V2,
         0x3b,
