@@ -284,6 +284,101 @@ impl<T: ?Sized> DerefMut for OrderedGuard<'_, T> {
     }
 }
 
+/// A mutex [`lock`] and [`lock_within`] take: a `std::sync::Mutex`, or an [`Ordered`] one of the
+/// lock order (whose [`Ordered::lock`] checks the order in debug builds).
+pub(crate) trait Lockable {
+    /// What holding it gives.
+    type Guard<'a>
+    where
+        Self: 'a;
+
+    /// Takes it, waiting; a poisoned lock is taken as it is.
+    fn lock_recovered(&self) -> Self::Guard<'_>;
+
+    /// Takes it if it is free (`None` if another thread holds it); a poisoned lock is taken as
+    /// it is.
+    fn try_lock_recovered(&self) -> Option<Self::Guard<'_>>;
+}
+
+impl<T: ?Sized> Lockable for Mutex<T> {
+    type Guard<'a>
+        = MutexGuard<'a, T>
+    where
+        T: 'a;
+
+    fn lock_recovered(&self) -> MutexGuard<'_, T> {
+        self.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn try_lock_recovered(&self) -> Option<MutexGuard<'_, T>> {
+        match self.try_lock() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+}
+
+impl<T: ?Sized> Lockable for Ordered<T> {
+    type Guard<'a>
+        = OrderedGuard<'a, T>
+    where
+        T: 'a;
+
+    fn lock_recovered(&self) -> OrderedGuard<'_, T> {
+        self.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn try_lock_recovered(&self) -> Option<OrderedGuard<'_, T>> {
+        match self.try_lock() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+}
+
+impl<L: Lockable + ?Sized> Lockable for std::sync::Arc<L> {
+    type Guard<'a>
+        = L::Guard<'a>
+    where
+        L: 'a;
+
+    fn lock_recovered(&self) -> L::Guard<'_> {
+        (**self).lock_recovered()
+    }
+
+    fn try_lock_recovered(&self) -> Option<L::Guard<'_>> {
+        (**self).try_lock_recovered()
+    }
+}
+
+/// Locks a mutex, ignoring poisoning (kfd-sim/README.md, Poisoning, says why the data behind
+/// the simulator's locks is used as a panic left it); an [`Ordered`] one checks the lock order
+/// in debug builds.
+pub(crate) fn lock<L: Lockable + ?Sized>(m: &L) -> L::Guard<'_> {
+    m.lock_recovered()
+}
+
+/// [`lock`], giving up after `wait` (`None`): for a thread that must not wait for ever on a lock
+/// that another thread may hold while it waits for this one's caller. Not checked against the
+/// lock order (it cannot wait for ever), but what is taken under it is.
+pub(crate) fn lock_within<L: Lockable + ?Sized>(
+    m: &L,
+    wait: std::time::Duration,
+) -> Option<L::Guard<'_>> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        if let Some(g) = m.try_lock_recovered() {
+            return Some(g);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
