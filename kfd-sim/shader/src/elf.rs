@@ -32,6 +32,13 @@ pub struct Segment {
     pub data: Vec<u8>,
 }
 
+/// A PT_LOAD segment as its program header gives it, the file bytes borrowed.
+struct Load<'a> {
+    vaddr: u64,
+    memsz: u64,
+    data: &'a [u8],
+}
+
 /// A symbol of the symbol tables.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Symbol {
@@ -199,29 +206,28 @@ impl<'a> CodeObject<'a> {
 
     /// The file bytes of the PT_LOAD segments, borrowed: (virtual address, bytes).
     pub fn loaded(&self) -> Result<Vec<(u64, &'a [u8])>, ElfError> {
-        let b = self.bytes;
-        let phoff = usz(u64_at(b, 0x20)?)?;
-        let phentsize = usize::from(u16_at(b, 0x36)?);
-        let phnum = usize::from(u16_at(b, 0x38)?);
-        let mut out = Vec::new();
-        for k in 0..phnum {
-            let ph = phoff.saturating_add(k * phentsize);
-            if u32_at(b, ph)? != 1 {
-                continue;
-            }
-            let off = usz(u64_at(b, ph.saturating_add(8))?)?;
-            let vaddr = u64_at(b, ph.saturating_add(16))?;
-            let filesz = usz(u64_at(b, ph.saturating_add(32))?)?;
-            let data = b
-                .get(off..off.saturating_add(filesz))
-                .ok_or(ElfError::Truncated)?;
-            out.push((vaddr, data));
-        }
-        Ok(out)
+        Ok(self
+            .load_headers()?
+            .into_iter()
+            .map(|l| (l.vaddr, l.data))
+            .collect())
     }
 
     /// The PT_LOAD segments.
     pub fn segments(&self) -> Result<Vec<Segment>, ElfError> {
+        Ok(self
+            .load_headers()?
+            .into_iter()
+            .map(|l| Segment {
+                vaddr: l.vaddr,
+                memsz: l.memsz,
+                data: l.data.to_vec(),
+            })
+            .collect())
+    }
+
+    /// Each PT_LOAD program header, its file bytes borrowed.
+    fn load_headers(&self) -> Result<Vec<Load<'a>>, ElfError> {
         let b = self.bytes;
         let phoff = usz(u64_at(b, 0x20)?)?;
         let phentsize = usize::from(u16_at(b, 0x36)?);
@@ -238,9 +244,8 @@ impl<'a> CodeObject<'a> {
             let memsz = u64_at(b, ph.saturating_add(40))?;
             let data = b
                 .get(off..off.saturating_add(filesz))
-                .ok_or(ElfError::Truncated)?
-                .to_vec();
-            out.push(Segment { vaddr, memsz, data });
+                .ok_or(ElfError::Truncated)?;
+            out.push(Load { vaddr, memsz, data });
         }
         Ok(out)
     }
