@@ -821,6 +821,15 @@ pod!(
     sys::kfd_ioctl_svm_attribute,
 );
 
+/// What a caught panic said: its `&str` or `String` payload, or "(no message)".
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

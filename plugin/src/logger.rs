@@ -54,6 +54,15 @@ pub(crate) fn install() {
 }
 
 /// Whether lines go to criu's log (rather than stderr).
+/// What a caught panic said: its `&str` or `String` payload, or "(no message)".
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
 #[cfg(test)]
 fn writes_to_criu() -> bool {
     !LOGGER.print.load(Ordering::Acquire).is_null()

@@ -144,11 +144,7 @@ pub(super) fn answer(
         Ok(reply) => return reply,
         Err(payload) => payload,
     };
-    let what = payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(no message)");
+    let what = crate::host::panic_message(&*payload);
     let header = proto::parse_request(req).ok().map(|(h, _)| h);
     log::error!(
         "kfd-simd: {}: the handler of {} panicked ({what}); the caller gets EIO; please report \

@@ -115,11 +115,7 @@ pub(crate) fn run_engine<R: Runlist>(engine: &str, runlist: &Weak<R>, body: impl
     let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) else {
         return;
     };
-    let what = payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(no message)");
+    let what = crate::host::panic_message(&*payload);
     log::error!(
         "kfd-sim: {engine} panicked ({what}): it runs no queue any more, and waits for events \
          fail; please report this as a bug"

@@ -22,11 +22,7 @@ pub(crate) fn guard<T>(hook: &str, fallback: T, body: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(value) => value,
         Err(payload) => {
-            let what = payload
-                .downcast_ref::<&str>()
-                .copied()
-                .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-                .unwrap_or("(no message)");
+            let what = crate::logger::panic_message(&*payload);
             log::error!("{hook}: internal error (panic: {what}); please report this as a bug");
             fallback
         }

@@ -100,11 +100,7 @@ fn spawn_quiet(
 /// buffers keep whatever was written, and the error fails the restore.
 fn fill_caught(fill: &Filler, job: Job) -> FillResult {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fill(job))).unwrap_or_else(|payload| {
-        let what = payload
-            .downcast_ref::<&str>()
-            .copied()
-            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-            .unwrap_or("(no message)");
+        let what = crate::logger::panic_message(&*payload);
         Err(format!(
             "the fill thread panicked ({what}); please report this as a bug"
         ))
